@@ -1,0 +1,33 @@
+// Element types Kiln's IR and tensors know about.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace kiln {
+
+/// Element type. The short names (f32, i64, ...) are the text-IR spelling;
+/// the safetensors names (F32, I64, ...) are used on disk.
+enum class DType : uint8_t { F32, F64, F16, BF16, I64, I32, I16, I8, U8, Bool };
+
+/// Bytes per element.
+size_t dtypeSize(DType t);
+/// Text-IR name: "f32", "i64", "bool", ...
+std::string_view dtypeName(DType t);
+/// Parse a text-IR name; nullopt if unknown.
+std::optional<DType> parseDType(std::string_view s);
+/// safetensors name: "F32", "I64", "BOOL", ...
+std::string_view dtypeSafetensorsName(DType t);
+std::optional<DType> parseSafetensorsDType(std::string_view s);
+
+bool isFloating(DType t);
+bool isIntegral(DType t);  ///< integer types, not bool
+
+/// Type promotion of two tensor operands, following PyTorch's
+/// category-then-width rule for tensors of equal "rank class".
+DType promoteTypes(DType a, DType b);
+
+}  // namespace kiln

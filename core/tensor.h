@@ -1,0 +1,66 @@
+// Tensor: a contiguous host buffer with a TensorType. Used for weights,
+// batches, constants and the reference CPU executor. Copies share the buffer
+// (like torch.Tensor); use clone() for a deep copy.
+#pragma once
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "core/tensor_type.h"
+
+namespace kiln {
+
+class Tensor {
+ public:
+  Tensor() = default;
+  /// Allocates zero-filled storage for `type`.
+  explicit Tensor(TensorType type);
+  Tensor(DType dtype, Shape shape) : Tensor(TensorType{dtype, std::move(shape)}) {}
+
+  /// Build an f32 tensor from values (tests and small constants).
+  static Tensor fromFloats(Shape shape, const std::vector<float>& values);
+  static Tensor fromInt64s(Shape shape, const std::vector<int64_t>& values);
+  /// A 0-d tensor of `dtype` holding `value` (converted).
+  static Tensor scalar(DType dtype, double value);
+
+  bool defined() const { return buf_ != nullptr; }
+  const TensorType& type() const { return type_; }
+  DType dtype() const { return type_.dtype; }
+  const Shape& shape() const { return type_.shape; }
+  int64_t rank() const { return type_.rank(); }
+  int64_t numel() const { return type_.numel(); }
+  size_t bytes() const { return type_.bytes(); }
+
+  void* raw() { return buf_.get(); }
+  const void* raw() const { return buf_.get(); }
+  template <typename T> T* data() { return static_cast<T*>(raw()); }
+  template <typename T> const T* data() const { return static_cast<const T*>(raw()); }
+
+  /// Deep copy.
+  Tensor clone() const;
+  /// Same buffer, new shape with equal numel (throws KilnException otherwise).
+  Tensor reshaped(Shape shape) const;
+  /// Element i converted to double (any dtype).
+  double at(int64_t i) const;
+  /// Store `v` (converted to this dtype) at element i.
+  void set(int64_t i, double v);
+  /// Elementwise conversion to another dtype.
+  Tensor to(DType dtype) const;
+
+ private:
+  TensorType type_;
+  std::shared_ptr<unsigned char[]> buf_;
+};
+
+/// Named tensors (weights, batches). Ordered so files and dumps are stable.
+using TensorMap = std::map<std::string, Tensor>;
+
+/// float <-> bfloat16 / half conversions (round to nearest even).
+float bf16ToFloat(uint16_t v);
+uint16_t floatToBf16(float f);
+float halfToFloat(uint16_t v);
+uint16_t floatToHalf(float f);
+
+}  // namespace kiln
