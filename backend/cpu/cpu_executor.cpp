@@ -1,0 +1,93 @@
+#include "backend/cpu/cpu_executor.h"
+
+#include <unordered_map>
+
+#include <omp.h>
+
+namespace kiln {
+
+Result<CpuExecutor> CpuExecutor::create(const Graph& graph, CpuExecutorOptions options) {
+  CpuExecutor ex;
+  ex.graph_ = &graph;
+  ex.options_ = options;
+  std::string missing;
+  const KernelRegistry& reg = KernelRegistry::cpu();
+  for (const auto& n : graph.nodes()) {
+    const KernelDef* k = reg.select(*n);
+    if (!k) {
+      missing += (missing.empty() ? "" : "; ") + n->describe();
+      continue;
+    }
+    ex.nodes_.push_back(n.get());
+    ex.kernels_.push_back(k);
+    ex.choices_.push_back({n->describe(), k->name});
+  }
+  if (!missing.empty()) return Error{"no CPU kernel for: " + missing};
+  return ex;
+}
+
+Result<std::vector<Tensor>> CpuExecutor::run(const TensorMap& inputs) {
+  return catchErrors([&]() -> std::vector<Tensor> {
+    if (options_.num_threads > 0) omp_set_num_threads(options_.num_threads);
+    std::unordered_map<const Value*, Tensor> env;
+    for (Value* v : graph_->inputs()) {
+      auto it = inputs.find(v->name());
+      if (it == inputs.end()) fail("no tensor bound to graph input '" + v->name() + "'");
+      if (it->second.type() != v->type())
+        fail("graph input '" + v->name() + "' expects " + v->type().str() + ", got " + it->second.type().str());
+      env[v] = it->second;
+    }
+    // Last node index that reads each value; graph outputs are kept.
+    std::unordered_map<const Value*, size_t> last_use;
+    for (size_t i = 0; i < nodes_.size(); ++i)
+      for (Value* v : nodes_[i]->inputs()) last_use[v] = i;
+    for (const GraphOutput& o : graph_->outputs()) last_use[o.value] = SIZE_MAX;
+
+    KernelContext ctx;
+    ctx.seed = options_.seed + runs_++ * 0x9E3779B97F4A7C15ull;
+    ctx.num_threads = options_.num_threads > 0 ? options_.num_threads : omp_get_max_threads();
+    std::vector<Tensor> ins, outs;
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      const Node& n = *nodes_[i];
+      ins.clear();
+      for (Value* v : n.inputs()) ins.push_back(env.at(v));
+      outs.assign(n.numOutputs(), Tensor());
+      ctx.node_index = i;
+      try {
+        kernels_[i]->fn(n, ins, outs, ctx);
+      } catch (const KilnException& e) {
+        fail(std::string(e.what()).rfind(n.op(), 0) == 0 ? e.what() : n.describe() + ": " + e.what());
+      }
+      for (size_t o = 0; o < n.numOutputs(); ++o) {
+        if (!outs[o].defined() || outs[o].type() != n.output(o)->type())
+          fail(n.describe() + ": kernel " + kernels_[i]->name + " produced " +
+               (outs[o].defined() ? outs[o].type().str() : std::string("nothing")) + " for output " +
+               std::to_string(o) + ", expected " + n.output(o)->type().str());
+        env[n.output(o)] = std::move(outs[o]);
+      }
+      for (Value* v : n.inputs()) {
+        auto it = last_use.find(v);
+        if (it != last_use.end() && it->second == i && !v->isGraphInput()) env.erase(v);
+      }
+    }
+    std::vector<Tensor> result;
+    for (const GraphOutput& o : graph_->outputs()) result.push_back(env.at(o.value));
+    return result;
+  });
+}
+
+Result<std::vector<Tensor>> CpuExecutor::runModel(const Model& model, const std::vector<Tensor>& data) {
+  TensorMap bound = model.weights;
+  size_t k = 0;
+  for (Value* v : graph_->inputs()) {
+    if (v->role() != ValueRole::Data) continue;
+    if (k >= data.size())
+      return Error{"model expects more data inputs than the " + std::to_string(data.size()) + " given"};
+    bound[v->name()] = data[k++];
+  }
+  if (k != data.size())
+    return Error{"model takes " + std::to_string(k) + " data inputs, got " + std::to_string(data.size())};
+  return run(bound);
+}
+
+}  // namespace kiln

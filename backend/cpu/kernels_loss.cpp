@@ -1,0 +1,6 @@
+// Placeholder: CPU kernels for the loss op family are being written.
+#include "backend/kernel.h"
+
+namespace kiln {
+void registerCpuLossKernels(KernelRegistry&) {}
+}  // namespace kiln

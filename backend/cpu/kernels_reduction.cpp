@@ -1,0 +1,6 @@
+// Placeholder: CPU kernels for the reduction op family are being written.
+#include "backend/kernel.h"
+
+namespace kiln {
+void registerCpuReductionKernels(KernelRegistry&) {}
+}  // namespace kiln

@@ -1,0 +1,73 @@
+// Kernel registry. A kernel implements one op in one dialect (cpu_ref,
+// cpu_blas, cpu_dnnl, aten, cuda, ...), with a predicate on the node (dtypes,
+// shapes, attributes) and a priority; selection takes the highest-priority
+// kernel whose predicate accepts the node.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/ir.h"
+#include "core/tensor.h"
+
+namespace kiln {
+
+/// Per-run state a kernel may use.
+struct KernelContext {
+  /// Seed for random ops; each random node derives its stream from the seed
+  /// and its `node_index` so runs are reproducible.
+  uint64_t seed = 0;
+  uint64_t node_index = 0;
+  int num_threads = 1;
+};
+
+/// Kernel entry point. `outputs` arrives sized to the node's outputs with
+/// undefined tensors; the kernel allocates each (Tensor(type)) or aliases an
+/// input's buffer for views (Tensor::reshaped). Inputs are contiguous.
+/// Errors (e.g. an index out of range in the data) throw KilnException.
+using KernelFn = void (*)(const Node& n, std::span<const Tensor> inputs, std::span<Tensor> outputs,
+                          KernelContext& ctx);
+/// Whether a kernel can run this node (dtypes, attributes).
+using KernelPredicate = bool (*)(const Node& n);
+
+struct KernelDef {
+  std::string op;
+  std::string dialect;  ///< "cpu_ref", "cpu_blas", "cpu_dnnl", ...
+  std::string name;     ///< unique, e.g. "cpu_ref.add"
+  int priority = 0;     ///< higher wins
+  KernelPredicate supports = nullptr;  ///< nullptr: all nodes of `op`
+  KernelFn fn = nullptr;
+};
+
+class KernelRegistry {
+ public:
+  /// The registry with every CPU kernel family registered.
+  static const KernelRegistry& cpu();
+  void add(KernelDef k);
+  /// Best kernel for `n`, or nullptr.
+  const KernelDef* select(const Node& n) const;
+  /// Every kernel registered for `op`, best first.
+  std::vector<const KernelDef*> candidates(std::string_view op) const;
+  /// Ops that have at least one kernel.
+  std::vector<std::string> ops() const;
+
+ private:
+  std::map<std::string, std::vector<KernelDef>, std::less<>> by_op_;
+};
+
+/// Allocate output `i` of `n` with its inferred type and return it.
+Tensor& allocOutput(const Node& n, std::span<Tensor> outputs, size_t i);
+
+// Family registration (backend/cpu/kernels_*.cpp).
+void registerCpuElementwiseKernels(KernelRegistry& r);
+void registerCpuReductionKernels(KernelRegistry& r);
+void registerCpuShapeKernels(KernelRegistry& r);
+void registerCpuLinalgKernels(KernelRegistry& r);
+void registerCpuNNKernels(KernelRegistry& r);
+void registerCpuLossKernels(KernelRegistry& r);
+
+}  // namespace kiln

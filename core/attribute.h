@@ -1,0 +1,30 @@
+// Typed node attributes. Text form: 3, 1.5, [1,2], [0.5,1.0], "relu", f32.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace kiln {
+
+enum class AttrKind : uint8_t { Int, Float, Ints, Floats, String, DType };
+
+/// One attribute value. Booleans are Ints (0/1), as in the text form.
+using Attr = std::variant<int64_t, double, std::vector<int64_t>, std::vector<double>, std::string, DType>;
+
+AttrKind attrKind(const Attr& a);
+std::string_view attrKindName(AttrKind k);
+/// Text-IR spelling; floats always carry a '.', an exponent, or inf/nan so
+/// they never read back as ints, and print with full precision.
+std::string attrToString(const Attr& a);
+/// Shortest text that reads back as exactly `v` ("1.0", "1e-05", "-inf").
+std::string formatDouble(double v);
+
+/// Attributes of a node, ordered by name so printing is deterministic.
+using AttrMap = std::map<std::string, Attr>;
+
+}  // namespace kiln

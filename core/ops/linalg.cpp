@@ -1,0 +1,65 @@
+// Matrix products: `matmul` with torch.matmul semantics (1-D operands are
+// promoted and the added dim removed, batch dims broadcast) and `linear`
+// (y = x W^T + b), the form GEMM + bias epilogues want.
+#include "core/ops/op_helpers.h"
+
+namespace kiln {
+namespace {
+
+void requireFloat(const Node& n) {
+  for (Value* v : n.inputs())
+    if (!isFloating(v->dtype())) opFail(n, "needs floating-point inputs, got " + v->type().str());
+  for (Value* v : n.inputs())
+    if (v->dtype() != n.input(0)->dtype())
+      opFail(n, "inputs have different dtypes: " + n.input(0)->type().str() + " and " + v->type().str());
+}
+
+std::vector<TensorType> inferMatmul(const Node& n) {
+  requireFloat(n);
+  Shape a = n.input(0)->shape(), b = n.input(1)->shape();
+  if (a.empty() || b.empty()) opFail(n, "operands must have at least 1 dim");
+  bool a_vec = a.size() == 1, b_vec = b.size() == 1;
+  if (a_vec) a.insert(a.begin(), 1);
+  if (b_vec) b.push_back(1);
+  int64_t m = a[a.size() - 2], k = a.back(), k2 = b[b.size() - 2], p = b.back();
+  if (k != k2)
+    opFail(n, "inner dimensions differ: " + n.input(0)->type().str() + " @ " + n.input(1)->type().str());
+  Shape batch = broadcastShapes(n, Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2));
+  Shape out = batch;
+  if (!a_vec) out.push_back(m);
+  if (!b_vec) out.push_back(p);
+  return {{n.input(0)->dtype(), out}};
+}
+
+Cost matmulCost(const Node& n) {
+  const Shape& a = n.input(0)->shape();
+  double k = static_cast<double>(a.back());
+  return {2.0 * k * static_cast<double>(n.output()->type().numel()), ioBytes(n)};
+}
+
+std::vector<TensorType> inferLinear(const Node& n) {
+  requireFloat(n);
+  const Shape& x = n.input(0)->shape();
+  const Shape& w = n.input(1)->shape();
+  if (w.size() != 2 || x.empty() || x.back() != w[1])
+    opFail(n, "input " + n.input(0)->type().str() + " does not match weight " + n.input(1)->type().str());
+  if (n.numInputs() == 3 && n.input(2)->shape() != Shape{w[0]})
+    opFail(n, "bias " + n.input(2)->type().str() + " does not match weight " + n.input(1)->type().str());
+  Shape out = x;
+  out.back() = w[0];
+  return {{n.input(0)->dtype(), out}};
+}
+
+Cost linearCost(const Node& n) {
+  double k = static_cast<double>(n.input(1)->shape()[1]);
+  return {2.0 * k * static_cast<double>(n.output()->type().numel()), ioBytes(n)};
+}
+
+}  // namespace
+
+void registerLinalgOps(OpTable& t) {
+  t.add({"matmul", "torch.matmul (batched, broadcasting)", 2, 2, 0, {}, inferMatmul, matmulCost});
+  t.add({"linear", "x @ weight^T + bias (bias optional)", 2, 3, 0, {}, inferLinear, linearCost});
+}
+
+}  // namespace kiln

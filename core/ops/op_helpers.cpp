@@ -1,0 +1,118 @@
+#include "core/ops/op_helpers.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace kiln {
+
+void opFail(const Node& n, const std::string& msg) { fail(n.describe() + ": " + msg); }
+
+Shape broadcastShapes(const Node& n, const Shape& a, const Shape& b) {
+  size_t r = std::max(a.size(), b.size());
+  Shape out(r);
+  for (size_t i = 0; i < r; ++i) {
+    int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
+    int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
+    if (da != db && da != 1 && db != 1)
+      opFail(n, "shapes " + shapeStr(a) + " and " + shapeStr(b) + " do not broadcast");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+Shape resolveReshape(const Node& n, const Shape& in, const std::vector<int64_t>& spec) {
+  Shape out(spec.begin(), spec.end());
+  int64_t known = 1, infer_at = -1;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == -1) {
+      if (infer_at >= 0) opFail(n, "only one dimension can be -1 in " + shapeStr(spec));
+      infer_at = static_cast<int64_t>(i);
+    } else if (out[i] < 0) {
+      opFail(n, "invalid dimension in " + shapeStr(spec));
+    } else {
+      known *= out[i];
+    }
+  }
+  int64_t total = numelOf(in);
+  if (infer_at >= 0) {
+    if (known == 0 || total % known != 0) opFail(n, "cannot reshape " + shapeStr(in) + " to " + shapeStr(spec));
+    out[infer_at] = total / known;
+  }
+  if (numelOf(out) != total) opFail(n, "cannot reshape " + shapeStr(in) + " to " + shapeStr(spec));
+  return out;
+}
+
+Shape resolveExpand(const Node& n, const Shape& in, const std::vector<int64_t>& spec) {
+  if (spec.size() < in.size()) opFail(n, "cannot expand " + shapeStr(in) + " to fewer dims " + shapeStr(spec));
+  Shape out(spec.begin(), spec.end());
+  size_t off = spec.size() - in.size();
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (i < off) {
+      if (out[i] < 0) opFail(n, "-1 is not allowed for a new leading dimension in expand");
+      continue;
+    }
+    int64_t d = in[i - off];
+    if (out[i] == -1) out[i] = d;
+    if (d != out[i] && d != 1) opFail(n, "cannot expand " + shapeStr(in) + " to " + shapeStr(spec));
+  }
+  return out;
+}
+
+SliceBounds normalizeSlice(int64_t size, int64_t start, int64_t end, int64_t step) {
+  if (start < 0) start += size;
+  if (end < 0) end += size;
+  start = std::clamp<int64_t>(start, 0, size);
+  end = std::clamp<int64_t>(end, 0, size);
+  int64_t len = end > start ? (end - start + step - 1) / step : 0;
+  return {start, end, step, len};
+}
+
+int64_t pooledLength(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation, bool ceil_mode) {
+  int64_t span = in + 2 * pad - dilation * (kernel - 1) - 1;
+  int64_t out = (ceil_mode ? (span + stride - 1) / stride : span / stride) + 1;
+  // With ceil_mode, the last window must start inside the input or left padding.
+  if (ceil_mode && (out - 1) * stride >= in + pad) --out;
+  return out;
+}
+
+std::vector<int64_t> reductionAxes(const Node& n, const std::vector<int64_t>& dims, int64_t rank) {
+  std::vector<int64_t> axes;
+  if (dims.empty()) {
+    for (int64_t i = 0; i < rank; ++i) axes.push_back(i);
+    return axes;
+  }
+  for (int64_t d : dims) {
+    int64_t a;
+    try {
+      a = normalizeAxis(d, rank);
+    } catch (const KilnException& e) {
+      opFail(n, e.what());
+    }
+    if (rank == 0) continue;  // reducing a scalar over dim 0 is a no-op
+    if (std::find(axes.begin(), axes.end(), a) != axes.end()) opFail(n, "dimension repeated in dims");
+    axes.push_back(a);
+  }
+  std::sort(axes.begin(), axes.end());
+  return axes;
+}
+
+Shape reducedShape(const Shape& in, const std::vector<int64_t>& axes, bool keepdim) {
+  Shape out;
+  for (int64_t i = 0; i < static_cast<int64_t>(in.size()); ++i) {
+    bool reduced = std::find(axes.begin(), axes.end(), i) != axes.end();
+    if (!reduced) out.push_back(in[i]);
+    else if (keepdim) out.push_back(1);
+  }
+  return out;
+}
+
+std::vector<int64_t> pair(const Node& n, const std::string& attr) {
+  std::vector<int64_t> v = n.is(attr);
+  if (v.size() == 1) v.push_back(v[0]);
+  if (v.size() != 2) opFail(n, "attribute '" + attr + "' must have 2 values, got " + shapeStr(v));
+  return v;
+}
+
+std::vector<TensorType> inferSameAsInput0(const Node& n) { return {n.input(0)->type()}; }
+
+}  // namespace kiln

@@ -1,0 +1,53 @@
+// Helpers shared by the op family files: declaring ops, broadcasting, and
+// the index arithmetic (slices, pooling windows) that shape inference and
+// kernels must agree on.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/ir.h"
+#include "core/op_table.h"
+#include "core/result.h"
+
+namespace kiln {
+
+/// Attribute spec shorthands.
+inline AttrSpec reqAttr(std::string name, AttrKind k) { return {std::move(name), k, std::nullopt}; }
+inline AttrSpec optAttr(std::string name, Attr def) {
+  AttrKind k = attrKind(def);
+  return {std::move(name), k, std::move(def)};
+}
+
+/// Throws KilnException "<op @scope>: <msg>".
+[[noreturn]] void opFail(const Node& n, const std::string& msg);
+
+/// NumPy/PyTorch broadcast of two shapes; throws naming the node on mismatch.
+Shape broadcastShapes(const Node& n, const Shape& a, const Shape& b);
+/// Resolve a reshape target that may contain one -1 against `numel`.
+Shape resolveReshape(const Node& n, const Shape& in, const std::vector<int64_t>& spec);
+/// Resolve an expand target (-1 keeps the input size), checking broadcastability.
+Shape resolveExpand(const Node& n, const Shape& in, const std::vector<int64_t>& spec);
+
+/// Python-style slice bounds normalized against a dim of `size`.
+struct SliceBounds {
+  int64_t start, end, step, length;
+};
+SliceBounds normalizeSlice(int64_t size, int64_t start, int64_t end, int64_t step);
+
+/// Output length of a pooling/convolution window along one axis (PyTorch's
+/// formula, including ceil_mode's "last window must start inside the input").
+int64_t pooledLength(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation, bool ceil_mode);
+
+/// Reduction axes from a `dims` attribute (empty = all), normalized and sorted.
+std::vector<int64_t> reductionAxes(const Node& n, const std::vector<int64_t>& dims, int64_t rank);
+/// Shape after reducing `axes`.
+Shape reducedShape(const Shape& in, const std::vector<int64_t>& axes, bool keepdim);
+
+/// Expect a 2-element int list (e.g. stride), expanding a 1-element one.
+std::vector<int64_t> pair(const Node& n, const std::string& attr);
+
+// Common inference functions.
+std::vector<TensorType> inferSameAsInput0(const Node& n);
+
+}  // namespace kiln

@@ -1,0 +1,51 @@
+// Reductions over a set of axes (`dims`; empty means all axes), arg-reductions
+// over one axis, and cumulative sums. Sums of integers and bools give i64, as
+// in PyTorch.
+#include "core/ops/op_helpers.h"
+
+namespace kiln {
+namespace {
+
+std::vector<TensorType> inferReduce(const Node& n) {
+  const TensorType& in = n.input(0)->type();
+  auto axes = reductionAxes(n, n.is("dims"), in.rank());
+  DType t = in.dtype;
+  if ((n.op() == "sum" || n.op() == "prod") && !isFloating(t)) t = DType::I64;
+  if ((n.op() == "mean" || n.op() == "var") && !isFloating(t))
+    opFail(n, "needs a floating-point input, got " + in.str());
+  return {{t, reducedShape(in.shape, axes, n.i("keepdim") != 0)}};
+}
+
+std::vector<TensorType> inferArgReduce(const Node& n) {
+  const TensorType& in = n.input(0)->type();
+  int64_t axis = normalizeAxis(n.i("dim"), in.rank());
+  return {{DType::I64, reducedShape(in.shape, {axis}, n.i("keepdim") != 0)}};
+}
+
+std::vector<TensorType> inferCumsum(const Node& n) {
+  const TensorType& in = n.input(0)->type();
+  normalizeAxis(n.i("dim"), in.rank());
+  return {{isFloating(in.dtype) ? in.dtype : DType::I64, in.shape}};
+}
+
+Cost reduceCost(const Node& n) {
+  return {static_cast<double>(n.input(0)->type().numel()), ioBytes(n)};
+}
+
+}  // namespace
+
+void registerReductionOps(OpTable& t) {
+  const std::vector<int64_t> all;
+  for (const char* r : {"sum", "mean", "amax", "amin", "prod"})
+    t.add({r, "reduce over dims (empty = all)", 1, 1, kReduction,
+           {optAttr("dims", all), optAttr("keepdim", int64_t{0})}, inferReduce, reduceCost});
+  t.add({"var", "variance over dims with Bessel-style correction", 1, 1, kReduction,
+         {optAttr("dims", all), optAttr("correction", 1.0), optAttr("keepdim", int64_t{0})}, inferReduce, reduceCost});
+  for (const char* r : {"argmax", "argmin"})
+    t.add({r, "index of the extreme value along dim (first on ties)", 1, 1, kReduction,
+           {reqAttr("dim", AttrKind::Int), optAttr("keepdim", int64_t{0})}, inferArgReduce, reduceCost});
+  t.add({"cumsum", "inclusive prefix sum along dim", 1, 1, kReduction, {reqAttr("dim", AttrKind::Int)}, inferCumsum,
+         reduceCost});
+}
+
+}  // namespace kiln

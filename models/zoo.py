@@ -1,0 +1,374 @@
+#!/usr/bin/python3
+"""Kiln's model zoo: small, deterministic PyTorch models with example inputs.
+
+    build(name) -> (nn.Module, example_inputs: tuple of tensors)
+
+Every model is built under a fixed seed, so two calls to build() give
+bit-identical weights and inputs (on the same PyTorch build). The module is
+returned in the mode it is meant to be run in: eval() for everything except
+the `*_train` models, which are returned in train() mode (see is_train()).
+
+Three families:
+  * Kiln's own models, defined below as plain nn.Modules written so that
+    torch.jit.script accepts them (type annotations, no dynamic Python).
+  * torchvision classification models with random init (no downloads),
+    named tv_<name>, num_classes=10.
+  * thin wrappers around nn.Transformer / nn.MultiheadAttention.
+
+FORMATS[name] lists the export formats known to work on torch 1.13
+(trace / script / fx); models/README.md has the table.
+"""
+
+import math
+from typing import Callable, Dict, List, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# Seeds: one for weights, one for inputs, so that changing a model's input
+# shape never changes its weights.
+WEIGHT_SEED = 0
+INPUT_SEED = 1234
+
+
+# --------------------------------------------------------------------------
+# Kiln's own models
+# --------------------------------------------------------------------------
+
+class MLP(nn.Module):
+    """Linear -> ReLU -> Linear -> ReLU -> Linear."""
+
+    def __init__(self, d_in: int = 32, d_hidden: int = 64, d_out: int = 10):
+        super().__init__()
+        self.fc1 = nn.Linear(d_in, d_hidden)
+        self.act1 = nn.ReLU()
+        self.fc2 = nn.Linear(d_hidden, d_hidden)
+        self.act2 = nn.ReLU()
+        self.fc3 = nn.Linear(d_hidden, d_out)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.act1(self.fc1(x))
+        x = self.act2(self.fc2(x))
+        return self.fc3(x)
+
+
+class CNNBN(nn.Module):
+    """Two Conv2d+BatchNorm2d+ReLU+MaxPool stages, then a Linear head."""
+
+    def __init__(self, num_classes: int = 10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, kernel_size=3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 16, kernel_size=3, padding=1)
+        self.bn2 = nn.BatchNorm2d(16)
+        self.pool = nn.MaxPool2d(2)
+        self.fc = nn.Linear(16 * 4 * 4, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.pool(F.relu(self.bn1(self.conv1(x))))
+        x = self.pool(F.relu(self.bn2(self.conv2(x))))
+        x = torch.flatten(x, 1)
+        return self.fc(x)
+
+
+class BasicBlock(nn.Module):
+    """ResNet basic block: two 3x3 convs, identity or 1x1-conv shortcut."""
+
+    def __init__(self, c_in: int, c_out: int, stride: int = 1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(c_out)
+        self.conv2 = nn.Conv2d(c_out, c_out, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(c_out)
+        # An empty Sequential is the identity; TorchScript is happy with it.
+        self.downsample = nn.Sequential()
+        if stride != 1 or c_in != c_out:
+            self.downsample = nn.Sequential(
+                nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False), nn.BatchNorm2d(c_out))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + self.downsample(x))
+
+
+class ResNetMini(nn.Module):
+    """Stem + three BasicBlocks (two with stride-2 downsample) + avg pool + fc."""
+
+    def __init__(self, num_classes: int = 10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 16, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(16)
+        self.layer1 = BasicBlock(16, 16)
+        self.layer2 = BasicBlock(16, 32, stride=2)
+        self.layer3 = BasicBlock(32, 64, stride=2)
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(64, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.relu(self.bn1(self.conv1(x)))
+        x = self.layer3(self.layer2(self.layer1(x)))
+        x = torch.flatten(self.avgpool(x), 1)
+        return self.fc(x)
+
+
+class TransformerEncoderLM(nn.Module):
+    """Token embedding -> 2-layer nn.TransformerEncoder (batch_first) -> Linear."""
+
+    def __init__(self, vocab: int = 100, d_model: int = 32, nhead: int = 4, layers: int = 2):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d_model)
+        layer = nn.TransformerEncoderLayer(d_model, nhead, dim_feedforward=64, dropout=0.1,
+                                           batch_first=True)
+        # No nested tensors: we never pass a padding mask.
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(d_model, vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(self.embed(tokens)))
+
+
+class CausalSelfAttention(nn.Module):
+    """GPT-2 multi-head causal self-attention, written out by hand."""
+
+    def __init__(self, d_model: int, n_head: int, dropout: float):
+        super().__init__()
+        self.n_head = n_head
+        self.c_attn = nn.Linear(d_model, 3 * d_model)
+        self.c_proj = nn.Linear(d_model, d_model)
+        self.attn_drop = nn.Dropout(dropout)
+        self.resid_drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        # mask: bool [T, T], True where attention is NOT allowed.
+        B, T, C = x.size()
+        hd = C // self.n_head
+        qkv = self.c_attn(x)
+        q, k, v = qkv.split(C, dim=2)
+        q = q.view(B, T, self.n_head, hd).transpose(1, 2)  # [B, H, T, hd]
+        k = k.view(B, T, self.n_head, hd).transpose(1, 2)
+        v = v.view(B, T, self.n_head, hd).transpose(1, 2)
+        att = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
+        att = att.masked_fill(mask, float("-inf"))
+        att = torch.softmax(att, dim=-1)
+        att = self.attn_drop(att)
+        y = torch.matmul(att, v)  # [B, H, T, hd]
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_drop(self.c_proj(y))
+
+
+class GPT2Block(nn.Module):
+    """Pre-LayerNorm block: x + attn(ln1(x)); x + mlp(ln2(x))."""
+
+    def __init__(self, d_model: int, n_head: int, dropout: float):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(d_model)
+        self.attn = CausalSelfAttention(d_model, n_head, dropout)
+        self.ln_2 = nn.LayerNorm(d_model)
+        self.mlp_fc = nn.Linear(d_model, 4 * d_model)
+        self.mlp_act = nn.GELU(approximate="tanh")
+        self.mlp_proj = nn.Linear(4 * d_model, d_model)
+        self.mlp_drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), mask)
+        x = x + self.mlp_drop(self.mlp_proj(self.mlp_act(self.mlp_fc(self.ln_2(x)))))
+        return x
+
+
+class GPT2Mini(nn.Module):
+    """GPT-2-style decoder with a learned position embedding and tied lm_head."""
+
+    def __init__(self, vocab: int = 128, n_ctx: int = 32, d_model: int = 32, n_head: int = 4,
+                 n_layer: int = 2, dropout: float = 0.1):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, d_model)
+        self.wpe = nn.Embedding(n_ctx, d_model)
+        self.drop = nn.Dropout(dropout)
+        self.h = nn.ModuleList([GPT2Block(d_model, n_head, dropout) for _ in range(n_layer)])
+        self.ln_f = nn.LayerNorm(d_model)
+        self.lm_head = nn.Linear(d_model, vocab, bias=False)
+        # Weight tying: ONE Parameter reachable under two state_dict keys
+        # ("wte.weight" and "lm_head.weight"); named_parameters() yields it once.
+        self.lm_head.weight = self.wte.weight
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        T = idx.size(1)
+        pos = torch.arange(0, T, dtype=torch.long, device=idx.device).unsqueeze(0)
+        # Causal mask built in forward: True above the diagonal = masked.
+        mask = torch.triu(torch.ones(T, T, dtype=torch.bool, device=idx.device), diagonal=1)
+        x = self.drop(self.wte(idx) + self.wpe(pos))
+        for block in self.h:
+            x = block(x, mask)
+        return self.lm_head(self.ln_f(x))
+
+
+class NNTransformer(nn.Module):
+    """Full nn.Transformer (2+2 layers); causal tgt_mask generated in forward."""
+
+    def __init__(self, d_model: int = 32):
+        super().__init__()
+        self.transformer = nn.Transformer(d_model=d_model, nhead=2, num_encoder_layers=2,
+                                          num_decoder_layers=2, dim_feedforward=64,
+                                          dropout=0.1, batch_first=True)
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        T = tgt.size(1)
+        tgt_mask = torch.triu(torch.full((T, T), float("-inf"), device=tgt.device), diagonal=1)
+        return self.transformer(src, tgt, tgt_mask=tgt_mask)
+
+
+class NNMHA(nn.Module):
+    """Bare nn.MultiheadAttention; returns (output, head-averaged weights)."""
+
+    def __init__(self, d_model: int = 32, nhead: int = 4):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(d_model, nhead, batch_first=True)
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor,
+                value: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        out, weights = self.mha(query, key, value, need_weights=True)
+        assert weights is not None
+        return out, weights
+
+
+# --------------------------------------------------------------------------
+# torchvision models
+# --------------------------------------------------------------------------
+
+def _tv(fn_name: str, **kwargs) -> nn.Module:
+    """torchvision.models.<fn_name> with random init, whatever the version calls it."""
+    import torchvision
+    fn = getattr(torchvision.models, fn_name)
+    try:
+        return fn(weights=None, num_classes=10, **kwargs)  # torchvision >= 0.13
+    except TypeError:
+        return fn(pretrained=False, num_classes=10, **kwargs)  # older
+
+
+def _shrink_classifier(model: nn.Module, linear_idx: List[int], width: int) -> nn.Module:
+    """Replace the Linear layers of model.classifier (same indices, so the
+    state_dict keys stay those of torchvision) with `width`-wide ones.
+
+    Stock AlexNet / VGG classifiers are 4096 wide: 57M / 123M parameters,
+    hundreds of MB per weight file, which the test suite cannot afford."""
+    cls = model.classifier
+    for n, i in enumerate(linear_idx):
+        old = cls[i]
+        d_in = old.in_features if n == 0 else width
+        d_out = old.out_features if n == len(linear_idx) - 1 else width
+        new = nn.Linear(d_in, d_out)
+        nn.init.normal_(new.weight, 0, 0.01)  # torchvision's VGG/AlexNet-style init
+        nn.init.zeros_(new.bias)
+        cls[i] = new
+    return model
+
+
+def _tv_vit() -> nn.Module:
+    from torchvision.models.vision_transformer import VisionTransformer
+    return VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=4,
+                             hidden_dim=64, mlp_dim=128, num_classes=10)
+
+
+# --------------------------------------------------------------------------
+# Registry
+# --------------------------------------------------------------------------
+
+def _ints(shape, high):
+    return ("int64", shape, high)
+
+
+# name -> (constructor, input specs, formats that work on torch 1.13).
+# An input spec is a float shape (randn) or ("int64", shape, high) (randint).
+_OWN = ("trace", "script", "fx")
+_TV = ("trace", "fx")
+_REGISTRY: Dict[str, Tuple[Callable[[], nn.Module], tuple, Tuple[str, ...]]] = {
+    "mlp": (MLP, ((8, 32),), _OWN),
+    "cnn_bn": (CNNBN, ((4, 3, 16, 16),), _OWN),
+    "cnn_bn_train": (CNNBN, ((4, 3, 16, 16),), _OWN),
+    "resnet_mini": (ResNetMini, ((2, 3, 32, 32),), _OWN),
+    "transformer_encoder": (TransformerEncoderLM, (_ints((2, 12), 100),), _OWN),
+    "gpt2_mini": (GPT2Mini, (_ints((2, 16), 128),), _OWN),
+    "nn_transformer": (NNTransformer, ((2, 10, 32), (2, 8, 32)), _OWN),
+    "nn_mha": (NNMHA, ((2, 8, 32), (2, 10, 32), (2, 10, 32)), _OWN),
+    "tv_resnet18": (lambda: _tv("resnet18"), ((1, 3, 64, 64),), _TV),
+    "tv_vgg11_bn": (lambda: _shrink_classifier(_tv("vgg11_bn"), [0, 3, 6], 256),
+                    ((1, 3, 32, 32),), _TV),
+    "tv_alexnet": (lambda: _shrink_classifier(_tv("alexnet"), [1, 4, 6], 256),
+                   ((1, 3, 64, 64),), _TV),
+    "tv_densenet121": (lambda: _tv("densenet121"), ((1, 3, 32, 32),), _TV),
+    "tv_googlenet": (lambda: _tv("googlenet", aux_logits=False, init_weights=True),
+                     ((1, 3, 64, 64),), _TV),
+    "tv_inception_v3": (lambda: _tv("inception_v3", aux_logits=False, init_weights=True),
+                        ((1, 3, 80, 80),), _TV),
+    "tv_mobilenet_v2": (lambda: _tv("mobilenet_v2"), ((1, 3, 64, 64),), _TV),
+    "tv_mobilenet_v3_small": (lambda: _tv("mobilenet_v3_small"), ((1, 3, 64, 64),), _TV),
+    "tv_shufflenet_v2_x0_5": (lambda: _tv("shufflenet_v2_x0_5"), ((1, 3, 64, 64),), _TV),
+    "tv_squeezenet1_1": (lambda: _tv("squeezenet1_1"), ((1, 3, 64, 64),), _TV),
+    "tv_mnasnet0_5": (lambda: _tv("mnasnet0_5"), ((1, 3, 64, 64),), _TV),
+    "tv_efficientnet_b0": (lambda: _tv("efficientnet_b0"), ((1, 3, 64, 64),), _TV),
+    "tv_regnet_y_400mf": (lambda: _tv("regnet_y_400mf"), ((1, 3, 64, 64),), _TV),
+    "tv_convnext_tiny": (lambda: _tv("convnext_tiny"), ((1, 3, 32, 32),), _TV),
+    "tv_vit": (_tv_vit, ((1, 3, 32, 32),), _TV),
+    "tv_swin_t": (lambda: _tv("swin_t"), ((1, 3, 64, 64),), _TV),
+}
+
+NAMES: List[str] = list(_REGISTRY)
+
+# Models whose forward is meant to run in train mode.
+TRAIN_NAMES = {n for n in NAMES if n.endswith("_train")}
+
+
+def is_train(name: str) -> bool:
+    """True if the model's reference forward runs in train mode."""
+    return name in TRAIN_NAMES
+
+
+def formats(name: str) -> Tuple[str, ...]:
+    """Export formats that work for `name` on torch 1.13."""
+    return _REGISTRY[name][2]
+
+
+def _make_inputs(specs) -> tuple:
+    g = torch.Generator().manual_seed(INPUT_SEED)
+    out = []
+    for spec in specs:
+        if spec and spec[0] == "int64":
+            _, shape, high = spec
+            out.append(torch.randint(0, high, shape, generator=g, dtype=torch.int64))
+        else:
+            out.append(torch.randn(*spec, generator=g))
+    return tuple(out)
+
+
+def build(name: str, train=None) -> Tuple[nn.Module, tuple]:
+    """Build model `name` with deterministic weights and example inputs.
+
+    The module comes back in train mode for the *_train models (or if
+    train=True), eval mode otherwise."""
+    if name not in _REGISTRY:
+        raise KeyError(f"unknown model {name!r}; known: {', '.join(NAMES)}")
+    ctor, specs, _ = _REGISTRY[name]
+    torch.manual_seed(WEIGHT_SEED)
+    model = ctor()
+    if train is None:
+        train = is_train(name)
+    model.train(bool(train))
+    return model, _make_inputs(specs)
+
+
+if __name__ == "__main__":
+    import time
+    import sys
+    names = sys.argv[1:] or NAMES
+    for n in names:
+        t0 = time.time()
+        m, ins = build(n)
+        t1 = time.time()
+        out = m(*ins)
+        t2 = time.time()
+        outs = out if isinstance(out, tuple) else (out,)
+        nparams = sum(p.numel() for p in m.parameters())
+        print(f"{n:24s} build {t1 - t0:6.2f}s fwd {t2 - t1:6.3f}s params {nparams / 1e6:6.2f}M "
+              f"in {[tuple(i.shape) for i in ins]} out {[tuple(o.shape) for o in outs]}")
