@@ -1,0 +1,2 @@
+// Placeholder; the CLI is being written.
+int main() { return 0; }

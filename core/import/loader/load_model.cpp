@@ -1,0 +1,29 @@
+#include "core/import/loader/load_model.h"
+
+#include "core/import/fx/fx_importer.h"
+#ifdef KILN_HAVE_TORCH
+#include "core/import/torchscript/torchscript_importer.h"
+#endif
+
+namespace kiln {
+
+namespace {
+bool endsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+}  // namespace
+
+Result<Model> loadModel(const std::string& path, const ImportOptions& options) {
+  if (endsWith(path, ".fx.json") || endsWith(path, ".json")) return importFx(path, options);
+  if (endsWith(path, ".pt") || endsWith(path, ".pth") || endsWith(path, ".zip") || endsWith(path, ".ts")) {
+#ifdef KILN_HAVE_TORCH
+    return importTorchScript(path, options);
+#else
+    return Error{path + ": this kiln was built without libtorch (KILN_WITH_TORCH=OFF), so it cannot read "
+                        "TorchScript archives; export an FX dump with models/export.py --format fx instead"};
+#endif
+  }
+  return Error{path + ": unknown model format; expected a TorchScript archive (.pt) or an FX dump (.fx.json)"};
+}
+
+}  // namespace kiln

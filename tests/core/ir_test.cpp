@@ -1,0 +1,77 @@
+#include <gtest/gtest.h>
+
+#include "core/ir.h"
+#include "core/op_table.h"
+#include "core/result.h"
+
+namespace kiln {
+namespace {
+
+TEST(IrTest, CreateInfersTypesAndTracksUses) {
+  Graph g;
+  Value* x = g.addInput("input0", {DType::F32, {2, 3}}, ValueRole::Data);
+  Value* w = g.addInput("fc.weight", {DType::F32, {4, 3}}, ValueRole::Param);
+  Value* y = g.add("linear", {x, w});
+  EXPECT_EQ(y->type(), (TensorType{DType::F32, {2, 4}}));
+  Value* r = g.add("relu", {y});
+  g.addOutput(r, "output0");
+  ASSERT_EQ(y->uses().size(), 1u);
+  EXPECT_EQ(y->uses()[0].user, r->producer());
+  EXPECT_EQ(g.numNodes(), 2u);
+}
+
+TEST(IrTest, ShapeErrorNamesOpAndScope) {
+  Graph g;
+  Value* a = g.addInput("input0", {DType::F32, {2, 3}}, ValueRole::Data);
+  Value* b = g.addInput("input1", {DType::F32, {4, 5}}, ValueRole::Data);
+  try {
+    g.create("add", {a, b}, {}, "block.0");
+    FAIL() << "expected a broadcast error";
+  } catch (const KilnException& e) {
+    EXPECT_NE(std::string(e.what()).find("add @block.0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("do not broadcast"), std::string::npos) << e.what();
+  }
+}
+
+TEST(IrTest, EraseAndReplaceAllUses) {
+  Graph g;
+  Value* x = g.addInput("input0", {DType::F32, {4}}, ValueRole::Data);
+  Value* a = g.add("relu", {x});
+  Value* b = g.add("neg", {a});
+  g.addOutput(b, "output0");
+  g.replaceAllUsesWith(a, x);
+  EXPECT_TRUE(a->uses().empty());
+  g.erase(a->producer());
+  EXPECT_EQ(g.numNodes(), 1u);
+  EXPECT_EQ(b->producer()->input(0), x);
+  Graph c = g.clone();
+  EXPECT_EQ(c.numNodes(), 1u);
+  EXPECT_EQ(c.outputs()[0].value->producer()->input(0), c.inputs()[0]);
+}
+
+TEST(IrTest, InsertPointPlacesNodesBefore) {
+  Graph g;
+  Value* x = g.addInput("input0", {DType::F32, {4}}, ValueRole::Data);
+  Value* a = g.add("relu", {x});
+  g.setInsertPoint(a->producer());
+  g.add("neg", {x});
+  g.setInsertPoint(nullptr);
+  EXPECT_EQ(g.nodes().front()->op(), "neg");
+}
+
+TEST(IrTest, SplitHasOneOutputPerPiece) {
+  Graph g;
+  Value* x = g.addInput("input0", {DType::F32, {2, 6}}, ValueRole::Data);
+  Node* s = g.create("split", {x}, {{"dim", int64_t{1}}, {"sizes", std::vector<int64_t>{2, 4}}});
+  ASSERT_EQ(s->numOutputs(), 2u);
+  EXPECT_EQ(s->output(1)->shape(), (Shape{2, 4}));
+}
+
+TEST(IrTest, OpTableHasAllFamilies) {
+  const OpTable& t = OpTable::get();
+  for (const char* op : {"add", "sum", "reshape", "matmul", "conv2d", "cross_entropy"})
+    EXPECT_NE(t.find(op), nullptr) << op;
+}
+
+}  // namespace
+}  // namespace kiln
