@@ -140,8 +140,9 @@ void Graph::finishNode(Node* raw, std::vector<TensorType> types) {
     n->outputs_.push_back(std::move(v));
   }
   for (size_t i = 0; i < n->inputs_.size(); ++i) n->inputs_[i]->uses_.push_back({n.get(), i});
-  auto where = insert_at_end_ ? nodes_.end() : insert_;
-  n->pos_ = nodes_.insert(where, std::move(n));
+  auto where = insert_before_ ? insert_before_->pos_ : nodes_.end();
+  Node* raw_node = n.get();
+  raw_node->pos_ = nodes_.insert(where, std::move(n));
 }
 
 Node* Graph::create(std::string_view op, std::vector<Value*> inputs, AttrMap attrs, std::string scope,
@@ -172,10 +173,7 @@ Value* Graph::add(std::string_view op, std::vector<Value*> inputs, AttrMap attrs
   return n->output();
 }
 
-void Graph::setInsertPoint(Node* before) {
-  insert_at_end_ = before == nullptr;
-  if (before) insert_ = before->pos_;
-}
+void Graph::setInsertPoint(Node* before) { insert_before_ = before; }
 
 void Graph::erase(Node* n) {
   for (Value* out : n->output_ptrs_)
@@ -187,7 +185,10 @@ void Graph::erase(Node* n) {
     auto& u = n->inputs_[i]->uses_;
     u.erase(std::find_if(u.begin(), u.end(), [&](const Use& x) { return x.user == n && x.index == i; }));
   }
-  if (!insert_at_end_ && insert_ == n->pos_) ++insert_;
+  if (insert_before_ == n) {
+    auto next = std::next(n->pos_);
+    insert_before_ = next == nodes_.end() ? nullptr : next->get();
+  }
   nodes_.erase(n->pos_);
 }
 

@@ -183,8 +183,7 @@ class Graph {
   std::vector<std::unique_ptr<Value>> inputs_;
   std::vector<Value*> input_ptrs_;
   std::list<std::unique_ptr<Node>> nodes_;
-  std::list<std::unique_ptr<Node>>::iterator insert_ = nodes_.end();
-  bool insert_at_end_ = true;
+  Node* insert_before_ = nullptr;  ///< nullptr: append
   std::vector<GraphOutput> outputs_;
 };
 
