@@ -1,0 +1,39 @@
+// Text form of the IR: one line per node. A printer and a parser that
+// round-trip (print(parse(print(g))) == print(g)). Dumps, golden tests and
+// error messages all use it.
+//
+//   graph main(%input0: f32[2,3] data, %fc.weight: f32[4,3] param) {
+//     %0 = linear(%input0, %fc.weight) : f32[2,4] @fc loc("model.py:12")
+//     %1, %2 = split(%0) {dim=1, sizes=[2,2]} : f32[2,2], f32[2,2]
+//     return %1 "output0", %2 "output1"
+//   }
+//
+// Intermediates are renumbered %0, %1, ... in order when printed; graph
+// inputs keep their names (quoted, %"...", when they are not plain
+// [A-Za-z0-9_.] names or are all digits). A return entry is `%v "name" [role]`
+// with role defaulting to `output`.
+#pragma once
+
+#include <string>
+
+#include "core/ir.h"
+#include "core/result.h"
+
+namespace kiln {
+
+struct PrintOptions {
+  bool scopes = true;      ///< print "@scope"
+  bool provenance = true;  ///< print loc("...")
+};
+
+/// Print a graph.
+std::string printGraph(const Graph& g, const PrintOptions& options = {});
+/// Print one node as it appears in printGraph (values numbered locally).
+std::string printNode(const Node& n);
+
+/// Parse a graph. `where` names the source in errors ("file.kir"); errors
+/// carry line and column. Output types are taken from the text; run the
+/// verifier to check them against shape inference.
+Result<Graph> parseGraph(const std::string& text, const std::string& where = "<text>");
+
+}  // namespace kiln

@@ -1,0 +1,86 @@
+// Printer half of the text IR (see text_ir.h for the grammar).
+#include <unordered_map>
+
+#include "core/op_table.h"
+#include "core/text_ir.h"
+
+namespace kiln {
+namespace {
+
+bool isPlainName(const std::string& s) {
+  if (s.empty()) return false;
+  bool all_digits = true;
+  for (char c : s) {
+    bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.';
+    if (!ok) return false;
+    if (!std::isdigit(static_cast<unsigned char>(c))) all_digits = false;
+  }
+  return !all_digits;
+}
+
+std::string quoted(const std::string& s) { return attrToString(Attr{s}); }
+
+class Printer {
+ public:
+  explicit Printer(const PrintOptions& o) : opts_(o) {}
+
+  std::string ref(const Value* v) {
+    if (v->isGraphInput()) return "%" + (isPlainName(v->name()) ? v->name() : quoted(v->name()));
+    auto it = numbers_.find(v);
+    if (it == numbers_.end()) it = numbers_.emplace(v, next_++).first;
+    return "%" + std::to_string(it->second);
+  }
+
+  std::string node(const Node& n) {
+    std::string s;
+    for (size_t i = 0; i < n.numOutputs(); ++i) s += (i ? ", " : "") + ref(n.output(i));
+    if (n.numOutputs()) s += " = ";
+    s += n.op() + "(";
+    for (size_t i = 0; i < n.numInputs(); ++i) s += (i ? ", " : "") + ref(n.input(i));
+    s += ")";
+    if (!n.attrs().empty()) {
+      s += " {";
+      bool first = true;
+      for (const auto& [k, v] : n.attrs()) {
+        s += (first ? "" : ", ") + k + "=" + attrToString(v);
+        first = false;
+      }
+      s += "}";
+    }
+    s += " :";
+    for (size_t i = 0; i < n.numOutputs(); ++i) s += (i ? ", " : " ") + n.output(i)->type().str();
+    if (opts_.scopes && !n.scope().empty()) s += " @" + (isPlainName(n.scope()) ? n.scope() : quoted(n.scope()));
+    if (opts_.provenance && !n.provenance().empty()) s += " loc(" + quoted(n.provenance()) + ")";
+    return s;
+  }
+
+  std::string graph(const Graph& g) {
+    std::string s = "graph " + (isPlainName(g.name) ? g.name : quoted(g.name)) + "(";
+    for (size_t i = 0; i < g.inputs().size(); ++i) {
+      const Value* v = g.inputs()[i];
+      s += (i ? ", " : "") + ref(v) + ": " + v->type().str() + " " + std::string(roleName(v->role()));
+    }
+    s += ") {\n";
+    for (const auto& n : g.nodes()) s += "  " + node(*n) + "\n";
+    s += "  return";
+    for (size_t i = 0; i < g.outputs().size(); ++i) {
+      const GraphOutput& o = g.outputs()[i];
+      s += (i ? ", " : " ") + ref(o.value) + " " + quoted(o.name);
+      if (o.role != OutputRole::Output) s += " " + std::string(outputRoleName(o.role));
+    }
+    return s + "\n}\n";
+  }
+
+ private:
+  PrintOptions opts_;
+  std::unordered_map<const Value*, int> numbers_;
+  int next_ = 0;
+};
+
+}  // namespace
+
+std::string printGraph(const Graph& g, const PrintOptions& options) { return Printer(options).graph(g); }
+
+std::string printNode(const Node& n) { return Printer(PrintOptions{}).node(n); }
+
+}  // namespace kiln
