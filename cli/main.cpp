@@ -1,2 +1,21 @@
-// Placeholder; the CLI is being written.
-int main() { return 0; }
+// kiln: the headless command line. Every subcommand prints one line
+// "kiln: error: ..." and exits non-zero on bad input.
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"kiln: a training compiler for PyTorch models"};
+  app.set_version_flag("--version", std::string("kiln ") + KILN_VERSION);
+  app.require_subcommand(1);
+  kiln::cli::addInspectCommand(app);
+  kiln::cli::addRunCommand(app);
+  kiln::cli::addExportCommand(app);
+  kiln::cli::addOpsCommand(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return 0;
+}

@@ -1,0 +1,32 @@
+// Helpers shared by the kiln subcommands: model loading with input shapes,
+// reading batches, and the one-line error convention.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/model.h"
+#include "core/result.h"
+#include "core/tensor.h"
+
+namespace kiln::cli {
+
+/// How the user described the model's data inputs.
+struct ModelArgs {
+  std::string path;
+  std::vector<std::string> input_shapes;  ///< "f32[1,3,64,64]" or "1x3x64x64"
+  std::string input_file;                 ///< safetensors with input0, input1, ...
+  bool train = false;
+};
+
+/// Data tensors input0, input1, ... from a safetensors file, in order.
+Result<std::vector<Tensor>> readInputs(const std::string& path);
+/// Import (TorchScript or FX) and verify.
+Result<Model> loadAndVerify(const ModelArgs& args);
+/// Print "kiln: error: MESSAGE" (first line only for multi-line messages,
+/// unless verbose) and return the exit code 1.
+int reportError(const Error& e, bool verbose = false);
+/// "12.3 MFLOP", "1.2 GB".
+std::string humanCount(double v, const char* unit);
+
+}  // namespace kiln::cli

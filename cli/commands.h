@@ -1,0 +1,13 @@
+// The kiln subcommands; each registers itself on the CLI11 app.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace kiln::cli {
+
+void addInspectCommand(CLI::App& app);
+void addRunCommand(CLI::App& app);
+void addExportCommand(CLI::App& app);
+void addOpsCommand(CLI::App& app);
+
+}  // namespace kiln::cli
