@@ -9,5 +9,6 @@ void addInspectCommand(CLI::App& app);
 void addRunCommand(CLI::App& app);
 void addExportCommand(CLI::App& app);
 void addOpsCommand(CLI::App& app);
+void addCompareCommand(CLI::App& app);
 
 }  // namespace kiln::cli

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   kiln::cli::addRunCommand(app);
   kiln::cli::addExportCommand(app);
   kiln::cli::addOpsCommand(app);
+  kiln::cli::addCompareCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
