@@ -1,0 +1,99 @@
+// Non-template parts of the CPU loop helpers: the OpenMP parallel-for, dim
+// coalescing for strided walks, broadcast strides, and dtype conversion.
+#include "backend/cpu/cpu_loops.h"
+
+#include <algorithm>
+#include <exception>
+#include <string>
+
+#include <omp.h>
+
+namespace kiln::cpu {
+
+void failDType(DType t, const char* what) {
+  fail("dtype " + std::string(dtypeName(t)) + " is not supported by " + what);
+}
+
+Shape broadcastStrides(const Shape& in, const Shape& out) {
+  Shape contig = contiguousStrides(in);
+  Shape st(out.size(), 0);
+  const size_t off = out.size() - in.size();
+  for (size_t i = 0; i < in.size(); ++i) st[off + i] = in[i] == 1 ? 0 : contig[i];
+  return st;
+}
+
+Tensor castTensor(const Tensor& t, DType dtype) {
+  Tensor out(dtype, t.shape());
+  dispatchAll(t.dtype(), [&](auto in_tag) {
+    using From = typename decltype(in_tag)::type;
+    dispatchAll(dtype, [&](auto out_tag) {
+      using To = typename decltype(out_tag)::type;
+      const From* src = t.data<From>();
+      To* dst = out.data<To>();
+      parallelFor(t.numel(), kParallelGrain, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) dst[i] = convert<To>(src[i]);
+      });
+    });
+  });
+  return out;
+}
+
+namespace detail {
+
+void parallelForImpl(int64_t n, int64_t grain, ChunkFn fn, void* ctx) {
+  const int max_threads = omp_get_max_threads();
+  if (n < grain || max_threads <= 1 || omp_in_parallel()) {
+    fn(ctx, 0, n);
+    return;
+  }
+  // At least grain/4 elements per thread so thread start-up stays amortized.
+  const int64_t min_chunk = std::max<int64_t>(1, grain / 4);
+  const int threads = static_cast<int>(std::min<int64_t>(max_threads, (n + min_chunk - 1) / min_chunk));
+  std::exception_ptr error;
+#pragma omp parallel num_threads(threads)
+  {
+    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t begin = n * t / nt, end = n * (t + 1) / nt;
+    try {
+      if (begin < end) fn(ctx, begin, end);
+    } catch (...) {
+#pragma omp critical(kiln_parallel_for_error)
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+void coalesce(Shape& shape, Shape** strides, size_t n) {
+  // Drop size-1 dims: their strides never matter.
+  Shape s;
+  std::vector<Shape> st(n);
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    s.push_back(shape[d]);
+    for (size_t k = 0; k < n; ++k) st[k].push_back((*strides[k])[d]);
+  }
+  // Merge dim d into d+1 when every operand steps through d as one longer d+1.
+  Shape ms;
+  std::vector<Shape> mst(n);
+  for (size_t d = 0; d < s.size(); ++d) {
+    bool merge = !ms.empty();
+    for (size_t k = 0; k < n && merge; ++k) merge = mst[k].back() == st[k][d] * s[d];
+    if (merge) {
+      ms.back() *= s[d];
+      for (size_t k = 0; k < n; ++k) mst[k].back() = st[k][d];
+    } else {
+      ms.push_back(s[d]);
+      for (size_t k = 0; k < n; ++k) mst[k].push_back(st[k][d]);
+    }
+  }
+  if (ms.empty()) {
+    ms.push_back(1);
+    for (size_t k = 0; k < n; ++k) mst[k].push_back(1);
+  }
+  shape = std::move(ms);
+  for (size_t k = 0; k < n; ++k) *strides[k] = std::move(mst[k]);
+}
+
+}  // namespace detail
+}  // namespace kiln::cpu
