@@ -354,6 +354,24 @@ TEST(SafetensorsTest, ErrorMessagesEscapeHostileNames) {
   EXPECT_LT(msg.size(), 300u);
 }
 
+#ifdef KILN_TEST_DATA_DIR
+// The fuzz seed corpus is named by intent; keep it honest so the fuzzer
+// starts from inputs on both sides of every check.
+TEST(SafetensorsTest, FuzzSeedCorpusMatchesItsNames) {
+  fs::path dir = fs::path(KILN_TEST_DATA_DIR) / ".." / "fuzz" / "corpus" / "safetensors";
+  ASSERT_TRUE(fs::is_directory(dir)) << dir;
+  int seen = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    std::string name = entry.path().filename().string();
+    auto r = readSafetensors(entry.path().string());
+    if (name.rfind("valid_", 0) == 0) EXPECT_TRUE(r.ok()) << name << ": " << r.error().message;
+    else if (name.rfind("invalid_", 0) == 0) EXPECT_FALSE(r.ok()) << name;
+    ++seen;
+  }
+  EXPECT_GE(seen, 8);
+}
+#endif
+
 // ---- cross-check with PyTorch ----------------------------------------------
 
 bool pythonHasTorch() {

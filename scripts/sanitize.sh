@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Build the unit tests with AddressSanitizer + UndefinedBehaviorSanitizer in
+# build-asan/ and run the parser suites (safetensors, text IR, FX import,
+# JSON) under them. Any sanitizer report fails the run.
+#
+#   scripts/sanitize.sh                       # parser suites
+#   KILN_SANITIZE_FILTER='*' scripts/sanitize.sh   # every unit test
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${KILN_ASAN_BUILD_DIR:-$root/build-asan}"
+filter="${KILN_SANITIZE_FILTER:-*Safetensors*:*TextIr*:*FxImport*:*Json*}"
+jobs="$(nproc 2>/dev/null || echo 2)"
+
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_SANITIZE=ON \
+  -DKILN_WITH_TORCH=OFF -DKILN_WITH_GUI=OFF -DKILN_WITH_CUDA=OFF
+cmake --build "$build" -j "$jobs" --target kiln_unit_tests
+
+# halt_on_error makes the first report fatal; leaks are errors too.
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+"$build/tests/kiln_unit_tests" --gtest_filter="$filter" --gtest_brief=1
+echo "sanitize: kiln_unit_tests ($filter) passed under ASan+UBSan"
