@@ -69,6 +69,13 @@ def _initial_state(model):
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
+def input_types_json(inputs) -> str:
+    """kiln_inputs.json: the example inputs' dtypes and shapes, stored inside
+    TorchScript archives (which record no shapes) for Kiln's importer."""
+    import json
+    return json.dumps([{"dtype": fx_dump.dtype_name(t.dtype), "shape": list(t.shape)} for t in inputs])
+
+
 def export(name: str, formats: Sequence[str], out_dir: str, train: Optional[bool] = None,
            state_dict: bool = False, log=None) -> Dict[str, float]:
     """Export `name` in `formats` (subset of trace/script/fx) into out_dir.
@@ -112,7 +119,7 @@ def export(name: str, formats: Sequence[str], out_dir: str, train: Optional[bool
     if "script" in formats:
         t0 = time.time()
         scripted = torch.jit.script(model)
-        torch.jit.save(scripted, prefix + ".pt")
+        torch.jit.save(scripted, prefix + ".pt", _extra_files={"kiln_inputs.json": input_types_json(inputs)})
         times["script"] = time.time() - t0
 
     if "trace" in formats:
@@ -126,7 +133,7 @@ def export(name: str, formats: Sequence[str], out_dir: str, train: Optional[bool
             traced = torch.jit.trace(model, tuple(inputs), check_trace=False)
         if train:
             traced.load_state_dict(initial)  # undo the running-stat update of tracing
-        torch.jit.save(traced, prefix + ".pt")
+        torch.jit.save(traced, prefix + ".pt", _extra_files={"kiln_inputs.json": input_types_json(inputs)})
         times["trace"] = time.time() - t0
     if log is not None:
         print(f"{name} [{mode}]: " + ", ".join(f"{k} {v:.2f}s" for k, v in times.items()), file=log)
