@@ -3,6 +3,7 @@
 #include "backend/cpu/cpu_loops.h"
 
 #include <algorithm>
+#include <cstring>
 #include <exception>
 #include <string>
 
@@ -35,6 +36,48 @@ Tensor castTensor(const Tensor& t, DType dtype) {
       });
     });
   });
+  return out;
+}
+
+namespace {
+/// f(tag) with tag's type an unsigned integer of `bytes` bytes: copying needs only the size.
+template <class F>
+void dispatchBySize(size_t bytes, F&& f) {
+  switch (bytes) {
+    case 1: return f(TypeTag<uint8_t>{});
+    case 2: return f(TypeTag<uint16_t>{});
+    case 4: return f(TypeTag<uint32_t>{});
+    case 8: return f(TypeTag<uint64_t>{});
+    default: fail("copyStrided: unsupported element size " + std::to_string(bytes));
+  }
+}
+}  // namespace
+
+void copyStrided(Tensor& out, const Tensor& in, int64_t in_offset, const Shape& in_strides) {
+  dispatchBySize(dtypeSize(in.dtype()), [&](auto tag) {
+    using E = typename decltype(tag)::type;
+    E* o = out.data<E>();
+    const E* src = in.data<E>() + in_offset;
+    forEachStrided<2>(out.shape(), {contiguousStrides(out.shape()), in_strides},
+                      [&](const int64_t* off, const int64_t* st, int64_t n) {
+                        E* po = o + off[0];
+                        const E* pi = src + off[1];
+                        if (st[1] == 1) std::memcpy(po, pi, static_cast<size_t>(n) * sizeof(E));
+                        else if (st[1] == 0) std::fill(po, po + n, *pi);
+                        else for (int64_t i = 0; i < n; ++i) po[i] = pi[i * st[1]];
+                      });
+  });
+}
+
+Tensor permuteCopy(const Tensor& t, const std::vector<int64_t>& dims) {
+  Shape shape, strides;
+  const Shape contig = contiguousStrides(t.shape());
+  for (int64_t d : dims) {
+    shape.push_back(t.shape()[d]);
+    strides.push_back(contig[d]);
+  }
+  Tensor out(t.dtype(), shape);
+  copyStrided(out, t, 0, strides);
   return out;
 }
 

@@ -134,6 +134,14 @@ inline Tensor asDType(const Tensor& t, DType dtype) { return t.dtype() == dtype 
 /// to `out` (right-aligned, 0 on broadcast and missing leading dims).
 Shape broadcastStrides(const Shape& in, const Shape& out);
 
+/// Fill the contiguous, allocated `out` (same dtype as `in`) with
+///   out[idx] = in.data[in_offset + sum_d idx[d] * in_strides[d]]
+/// where idx walks out.shape(). Strides may be 0 (broadcast) or negative (flip);
+/// this one routine does permute, expand, slice, select and flip. Copies by element size.
+void copyStrided(Tensor& out, const Tensor& in, int64_t in_offset, const Shape& in_strides);
+/// A contiguous copy of `t` with its dims reordered: result.shape[d] = t.shape[dims[d]].
+Tensor permuteCopy(const Tensor& t, const std::vector<int64_t>& dims);
+
 /// Work (elements) below which loops stay single-threaded.
 inline constexpr int64_t kParallelGrain = 32768;
 

@@ -1,6 +1,473 @@
-// Placeholder: CPU kernels for the elementwise op family are being written.
+// Reference CPU kernels for the elementwise op family (core/ops/elementwise.cpp):
+// binary arithmetic, comparisons and logical ops with broadcasting, `where`,
+// `cast`, and unary math/activations. Semantics follow PyTorch's CPU kernels,
+// down to the order of operations where that changes rounding (hardswish,
+// gelu, floor division), so results match libtorch to an ulp or two.
+//
+// Inputs are converted to the computation dtype first (the output dtype for
+// arithmetic, the promoted input dtype for comparisons); half types compute in
+// float. The inner loops have unit-stride and scalar-operand variants the
+// compiler vectorizes; big tensors are split across OpenMP threads.
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "backend/cpu/cpu_loops.h"
 #include "backend/kernel.h"
+#include "core/ops/op_helpers.h"
+
+namespace kiln::cpu {
+namespace {
+
+using Inputs = std::span<const Tensor>;
+using Outputs = std::span<Tensor>;
+
+// ---- binary loop -----------------------------------------------------------
+
+/// out = f(a, b) with a and b broadcast to out's shape. T: input storage type,
+/// R: output storage type. The branches give the vectorizer plain loops for
+/// the common cases: same shape, and one operand constant along the run.
+template <class T, class R, class F>
+void binaryLoop(Tensor& out, const Tensor& a, const Tensor& b, F f) {
+  R* o = out.data<R>();
+  const T* pa = a.data<T>();
+  const T* pb = b.data<T>();
+  const Shape& s = out.shape();
+  forEachStrided<3>(s, {contiguousStrides(s), broadcastStrides(a.shape(), s), broadcastStrides(b.shape(), s)},
+                    [&](const int64_t* off, const int64_t* st, int64_t n) {
+                      R* po = o + off[0];
+                      const T* x = pa + off[1];
+                      const T* y = pb + off[2];
+                      if (st[1] == 1 && st[2] == 1) {
+                        for (int64_t i = 0; i < n; ++i) po[i] = f(x[i], y[i]);
+                      } else if (st[1] == 1 && st[2] == 0) {
+                        const T yv = *y;
+                        for (int64_t i = 0; i < n; ++i) po[i] = f(x[i], yv);
+                      } else if (st[1] == 0 && st[2] == 1) {
+                        const T xv = *x;
+                        for (int64_t i = 0; i < n; ++i) po[i] = f(xv, y[i]);
+                      } else {
+                        for (int64_t i = 0; i < n; ++i) po[i] = f(x[i * st[1]], y[i * st[2]]);
+                      }
+                    });
+}
+
+/// Arithmetic on bool runs in int64 (true + true is true, as in PyTorch).
+template <class T>
+using arith_t = std::conditional_t<std::is_same_v<T, bool>, int64_t, compute_t<T>>;
+
+// ---- binary arithmetic ops: apply(C a, C b) on the computation type C ------
+
+struct AddOp {
+  template <class C> static C apply(C a, C b) { return a + b; }
+};
+struct SubOp {
+  template <class C> static C apply(C a, C b) { return a - b; }
+};
+struct MulOp {
+  template <class C> static C apply(C a, C b) { return a * b; }
+};
+struct DivOp {  // the output (and so C) is always floating
+  template <class C> static C apply(C a, C b) { return a / b; }
+};
+
+/// Python floor division. Floats: PyTorch's div_floor_floating (fmod based,
+/// so floor_div(a, b) * b + remainder(a, b) == a holds closely).
+struct FloorDivOp {
+  static constexpr bool kIntegerDivision = true;
+  template <class C> static C apply(C a, C b) {
+    if constexpr (std::is_floating_point_v<C>) {
+      if (b == 0) return a / b;
+      C mod = std::fmod(a, b);
+      C div = (a - mod) / b;
+      if (mod != 0 && (b < 0) != (mod < 0)) div -= C(1);
+      if (div == 0) return std::copysign(C(0), a / b);
+      C fl = std::floor(div);
+      if (div - fl > C(0.5)) fl += C(1);
+      return fl;
+    } else {
+      C q = a / b;
+      if constexpr (std::is_signed_v<C>)
+        if ((a < 0) != (b < 0) && q * b != a) --q;  // truncation rounded up: step down
+      return q;
+    }
+  }
+};
+
+/// Python modulo: the result takes the sign of the divisor.
+struct RemainderOp {
+  static constexpr bool kIntegerDivision = true;
+  template <class C> static C apply(C a, C b) {
+    if constexpr (std::is_floating_point_v<C>) {
+      C mod = std::fmod(a, b);
+      if (mod != 0 && (b < 0) != (mod < 0)) mod += b;
+      return mod;
+    } else {
+      C r = a % b;
+      if constexpr (std::is_signed_v<C>)
+        if (r != 0 && (r < 0) != (b < 0)) r += b;
+      return r;
+    }
+  }
+};
+
+/// Floats: std::pow. Integers: exponentiation by squaring; negative exponents
+/// give 0 except for bases 1 and -1 (PyTorch's powi).
+struct PowOp {
+  template <class C> static C apply(C a, C b) {
+    if constexpr (std::is_floating_point_v<C>) {
+      return std::pow(a, b);
+    } else {
+      if constexpr (std::is_signed_v<C>) {
+        if (b < 0) {
+          if (a == 1) return C(1);
+          if (a == -1) return (b & 1) ? C(-1) : C(1);
+          return C(0);
+        }
+      }
+      C result = 1;
+      while (b) {
+        if (b & 1) result = static_cast<C>(result * a);
+        a = static_cast<C>(a * a);
+        b = static_cast<C>(b >> 1);
+      }
+      return result;
+    }
+  }
+};
+
+/// NaN propagates from either side, as torch.maximum/minimum.
+struct MaximumOp {
+  template <class C> static C apply(C a, C b) {
+    if constexpr (std::is_floating_point_v<C>) return (a > b || std::isnan(a)) ? a : b;
+    else return a > b ? a : b;
+  }
+};
+struct MinimumOp {
+  template <class C> static C apply(C a, C b) {
+    if constexpr (std::is_floating_point_v<C>) return (a < b || std::isnan(a)) ? a : b;
+    else return a < b ? a : b;
+  }
+};
+
+template <class T>
+void checkNoZeroDivisor(const Tensor& b) {
+  const T* p = b.data<T>();
+  for (int64_t i = 0, n = b.numel(); i < n; ++i)
+    if (p[i] == T(0)) fail("integer division by zero (ZeroDivisionError in PyTorch)");
+}
+
+template <class Op>
+constexpr bool kIntDiv = requires { Op::kIntegerDivision; };
+
+template <class Op>
+void arithmeticKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
+  Tensor& o = allocOutput(n, out, 0);
+  const DType t = o.dtype();
+  const Tensor a = asDType(in[0], t), b = asDType(in[1], t);
+  dispatchAll(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = arith_t<T>;
+    if constexpr (kIntDiv<Op> && !is_floating_v<T>) checkNoZeroDivisor<T>(b);
+    binaryLoop<T, T>(o, a, b, [](T x, T y) { return convert<T>(Op::apply(C(x), C(y))); });
+  });
+}
+
+// ---- comparisons and logical ops -> bool -----------------------------------
+
+struct EqOp {
+  template <class C> static bool apply(C a, C b) { return a == b; }
+};
+struct NeOp {
+  template <class C> static bool apply(C a, C b) { return a != b; }
+};
+struct LtOp {
+  template <class C> static bool apply(C a, C b) { return a < b; }
+};
+struct LeOp {
+  template <class C> static bool apply(C a, C b) { return a <= b; }
+};
+struct GtOp {
+  template <class C> static bool apply(C a, C b) { return a > b; }
+};
+struct GeOp {
+  template <class C> static bool apply(C a, C b) { return a >= b; }
+};
+
+/// Comparisons run in the promoted dtype of the two inputs (i64 vs f32 compares as f32).
+template <class Op>
+void compareKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
+  Tensor& o = allocOutput(n, out, 0);
+  const DType t = promoteTypes(in[0].dtype(), in[1].dtype());
+  const Tensor a = asDType(in[0], t), b = asDType(in[1], t);
+  dispatchAll(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    binaryLoop<T, bool>(o, a, b, [](T x, T y) { return Op::apply(C(x), C(y)); });
+  });
+}
+
+struct AndOp {
+  static bool apply(bool a, bool b) { return a && b; }
+};
+struct OrOp {
+  static bool apply(bool a, bool b) { return a || b; }
+};
+struct XorOp {
+  static bool apply(bool a, bool b) { return a != b; }
+};
+
+/// Logical ops look at each input's truthiness, so both convert to bool first.
+template <class Op>
+void logicalKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
+  Tensor& o = allocOutput(n, out, 0);
+  const Tensor a = asDType(in[0], DType::Bool), b = asDType(in[1], DType::Bool);
+  binaryLoop<bool, bool>(o, a, b, [](bool x, bool y) { return Op::apply(x, y); });
+}
+
+void whereKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
+  Tensor& o = allocOutput(n, out, 0);
+  const DType t = o.dtype();
+  const Tensor& cond = in[0];
+  const Tensor a = asDType(in[1], t), b = asDType(in[2], t);
+  const Shape& s = o.shape();
+  dispatchAll(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* po = o.data<T>();
+    const bool* pc = cond.data<bool>();
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    forEachStrided<4>(s,
+                      {contiguousStrides(s), broadcastStrides(cond.shape(), s), broadcastStrides(a.shape(), s),
+                       broadcastStrides(b.shape(), s)},
+                      [&](const int64_t* off, const int64_t* st, int64_t cnt) {
+                        for (int64_t i = 0; i < cnt; ++i)
+                          po[off[0] + i] = pc[off[1] + i * st[1]] ? pa[off[2] + i * st[2]] : pb[off[3] + i * st[3]];
+                      });
+  });
+}
+
+// ---- unary ops: functors built from the node, operator()(C x) -------------
+
+template <class Op, bool kFloatOnly>
+void unaryKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
+  Tensor& o = allocOutput(n, out, 0);
+  const Tensor& x = in[0];
+  const Op op(n);
+  auto body = [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    const T* px = x.data<T>();
+    T* po = o.data<T>();
+    parallelFor(x.numel(), kParallelGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) po[i] = T(op(C(px[i])));
+    });
+  };
+  if constexpr (kFloatOnly) dispatchFloating(x.dtype(), body);
+  else dispatchAll(x.dtype(), body);
+}
+
+/// A stateless floating-point unary op `NAME` computing EXPR from `x` of type C.
+#define KILN_FLOAT_UNARY(NAME, EXPR)          \
+  struct NAME {                               \
+    explicit NAME(const Node&) {}             \
+    template <class C>                        \
+    C operator()(C x) const {                 \
+      return EXPR;                            \
+    }                                         \
+  };
+
+KILN_FLOAT_UNARY(ExpOp, std::exp(x))
+KILN_FLOAT_UNARY(LogOp, std::log(x))
+KILN_FLOAT_UNARY(Log1pOp, std::log1p(x))
+KILN_FLOAT_UNARY(SqrtOp, std::sqrt(x))
+KILN_FLOAT_UNARY(RsqrtOp, C(1) / std::sqrt(x))
+KILN_FLOAT_UNARY(ReciprocalOp, C(1) / x)
+KILN_FLOAT_UNARY(SinOp, std::sin(x))
+KILN_FLOAT_UNARY(CosOp, std::cos(x))
+KILN_FLOAT_UNARY(TanhOp, std::tanh(x))
+KILN_FLOAT_UNARY(SigmoidOp, C(1) / (C(1) + std::exp(-x)))
+KILN_FLOAT_UNARY(ErfOp, std::erf(x))
+KILN_FLOAT_UNARY(FloorOp, std::floor(x))
+KILN_FLOAT_UNARY(CeilOp, std::ceil(x))
+KILN_FLOAT_UNARY(RoundOp, std::nearbyint(x))  // half to even in the default rounding mode
+KILN_FLOAT_UNARY(SiluOp, x / (C(1) + std::exp(-x)))
+KILN_FLOAT_UNARY(MishOp, x * std::tanh(std::log1p(std::exp(x))))
+KILN_FLOAT_UNARY(HardswishOp, x * std::min(std::max(x + C(3), C(0)), C(6)) / C(6))
+KILN_FLOAT_UNARY(HardsigmoidOp, std::min(std::max(x + C(3), C(0)), C(6)) / C(6))
+#undef KILN_FLOAT_UNARY
+
+struct GeluOp {
+  bool tanh_approx;
+  explicit GeluOp(const Node& n) {
+    const std::string& a = n.s("approximate");
+    if (a != "none" && a != "tanh") opFail(n, "approximate must be \"none\" or \"tanh\", got \"" + a + "\"");
+    tanh_approx = a == "tanh";
+  }
+  template <class C>
+  C operator()(C x) const {
+    if (tanh_approx) {
+      const C beta = C(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = C(0.044715);
+      C inner = beta * (x + kappa * (x * x * x));
+      return C(0.5) * x * (C(1) + std::tanh(inner));
+    }
+    return x * C(0.5) * (C(1) + std::erf(x * C(M_SQRT1_2)));
+  }
+};
+
+/// clamp and hardtanh: NaN stays NaN; min > max gives max (torch.clamp).
+struct ClampOp {
+  double lo, hi;
+  explicit ClampOp(const Node& n)
+      : lo(n.f(n.op() == "hardtanh" ? "min_val" : "min")), hi(n.f(n.op() == "hardtanh" ? "max_val" : "max")) {}
+  template <class C>
+  C operator()(C x) const {
+    if constexpr (std::is_floating_point_v<C>) {
+      if (std::isnan(x)) return x;
+      return std::min(std::max(x, C(lo)), C(hi));
+    } else {
+      // Integers clamp to the bounds rounded inwards and saturated to C's range.
+      auto bound = [](double v, bool up) {
+        constexpr double kMin = static_cast<double>(std::numeric_limits<C>::lowest());
+        constexpr double kMax = static_cast<double>(std::numeric_limits<C>::max());
+        v = up ? std::ceil(v) : std::floor(v);
+        if (v <= kMin) return std::numeric_limits<C>::lowest();
+        if (v >= kMax) return std::numeric_limits<C>::max();
+        return static_cast<C>(v);
+      };
+      const C l = bound(lo, true), h = bound(hi, false);
+      return std::min(std::max(x, l), h);
+    }
+  }
+};
+
+struct LeakyReluOp {
+  double slope;
+  explicit LeakyReluOp(const Node& n) : slope(n.f("negative_slope")) {}
+  template <class C> C operator()(C x) const { return x > C(0) ? x : x * C(slope); }
+};
+
+struct EluOp {
+  double alpha;
+  explicit EluOp(const Node& n) : alpha(n.f("alpha")) {}
+  template <class C> C operator()(C x) const { return x <= C(0) ? std::expm1(x) * C(alpha) : x; }
+};
+
+/// Linear above threshold (in beta * x) to avoid overflow, as F.softplus.
+struct SoftplusOp {
+  double beta, threshold;
+  explicit SoftplusOp(const Node& n) : beta(n.f("beta")), threshold(n.f("threshold")) {}
+  template <class C>
+  C operator()(C x) const {
+    return x * C(beta) > C(threshold) ? x : std::log1p(std::exp(x * C(beta))) / C(beta);
+  }
+};
+
+// Unary ops on every dtype (bool handled explicitly to keep the compiler quiet).
+struct NegOp {
+  explicit NegOp(const Node&) {}
+  template <class C> C operator()(C x) const {
+    if constexpr (std::is_same_v<C, bool>) return x;
+    else return static_cast<C>(-x);
+  }
+};
+struct AbsOp {
+  explicit AbsOp(const Node&) {}
+  template <class C> C operator()(C x) const {
+    if constexpr (std::is_floating_point_v<C>) return std::abs(x);
+    else if constexpr (std::is_signed_v<C>) return static_cast<C>(x < 0 ? -x : x);
+    else return x;
+  }
+};
+struct ReluOp {  // x < 0 ? 0 : x keeps NaN, as clamp_min(x, 0)
+  explicit ReluOp(const Node&) {}
+  template <class C> C operator()(C x) const {
+    if constexpr (std::is_same_v<C, bool> || std::is_unsigned_v<C>) return x;
+    else return x < C(0) ? C(0) : x;
+  }
+};
+struct SignOp {  // (0 < x) - (x < 0): sign(NaN) is 0, as in PyTorch's CPU kernel
+  explicit SignOp(const Node&) {}
+  template <class C> C operator()(C x) const {
+    if constexpr (std::is_same_v<C, bool> || std::is_unsigned_v<C>) return static_cast<C>(x != 0);
+    else return static_cast<C>((C(0) < x) - (x < C(0)));
+  }
+};
+
+void logicalNotKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
+  Tensor& o = allocOutput(n, out, 0);
+  const Tensor b = asDType(in[0], DType::Bool);
+  const bool* pb = b.data<bool>();
+  bool* po = o.data<bool>();
+  parallelFor(b.numel(), kParallelGrain, [&](int64_t s, int64_t e) {
+    for (int64_t i = s; i < e; ++i) po[i] = !pb[i];
+  });
+}
+
+void castKernel(const Node& n, Inputs in, Outputs out, KernelContext&) { out[0] = castTensor(in[0], n.dt("dtype")); }
+
+void add(KernelRegistry& r, const char* op, KernelFn fn) {
+  r.add({op, "cpu_ref", std::string("cpu_ref.") + op, 0, nullptr, fn});
+}
+
+}  // namespace
+}  // namespace kiln::cpu
 
 namespace kiln {
-void registerCpuElementwiseKernels(KernelRegistry&) {}
+
+void registerCpuElementwiseKernels(KernelRegistry& r) {
+  using namespace cpu;
+  add(r, "add", arithmeticKernel<AddOp>);
+  add(r, "sub", arithmeticKernel<SubOp>);
+  add(r, "mul", arithmeticKernel<MulOp>);
+  add(r, "div", arithmeticKernel<DivOp>);
+  add(r, "floor_div", arithmeticKernel<FloorDivOp>);
+  add(r, "remainder", arithmeticKernel<RemainderOp>);
+  add(r, "pow", arithmeticKernel<PowOp>);
+  add(r, "maximum", arithmeticKernel<MaximumOp>);
+  add(r, "minimum", arithmeticKernel<MinimumOp>);
+  add(r, "eq", compareKernel<EqOp>);
+  add(r, "ne", compareKernel<NeOp>);
+  add(r, "lt", compareKernel<LtOp>);
+  add(r, "le", compareKernel<LeOp>);
+  add(r, "gt", compareKernel<GtOp>);
+  add(r, "ge", compareKernel<GeOp>);
+  add(r, "logical_and", logicalKernel<AndOp>);
+  add(r, "logical_or", logicalKernel<OrOp>);
+  add(r, "logical_xor", logicalKernel<XorOp>);
+  add(r, "where", whereKernel);
+
+  add(r, "neg", unaryKernel<NegOp, false>);
+  add(r, "abs", unaryKernel<AbsOp, false>);
+  add(r, "relu", unaryKernel<ReluOp, false>);
+  add(r, "sign", unaryKernel<SignOp, false>);
+  add(r, "clamp", unaryKernel<ClampOp, false>);
+  add(r, "logical_not", logicalNotKernel);
+  add(r, "cast", castKernel);
+
+  add(r, "exp", unaryKernel<ExpOp, true>);
+  add(r, "log", unaryKernel<LogOp, true>);
+  add(r, "log1p", unaryKernel<Log1pOp, true>);
+  add(r, "sqrt", unaryKernel<SqrtOp, true>);
+  add(r, "rsqrt", unaryKernel<RsqrtOp, true>);
+  add(r, "reciprocal", unaryKernel<ReciprocalOp, true>);
+  add(r, "sin", unaryKernel<SinOp, true>);
+  add(r, "cos", unaryKernel<CosOp, true>);
+  add(r, "tanh", unaryKernel<TanhOp, true>);
+  add(r, "sigmoid", unaryKernel<SigmoidOp, true>);
+  add(r, "erf", unaryKernel<ErfOp, true>);
+  add(r, "floor", unaryKernel<FloorOp, true>);
+  add(r, "ceil", unaryKernel<CeilOp, true>);
+  add(r, "round", unaryKernel<RoundOp, true>);
+  add(r, "silu", unaryKernel<SiluOp, true>);
+  add(r, "mish", unaryKernel<MishOp, true>);
+  add(r, "hardswish", unaryKernel<HardswishOp, true>);
+  add(r, "hardsigmoid", unaryKernel<HardsigmoidOp, true>);
+  add(r, "gelu", unaryKernel<GeluOp, true>);
+  add(r, "hardtanh", unaryKernel<ClampOp, true>);
+  add(r, "leaky_relu", unaryKernel<LeakyReluOp, true>);
+  add(r, "elu", unaryKernel<EluOp, true>);
+  add(r, "softplus", unaryKernel<SoftplusOp, true>);
+}
+
 }  // namespace kiln
