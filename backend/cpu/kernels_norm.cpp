@@ -1,0 +1,152 @@
+// CPU kernels for normalization: batch_norm (eval and training), layer_norm
+// and group_norm ("cpu_ref"; f32/f64 natively, f16/bf16 in f32). Statistics
+// are accumulated in double with two passes (mean, then squared deviations)
+// so large planes don't lose precision. Training batch_norm matches
+// PyTorch: normalize with the biased batch variance, update running_var
+// with the unbiased one: new = (1 - momentum) * old + momentum * batch.
+#include <cmath>
+
+#include "backend/cpu/float_kernel.h"
+#include "core/ops/op_helpers.h"
+
+namespace kiln::cpu {
+namespace {
+
+/// Mean and biased variance of `count` elements: `groups` runs of `run`
+/// contiguous elements, `stride` apart.
+template <typename T>
+std::pair<double, double> moments(const T* x, int64_t groups, int64_t run, int64_t stride) {
+  const double count = static_cast<double>(groups * run);
+  double sum = 0;
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t i = 0; i < run; ++i) sum += x[g * stride + i];
+  const double mean = count > 0 ? sum / count : 0.0;
+  double sq = 0;
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t i = 0; i < run; ++i) {
+      const double d = x[g * stride + i] - mean;
+      sq += d * d;
+    }
+  return {mean, count > 0 ? sq / count : std::nan("")};
+}
+
+template <typename T>
+void batchNormImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
+  const Shape& xs = in[0].shape();
+  const int64_t batch = xs[0], channels = xs[1];
+  const int64_t inner = numelOf(Shape(xs.begin() + 2, xs.end()));
+  const bool training = n.i("training") != 0;
+  const double momentum = n.f("momentum"), eps = n.f("eps");
+  const DType dt = in[0].dtype();
+  Tensor& yt = allocAs(n, out, 0, dt);
+  const T* x = in[0].data<T>();
+  const T* weight = in[1].data<T>();
+  const T* bias = in[2].data<T>();
+  const T* rmean = in[3].data<T>();
+  const T* rvar = in[4].data<T>();
+  T* y = yt.data<T>();
+  T *new_mean = nullptr, *new_var = nullptr;
+  if (training) {
+    new_mean = allocAs(n, out, 1, dt).template data<T>();
+    new_var = allocAs(n, out, 2, dt).template data<T>();
+  }
+  const int64_t count = batch * inner;
+#pragma omp parallel for
+  for (int64_t c = 0; c < channels; ++c) {
+    double mean, var;
+    if (training) {
+      std::tie(mean, var) = moments(x + c * inner, batch, inner, channels * inner);
+      // Unbiased variance for the running estimate (count - 1 = 0 gives inf/nan, as in PyTorch).
+      const double unbiased = var * static_cast<double>(count) / static_cast<double>(count - 1);
+      new_mean[c] = static_cast<T>((1 - momentum) * rmean[c] + momentum * mean);
+      new_var[c] = static_cast<T>((1 - momentum) * rvar[c] + momentum * unbiased);
+    } else {
+      mean = rmean[c];
+      var = rvar[c];
+    }
+    // y = x * scale + shift with the per-channel affine folded in.
+    const double inv_std = 1.0 / std::sqrt(var + eps);
+    const T scale = static_cast<T>(inv_std * weight[c]);
+    const T shift = static_cast<T>(bias[c] - mean * inv_std * weight[c]);
+    for (int64_t b = 0; b < batch; ++b) {
+      const T* src = x + (b * channels + c) * inner;
+      T* dst = y + (b * channels + c) * inner;
+      for (int64_t i = 0; i < inner; ++i) dst[i] = src[i] * scale + shift;
+    }
+  }
+}
+
+template <typename T>
+void layerNormImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
+  const int64_t row = numelOf(n.is("normalized_shape"));
+  const int64_t rows = row ? in[0].numel() / row : 0;
+  const double eps = n.f("eps");
+  Tensor& yt = allocAs(n, out, 0, in[0].dtype());
+  const T* x = in[0].data<T>();
+  const T* weight = in[1].data<T>();
+  const T* bias = in[2].data<T>();
+  T* y = yt.data<T>();
+#pragma omp parallel for
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* src = x + r * row;
+    auto [mean, var] = moments(src, 1, row, row);
+    const double inv_std = 1.0 / std::sqrt(var + eps);
+    T* dst = y + r * row;
+    for (int64_t i = 0; i < row; ++i) dst[i] = static_cast<T>((src[i] - mean) * inv_std * weight[i] + bias[i]);
+  }
+}
+
+template <typename T>
+void groupNormImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
+  const Shape& xs = in[0].shape();
+  const int64_t batch = xs[0], channels = xs[1], groups = n.i("num_groups");
+  const int64_t inner = numelOf(Shape(xs.begin() + 2, xs.end()));
+  const int64_t per_group = channels / groups;
+  const double eps = n.f("eps");
+  Tensor& yt = allocAs(n, out, 0, in[0].dtype());
+  const T* x = in[0].data<T>();
+  const T* weight = in[1].data<T>();
+  const T* bias = in[2].data<T>();
+  T* y = yt.data<T>();
+#pragma omp parallel for
+  for (int64_t bg = 0; bg < batch * groups; ++bg) {
+    // A group's channels are contiguous: one run of per_group * inner.
+    const int64_t off = bg * per_group * inner;
+    auto [mean, var] = moments(x + off, 1, per_group * inner, 0);
+    const double inv_std = 1.0 / std::sqrt(var + eps);
+    const int64_t c0 = (bg % groups) * per_group;
+    for (int64_t c = 0; c < per_group; ++c) {
+      const T scale = static_cast<T>(inv_std * weight[c0 + c]);
+      const T shift = static_cast<T>(bias[c0 + c] - mean * inv_std * weight[c0 + c]);
+      const T* src = x + off + c * inner;
+      T* dst = y + off + c * inner;
+      for (int64_t i = 0; i < inner; ++i) dst[i] = src[i] * scale + shift;
+    }
+  }
+}
+
+void batchNormKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
+  dispatchFloat(in[0].dtype(), [&](auto t) { batchNormImpl<decltype(t)>(n, in, out); });
+}
+void layerNormKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
+  dispatchFloat(in[0].dtype(), [&](auto t) { layerNormImpl<decltype(t)>(n, in, out); });
+}
+void groupNormKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
+  dispatchFloat(in[0].dtype(), [&](auto t) { groupNormImpl<decltype(t)>(n, in, out); });
+}
+
+bool floatInputs(const Node& n) {
+  for (Value* v : n.inputs())
+    if (!isFloating(v->dtype())) return false;
+  return true;
+}
+
+}  // namespace
+
+void registerCpuNormKernels(KernelRegistry& r) {
+  r.add({"batch_norm", "cpu_ref", "cpu_ref.batch_norm", 0, floatInputs, viaComputeType<batchNormKernel>});
+  r.add({"layer_norm", "cpu_ref", "cpu_ref.layer_norm", 0, floatInputs, viaComputeType<layerNormKernel>});
+  r.add({"group_norm", "cpu_ref", "cpu_ref.group_norm", 0, floatInputs, viaComputeType<groupNormKernel>});
+}
+
+}  // namespace kiln::cpu

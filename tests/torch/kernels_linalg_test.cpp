@@ -1,0 +1,121 @@
+// CPU linalg kernels (matmul, linear) against libtorch on seeded random
+// inputs: every torch.matmul shape rule, linear with and without bias, f64,
+// and the reference kernel for bf16.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "backend/kernel.h"
+#include "tests/torch/torch_compare.h"
+
+namespace kiln::testing {
+namespace {
+
+class KernelsLinalg : public ::testing::Test {
+ protected:
+  void SetUp() override { torch::manual_seed(1234); }
+};
+
+void checkMatmul(std::vector<int64_t> a, std::vector<int64_t> b, torch::ScalarType dt = torch::kFloat32) {
+  auto x = torch::randn(a, dt), y = torch::randn(b, dt);
+  auto out = runOp("matmul", {x, y});
+  ASSERT_EQ(out.size(), 1u);
+  expectClose(out[0], torch::matmul(x, y), 1e-5,
+              "matmul " + shapeStr(Shape(a.begin(), a.end())) + " @ " + shapeStr(Shape(b.begin(), b.end())));
+}
+
+TEST_F(KernelsLinalg, MatmulVectorVector) {
+  checkMatmul({7}, {7});
+}
+TEST_F(KernelsLinalg, MatmulVectorMatrix) {
+  checkMatmul({5}, {5, 9});
+}
+TEST_F(KernelsLinalg, MatmulMatrixVector) {
+  checkMatmul({6, 5}, {5});
+}
+TEST_F(KernelsLinalg, MatmulMatrixMatrix) {
+  checkMatmul({33, 17}, {17, 45});
+}
+TEST_F(KernelsLinalg, MatmulBatchedTimesMatrixFoldsBatch) {
+  checkMatmul({3, 4, 8, 16}, {16, 5});
+}
+TEST_F(KernelsLinalg, MatmulMatrixTimesBatched) {
+  checkMatmul({8, 16}, {3, 16, 5});
+}
+TEST_F(KernelsLinalg, MatmulBroadcastBatchDims) {
+  checkMatmul({2, 1, 4, 6}, {3, 6, 5});
+  checkMatmul({1, 4, 6}, {2, 3, 6, 5});
+}
+TEST_F(KernelsLinalg, MatmulBatchedVector) {
+  checkMatmul({3, 4, 6}, {6});
+  checkMatmul({6}, {2, 6, 4});
+}
+TEST_F(KernelsLinalg, MatmulAttentionShapes) {
+  // scores = q @ k^T, then attn @ v, as in multi-head attention.
+  auto q = torch::randn({2, 4, 10, 16}), k = torch::randn({2, 4, 10, 16}), v = torch::randn({2, 4, 10, 16});
+  auto kt = k.transpose(-1, -2).contiguous();
+  auto scores = runOp("matmul", {q, kt});
+  ASSERT_EQ(scores.size(), 1u);
+  expectClose(scores[0], torch::matmul(q, kt), 1e-5, "q @ k^T");
+  auto attn = torch::softmax(scores[0], -1);
+  auto out = runOp("matmul", {attn, v});
+  ASSERT_EQ(out.size(), 1u);
+  expectClose(out[0], torch::matmul(attn, v), 1e-5, "attn @ v");
+}
+TEST_F(KernelsLinalg, MatmulF64) {
+  checkMatmul({2, 7, 9}, {2, 9, 3}, torch::kFloat64);
+}
+TEST_F(KernelsLinalg, MatmulBF16UsesReference) {
+  auto x = torch::randn({4, 8}).to(torch::kBFloat16), y = torch::randn({8, 3}).to(torch::kBFloat16);
+  auto out = runOp("matmul", {x, y});
+  ASSERT_EQ(out.size(), 1u);
+  // bf16 keeps 8 mantissa bits: compare with the float product rounded once.
+  auto expected = torch::matmul(x.to(torch::kFloat32), y.to(torch::kFloat32)).to(torch::kBFloat16);
+  expectClose(out[0], expected, 1e-2, "bf16 matmul");
+}
+
+TEST_F(KernelsLinalg, LinearWithBias2D) {
+  auto x = torch::randn({12, 20}), w = torch::randn({7, 20}), b = torch::randn({7});
+  auto out = runOp("linear", {x, w, b});
+  ASSERT_EQ(out.size(), 1u);
+  expectClose(out[0], torch::linear(x, w, b), 1e-5);
+}
+TEST_F(KernelsLinalg, Linear3DInputWithoutBias) {
+  auto x = torch::randn({3, 5, 20}), w = torch::randn({11, 20});
+  auto out = runOp("linear", {x, w});
+  ASSERT_EQ(out.size(), 1u);
+  expectClose(out[0], torch::linear(x, w), 1e-5);
+}
+TEST_F(KernelsLinalg, Linear3DInputWithBias) {
+  auto x = torch::randn({2, 6, 32}), w = torch::randn({16, 32}), b = torch::randn({16});
+  auto out = runOp("linear", {x, w, b});
+  ASSERT_EQ(out.size(), 1u);
+  expectClose(out[0], torch::linear(x, w, b), 1e-5);
+}
+TEST_F(KernelsLinalg, Linear1DInput) {
+  auto x = torch::randn({9}), w = torch::randn({4, 9}), b = torch::randn({4});
+  auto out = runOp("linear", {x, w, b});
+  ASSERT_EQ(out.size(), 1u);
+  expectClose(out[0], torch::linear(x, w, b), 1e-5);
+}
+TEST_F(KernelsLinalg, LinearF64) {
+  auto x = torch::randn({4, 6, 10}, torch::kFloat64), w = torch::randn({3, 10}, torch::kFloat64);
+  auto b = torch::randn({3}, torch::kFloat64);
+  auto out = runOp("linear", {x, w, b});
+  ASSERT_EQ(out.size(), 1u);
+  expectClose(out[0], torch::linear(x, w, b), 1e-12);
+}
+
+TEST_F(KernelsLinalg, BlasKernelPreferredForF32AndReferenceForHalf) {
+  Graph g;
+  Value* a = g.addInput("a", {DType::F32, {2, 3}}, ValueRole::Data);
+  Value* b = g.addInput("b", {DType::F32, {3, 4}}, ValueRole::Data);
+  Value* ah = g.addInput("ah", {DType::F16, {2, 3}}, ValueRole::Data);
+  Value* bh = g.addInput("bh", {DType::F16, {3, 4}}, ValueRole::Data);
+  Node* f32 = g.create("matmul", {a, b});
+  Node* f16 = g.create("matmul", {ah, bh});
+  EXPECT_EQ(KernelRegistry::cpu().select(*f32)->name, "cpu_blas.matmul");
+  EXPECT_EQ(KernelRegistry::cpu().select(*f16)->name, "cpu_ref.matmul");
+}
+
+}  // namespace
+}  // namespace kiln::testing

@@ -1,0 +1,416 @@
+// CPU nn kernels against libtorch on seeded random inputs: conv2d (oneDNN
+// and im2col paths, every attribute), pooling (ceil_mode, padding,
+// count_include_pad, divisor_override, adaptive windows), batch/layer/group
+// norm (batch_norm train with both running-stat outputs), embedding,
+// dropout's mask and reproducibility, softmax/log_softmax. Also times a
+// ResNet-sized convolution against torch::conv2d (printed, not asserted).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "backend/kernel.h"
+#include "tests/torch/torch_compare.h"
+
+namespace kiln::testing {
+namespace {
+
+using Ints = std::vector<int64_t>;
+
+class KernelsNN : public ::testing::Test {
+ protected:
+  void SetUp() override { torch::manual_seed(42); }
+};
+
+/// A one-node graph over data inputs input0.. (kept alive with its node).
+struct OneNode {
+  Graph g;
+  Node* node = nullptr;
+  TensorMap bound;
+  std::vector<Tensor> ins;
+  OneNode(const std::string& op, const std::vector<torch::Tensor>& inputs, const AttrMap& attrs) {
+    std::vector<Value*> vals;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      ins.push_back(fromTorch(inputs[i]));
+      std::string name = "input" + std::to_string(i);
+      vals.push_back(g.addInput(name, ins.back().type(), ValueRole::Data));
+      bound[name] = ins.back();
+    }
+    node = g.create(op, vals, attrs);
+    for (size_t i = 0; i < node->numOutputs(); ++i) g.addOutput(node->output(i), "output" + std::to_string(i));
+  }
+};
+
+/// Run one specific kernel (by name) on a one-node graph, bypassing selection.
+std::vector<torch::Tensor> runKernel(const std::string& kernel, const std::string& op,
+                                     const std::vector<torch::Tensor>& inputs, const AttrMap& attrs = {}) {
+  OneNode one(op, inputs, attrs);
+  for (const KernelDef* k : KernelRegistry::cpu().candidates(op)) {
+    if (k->name != kernel) continue;
+    std::vector<Tensor> outs(one.node->numOutputs());
+    KernelContext ctx;
+    k->fn(*one.node, one.ins, outs, ctx);
+    std::vector<torch::Tensor> result;
+    for (const Tensor& t : outs) result.push_back(toTorch(t));
+    return result;
+  }
+  ADD_FAILURE() << "no kernel " << kernel;
+  return {};
+}
+
+/// Run on the executor with a given seed; returns the error message on failure.
+Result<std::vector<Tensor>> runSeeded(const std::string& op, const std::vector<torch::Tensor>& inputs,
+                                      const AttrMap& attrs, uint64_t seed) {
+  OneNode one(op, inputs, attrs);
+  auto ex = CpuExecutor::create(one.g, {seed, 0});
+  if (!ex.ok()) return ex.error();
+  return ex->run(one.bound);
+}
+
+// ---- conv2d -------------------------------------------------------------------
+
+struct ConvCase {
+  Ints x, w;
+  Ints stride{1, 1}, padding{0, 0}, dilation{1, 1};
+  int64_t groups = 1;
+  bool bias = true;
+};
+
+void checkConv(const ConvCase& c, torch::ScalarType dt = torch::kFloat32) {
+  auto x = torch::randn(c.x, dt), w = torch::randn(c.w, dt), b = torch::randn({c.w[0]}, dt);
+  std::vector<torch::Tensor> ins = {x, w};
+  if (c.bias) ins.push_back(b);
+  AttrMap attrs = {{"stride", c.stride}, {"padding", c.padding}, {"dilation", c.dilation}, {"groups", c.groups}};
+  auto expected = torch::conv2d(x, w, c.bias ? b : torch::Tensor(), c.stride, c.padding, c.dilation, c.groups);
+  std::vector<std::string> kernels = {"cpu_blas.conv2d"};
+  if (dt == torch::kFloat32) kernels.push_back("cpu_dnnl.conv2d");
+  for (const std::string& k : kernels) {
+    auto out = runKernel(k, "conv2d", ins, attrs);
+    ASSERT_EQ(out.size(), 1u) << k;
+    expectClose(out[0], expected, dt == torch::kFloat64 ? 1e-12 : 1e-5, k);
+  }
+  auto out = runOp("conv2d", ins, attrs);  // through selection and the executor
+  ASSERT_EQ(out.size(), 1u);
+  expectClose(out[0], expected, dt == torch::kFloat64 ? 1e-12 : 1e-5, "selected kernel");
+}
+
+TEST_F(KernelsNN, Conv3x3Padded) {
+  checkConv({{2, 8, 12, 12}, {16, 8, 3, 3}, {1, 1}, {1, 1}});
+}
+TEST_F(KernelsNN, ConvStridePaddingDilationNonSquareNoBias) {
+  checkConv({{2, 3, 17, 15}, {5, 3, 3, 5}, {2, 1}, {1, 2}, {2, 1}, 1, false});
+}
+TEST_F(KernelsNN, ConvGroups) {
+  checkConv({{1, 8, 9, 9}, {12, 4, 3, 3}, {1, 2}, {1, 1}, {1, 1}, 2});
+}
+TEST_F(KernelsNN, ConvDepthwise) {
+  checkConv({{2, 16, 14, 14}, {16, 1, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 16});
+  checkConv({{1, 6, 10, 10}, {12, 1, 5, 5}, {1, 1}, {2, 2}, {1, 1}, 6, false});  // channel multiplier 2
+}
+TEST_F(KernelsNN, Conv1x1) {
+  checkConv({{2, 32, 7, 7}, {24, 32, 1, 1}});
+  checkConv({{1, 16, 8, 8}, {8, 16, 1, 1}, {2, 2}, {0, 0}, {1, 1}, 1, false});
+}
+TEST_F(KernelsNN, ConvStemLike) {
+  checkConv({{1, 3, 32, 32}, {8, 3, 7, 7}, {2, 2}, {3, 3}});
+}
+TEST_F(KernelsNN, ConvF64) {
+  checkConv({{2, 4, 9, 8}, {6, 2, 3, 2}, {1, 2}, {1, 0}, {2, 1}, 2}, torch::kFloat64);
+}
+
+TEST_F(KernelsNN, HalfTypesComputeInFloat) {
+  // f16/bf16 inputs are widened to f32, computed, and rounded back once.
+  auto x = torch::randn({1, 4, 9, 9}).to(torch::kFloat16), w = torch::randn({6, 4, 3, 3}).to(torch::kFloat16);
+  auto out = runOp("conv2d", {x, w}, {{"padding", Ints{1, 1}}});
+  ASSERT_EQ(out.size(), 1u);
+  auto expected = torch::conv2d(x.to(torch::kFloat32), w.to(torch::kFloat32), {}, 1, 1).to(torch::kFloat16);
+  expectClose(out[0], expected, 1e-2, "f16 conv");
+  auto xb = torch::randn({32, 32}).to(torch::kBFloat16);
+  auto drop = runOp("dropout", {xb}, {{"p", 0.5}});
+  ASSERT_EQ(drop.size(), 2u);
+  ASSERT_EQ(drop[0].scalar_type(), torch::kBFloat16);
+  ASSERT_EQ(drop[1].scalar_type(), torch::kBool);
+  expectClose(drop[0], torch::where(drop[1], xb * 2, torch::zeros_like(xb)), 0, "bf16 dropout");
+}
+
+TEST_F(KernelsNN, ConvSelectsOneDnnForF32) {
+  OneNode one("conv2d", {torch::randn({1, 4, 8, 8}), torch::randn({4, 4, 3, 3})}, {});
+  EXPECT_EQ(KernelRegistry::cpu().select(*one.node)->name, "cpu_dnnl.conv2d");
+  OneNode d("conv2d", {torch::randn({1, 4, 8, 8}, torch::kFloat64), torch::randn({4, 4, 3, 3}, torch::kFloat64)}, {});
+  EXPECT_EQ(KernelRegistry::cpu().select(*d.node)->name, "cpu_blas.conv2d");
+}
+
+/// Median milliseconds of `fn` over `reps` runs after a warm-up.
+template <typename Fn>
+double medianMs(int reps, Fn&& fn) {
+  fn();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    auto s = std::chrono::steady_clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+TEST_F(KernelsNN, ConvResNetBlockTiming) {
+  // layer1 of ResNet-18: 1x64x56x56, 3x3, 64 -> 64, padding 1.
+  auto x = torch::randn({1, 64, 56, 56}), w = torch::randn({64, 64, 3, 3});
+  AttrMap attrs = {{"padding", Ints{1, 1}}};
+  const int torch_threads = torch::get_num_threads();
+  for (int threads : {1, 2}) {
+    OneNode one("conv2d", {x, w}, attrs);
+    auto ex = CpuExecutor::create(one.g, {0, threads});
+    ASSERT_TRUE(ex.ok());
+    Result<std::vector<Tensor>> last = Error{"not run"};
+    double kiln_ms = medianMs(20, [&] { last = ex->run(one.bound); });
+    ASSERT_TRUE(last.ok()) << last.error().message;
+    double blas_ms = medianMs(5, [&] { runKernel("cpu_blas.conv2d", "conv2d", {x, w}, attrs); });
+    torch::set_num_threads(threads);
+    torch::Tensor ref;
+    double torch_ms = medianMs(20, [&] { ref = torch::conv2d(x, w, {}, Ints{1, 1}, Ints{1, 1}); });
+    expectClose(toTorch((*last)[0]), ref, 1e-5);
+    std::printf(
+        "[ timing ] conv 1x64x56x56 3x3 64->64, %d thread(s): kiln %s %.2f ms, im2col+sgemm %.2f ms, "
+        "torch %.2f ms\n",
+        threads, ex->kernelChoices()[0].kernel.c_str(), kiln_ms, blas_ms, torch_ms);
+  }
+  torch::set_num_threads(torch_threads);
+}
+
+// ---- pooling ------------------------------------------------------------------------
+
+void checkMaxPool(const Ints& shape, Ints k, Ints s, Ints p, Ints d, bool ceil) {
+  auto x = torch::randn(shape);
+  auto out = runOp("max_pool2d", {x},
+                   {{"kernel_size", k}, {"stride", s}, {"padding", p}, {"dilation", d}, {"ceil_mode", int64_t{ceil}}});
+  ASSERT_EQ(out.size(), 1u);
+  expectClose(out[0], torch::max_pool2d(x, k, s, p, d, ceil), 0, "max_pool2d");
+}
+
+TEST_F(KernelsNN, MaxPoolStemAndCeilMode) {
+  checkMaxPool({2, 3, 16, 16}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, false);
+  checkMaxPool({2, 3, 15, 15}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, true);
+  checkMaxPool({1, 2, 10, 7}, {2, 2}, {2, 2}, {0, 0}, {1, 1}, true);
+  checkMaxPool({1, 2, 11, 11}, {3, 2}, {2, 3}, {1, 1}, {1, 1}, true);
+}
+TEST_F(KernelsNN, MaxPoolDilationAnd3DInput) {
+  checkMaxPool({2, 4, 13, 12}, {3, 3}, {1, 2}, {1, 0}, {2, 2}, false);
+  checkMaxPool({3, 9, 9}, {2, 2}, {2, 2}, {1, 1}, {1, 1}, true);
+}
+TEST_F(KernelsNN, MaxPoolDefaultStrideAndNaN) {
+  auto x = torch::randn({1, 1, 4, 4});
+  x[0][0][1][1] = std::numeric_limits<float>::quiet_NaN();
+  auto out = runOp("max_pool2d", {x}, {{"kernel_size", Ints{2}}});
+  ASSERT_EQ(out.size(), 1u);
+  expectClose(out[0], torch::max_pool2d(x, {2, 2}), 0, "NaN propagates");
+}
+
+void checkAvgPool(const Ints& shape, Ints k, Ints s, Ints p, bool ceil, bool include_pad, int64_t divisor) {
+  auto x = torch::randn(shape);
+  auto out = runOp("avg_pool2d", {x},
+                   {{"kernel_size", k},
+                    {"stride", s},
+                    {"padding", p},
+                    {"ceil_mode", int64_t{ceil}},
+                    {"count_include_pad", int64_t{include_pad}},
+                    {"divisor_override", divisor}});
+  ASSERT_EQ(out.size(), 1u);
+  auto expected =
+      torch::avg_pool2d(x, k, s, p, ceil, include_pad, divisor ? c10::optional<int64_t>(divisor) : c10::nullopt);
+  expectClose(out[0], expected, 1e-5,
+              "avg_pool2d ceil=" + std::to_string(ceil) + " include_pad=" + std::to_string(include_pad) +
+                  " divisor=" + std::to_string(divisor));
+}
+
+TEST_F(KernelsNN, AvgPoolPaddingCeilModeCountIncludePad) {
+  for (bool ceil : {false, true})
+    for (bool include : {false, true}) {
+      checkAvgPool({2, 3, 10, 9}, {3, 3}, {2, 2}, {1, 1}, ceil, include, 0);
+      checkAvgPool({1, 2, 7, 8}, {3, 2}, {2, 3}, {1, 1}, ceil, include, 0);
+      checkAvgPool({1, 2, 6, 6}, {4, 4}, {3, 3}, {2, 1}, ceil, include, 0);
+    }
+}
+TEST_F(KernelsNN, AvgPoolDivisorOverride) {
+  checkAvgPool({2, 3, 10, 9}, {3, 3}, {2, 2}, {1, 1}, true, false, 5);
+  checkAvgPool({1, 4, 8, 8}, {2, 2}, {2, 2}, {0, 0}, false, true, 3);
+}
+TEST_F(KernelsNN, AvgPoolDefaultStride3D) {
+  auto x = torch::randn({3, 8, 8});
+  auto out = runOp("avg_pool2d", {x}, {{"kernel_size", Ints{2, 2}}});
+  ASSERT_EQ(out.size(), 1u);
+  expectClose(out[0], torch::avg_pool2d(x, {2, 2}), 1e-6);
+}
+
+void checkAdaptive(const Ints& shape, Ints size) {
+  auto x = torch::randn(shape);
+  auto avg = runOp("adaptive_avg_pool2d", {x}, {{"output_size", size}});
+  auto mx = runOp("adaptive_max_pool2d", {x}, {{"output_size", size}});
+  ASSERT_EQ(avg.size(), 1u);
+  ASSERT_EQ(mx.size(), 1u);
+  expectClose(avg[0], torch::adaptive_avg_pool2d(x, size), 1e-6, "adaptive avg");
+  expectClose(mx[0], std::get<0>(torch::adaptive_max_pool2d(x, size)), 0, "adaptive max");
+}
+
+TEST_F(KernelsNN, AdaptivePoolsNonDivisible) {
+  checkAdaptive({2, 3, 7, 7}, {3, 3});
+  checkAdaptive({1, 4, 5, 5}, {2, 3});
+  checkAdaptive({2, 8, 7, 7}, {1, 1});
+  checkAdaptive({3, 10, 6}, {4, 4});
+  checkAdaptive({1, 2, 3, 3}, {5, 4});  // output larger than input: overlapping windows
+}
+
+// ---- normalization ---------------------------------------------------------------------
+
+TEST_F(KernelsNN, BatchNormEval) {
+  auto x = torch::randn({4, 6, 5, 5}), w = torch::randn({6}), b = torch::randn({6});
+  auto rm = torch::randn({6}), rv = torch::rand({6}) + 0.5;
+  auto out = runOp("batch_norm", {x, w, b, rm, rv}, {{"training", int64_t{0}}, {"eps", 1e-3}});
+  ASSERT_EQ(out.size(), 1u);
+  expectClose(out[0], torch::batch_norm(x, w, b, rm, rv, false, 0.1, 1e-3, false), 1e-5);
+}
+
+void checkBatchNormTrain(const Ints& shape, double momentum, torch::ScalarType dt) {
+  int64_t c = shape[1];
+  auto x = torch::randn(shape, dt) * 3 + 1, w = torch::randn({c}, dt), b = torch::randn({c}, dt);
+  auto rm = torch::randn({c}, dt), rv = torch::rand({c}, dt) + 0.5;
+  auto out = runOp("batch_norm", {x, w, b, rm, rv}, {{"training", int64_t{1}}, {"momentum", momentum}});
+  ASSERT_EQ(out.size(), 3u);
+  // torch updates running_mean/var in place.
+  auto rm_t = rm.clone(), rv_t = rv.clone();
+  auto y = torch::batch_norm(x, w, b, rm_t, rv_t, true, momentum, 1e-5, false);
+  double tol = dt == torch::kFloat64 ? 1e-10 : 1e-5;
+  expectClose(out[0], y, tol, "y");
+  expectClose(out[1], rm_t, tol, "running_mean");
+  expectClose(out[2], rv_t, tol, "running_var");
+}
+
+TEST_F(KernelsNN, BatchNormTrainUpdatesRunningStats) {
+  checkBatchNormTrain({8, 5, 6, 7}, 0.1, torch::kFloat32);
+  checkBatchNormTrain({16, 12}, 0.3, torch::kFloat32);  // [N, C] as in BatchNorm1d
+  checkBatchNormTrain({3, 4, 5, 5}, 0.1, torch::kFloat64);
+}
+
+TEST_F(KernelsNN, LayerNorm) {
+  auto x = torch::randn({3, 7, 16}) * 2 + 0.5;
+  auto w1 = torch::randn({16}), b1 = torch::randn({16});
+  auto out = runOp("layer_norm", {x, w1, b1}, {{"normalized_shape", Ints{16}}});
+  ASSERT_EQ(out.size(), 1u);
+  expectClose(out[0], torch::layer_norm(x, {16}, w1, b1), 1e-5, "last dim");
+  auto w2 = torch::randn({7, 16}), b2 = torch::randn({7, 16});
+  out = runOp("layer_norm", {x, w2, b2}, {{"normalized_shape", Ints{7, 16}}, {"eps", 1e-3}});
+  ASSERT_EQ(out.size(), 1u);
+  expectClose(out[0], torch::layer_norm(x, {7, 16}, w2, b2, 1e-3), 1e-5, "last two dims");
+}
+
+TEST_F(KernelsNN, GroupNorm) {
+  auto x = torch::randn({2, 8, 5, 4}) * 2 - 1, w = torch::randn({8}), b = torch::randn({8});
+  for (int64_t g : {1, 4, 8}) {
+    auto out = runOp("group_norm", {x, w, b}, {{"num_groups", g}});
+    ASSERT_EQ(out.size(), 1u);
+    expectClose(out[0], torch::group_norm(x, g, w, b), 1e-5, "groups=" + std::to_string(g));
+  }
+  auto xd = torch::randn({3, 6, 10}, torch::kFloat64);
+  auto wd = torch::randn({6}, torch::kFloat64), bd = torch::randn({6}, torch::kFloat64);
+  auto out = runOp("group_norm", {xd, wd, bd}, {{"num_groups", int64_t{3}}, {"eps", 1e-4}});
+  ASSERT_EQ(out.size(), 1u);
+  expectClose(out[0], torch::group_norm(xd, 3, wd, bd, 1e-4), 1e-10, "f64");
+}
+
+// ---- embedding --------------------------------------------------------------------------
+
+TEST_F(KernelsNN, Embedding) {
+  auto w = torch::randn({10, 6});
+  auto idx = torch::randint(0, 10, {3, 4}, torch::kInt64);
+  auto out = runOp("embedding", {w, idx}, {{"padding_idx", int64_t{0}}});
+  ASSERT_EQ(out.size(), 1u);
+  expectClose(out[0], torch::embedding(w, idx, 0), 0, "i64 indices");
+  auto idx32 = idx.to(torch::kInt32);
+  out = runOp("embedding", {w, idx32});
+  ASSERT_EQ(out.size(), 1u);
+  expectClose(out[0], torch::embedding(w, idx), 0, "i32 indices");
+}
+
+TEST_F(KernelsNN, EmbeddingIndexOutOfRangeFails) {
+  auto w = torch::randn({5, 3});
+  for (int64_t bad : {5, -1}) {
+    auto r = runSeeded("embedding", {w, torch::tensor(std::vector<int64_t>{1, bad, 2})}, {}, 0);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.error().message.find("index " + std::to_string(bad) + " at position 1 is out of range"),
+              std::string::npos)
+        << r.error().message;
+  }
+}
+
+// ---- dropout ----------------------------------------------------------------------------------
+
+TEST_F(KernelsNN, DropoutMaskScaleAndFraction) {
+  auto x = torch::randn({256, 512});
+  const double p = 0.3;
+  auto out = runOp("dropout", {x}, {{"p", p}, {"training", int64_t{1}}});
+  ASSERT_EQ(out.size(), 2u);
+  auto y = out[0], mask = out[1];
+  ASSERT_EQ(mask.scalar_type(), torch::kBool);
+  double kept = mask.to(torch::kFloat64).mean().item<double>();
+  EXPECT_NEAR(kept, 1 - p, 0.01);
+  expectClose(y, torch::where(mask, x / (1 - p), torch::zeros_like(x)), 1e-6, "kept values scaled");
+}
+
+TEST_F(KernelsNN, DropoutReproducibleBySeed) {
+  auto x = torch::randn({64, 64});
+  AttrMap attrs = {{"p", 0.5}};
+  auto a = runSeeded("dropout", {x}, attrs, 7), b = runSeeded("dropout", {x}, attrs, 7);
+  auto c = runSeeded("dropout", {x}, attrs, 8);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_TRUE(torch::equal(toTorch((*a)[1]), toTorch((*b)[1])));
+  EXPECT_FALSE(torch::equal(toTorch((*a)[1]), toTorch((*c)[1])));
+}
+
+TEST_F(KernelsNN, DropoutEdgeProbabilitiesAndEval) {
+  auto x = torch::randn({8, 9});
+  auto keep_all = runOp("dropout", {x}, {{"p", 0.0}});
+  ASSERT_EQ(keep_all.size(), 2u);
+  expectClose(keep_all[0], x, 0, "p=0");
+  EXPECT_TRUE(keep_all[1].all().item<bool>());
+  auto drop_all = runOp("dropout", {x}, {{"p", 1.0}});
+  ASSERT_EQ(drop_all.size(), 2u);
+  expectClose(drop_all[0], torch::zeros_like(x), 0, "p=1");
+  EXPECT_FALSE(drop_all[1].any().item<bool>());
+  auto eval = runOp("dropout", {x}, {{"p", 0.5}, {"training", int64_t{0}}});
+  ASSERT_EQ(eval.size(), 1u);
+  expectClose(eval[0], x, 0, "eval");
+}
+
+// ---- softmax --------------------------------------------------------------------------------------
+
+TEST_F(KernelsNN, SoftmaxAndLogSoftmaxEveryDim) {
+  auto x = torch::randn({3, 5, 7}) * 4;
+  for (int64_t d : {0, 1, 2, -1}) {
+    auto s = runOp("softmax", {x}, {{"dim", d}});
+    auto l = runOp("log_softmax", {x}, {{"dim", d}});
+    ASSERT_EQ(s.size(), 1u);
+    ASSERT_EQ(l.size(), 1u);
+    expectClose(s[0], torch::softmax(x, d), 1e-6, "softmax dim " + std::to_string(d));
+    expectClose(l[0], torch::log_softmax(x, d), 1e-5, "log_softmax dim " + std::to_string(d));
+  }
+}
+
+TEST_F(KernelsNN, SoftmaxLargeLogitsStableAndF64) {
+  auto x = torch::randn({4, 10}) * 1000;
+  auto s = runOp("softmax", {x}, {{"dim", int64_t{1}}});
+  auto l = runOp("log_softmax", {x}, {{"dim", int64_t{1}}});
+  ASSERT_EQ(s.size(), 1u);
+  ASSERT_EQ(l.size(), 1u);
+  expectClose(s[0], torch::softmax(x, 1), 1e-6, "softmax");
+  expectClose(l[0], torch::log_softmax(x, 1), 1e-5, "log_softmax");
+  auto xd = torch::randn({6, 4, 3}, torch::kFloat64);
+  auto ld = runOp("log_softmax", {xd}, {{"dim", int64_t{1}}});
+  ASSERT_EQ(ld.size(), 1u);
+  expectClose(ld[0], torch::log_softmax(xd, 1), 1e-12, "f64");
+}
+
+}  // namespace
+}  // namespace kiln::testing
