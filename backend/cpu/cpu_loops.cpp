@@ -31,7 +31,7 @@ Tensor castTensor(const Tensor& t, DType dtype) {
       using To = typename decltype(out_tag)::type;
       const From* src = t.data<From>();
       To* dst = out.data<To>();
-      parallelFor(t.numel(), kParallelGrain, [&](int64_t b, int64_t e) {
+      parallelFor(t.numel(), kParallelGrain, [src, dst](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) dst[i] = convert<To>(src[i]);
       });
     });
@@ -44,11 +44,16 @@ namespace {
 template <class F>
 void dispatchBySize(size_t bytes, F&& f) {
   switch (bytes) {
-    case 1: return f(TypeTag<uint8_t>{});
-    case 2: return f(TypeTag<uint16_t>{});
-    case 4: return f(TypeTag<uint32_t>{});
-    case 8: return f(TypeTag<uint64_t>{});
-    default: fail("copyStrided: unsupported element size " + std::to_string(bytes));
+    case 1:
+      return f(TypeTag<uint8_t>{});
+    case 2:
+      return f(TypeTag<uint16_t>{});
+    case 4:
+      return f(TypeTag<uint32_t>{});
+    case 8:
+      return f(TypeTag<uint64_t>{});
+    default:
+      fail("copyStrided: unsupported element size " + std::to_string(bytes));
   }
 }
 }  // namespace
@@ -62,9 +67,12 @@ void copyStrided(Tensor& out, const Tensor& in, int64_t in_offset, const Shape& 
                       [&](const int64_t* off, const int64_t* st, int64_t n) {
                         E* po = o + off[0];
                         const E* pi = src + off[1];
-                        if (st[1] == 1) std::memcpy(po, pi, static_cast<size_t>(n) * sizeof(E));
-                        else if (st[1] == 0) std::fill(po, po + n, *pi);
-                        else for (int64_t i = 0; i < n; ++i) po[i] = pi[i * st[1]];
+                        if (st[1] == 1)
+                          std::memcpy(po, pi, static_cast<size_t>(n) * sizeof(E));
+                        else if (st[1] == 0)
+                          std::fill(po, po + n, *pi);
+                        else
+                          for (int64_t i = 0; i < n; ++i) po[i] = pi[i * st[1]];
                       });
   });
 }

@@ -60,15 +60,24 @@ using acc_t = std::conditional_t<is_floating_v<T>, double, int64_t>;
 /// The DType whose storage type is T.
 template <class T>
 constexpr DType dtypeOf() {
-  if constexpr (std::is_same_v<T, float>) return DType::F32;
-  else if constexpr (std::is_same_v<T, double>) return DType::F64;
-  else if constexpr (std::is_same_v<T, Half>) return DType::F16;
-  else if constexpr (std::is_same_v<T, BFloat16>) return DType::BF16;
-  else if constexpr (std::is_same_v<T, int64_t>) return DType::I64;
-  else if constexpr (std::is_same_v<T, int32_t>) return DType::I32;
-  else if constexpr (std::is_same_v<T, int16_t>) return DType::I16;
-  else if constexpr (std::is_same_v<T, int8_t>) return DType::I8;
-  else if constexpr (std::is_same_v<T, uint8_t>) return DType::U8;
+  if constexpr (std::is_same_v<T, float>)
+    return DType::F32;
+  else if constexpr (std::is_same_v<T, double>)
+    return DType::F64;
+  else if constexpr (std::is_same_v<T, Half>)
+    return DType::F16;
+  else if constexpr (std::is_same_v<T, BFloat16>)
+    return DType::BF16;
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return DType::I64;
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return DType::I32;
+  else if constexpr (std::is_same_v<T, int16_t>)
+    return DType::I16;
+  else if constexpr (std::is_same_v<T, int8_t>)
+    return DType::I8;
+  else if constexpr (std::is_same_v<T, uint8_t>)
+    return DType::U8;
   else {
     static_assert(std::is_same_v<T, bool>, "not a Kiln storage type");
     return DType::Bool;
@@ -87,16 +96,26 @@ struct TypeTag {
 template <class F>
 decltype(auto) dispatchAll(DType t, F&& f) {
   switch (t) {
-    case DType::F32: return f(TypeTag<float>{});
-    case DType::F64: return f(TypeTag<double>{});
-    case DType::F16: return f(TypeTag<Half>{});
-    case DType::BF16: return f(TypeTag<BFloat16>{});
-    case DType::I64: return f(TypeTag<int64_t>{});
-    case DType::I32: return f(TypeTag<int32_t>{});
-    case DType::I16: return f(TypeTag<int16_t>{});
-    case DType::I8: return f(TypeTag<int8_t>{});
-    case DType::U8: return f(TypeTag<uint8_t>{});
-    case DType::Bool: return f(TypeTag<bool>{});
+    case DType::F32:
+      return f(TypeTag<float>{});
+    case DType::F64:
+      return f(TypeTag<double>{});
+    case DType::F16:
+      return f(TypeTag<Half>{});
+    case DType::BF16:
+      return f(TypeTag<BFloat16>{});
+    case DType::I64:
+      return f(TypeTag<int64_t>{});
+    case DType::I32:
+      return f(TypeTag<int32_t>{});
+    case DType::I16:
+      return f(TypeTag<int16_t>{});
+    case DType::I8:
+      return f(TypeTag<int8_t>{});
+    case DType::U8:
+      return f(TypeTag<uint8_t>{});
+    case DType::Bool:
+      return f(TypeTag<bool>{});
   }
   failDType(t, "dispatchAll");
 }
@@ -105,11 +124,16 @@ decltype(auto) dispatchAll(DType t, F&& f) {
 template <class F>
 decltype(auto) dispatchFloating(DType t, F&& f) {
   switch (t) {
-    case DType::F32: return f(TypeTag<float>{});
-    case DType::F64: return f(TypeTag<double>{});
-    case DType::F16: return f(TypeTag<Half>{});
-    case DType::BF16: return f(TypeTag<BFloat16>{});
-    default: failDType(t, "a floating-point kernel");
+    case DType::F32:
+      return f(TypeTag<float>{});
+    case DType::F64:
+      return f(TypeTag<double>{});
+    case DType::F16:
+      return f(TypeTag<Half>{});
+    case DType::BF16:
+      return f(TypeTag<BFloat16>{});
+    default:
+      failDType(t, "a floating-point kernel");
   }
 }
 
@@ -119,16 +143,22 @@ template <class To, class From>
 inline To convert(From v) {
   using CF = compute_t<From>;
   CF c = static_cast<CF>(v);
-  if constexpr (std::is_same_v<To, bool>) return c != CF(0);
-  else if constexpr (std::is_integral_v<To> && is_floating_v<From>) return static_cast<To>(static_cast<int64_t>(c));
-  else if constexpr (is_half_v<To>) return To(static_cast<float>(c));
-  else return static_cast<To>(c);
+  if constexpr (std::is_same_v<To, bool>)
+    return c != CF(0);
+  else if constexpr (std::is_integral_v<To> && is_floating_v<From>)
+    return static_cast<To>(static_cast<int64_t>(c));
+  else if constexpr (is_half_v<To>)
+    return To(static_cast<float>(c));
+  else
+    return static_cast<To>(c);
 }
 
 /// A fresh contiguous copy of `t` converted to `dtype` (a plain clone when equal).
 Tensor castTensor(const Tensor& t, DType dtype);
 /// `t` itself when it already has `dtype`, else castTensor (no copy in the common case).
-inline Tensor asDType(const Tensor& t, DType dtype) { return t.dtype() == dtype ? t : castTensor(t, dtype); }
+inline Tensor asDType(const Tensor& t, DType dtype) {
+  return t.dtype() == dtype ? t : castTensor(t, dtype);
+}
 
 /// Element strides of a contiguous tensor of shape `in` read as if broadcast
 /// to `out` (right-aligned, 0 on broadcast and missing leading dims).
@@ -142,12 +172,24 @@ void copyStrided(Tensor& out, const Tensor& in, int64_t in_offset, const Shape& 
 /// A contiguous copy of `t` with its dims reordered: result.shape[d] = t.shape[dims[d]].
 Tensor permuteCopy(const Tensor& t, const std::vector<int64_t>& dims);
 
+/// Put on a hot loop function (a free function or function template, not a
+/// lambda) to compile it twice, for x86-64-v3 (AVX2 + FMA) and for the
+/// baseline the build targets (SSE2), the better one picked at load time.
+/// Inline helpers it calls are compiled into each clone.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(KILN_NO_SIMD_CLONES)
+#define KILN_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define KILN_SIMD_CLONES
+#endif
+
 /// Work (elements) below which loops stay single-threaded.
 inline constexpr int64_t kParallelGrain = 32768;
 
 /// Run fn(begin, end) over disjoint chunks covering [0, n): on OpenMP threads
 /// when n >= grain (and not already inside a parallel region), else once
 /// inline. The first exception thrown by any chunk is rethrown here.
+/// Capture the data pointers a loop body uses by value: read through a
+/// reference capture they may alias the stores and the loop will not vectorize.
 template <class Fn>
 void parallelFor(int64_t n, int64_t grain, Fn&& fn);
 

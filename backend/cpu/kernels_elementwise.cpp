@@ -7,12 +7,14 @@
 // Inputs are converted to the computation dtype first (the output dtype for
 // arithmetic, the promoted input dtype for comparisons); half types compute in
 // float. The inner loops have unit-stride and scalar-operand variants the
-// compiler vectorizes; big tensors are split across OpenMP threads.
+// compiler vectorizes (f32 exp and the clamps use cpu_math.h's branch-free
+// forms so they vectorize too); big tensors are split across OpenMP threads.
 #include <cmath>
 #include <limits>
 #include <type_traits>
 
 #include "backend/cpu/cpu_loops.h"
+#include "backend/cpu/cpu_math.h"
 #include "backend/kernel.h"
 #include "core/ops/op_helpers.h"
 
@@ -24,9 +26,26 @@ using Outputs = std::span<Tensor>;
 
 // ---- binary loop -----------------------------------------------------------
 
+/// One run of a binary op: po[i] = f(x[i * sx], y[i * sy]). The branches give
+/// the vectorizer plain loops for the common cases: same shape, and one
+/// operand constant along the run (a scalar or a broadcast bias).
+template <class T, class R, class F>
+KILN_SIMD_CLONES void binaryRun(R* po, const T* x, int64_t sx, const T* y, int64_t sy, int64_t n, F f) {
+  if (sx == 1 && sy == 1) {
+    for (int64_t i = 0; i < n; ++i) po[i] = f(x[i], y[i]);
+  } else if (sx == 1 && sy == 0) {
+    const T yv = *y;
+    for (int64_t i = 0; i < n; ++i) po[i] = f(x[i], yv);
+  } else if (sx == 0 && sy == 1) {
+    const T xv = *x;
+    for (int64_t i = 0; i < n; ++i) po[i] = f(xv, y[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) po[i] = f(x[i * sx], y[i * sy]);
+  }
+}
+
 /// out = f(a, b) with a and b broadcast to out's shape. T: input storage type,
-/// R: output storage type. The branches give the vectorizer plain loops for
-/// the common cases: same shape, and one operand constant along the run.
+/// R: output storage type.
 template <class T, class R, class F>
 void binaryLoop(Tensor& out, const Tensor& a, const Tensor& b, F f) {
   R* o = out.data<R>();
@@ -34,21 +53,8 @@ void binaryLoop(Tensor& out, const Tensor& a, const Tensor& b, F f) {
   const T* pb = b.data<T>();
   const Shape& s = out.shape();
   forEachStrided<3>(s, {contiguousStrides(s), broadcastStrides(a.shape(), s), broadcastStrides(b.shape(), s)},
-                    [&](const int64_t* off, const int64_t* st, int64_t n) {
-                      R* po = o + off[0];
-                      const T* x = pa + off[1];
-                      const T* y = pb + off[2];
-                      if (st[1] == 1 && st[2] == 1) {
-                        for (int64_t i = 0; i < n; ++i) po[i] = f(x[i], y[i]);
-                      } else if (st[1] == 1 && st[2] == 0) {
-                        const T yv = *y;
-                        for (int64_t i = 0; i < n; ++i) po[i] = f(x[i], yv);
-                      } else if (st[1] == 0 && st[2] == 1) {
-                        const T xv = *x;
-                        for (int64_t i = 0; i < n; ++i) po[i] = f(xv, y[i]);
-                      } else {
-                        for (int64_t i = 0; i < n; ++i) po[i] = f(x[i * st[1]], y[i * st[2]]);
-                      }
+                    [=](const int64_t* off, const int64_t* st, int64_t n) {
+                      binaryRun(o + off[0], pa + off[1], st[1], pb + off[2], st[2], n, f);
                     });
 }
 
@@ -59,23 +65,36 @@ using arith_t = std::conditional_t<std::is_same_v<T, bool>, int64_t, compute_t<T
 // ---- binary arithmetic ops: apply(C a, C b) on the computation type C ------
 
 struct AddOp {
-  template <class C> static C apply(C a, C b) { return a + b; }
+  template <class C>
+  static C apply(C a, C b) {
+    return a + b;
+  }
 };
 struct SubOp {
-  template <class C> static C apply(C a, C b) { return a - b; }
+  template <class C>
+  static C apply(C a, C b) {
+    return a - b;
+  }
 };
 struct MulOp {
-  template <class C> static C apply(C a, C b) { return a * b; }
+  template <class C>
+  static C apply(C a, C b) {
+    return a * b;
+  }
 };
 struct DivOp {  // the output (and so C) is always floating
-  template <class C> static C apply(C a, C b) { return a / b; }
+  template <class C>
+  static C apply(C a, C b) {
+    return a / b;
+  }
 };
 
 /// Python floor division. Floats: PyTorch's div_floor_floating (fmod based,
 /// so floor_div(a, b) * b + remainder(a, b) == a holds closely).
 struct FloorDivOp {
   static constexpr bool kIntegerDivision = true;
-  template <class C> static C apply(C a, C b) {
+  template <class C>
+  static C apply(C a, C b) {
     if constexpr (std::is_floating_point_v<C>) {
       if (b == 0) return a / b;
       C mod = std::fmod(a, b);
@@ -97,7 +116,8 @@ struct FloorDivOp {
 /// Python modulo: the result takes the sign of the divisor.
 struct RemainderOp {
   static constexpr bool kIntegerDivision = true;
-  template <class C> static C apply(C a, C b) {
+  template <class C>
+  static C apply(C a, C b) {
     if constexpr (std::is_floating_point_v<C>) {
       C mod = std::fmod(a, b);
       if (mod != 0 && (b < 0) != (mod < 0)) mod += b;
@@ -114,7 +134,8 @@ struct RemainderOp {
 /// Floats: std::pow. Integers: exponentiation by squaring; negative exponents
 /// give 0 except for bases 1 and -1 (PyTorch's powi).
 struct PowOp {
-  template <class C> static C apply(C a, C b) {
+  template <class C>
+  static C apply(C a, C b) {
     if constexpr (std::is_floating_point_v<C>) {
       return std::pow(a, b);
     } else {
@@ -138,15 +159,21 @@ struct PowOp {
 
 /// NaN propagates from either side, as torch.maximum/minimum.
 struct MaximumOp {
-  template <class C> static C apply(C a, C b) {
-    if constexpr (std::is_floating_point_v<C>) return (a > b || std::isnan(a)) ? a : b;
-    else return a > b ? a : b;
+  template <class C>
+  static C apply(C a, C b) {
+    if constexpr (std::is_floating_point_v<C>)
+      return maxNaN(a, b);
+    else
+      return a > b ? a : b;
   }
 };
 struct MinimumOp {
-  template <class C> static C apply(C a, C b) {
-    if constexpr (std::is_floating_point_v<C>) return (a < b || std::isnan(a)) ? a : b;
-    else return a < b ? a : b;
+  template <class C>
+  static C apply(C a, C b) {
+    if constexpr (std::is_floating_point_v<C>)
+      return minNaN(a, b);
+    else
+      return a < b ? a : b;
   }
 };
 
@@ -158,7 +185,9 @@ void checkNoZeroDivisor(const Tensor& b) {
 }
 
 template <class Op>
-constexpr bool kIntDiv = requires { Op::kIntegerDivision; };
+constexpr bool kIntDiv = requires {
+  Op::kIntegerDivision;
+};
 
 template <class Op>
 void arithmeticKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
@@ -176,22 +205,40 @@ void arithmeticKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
 // ---- comparisons and logical ops -> bool -----------------------------------
 
 struct EqOp {
-  template <class C> static bool apply(C a, C b) { return a == b; }
+  template <class C>
+  static bool apply(C a, C b) {
+    return a == b;
+  }
 };
 struct NeOp {
-  template <class C> static bool apply(C a, C b) { return a != b; }
+  template <class C>
+  static bool apply(C a, C b) {
+    return a != b;
+  }
 };
 struct LtOp {
-  template <class C> static bool apply(C a, C b) { return a < b; }
+  template <class C>
+  static bool apply(C a, C b) {
+    return a < b;
+  }
 };
 struct LeOp {
-  template <class C> static bool apply(C a, C b) { return a <= b; }
+  template <class C>
+  static bool apply(C a, C b) {
+    return a <= b;
+  }
 };
 struct GtOp {
-  template <class C> static bool apply(C a, C b) { return a > b; }
+  template <class C>
+  static bool apply(C a, C b) {
+    return a > b;
+  }
 };
 struct GeOp {
-  template <class C> static bool apply(C a, C b) { return a >= b; }
+  template <class C>
+  static bool apply(C a, C b) {
+    return a >= b;
+  }
 };
 
 /// Comparisons run in the promoted dtype of the two inputs (i64 vs f32 compares as f32).
@@ -249,6 +296,12 @@ void whereKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
 
 // ---- unary ops: functors built from the node, operator()(C x) -------------
 
+template <class T, class Op>
+KILN_SIMD_CLONES void unaryRun(const T* px, T* po, int64_t n, Op op) {
+  using C = compute_t<T>;
+  for (int64_t i = 0; i < n; ++i) po[i] = T(op(C(px[i])));
+}
+
 template <class Op, bool kFloatOnly>
 void unaryKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
   Tensor& o = allocOutput(n, out, 0);
@@ -256,28 +309,27 @@ void unaryKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
   const Op op(n);
   auto body = [&](auto tag) {
     using T = typename decltype(tag)::type;
-    using C = compute_t<T>;
     const T* px = x.data<T>();
     T* po = o.data<T>();
-    parallelFor(x.numel(), kParallelGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) po[i] = T(op(C(px[i])));
-    });
+    parallelFor(x.numel(), kParallelGrain, [=](int64_t b, int64_t e) { unaryRun(px + b, po + b, e - b, op); });
   };
-  if constexpr (kFloatOnly) dispatchFloating(x.dtype(), body);
-  else dispatchAll(x.dtype(), body);
+  if constexpr (kFloatOnly)
+    dispatchFloating(x.dtype(), body);
+  else
+    dispatchAll(x.dtype(), body);
 }
 
 /// A stateless floating-point unary op `NAME` computing EXPR from `x` of type C.
-#define KILN_FLOAT_UNARY(NAME, EXPR)          \
-  struct NAME {                               \
-    explicit NAME(const Node&) {}             \
-    template <class C>                        \
-    C operator()(C x) const {                 \
-      return EXPR;                            \
-    }                                         \
+#define KILN_FLOAT_UNARY(NAME, EXPR) \
+  struct NAME {                      \
+    explicit NAME(const Node&) {}    \
+    template <class C>               \
+    C operator()(C x) const {        \
+      return EXPR;                   \
+    }                                \
   };
 
-KILN_FLOAT_UNARY(ExpOp, std::exp(x))
+KILN_FLOAT_UNARY(ExpOp, expAny(x))
 KILN_FLOAT_UNARY(LogOp, std::log(x))
 KILN_FLOAT_UNARY(Log1pOp, std::log1p(x))
 KILN_FLOAT_UNARY(SqrtOp, std::sqrt(x))
@@ -286,15 +338,15 @@ KILN_FLOAT_UNARY(ReciprocalOp, C(1) / x)
 KILN_FLOAT_UNARY(SinOp, std::sin(x))
 KILN_FLOAT_UNARY(CosOp, std::cos(x))
 KILN_FLOAT_UNARY(TanhOp, std::tanh(x))
-KILN_FLOAT_UNARY(SigmoidOp, C(1) / (C(1) + std::exp(-x)))
+KILN_FLOAT_UNARY(SigmoidOp, C(1) / (C(1) + expAny(-x)))
 KILN_FLOAT_UNARY(ErfOp, std::erf(x))
 KILN_FLOAT_UNARY(FloorOp, std::floor(x))
 KILN_FLOAT_UNARY(CeilOp, std::ceil(x))
 KILN_FLOAT_UNARY(RoundOp, std::nearbyint(x))  // half to even in the default rounding mode
-KILN_FLOAT_UNARY(SiluOp, x / (C(1) + std::exp(-x)))
-KILN_FLOAT_UNARY(MishOp, x * std::tanh(std::log1p(std::exp(x))))
-KILN_FLOAT_UNARY(HardswishOp, x * std::min(std::max(x + C(3), C(0)), C(6)) / C(6))
-KILN_FLOAT_UNARY(HardsigmoidOp, std::min(std::max(x + C(3), C(0)), C(6)) / C(6))
+KILN_FLOAT_UNARY(SiluOp, x / (C(1) + expAny(-x)))
+KILN_FLOAT_UNARY(MishOp, x* std::tanh(std::log1p(std::exp(x))))
+KILN_FLOAT_UNARY(HardswishOp, x* clampSelect(x + C(3), C(0), C(6)) / C(6))
+KILN_FLOAT_UNARY(HardsigmoidOp, clampSelect(x + C(3), C(0), C(6)) / C(6))
 #undef KILN_FLOAT_UNARY
 
 struct GeluOp {
@@ -323,8 +375,7 @@ struct ClampOp {
   template <class C>
   C operator()(C x) const {
     if constexpr (std::is_floating_point_v<C>) {
-      if (std::isnan(x)) return x;
-      return std::min(std::max(x, C(lo)), C(hi));
+      return clampSelect(x, C(lo), C(hi));
     } else {
       // Integers clamp to the bounds rounded inwards and saturated to C's range.
       auto bound = [](double v, bool up) {
@@ -344,13 +395,19 @@ struct ClampOp {
 struct LeakyReluOp {
   double slope;
   explicit LeakyReluOp(const Node& n) : slope(n.f("negative_slope")) {}
-  template <class C> C operator()(C x) const { return x > C(0) ? x : x * C(slope); }
+  template <class C>
+  C operator()(C x) const {
+    return x > C(0) ? x : x * C(slope);
+  }
 };
 
 struct EluOp {
   double alpha;
   explicit EluOp(const Node& n) : alpha(n.f("alpha")) {}
-  template <class C> C operator()(C x) const { return x <= C(0) ? std::expm1(x) * C(alpha) : x; }
+  template <class C>
+  C operator()(C x) const {
+    return x <= C(0) ? std::expm1(x) * C(alpha) : x;
+  }
 };
 
 /// Linear above threshold (in beta * x) to avoid overflow, as F.softplus.
@@ -366,31 +423,44 @@ struct SoftplusOp {
 // Unary ops on every dtype (bool handled explicitly to keep the compiler quiet).
 struct NegOp {
   explicit NegOp(const Node&) {}
-  template <class C> C operator()(C x) const {
-    if constexpr (std::is_same_v<C, bool>) return x;
-    else return static_cast<C>(-x);
+  template <class C>
+  C operator()(C x) const {
+    if constexpr (std::is_same_v<C, bool>)
+      return x;
+    else
+      return static_cast<C>(-x);
   }
 };
 struct AbsOp {
   explicit AbsOp(const Node&) {}
-  template <class C> C operator()(C x) const {
-    if constexpr (std::is_floating_point_v<C>) return std::abs(x);
-    else if constexpr (std::is_signed_v<C>) return static_cast<C>(x < 0 ? -x : x);
-    else return x;
+  template <class C>
+  C operator()(C x) const {
+    if constexpr (std::is_floating_point_v<C>)
+      return std::abs(x);
+    else if constexpr (std::is_signed_v<C>)
+      return static_cast<C>(x < 0 ? -x : x);
+    else
+      return x;
   }
 };
 struct ReluOp {  // x < 0 ? 0 : x keeps NaN, as clamp_min(x, 0)
   explicit ReluOp(const Node&) {}
-  template <class C> C operator()(C x) const {
-    if constexpr (std::is_same_v<C, bool> || std::is_unsigned_v<C>) return x;
-    else return x < C(0) ? C(0) : x;
+  template <class C>
+  C operator()(C x) const {
+    if constexpr (std::is_same_v<C, bool> || std::is_unsigned_v<C>)
+      return x;
+    else
+      return x < C(0) ? C(0) : x;
   }
 };
 struct SignOp {  // (0 < x) - (x < 0): sign(NaN) is 0, as in PyTorch's CPU kernel
   explicit SignOp(const Node&) {}
-  template <class C> C operator()(C x) const {
-    if constexpr (std::is_same_v<C, bool> || std::is_unsigned_v<C>) return static_cast<C>(x != 0);
-    else return static_cast<C>((C(0) < x) - (x < C(0)));
+  template <class C>
+  C operator()(C x) const {
+    if constexpr (std::is_same_v<C, bool> || std::is_unsigned_v<C>)
+      return static_cast<C>(x != 0);
+    else
+      return static_cast<C>((C(0) < x) - (x < C(0)));
   }
 };
 
@@ -399,12 +469,14 @@ void logicalNotKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
   const Tensor b = asDType(in[0], DType::Bool);
   const bool* pb = b.data<bool>();
   bool* po = o.data<bool>();
-  parallelFor(b.numel(), kParallelGrain, [&](int64_t s, int64_t e) {
+  parallelFor(b.numel(), kParallelGrain, [pb, po](int64_t s, int64_t e) {
     for (int64_t i = s; i < e; ++i) po[i] = !pb[i];
   });
 }
 
-void castKernel(const Node& n, Inputs in, Outputs out, KernelContext&) { out[0] = castTensor(in[0], n.dt("dtype")); }
+void castKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
+  out[0] = castTensor(in[0], n.dt("dtype"));
+}
 
 void add(KernelRegistry& r, const char* op, KernelFn fn) {
   r.add({op, "cpu_ref", std::string("cpu_ref.") + op, 0, nullptr, fn});

@@ -2,17 +2,20 @@
 // sum, mean, prod, amax, amin, var over a set of dims; argmax/argmin and
 // cumsum along one dim.
 //
-// Every reduction is brought to the layout [outer, R, inner] (R reduced,
-// contiguous in memory): reduced dims that form one block in memory are used
-// in place, otherwise the input is first permuted into [kept..., reduced...].
+// Reductions over dims never copy the input: its dims are merged into
+// alternating kept/reduced runs; a trailing reduced run is reduced row by row
+// (contiguous), the rest by accumulating whole contiguous rows of the last
+// kept run, so batch-norm style sums over (N, H, W) vectorize too.
 // Floating sums accumulate in double (PyTorch's CPU accumulation type for
-// cumsum/var; more accurate than its float sum), integer sums in int64.
+// cumsum/var; more accurate than its float sum), integer sums in int64; var
+// uses Welford's moments in double.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
 
 #include "backend/cpu/cpu_loops.h"
+#include "backend/cpu/cpu_math.h"
 #include "backend/kernel.h"
 #include "core/ops/op_helpers.h"
 
@@ -22,104 +25,155 @@ namespace {
 using Inputs = std::span<const Tensor>;
 using Outputs = std::span<Tensor>;
 
-/// A reduction's input viewed as [outer, r, inner].
-struct ReduceLayout {
-  Tensor src;
-  int64_t outer = 1, r = 1, inner = 1;
+/// A run of adjacent input dims that are all kept or all reduced.
+struct DimGroup {
+  bool reduced;
+  int64_t size;
 };
 
-ReduceLayout reduceLayout(const Tensor& x, const std::vector<int64_t>& axes) {
-  const Shape& s = x.shape();
-  auto reduced = [&](int64_t d) { return std::find(axes.begin(), axes.end(), d) != axes.end(); };
-  // Group non-trivial dims into runs of kept / reduced dims.
-  std::vector<std::pair<bool, int64_t>> groups;
-  for (int64_t d = 0; d < x.rank(); ++d) {
+/// The input's dims merged into alternating kept / reduced runs; size-1 dims
+/// are dropped (they change nothing), size-0 dims kept.
+std::vector<DimGroup> groupDims(const Shape& s, const std::vector<int64_t>& axes) {
+  std::vector<DimGroup> g;
+  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
     if (s[d] == 1) continue;
-    bool red = reduced(d);
-    if (!groups.empty() && groups.back().first == red) groups.back().second *= s[d];
-    else groups.push_back({red, s[d]});
+    const bool red = std::find(axes.begin(), axes.end(), d) != axes.end();
+    if (!g.empty() && g.back().reduced == red)
+      g.back().size *= s[d];
+    else
+      g.push_back({red, s[d]});
   }
-  ReduceLayout l;
-  l.src = x;
-  int64_t red_groups = std::count_if(groups.begin(), groups.end(), [](auto& g) { return g.first; });
-  if (red_groups <= 1) {
-    bool seen = false;
-    for (auto& [red, size] : groups) {
-      if (red) l.r = size, seen = true;
-      else (seen ? l.inner : l.outer) *= size;
-    }
-    return l;
-  }
-  // Several separate reduced blocks: move them all to the end.
-  std::vector<int64_t> perm;
-  for (int64_t d = 0; d < x.rank(); ++d)
-    if (!reduced(d)) perm.push_back(d), l.outer *= s[d];
-  for (int64_t d = 0; d < x.rank(); ++d)
-    if (reduced(d)) perm.push_back(d), l.r *= s[d];
-  l.src = permuteCopy(x, perm);
-  return l;
+  return g;
 }
 
-/// Partial sums are kept per fixed-size block of R so results do not depend on
-/// the thread count.
+/// Partial results are kept per fixed-size block so sums do not depend on the thread count.
 constexpr int64_t kBlock = 16384;
 
-/// Reduce [outer, r, inner] to [outer, inner]: Red provides Acc, init(),
-/// step(Acc&, C), combine(Acc&, const Acc&) and finish(const Acc&, r) -> Out.
-template <class T, class Red>
-void reduceLoop(const ReduceLayout& l, typename Red::Out* dst, const Red& red) {
-  using C = compute_t<T>;
+/// Reduce one contiguous row. Eight independent accumulators break the
+/// dependency chain of the adds and let the lanes map onto vector registers.
+template <class Red, class In, class Step>
+KILN_SIMD_CLONES typename Red::Acc reduceRow(const In* p, int64_t n, const Red& red, Step step) {
+  constexpr int kLanes = 8;
+  typename Red::Acc a[kLanes];
+  for (int k = 0; k < kLanes; ++k) a[k] = red.init();
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int k = 0; k < kLanes; ++k) step(a[k], p[i + k]);
+  for (; i < n; ++i) step(a[0], p[i]);
+  for (int w = kLanes / 2; w > 0; w /= 2)
+    for (int k = 0; k < w; ++k) red.combine(a[k], a[k + w]);
+  return a[0];
+}
+
+/// acc[i] = step(acc[i], p[i]) over a row (vectorizes across i).
+template <class Acc, class In, class Step>
+KILN_SIMD_CLONES void accumulateRow(Acc* acc, const In* p, int64_t n, Step step) {
+  for (int64_t i = 0; i < n; ++i) step(acc[i], p[i]);
+}
+
+/// Reduce `src` laid out as `groups` whose last group (if any) is kept: for
+/// each output row (kept prefix dims) accumulate whole rows of the last group
+/// (`inner` contiguous elements, vectorizable) over every reduced prefix index.
+/// fin(output index, Acc) stores each result.
+template <class Red, class In, class Step, class Fin>
+void reduceStrided(const In* src, std::vector<DimGroup> groups, const Red& red, Step step, Fin fin) {
   using Acc = typename Red::Acc;
-  const T* src = l.src.data<T>();
-  const int64_t outer = l.outer, r = l.r, inner = l.inner;
-  if (outer * inner == 0) return;
-  if (inner == 1) {
-    // Contiguous rows. Four independent accumulators break the dependency chain.
-    auto row = [&](const T* p, int64_t n) {
-      Acc a[4] = {red.init(), red.init(), red.init(), red.init()};
-      int64_t i = 0;
-      for (; i + 4 <= n; i += 4)
-        for (int k = 0; k < 4; ++k) red.step(a[k], C(p[i + k]));
-      for (; i < n; ++i) red.step(a[0], C(p[i]));
-      red.combine(a[0], a[1]);
-      red.combine(a[2], a[3]);
-      red.combine(a[0], a[2]);
-      return a[0];
-    };
-    if (outer == 1 && r > 2 * kBlock) {
-      const int64_t blocks = (r + kBlock - 1) / kBlock;
-      std::vector<Acc> part(blocks);
-      parallelFor(blocks, 2, [&](int64_t b, int64_t e) {
-        for (int64_t k = b; k < e; ++k) part[k] = row(src + k * kBlock, std::min(kBlock, r - k * kBlock));
-      });
-      for (int64_t k = 1; k < blocks; ++k) red.combine(part[0], part[k]);
-      dst[0] = red.finish(part[0], r);
-      return;
-    }
-    parallelFor(outer, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(r, 1)), [&](int64_t b, int64_t e) {
-      for (int64_t o = b; o < e; ++o) dst[o] = red.finish(row(src + o * r, r), r);
-    });
-    return;
+  int64_t inner = 1;
+  if (!groups.empty() && !groups.back().reduced) {
+    inner = groups.back().size;
+    groups.pop_back();
   }
-  // Strided: accumulate whole rows of `inner` at once (vectorizable over i),
-  // in tasks of (outer index, block of inner).
+  // Kept and reduced prefix dims with their element strides, innermost first.
+  std::vector<int64_t> ks, kst, rs, rst;
+  int64_t stride = inner, out_rows = 1, red_rows = 1;
+  for (auto it = groups.rbegin(); it != groups.rend(); ++it) {
+    (it->reduced ? rs : ks).push_back(it->size);
+    (it->reduced ? rst : kst).push_back(stride);
+    (it->reduced ? red_rows : out_rows) *= it->size;
+    stride *= it->size;
+  }
   constexpr int64_t kInnerBlock = 512;
   const int64_t iblocks = (inner + kInnerBlock - 1) / kInnerBlock;
-  const int64_t work = r * std::min(inner, kInnerBlock);
-  parallelFor(outer * iblocks, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(work, 1)),
+  const int64_t work = red_rows * std::min(inner, kInnerBlock);
+  parallelFor(out_rows * iblocks, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(work, 1)),
               [&](int64_t b, int64_t e) {
-                std::vector<Acc> acc(kInnerBlock);
+                std::vector<Acc> acc(static_cast<size_t>(std::min(inner, kInnerBlock)));
+                std::vector<int64_t> idx(rs.size());
                 for (int64_t t = b; t < e; ++t) {
                   const int64_t o = t / iblocks, i0 = (t % iblocks) * kInnerBlock;
                   const int64_t n = std::min(kInnerBlock, inner - i0);
-                  std::fill(acc.begin(), acc.begin() + n, red.init());
-                  for (int64_t k = 0; k < r; ++k) {
-                    const T* p = src + (o * r + k) * inner + i0;
-                    for (int64_t i = 0; i < n; ++i) red.step(acc[i], C(p[i]));
+                  int64_t base = i0;
+                  for (size_t j = 0, rem = o; j < ks.size(); ++j) {
+                    base += static_cast<int64_t>(rem % ks[j]) * kst[j];
+                    rem /= ks[j];
                   }
-                  for (int64_t i = 0; i < n; ++i) dst[o * inner + i0 + i] = red.finish(acc[i], r);
+                  std::fill(acc.begin(), acc.begin() + n, red.init());
+                  std::fill(idx.begin(), idx.end(), 0);
+                  int64_t off = 0;
+                  for (int64_t k = 0; k < red_rows; ++k) {
+                    accumulateRow(acc.data(), src + base + off, n, step);
+                    for (size_t j = 0; j < rs.size(); ++j) {  // odometer over the reduced dims
+                      off += rst[j];
+                      if (++idx[j] < rs[j]) break;
+                      off -= rs[j] * rst[j];
+                      idx[j] = 0;
+                    }
+                  }
+                  for (int64_t i = 0; i < n; ++i) fin(o * inner + i0 + i, acc[i]);
                 }
               });
+}
+
+/// Reduce `x` (storage type T) over `axes` into `dst` without copying the
+/// input: a trailing reduced run is reduced row by row first (into partial
+/// accumulators when more reduced dims remain), the rest by reduceStrided.
+/// Red provides Acc, init(), step(Acc&, compute_t<T>), combine(Acc&, const Acc&)
+/// and finish(const Acc&, count) -> Out.
+template <class T, class Red>
+void reduceDims(const Tensor& x, const std::vector<int64_t>& axes, typename Red::Out* dst, const Red& red) {
+  using Acc = typename Red::Acc;
+  std::vector<DimGroup> g = groupDims(x.shape(), axes);
+  int64_t count = 1, out_n = 1;
+  for (const DimGroup& d : g) (d.reduced ? count : out_n) *= d.size;
+  if (out_n == 0) return;
+  auto fin = [&](int64_t o, const Acc& a) { dst[o] = red.finish(a, count); };
+  if (count == 0) {
+    for (int64_t o = 0; o < out_n; ++o) fin(o, red.init());
+    return;
+  }
+  const T* src = x.data<T>();
+  auto step = [&](Acc& a, const T& v) { red.step(a, compute_t<T>(v)); };
+  if (g.empty() || !g.back().reduced) {
+    reduceStrided(src, g, red, step, fin);
+    return;
+  }
+  const int64_t len = g.back().size, rows = x.numel() / len;
+  g.pop_back();
+  const bool more = std::any_of(g.begin(), g.end(), [](const DimGroup& d) { return d.reduced; });
+  if (rows == 1 && len > 2 * kBlock) {  // one long row: blocks in parallel
+    const int64_t blocks = (len + kBlock - 1) / kBlock;
+    std::vector<Acc> part(blocks);
+    parallelFor(blocks, 2, [&](int64_t b, int64_t e) {
+      for (int64_t k = b; k < e; ++k)
+        part[k] = reduceRow(src + k * kBlock, std::min(kBlock, len - k * kBlock), red, step);
+    });
+    for (int64_t k = 1; k < blocks; ++k) red.combine(part[0], part[k]);
+    fin(0, part[0]);
+    return;
+  }
+  const int64_t grain = std::max<int64_t>(1, kParallelGrain / len);
+  if (!more) {
+    parallelFor(rows, grain, [&](int64_t b, int64_t e) {
+      for (int64_t o = b; o < e; ++o) fin(o, reduceRow(src + o * len, len, red, step));
+    });
+    return;
+  }
+  std::vector<Acc> part(rows);
+  parallelFor(rows, grain, [&](int64_t b, int64_t e) {
+    for (int64_t o = b; o < e; ++o) part[o] = reduceRow(src + o * len, len, red, step);
+  });
+  reduceStrided(
+      part.data(), g, red, [&](Acc& a, const Acc& v) { red.combine(a, v); }, fin);
 }
 
 template <class T, class OutT>
@@ -157,11 +211,12 @@ struct ExtremeRed {
   Acc init() const {
     if constexpr (std::is_floating_point_v<C>)
       return kMax ? -std::numeric_limits<C>::infinity() : std::numeric_limits<C>::infinity();
-    else return kMax ? std::numeric_limits<C>::lowest() : std::numeric_limits<C>::max();
+    else
+      return kMax ? std::numeric_limits<C>::lowest() : std::numeric_limits<C>::max();
   }
   void step(Acc& a, C x) const {
     if constexpr (std::is_floating_point_v<C>) {
-      a = (kMax ? x > a : x < a) || std::isnan(x) ? x : a;  // a NaN, once in, stays
+      a = kMax ? maxNaN(x, a) : minNaN(x, a);  // a NaN, once in, stays
     } else {
       if (kMax ? x > a : x < a) a = x;
     }
@@ -170,15 +225,50 @@ struct ExtremeRed {
   Out finish(const Acc& a, int64_t) const { return T(a); }
 };
 
-/// sum, mean, prod, amax, amin over `dims` (empty = all).
-template <int kKind>  // 0 sum, 1 mean, 2 prod, 3 amax, 4 amin
+/// Welford's running moments (merged with Chan's formula), in double.
+struct Moments {
+  double n = 0, mean = 0, m2 = 0;
+};
+
+/// Variance with `correction` (1: Bessel's): m2 / max(0, count - correction).
+template <class T>
+struct VarRed {
+  using Acc = Moments;
+  using Out = T;
+  double correction;
+  Acc init() const { return {}; }
+  void step(Acc& a, compute_t<T> x) const {
+    const double v = static_cast<double>(x), d = v - a.mean;
+    a.n += 1;
+    a.mean += d / a.n;
+    a.m2 += d * (v - a.mean);
+  }
+  void combine(Acc& a, const Acc& b) const {
+    if (b.n == 0) return;
+    if (a.n == 0) {
+      a = b;
+      return;
+    }
+    const double n = a.n + b.n, d = b.mean - a.mean;
+    a.mean += d * b.n / n;
+    a.m2 += b.m2 + d * d * a.n * b.n / n;
+    a.n = n;
+  }
+  Out finish(const Acc& a, int64_t count) const {
+    return convert<T>(a.m2 / std::max(0.0, static_cast<double>(count) - correction));
+  }
+};
+
+/// sum, mean, prod, amax, amin, var over `dims` (empty = all).
+template <int kKind>  // 0 sum, 1 mean, 2 prod, 3 amax, 4 amin, 5 var
 void reduceKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
   Tensor& o = allocOutput(n, out, 0);
   const Tensor& x = in[0];
-  const ReduceLayout l = reduceLayout(x, reductionAxes(n, n.is("dims"), x.rank()));
-  if constexpr (kKind >= 3) {
-    if (l.r == 0 && o.numel() > 0)
-      opFail(n, "cannot reduce over a dimension of size 0 (amax/amin have no identity)");
+  const std::vector<int64_t> axes = reductionAxes(n, n.is("dims"), x.rank());
+  if constexpr (kKind == 3 || kKind == 4) {
+    for (int64_t a : axes)
+      if (x.shape()[a] == 0 && o.numel() > 0)
+        opFail(n, "cannot reduce over a dimension of size 0 (amax/amin have no identity)");
   }
   auto body = [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -186,44 +276,29 @@ void reduceKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
       // Floating sums keep their dtype; integer and bool sums give int64.
       using Out = std::conditional_t<is_floating_v<T>, T, int64_t>;
       using Red = std::conditional_t<kKind == 0, SumRed<T, Out>, ProdRed<T, Out>>;
-      reduceLoop<T>(l, o.data<Out>(), Red{});
+      reduceDims<T>(x, axes, o.data<Out>(), Red{});
     } else if constexpr (kKind == 1) {
-      if constexpr (is_floating_v<T>) reduceLoop<T>(l, o.data<T>(), MeanRed<T>{});
+      reduceDims<T>(x, axes, o.data<T>(), MeanRed<T>{});
+    } else if constexpr (kKind == 5) {
+      reduceDims<T>(x, axes, o.data<T>(), VarRed<T>{n.f("correction")});
     } else {
-      reduceLoop<T>(l, o.data<T>(), ExtremeRed<T, kKind == 3>{});
+      reduceDims<T>(x, axes, o.data<T>(), ExtremeRed<T, kKind == 3>{});
     }
   };
-  if constexpr (kKind == 1) dispatchFloating(x.dtype(), body);
-  else dispatchAll(x.dtype(), body);
+  if constexpr (kKind == 1 || kKind == 5)
+    dispatchFloating(x.dtype(), body);
+  else
+    dispatchAll(x.dtype(), body);
 }
 
-/// Variance with `correction` (1: Bessel's). Two passes in double: the mean,
-/// then the sum of squared deviations, divided by max(0, R - correction).
-void varKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
-  Tensor& o = allocOutput(n, out, 0);
-  const Tensor& x = in[0];
-  const ReduceLayout l = reduceLayout(x, reductionAxes(n, n.is("dims"), x.rank()));
-  const double denom = std::max(0.0, static_cast<double>(l.r) - n.f("correction"));
-  dispatchFloating(x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* src = l.src.data<T>();
-    T* dst = o.data<T>();
-    const int64_t r = l.r, inner = l.inner;
-    parallelFor(l.outer * inner, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(2 * r, 1)),
-                [&](int64_t b, int64_t e) {
-                  for (int64_t t = b; t < e; ++t) {
-                    const T* p = src + (t / inner) * r * inner + t % inner;
-                    double mean = 0, ss = 0;
-                    for (int64_t k = 0; k < r; ++k) mean += static_cast<double>(compute_t<T>(p[k * inner]));
-                    mean /= static_cast<double>(r);
-                    for (int64_t k = 0; k < r; ++k) {
-                      double d = static_cast<double>(compute_t<T>(p[k * inner])) - mean;
-                      ss += d * d;
-                    }
-                    dst[t] = convert<T>(ss / denom);
-                  }
-                });
-  });
+/// The shape around one axis as [outer, size, inner] (a scalar is [1, 1, 1]).
+struct AxisSplit {
+  int64_t outer = 1, size = 1, inner = 1;
+};
+AxisSplit splitAt(const Tensor& x, int64_t axis) {
+  AxisSplit a;
+  for (int64_t d = 0; d < x.rank(); ++d) (d < axis ? a.outer : d > axis ? a.inner : a.size) *= x.shape()[d];
+  return a;
 }
 
 /// argmax/argmin along `dim`: the first index of the extreme; a NaN counts as
@@ -233,14 +308,14 @@ void argKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
   Tensor& o = allocOutput(n, out, 0);
   const Tensor& x = in[0];
   const int64_t axis = normalizeAxis(n.i("dim"), x.rank());
-  const ReduceLayout l = reduceLayout(x, x.rank() == 0 ? std::vector<int64_t>{} : std::vector<int64_t>{axis});
-  if (l.r == 0 && o.numel() > 0) opFail(n, "cannot take the arg-extreme of an empty dimension");
+  const AxisSplit l = splitAt(x, axis);
+  if (l.size == 0 && o.numel() > 0) opFail(n, "cannot take the arg-extreme of an empty dimension");
   int64_t* dst = o.data<int64_t>();
   dispatchAll(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
-    const T* src = l.src.data<T>();
-    const int64_t r = l.r, inner = l.inner;
+    const T* src = x.data<T>();
+    const int64_t r = l.size, inner = l.inner;
     parallelFor(l.outer * inner, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(r, 1)),
                 [&](int64_t b, int64_t e) {
                   for (int64_t t = b; t < e; ++t) {
@@ -252,8 +327,10 @@ void argKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
                         if (std::isnan(bv)) break;
                       const C v = C(p[k * inner]);
                       bool better;
-                      if constexpr (std::is_floating_point_v<C>) better = std::isnan(v) || (kMax ? v > bv : v < bv);
-                      else better = kMax ? v > bv : v < bv;
+                      if constexpr (std::is_floating_point_v<C>)
+                        better = std::isnan(v) || (kMax ? v > bv : v < bv);
+                      else
+                        better = kMax ? v > bv : v < bv;
                       if (better) best = k, bv = v;
                     }
                     dst[t] = best;
@@ -268,11 +345,7 @@ void cumsumKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
   Tensor& o = allocOutput(n, out, 0);
   const Tensor& x = in[0];
   const int64_t axis = normalizeAxis(n.i("dim"), x.rank());
-  int64_t outer = 1, r = x.rank() == 0 ? 1 : x.shape()[axis], inner = 1;
-  for (int64_t d = 0; d < x.rank(); ++d) {
-    if (d < axis) outer *= x.shape()[d];
-    if (d > axis) inner *= x.shape()[d];
-  }
+  const auto [outer, r, inner] = splitAt(x, axis);
   dispatchAll(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using Out = std::conditional_t<is_floating_v<T>, T, int64_t>;
@@ -309,7 +382,7 @@ void registerCpuReductionKernels(KernelRegistry& r) {
   add(r, "prod", reduceKernel<2>);
   add(r, "amax", reduceKernel<3>);
   add(r, "amin", reduceKernel<4>);
-  add(r, "var", varKernel);
+  add(r, "var", reduceKernel<5>);
   add(r, "argmax", argKernel<true>);
   add(r, "argmin", argKernel<false>);
   add(r, "cumsum", cumsumKernel);

@@ -29,15 +29,22 @@ struct AxisSplit {
 AxisSplit splitAt(const Shape& s, int64_t axis) {
   AxisSplit a;
   for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
-    if (d < axis) a.outer *= s[d];
-    else if (d == axis) a.size = s[d];
-    else a.inner *= s[d];
+    if (d < axis)
+      a.outer *= s[d];
+    else if (d == axis)
+      a.size = s[d];
+    else
+      a.inner *= s[d];
   }
   return a;
 }
 
-unsigned char* bytesOf(Tensor& t) { return static_cast<unsigned char*>(t.raw()); }
-const unsigned char* bytesOf(const Tensor& t) { return static_cast<const unsigned char*>(t.raw()); }
+unsigned char* bytesOf(Tensor& t) {
+  return static_cast<unsigned char*>(t.raw());
+}
+const unsigned char* bytesOf(const Tensor& t) {
+  return static_cast<const unsigned char*>(t.raw());
+}
 
 /// Reshape reuses the input buffer (Tensor::reshaped): no copy.
 void reshapeKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
@@ -143,15 +150,14 @@ Tensor rollAxis(const Tensor& x, AxisSplit a, int64_t shift) {
   const size_t block = static_cast<size_t>(a.inner) * es, row = block * static_cast<size_t>(a.size);
   const unsigned char* src = bytesOf(x);
   unsigned char* dst = bytesOf(o);
-  parallelFor(a.outer, std::max<int64_t>(1, 4 * kParallelGrain / static_cast<int64_t>(row)),
-              [&](int64_t b, int64_t e) {
-                for (int64_t k = b; k < e; ++k) {
-                  const unsigned char* r = src + k * row;
-                  unsigned char* w = dst + k * row;
-                  std::memcpy(w + s * block, r, (a.size - s) * block);  // out[s:] = in[:n-s]
-                  std::memcpy(w, r + (a.size - s) * block, s * block);  // out[:s] = in[n-s:]
-                }
-              });
+  parallelFor(a.outer, std::max<int64_t>(1, 4 * kParallelGrain / static_cast<int64_t>(row)), [&](int64_t b, int64_t e) {
+    for (int64_t k = b; k < e; ++k) {
+      const unsigned char* r = src + k * row;
+      unsigned char* w = dst + k * row;
+      std::memcpy(w + s * block, r, (a.size - s) * block);  // out[s:] = in[:n-s]
+      std::memcpy(w, r + (a.size - s) * block, s * block);  // out[:s] = in[n-s:]
+    }
+  });
   return o;
 }
 
@@ -208,10 +214,14 @@ std::vector<int64_t> padMap(const Node& n, const std::string& mode, int64_t size
   }
   for (int64_t i = 0; i < len; ++i) {
     int64_t j = i - lo;
-    if (mode == "constant") j = (j >= 0 && j < size) ? j : -1;
-    else if (mode == "reflect") j = j < 0 ? -j : (j >= size ? 2 * (size - 1) - j : j);
-    else if (mode == "replicate") j = std::clamp<int64_t>(j, 0, size - 1);
-    else j = ((j % size) + size) % size;  // circular
+    if (mode == "constant")
+      j = (j >= 0 && j < size) ? j : -1;
+    else if (mode == "reflect")
+      j = j < 0 ? -j : (j >= size ? 2 * (size - 1) - j : j);
+    else if (mode == "replicate")
+      j = std::clamp<int64_t>(j, 0, size - 1);
+    else
+      j = ((j % size) + size) % size;  // circular
     map[i] = j;
   }
   return map;
@@ -239,6 +249,10 @@ void padKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
   const Shape xst = contiguousStrides(x.shape());
   const int64_t width = os[rank - 1], rows = width ? o.numel() / width : 0;
   const std::vector<int64_t>& last = maps[rank - 1];
+  // Output columns [ib, ie) read input columns [ib - lo_last, ie - lo_last) in order.
+  const int64_t lo_last = pads.size() >= 2 ? pads[0] : 0;
+  const int64_t ib = std::clamp<int64_t>(lo_last, 0, width);
+  const int64_t ie = std::max(ib, std::clamp<int64_t>(lo_last + x.shape()[rank - 1], 0, width));
   dispatchAll(o.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T fill = convert<T>(n.f("value"));
@@ -258,7 +272,10 @@ void padKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
           std::fill(w, w + width, fill);
           continue;
         }
-        for (int64_t k = 0; k < width; ++k) w[k] = last[k] < 0 ? fill : src[off + last[k]];
+        // Borders through the map, the interior (which every mode maps to itself) as one copy.
+        for (int64_t k = 0; k < ib; ++k) w[k] = last[k] < 0 ? fill : src[off + last[k]];
+        std::copy(src + off + ib - lo_last, src + off + ie - lo_last, w + ib);
+        for (int64_t k = ie; k < width; ++k) w[k] = last[k] < 0 ? fill : src[off + last[k]];
       }
     });
   });

@@ -16,8 +16,8 @@ using Inputs = std::span<const Tensor>;
 using Outputs = std::span<Tensor>;
 
 [[noreturn]] void indexOutOfRange(const Node& n, int64_t v, int64_t axis, int64_t size) {
-  opFail(n, "index " + std::to_string(v) + " is out of range for dimension " + std::to_string(axis) +
-                " of size " + std::to_string(size));
+  opFail(n, "index " + std::to_string(v) + " is out of range for dimension " + std::to_string(axis) + " of size " +
+                std::to_string(size));
 }
 
 /// x viewed as [outer, size, inner]; out as [outer, m, inner] with m = idx.numel().
@@ -42,13 +42,12 @@ void indexKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
   const size_t block = static_cast<size_t>(inner) * dtypeSize(x.dtype());
   const auto* src = static_cast<const unsigned char*>(x.raw());
   auto* dst = static_cast<unsigned char*>(o.raw());
-  parallelFor(outer * m, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(inner, 1)),
-              [&](int64_t b, int64_t e) {
-                for (int64_t t = b; t < e; ++t) {
-                  const int64_t k = t / m, j = t % m;
-                  std::memcpy(dst + t * block, src + (k * size + pos[j]) * block, block);
-                }
-              });
+  parallelFor(outer * m, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(inner, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t k = t / m, j = t % m;
+      std::memcpy(dst + t * block, src + (k * size + pos[j]) * block, block);
+    }
+  });
 }
 
 /// torch.gather: out[i...] = x[i... with i[dim] replaced by idx[i...]].

@@ -67,8 +67,8 @@ const std::vector<std::pair<std::string, TorchBinary>>& arithmeticOps() {
 TEST(KernelsElementwiseBinary, ArithmeticBroadcastingF32) {
   torch::manual_seed(1);
   const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> shapes = {
-      {{2, 3, 4}, {2, 3, 4}}, {{2, 3, 4}, {4}},    {{2, 1, 4}, {3, 1}}, {{}, {2, 3}},   {{2, 3}, {}},
-      {{1}, {5, 1}},          {{4, 1, 3}, {1, 5, 1}}, {{}, {}},        {{0, 3}, {3}},   {{2, 0}, {1}},
+      {{2, 3, 4}, {2, 3, 4}}, {{2, 3, 4}, {4}}, {{2, 1, 4}, {3, 1}}, {{}, {2, 3}},  {{2, 3}, {}}, {{1}, {5, 1}},
+      {{4, 1, 3}, {1, 5, 1}}, {{}, {}},         {{0, 3}, {3}},       {{2, 0}, {1}},
   };
   for (auto& [sa, sb] : shapes)
     for (auto& [op, fn] : arithmeticOps()) {
@@ -119,7 +119,8 @@ TEST(KernelsElementwiseBinary, IntegerPythonSemantics) {
   auto ex = torch::tensor({-1, -2, -3, -2, -3, -1, 4, 3, 10}, torch::kInt64);
   check("pow", {base, ex}, torch::pow(base, ex));
   // Float floor division with negative operands and exact multiples.
-  auto fa = torch::tensor({7.5, -7.5, 7.5, -7.5, 6.0, -6.0, 0.3}), fb = torch::tensor({2.0, 2.0, -2.0, -2.0, 3.0, 3.0, 0.1});
+  auto fa = torch::tensor({7.5, -7.5, 7.5, -7.5, 6.0, -6.0, 0.3}),
+       fb = torch::tensor({2.0, 2.0, -2.0, -2.0, 3.0, 3.0, 0.1});
   check("floor_div", {fa, fb}, torch::floor_divide(fa, fb));
   check("remainder", {fa, fb}, torch::remainder(fa, fb));
 }
@@ -147,10 +148,14 @@ TEST(KernelsElementwiseBinary, TypePromotion) {
     torch::Tensor a, b;
   };
   const std::vector<Case> cases = {
-      {"add", f32, i64},    {"mul", i64, f32},   {"sub", f32, f64},  {"add", i32, i64},  {"mul", i8, u8},
-      {"add", bl, bl},      {"mul", bl, i32},    {"div", i64, nz64}, {"div", i32, nz64}, {"div", bl, f32},
-      {"floor_div", i64, nz64}, {"remainder", f32, nz64}, {"maximum", i8, f32}, {"minimum", u8, i64},
-      {"pow", f32.abs(), i64}, {"add", f32.to(torch::kFloat16), f32.to(torch::kBFloat16)},
+      {"add", f32, i64},        {"mul", i64, f32},
+      {"sub", f32, f64},        {"add", i32, i64},
+      {"mul", i8, u8},          {"add", bl, bl},
+      {"mul", bl, i32},         {"div", i64, nz64},
+      {"div", i32, nz64},       {"div", bl, f32},
+      {"floor_div", i64, nz64}, {"remainder", f32, nz64},
+      {"maximum", i8, f32},     {"minimum", u8, i64},
+      {"pow", f32.abs(), i64},  {"add", f32.to(torch::kFloat16), f32.to(torch::kBFloat16)},
   };
   for (const Case& c : cases) {
     auto fn = c.op == "pow" ? TorchBinary([](auto& a, auto& b) { return torch::pow(a, b); }) : TorchBinary();
@@ -175,9 +180,12 @@ TEST(KernelsElementwiseCompare, AllComparisonsWithPromotionAndNaN) {
   auto b = torch::randint(-3, 3, {5}, torch::kInt64);
   auto i = torch::randint(-3, 3, {4, 1}, torch::kInt32);
   const std::vector<std::pair<std::string, TorchBinary>> ops = {
-      {"eq", [](auto& x, auto& y) { return torch::eq(x, y); }}, {"ne", [](auto& x, auto& y) { return torch::ne(x, y); }},
-      {"lt", [](auto& x, auto& y) { return torch::lt(x, y); }}, {"le", [](auto& x, auto& y) { return torch::le(x, y); }},
-      {"gt", [](auto& x, auto& y) { return torch::gt(x, y); }}, {"ge", [](auto& x, auto& y) { return torch::ge(x, y); }},
+      {"eq", [](auto& x, auto& y) { return torch::eq(x, y); }},
+      {"ne", [](auto& x, auto& y) { return torch::ne(x, y); }},
+      {"lt", [](auto& x, auto& y) { return torch::lt(x, y); }},
+      {"le", [](auto& x, auto& y) { return torch::le(x, y); }},
+      {"gt", [](auto& x, auto& y) { return torch::gt(x, y); }},
+      {"ge", [](auto& x, auto& y) { return torch::ge(x, y); }},
   };
   for (auto& [op, fn] : ops) {
     check(op, {a, b}, fn(a, b));

@@ -42,7 +42,9 @@ torch::Tensor reference(const std::string& op, const torch::Tensor& x, const Dim
   return r;
 }
 
-AttrMap reduceAttrs(const Dims& dims, bool keepdim) { return {{"dims", dims}, {"keepdim", int64_t{keepdim}}}; }
+AttrMap reduceAttrs(const Dims& dims, bool keepdim) {
+  return {{"dims", dims}, {"keepdim", int64_t{keepdim}}};
+}
 
 TEST(KernelsReduction, AllDimsListsAndKeepdimF32) {
   torch::manual_seed(20);
@@ -83,7 +85,8 @@ TEST(KernelsReduction, IntegerBoolAndHalfInputs) {
   for (const char* op : {"sum", "mean", "prod", "amax", "amin"})
     check(op, d, reference(op, d, {1}, false), reduceAttrs({1}, false), 1e-12);
   auto h = torch::randn({5, 7}).to(torch::kBFloat16);
-  for (const char* op : {"sum", "mean", "amax"}) check(op, h, reference(op, h, {0}, false), reduceAttrs({0}, false), 1e-2);
+  for (const char* op : {"sum", "mean", "amax"})
+    check(op, h, reference(op, h, {0}, false), reduceAttrs({0}, false), 1e-2);
   auto f16 = torch::randn({5, 7}).to(torch::kFloat16);
   check("sum", f16, f16.to(torch::kFloat32).sum(Dims{0}).to(torch::kFloat16), reduceAttrs({0}, false), 1e-2);
 }
@@ -91,7 +94,8 @@ TEST(KernelsReduction, IntegerBoolAndHalfInputs) {
 TEST(KernelsReduction, SpecialValuesPropagate) {
   auto x = torch::tensor({{1.0, kNaN, 3.0}, {-kInf, 2.0, 5.0}, {kInf, -1.0, 0.0}});
   for (const char* op : {"sum", "mean", "prod", "amax", "amin"})
-    for (const Dims& dims : {Dims{}, Dims{0}, Dims{1}}) check(op, x, reference(op, x, dims, false), reduceAttrs(dims, false));
+    for (const Dims& dims : {Dims{}, Dims{0}, Dims{1}})
+      check(op, x, reference(op, x, dims, false), reduceAttrs(dims, false));
 }
 
 TEST(KernelsReduction, LargeInputsParallelPaths) {
@@ -100,10 +104,14 @@ TEST(KernelsReduction, LargeInputsParallelPaths) {
   check("sum", flat, flat.sum(), reduceAttrs({}, false));
   check("mean", flat, flat.mean(), reduceAttrs({}, false));
   check("amax", flat, flat.amax(0), reduceAttrs({0}, false));
+  check("var", flat, flat.var(), {});  // blocked Welford partials merged
+  auto tall = torch::randn({4096, 64});
+  check("sum", tall, tall.sum(Dims{0}), reduceAttrs({0}, false));  // one output row, strided
+  check("amin", tall, tall.amin(Dims{0}), reduceAttrs({0}, false));
   auto nchw = torch::randn({8, 64, 28, 28});
   check("mean", nchw, nchw.mean({2, 3}, true), reduceAttrs({2, 3}, true));  // global average pool
   check("sum", nchw, nchw.sum({0, 2, 3}), reduceAttrs({0, 2, 3}, false));   // batch-norm style
-  check("sum", nchw, nchw.sum(Dims{0}), reduceAttrs({0}, false));                 // strided rows
+  check("sum", nchw, nchw.sum(Dims{0}), reduceAttrs({0}, false));           // strided rows
   check("var", nchw, nchw.var({0, 2, 3}, /*unbiased=*/false), {{"dims", Dims{0, 2, 3}}, {"correction", 0.0}});
 }
 
@@ -113,7 +121,7 @@ TEST(KernelsReduction, EmptyTensors) {
   check("prod", e, e.prod(0), reduceAttrs({0}, false));
   check("mean", e, e.mean(Dims{0}), reduceAttrs({0}, false));  // NaN
   check("sum", e, e.sum(Dims{1}), reduceAttrs({1}, false));    // empty output
-  check("amax", e, e.amax(1), reduceAttrs({1}, false));  // empty output: fine
+  check("amax", e, e.amax(1), reduceAttrs({1}, false));        // empty output: fine
 }
 
 TEST(KernelsReductionVar, CorrectionKeepdimAndDims) {

@@ -87,17 +87,17 @@ TEST(KernelsShapeView, SliceBoundsAndSteps) {
     int64_t dim, start, end, step;
   };
   const int64_t kEnd = std::numeric_limits<int64_t>::max();
-  const std::vector<Case> cases = {{1, 0, kEnd, 1}, {1, 2, 7, 1},    {1, -3, kEnd, 1}, {1, -100, 4, 1},
-                                   {1, 3, 100, 2},  {1, 1, -1, 3},   {1, 8, 2, 1},     {0, 1, 3, 1},
-                                   {-1, 0, 3, 2},   {1, -4, -1, 2},  {1, 20, 30, 1},   {0, kEnd, kEnd, 1}};
+  const std::vector<Case> cases = {{1, 0, kEnd, 1}, {1, 2, 7, 1},   {1, -3, kEnd, 1}, {1, -100, 4, 1},
+                                   {1, 3, 100, 2},  {1, 1, -1, 3},  {1, 8, 2, 1},     {0, 1, 3, 1},
+                                   {-1, 0, 3, 2},   {1, -4, -1, 2}, {1, 20, 30, 1},   {0, kEnd, kEnd, 1}};
   for (const Case& c : cases) {
     AttrMap a = {{"dim", c.dim}, {"start", c.start}, {"end", c.end}, {"step", c.step}};
     auto expected = x.slice(c.dim, c.start, c.end, c.step);
     check("slice", {x}, expected, a);
   }
   auto i = torch::randint(0, 9, {12}, torch::kInt8);
-  check("slice", {i}, i.slice(0, 1, 12, 4), {{"dim", int64_t{0}}, {"start", int64_t{1}}, {"end", int64_t{12}},
-                                           {"step", int64_t{4}}});
+  check("slice", {i}, i.slice(0, 1, 12, 4),
+        {{"dim", int64_t{0}}, {"start", int64_t{1}}, {"end", int64_t{12}}, {"step", int64_t{4}}});
 }
 
 TEST(KernelsShapeLayout, CatAndSplit) {
@@ -226,7 +226,8 @@ TEST(KernelsShapeSource, FullAndArange) {
   check("full", {}, torch::full({4}, 2.7).to(torch::kInt64),
         {{"shape", Ints{4}}, {"value", 2.7}, {"dtype", DType::I64}});
   check("full", {}, torch::full({2}, true), {{"shape", Ints{2}}, {"value", 0.5}, {"dtype", DType::Bool}});
-  check("full", {}, torch::full({}, -3.0, torch::kFloat64), {{"shape", Ints{}}, {"value", -3.0}, {"dtype", DType::F64}});
+  check("full", {}, torch::full({}, -3.0, torch::kFloat64),
+        {{"shape", Ints{}}, {"value", -3.0}, {"dtype", DType::F64}});
   check("full", {}, torch::full({0, 2}, 1.0), {{"shape", Ints{0, 2}}, {"value", 1.0}});
   check("full", {}, torch::full({3}, -1e30).to(torch::kBFloat16),
         {{"shape", Ints{3}}, {"value", -1e30}, {"dtype", DType::BF16}});

@@ -1,0 +1,72 @@
+// Branch-free scalar math for CPU kernel loops. GCC (with its default
+// -ftrapping-math) refuses to vectorize a loop body holding more than one
+// floating-point `?:`, and libm's expf is never vectorized; these helpers are
+// written with bit-mask selects so loops over them vectorize, and keep
+// PyTorch's NaN/inf behaviour.
+#pragma once
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+namespace kiln::cpu {
+
+/// c ? a : b for float or double, as bit masks (no branch, vectorizable).
+template <class F>
+inline F select(bool c, F a, F b) {
+  static_assert(std::is_floating_point_v<F>);
+  using I = std::conditional_t<sizeof(F) == 4, int32_t, int64_t>;
+  const I m = -static_cast<I>(c);
+  return std::bit_cast<F>(static_cast<I>((std::bit_cast<I>(a) & m) | (std::bit_cast<I>(b) & ~m)));
+}
+
+/// Clamp to [lo, hi] applying lo first (lo > hi gives hi, as torch.clamp); NaN stays NaN.
+template <class F>
+inline F clampSelect(F x, F lo, F hi) {
+  F t = select(x < lo, lo, x);
+  return select(t > hi, hi, t);
+}
+
+/// max / min where a NaN on either side wins (torch.maximum / torch.minimum).
+template <class F>
+inline F maxNaN(F a, F b) {
+  return select((a > b) | (a != a), a, b);
+}
+template <class F>
+inline F minNaN(F a, F b) {
+  return select((a < b) | (a != a), a, b);
+}
+
+/// exp for float: Cephes' polynomial after range reduction by ln 2, within
+/// ~1.2 ulp of the exact value like libm's expf (overflow gives inf, deep
+/// underflow 0, NaN stays NaN), but vectorizable.
+inline float expVec(float x) {
+  const float xc = select(x < -104.0f, -104.0f, select(x > 89.0f, 89.0f, x));
+  // n = round(x / ln2): adding 1.5 * 2^23 rounds to an integer in float.
+  const float fn = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = xc - fn * 0.693359375f;  // ln2 split in two for an exact product
+  r = r - fn * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  // 2^n as two normal factors so results near overflow and subnormal ones stay right.
+  const int32_t n = static_cast<int32_t>(fn), n1 = n >> 1, n2 = n - n1;
+  const float y = p * std::bit_cast<float>((n1 + 127) << 23) * std::bit_cast<float>((n2 + 127) << 23);
+  return select(x != x, x, y);
+}
+
+/// exp in C (float: expVec, otherwise std::exp).
+template <class C>
+inline C expAny(C x) {
+  if constexpr (std::is_same_v<C, float>)
+    return expVec(x);
+  else
+    return std::exp(x);
+}
+
+}  // namespace kiln::cpu
