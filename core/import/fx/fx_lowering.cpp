@@ -1,0 +1,104 @@
+// Lowering state shared by the rule families, and the merged rule table.
+#include "core/import/fx/fx_lowering.h"
+
+#include <algorithm>
+#include <map>
+
+#include "core/result.h"
+
+namespace kiln::fx {
+namespace {
+
+/// Element count, or -1 when it exceeds kMaxElements (without overflowing).
+int64_t boundedNumel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) {
+    if (d < 0) return -1;
+    if (d > 0 && n > kMaxElements / d) return -1;
+    n *= d;
+  }
+  return n;
+}
+
+}  // namespace
+
+Node* Lowering::emitNode(std::string_view op, std::vector<Value*> inputs, AttrMap attrs) {
+  Node* n = graph_.create(op, std::move(inputs), std::move(attrs), scope, provenance);
+  // Every value stays small enough that later shape arithmetic cannot overflow.
+  for (Value* v : n->outputs())
+    if (boundedNumel(v->shape()) < 0) fail(n->describe() + ": result " + v->type().str() + " is too large");
+  return n;
+}
+
+Value* Lowering::emit(std::string_view op, std::vector<Value*> inputs, AttrMap attrs) {
+  Node* n = emitNode(op, std::move(inputs), std::move(attrs));
+  if (n->numOutputs() != 1) fail(n->describe() + ": expected one result");
+  return n->output();
+}
+
+Value* Lowering::full(double value, DType dtype, Shape shape) {
+  return emit("full", {}, {{"shape", std::move(shape)}, {"value", value}, {"dtype", dtype}});
+}
+
+Value* Lowering::cast(Value* v, DType dtype) {
+  return v->dtype() == dtype ? v : emit("cast", {v}, {{"dtype", dtype}});
+}
+
+Value* Lowering::reshape(Value* v, Shape shape) {
+  return v->shape() == shape ? v : emit("reshape", {v}, {{"shape", std::move(shape)}});
+}
+
+Value* Lowering::expand(Value* v, Shape shape) {
+  return v->shape() == shape ? v : emit("expand", {v}, {{"shape", std::move(shape)}});
+}
+
+Value* Lowering::permute(Value* v, std::vector<int64_t> dims) {
+  bool identity = true;
+  for (size_t i = 0; i < dims.size(); ++i) identity = identity && dims[i] == static_cast<int64_t>(i);
+  if (identity && static_cast<int64_t>(dims.size()) == v->type().rank()) return v;
+  return emit("permute", {v}, {{"dims", std::move(dims)}});
+}
+
+Value* Lowering::materialize(const Operand& o, DType dtype) {
+  return o.isNumber() ? full(o.number.value, dtype) : cast(o.tensor, dtype);
+}
+
+void Lowering::define(const std::string& name, FxValue v) { env_[name] = std::move(v); }
+
+const FxValue& Lowering::lookup(const std::string& name) const {
+  auto it = env_.find(name);
+  if (it == env_.end()) fail("reference to " + quote(name) + ", which is not defined before this point");
+  return it->second;
+}
+
+int64_t normDim(int64_t dim, int64_t rank) {
+  int64_t r = std::max<int64_t>(rank, 1);
+  if (dim < -r || dim >= r)
+    fail("dim " + std::to_string(dim) + " is out of range for a tensor of rank " + std::to_string(rank));
+  return dim < 0 ? dim + r : dim;
+}
+
+namespace {
+const std::map<std::string_view, const FxRule*>& ruleIndex() {
+  static const auto* index = [] {
+    auto* m = new std::map<std::string_view, const FxRule*>();
+    for (auto family : {elementwiseRules(), shapeRules(), factoryRules(), reductionRules(), linalgRules(), nnRules()})
+      for (const FxRule& r : family) m->emplace(r.target, &r);
+    return m;
+  }();
+  return *index;
+}
+}  // namespace
+
+const FxRule* findFxRule(std::string_view target) {
+  auto it = ruleIndex().find(target);
+  return it == ruleIndex().end() ? nullptr : it->second;
+}
+
+std::vector<std::string> fxRuleTargets() {
+  std::vector<std::string> out;
+  for (const auto& [k, r] : ruleIndex()) out.emplace_back(k);
+  return out;
+}
+
+}  // namespace kiln::fx

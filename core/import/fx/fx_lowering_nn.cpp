@@ -1,0 +1,246 @@
+// aten NN overloads -> Kiln NN ops: convolution (1-D runs as conv2d with an
+// inserted dim), batch/layer/group norm (missing affine parameters become
+// constant ones/zeros), pooling, embedding, dropout, softmax and losses.
+// Extra results Kiln does not compute (saved batch statistics, pooling
+// indices, layer-norm mean/rstd, nll total_weight) are FxValue::missing, so a
+// node that reads one fails with the reason; unused ones cost nothing.
+// BatchNorm in training reports its running-stat updates through cx.inplace.
+#include "core/import/fx/fx_lowering.h"
+#include "core/result.h"
+
+namespace kiln::fx {
+namespace {
+
+/// A window argument with one value per spatial dim (a single value repeats).
+std::vector<int64_t> perDim(NodeArgs& a, std::string_view name, size_t dims) {
+  auto v = a.ints(name, kMaxWindow);
+  if (v.size() == 1) v.assign(dims, v[0]);
+  if (v.size() != dims) a.fail(name, "expected " + std::to_string(dims) + " values, got " + shapeStr(v));
+  return v;
+}
+
+/// convolution / _convolution / conv1d / conv2d (non-transposed).
+FxValue lowerConvolution(Lowering& cx, NodeArgs& a) {
+  Value* x = a.tensor("input");
+  Value* w = a.tensor("weight");
+  Value* b = a.optTensor("bias");
+  if (a.has("transposed") && a.flag("transposed")) kiln::fail("transposed convolution (ConvTranspose) is not supported");
+  int64_t spatial = w->type().rank() - 2;
+  if (spatial != 1 && spatial != 2) a.fail("weight", "only 1-D and 2-D convolutions are supported, weight is " + w->type().str());
+  const size_t n = static_cast<size_t>(spatial);
+  std::vector<int64_t> padding;
+  if (a.arg("padding").kind == FxArg::Kind::String) {
+    if (a.str("padding") != "valid") a.fail("padding", "padding=" + quote(a.str("padding")) + " is not supported");
+    padding.assign(n, 0);
+  } else {
+    padding = perDim(a, "padding", n);
+  }
+  auto stride = perDim(a, "stride", n), dilation = perDim(a, "dilation", n);
+  int64_t groups = a.integer("groups");
+  bool batched = x->type().rank() == spatial + 2;
+  if (!batched && x->type().rank() != spatial + 1)
+    a.fail("input", x->type().str() + " does not match a " + std::to_string(spatial) + "-D convolution");
+  Shape in = x->shape();
+  if (!batched) in.insert(in.begin(), 1);
+  if (spatial == 1) {
+    // [N, C, L] -> [N, C, 1, L]: a 1 x K kernel with stride/padding/dilation 1/0/1 in the new dim.
+    in.insert(in.end() - 1, 1);
+    Shape ws = w->shape();
+    ws.insert(ws.end() - 1, 1);
+    w = cx.reshape(w, ws);
+    stride.insert(stride.begin(), 1);
+    padding.insert(padding.begin(), 0);
+    dilation.insert(dilation.begin(), 1);
+  }
+  std::vector<Value*> inputs = {cx.reshape(x, in), w};
+  if (b) inputs.push_back(b);
+  Value* y = cx.emit("conv2d", inputs, {{"stride", stride}, {"padding", padding}, {"dilation", dilation}, {"groups", groups}});
+  Shape out = y->shape();
+  if (spatial == 1) out.erase(out.end() - 2);
+  if (!batched) out.erase(out.begin());
+  return FxValue::of(cx.reshape(y, out));
+}
+
+const char* kSavedStats =
+    "Kiln's batch_norm does not return the saved batch statistics (outputs 1 and 2 of native_batch_norm)";
+
+/// native_batch_norm and the _native_batch_norm_legit* family.
+FxValue lowerBatchNorm(Lowering& cx, NodeArgs& a) {
+  Value* x = a.tensor("input");
+  if (x->type().rank() < 2) a.fail("input", "must have at least 2 dims, got " + x->type().str());
+  int64_t c = x->shape()[1];
+  DType dt = x->dtype();
+  Value* w = a.optTensor("weight");
+  Value* b = a.optTensor("bias");
+  Value* rm = a.has("running_mean") ? a.optTensor("running_mean") : nullptr;
+  Value* rv = a.has("running_var") ? a.optTensor("running_var") : nullptr;
+  bool training = a.has("training") ? a.flag("training") : false;  // _legit_no_training has no flag
+  if (!rm != !rv) kiln::fail("running_mean and running_var must both be given or both be None");
+  bool tracked = rm != nullptr;
+  if (!training && !tracked) kiln::fail("batch norm in eval mode needs running statistics");
+  auto momentum = a.optReal("momentum");
+  if (training && tracked && !momentum)
+    a.fail("momentum", "momentum=None (cumulative moving average) is not supported");
+  std::vector<Value*> in = {x, w ? w : cx.full(1, dt, {c}), b ? b : cx.full(0, dt, {c}),
+                            rm ? rm : cx.full(0, dt, {c}), rv ? rv : cx.full(1, dt, {c})};
+  Node* n = cx.emitNode("batch_norm", in,
+                        {{"training", int64_t{training}}, {"momentum", momentum.value_or(0.1)}, {"eps", a.real("eps")}});
+  std::vector<FxValue> items = {FxValue::of(n->output(0)), FxValue::missing(kSavedStats),
+                                FxValue::missing(kSavedStats)};
+  bool updates = training && tracked;
+  if (a.kiln == "functional") {
+    // _native_batch_norm_legit_functional: results 3 and 4 are the new running stats.
+    const char* none = "this batch norm tracks no running statistics";
+    items.push_back(updates ? FxValue::of(n->output(1)) : rm ? FxValue::of(rm) : FxValue::missing(none));
+    items.push_back(updates ? FxValue::of(n->output(2)) : rv ? FxValue::of(rv) : FxValue::missing(none));
+  } else if (updates) {
+    cx.inplace["running_mean"] = n->output(1);
+    cx.inplace["running_var"] = n->output(2);
+  }
+  return FxValue::tuple(std::move(items));
+}
+
+FxValue lowerLayerNorm(Lowering& cx, NodeArgs& a) {
+  Value* x = a.tensor("input");
+  Shape ns = a.sizes("normalized_shape");
+  Value* w = a.optTensor("weight");
+  Value* b = a.optTensor("bias");
+  Value* y = cx.emit("layer_norm", {x, w ? w : cx.full(1, x->dtype(), ns), b ? b : cx.full(0, x->dtype(), ns)},
+                     {{"normalized_shape", ns}, {"eps", a.real("eps")}});
+  const char* why = "Kiln's layer_norm does not return mean and rstd (outputs 1 and 2 of native_layer_norm)";
+  return FxValue::tuple({FxValue::of(y), FxValue::missing(why), FxValue::missing(why)});
+}
+
+/// native_group_norm(input, weight?, bias?, N, C, HxW, group, eps).
+FxValue lowerGroupNorm(Lowering& cx, NodeArgs& a) {
+  Value* x = a.tensor("input");
+  if (x->type().rank() < 2) a.fail("input", "must have at least 2 dims, got " + x->type().str());
+  Shape c = {x->shape()[1]};
+  Value* w = a.optTensor("weight");
+  Value* b = a.optTensor("bias");
+  Value* y = cx.emit("group_norm", {x, w ? w : cx.full(1, x->dtype(), c), b ? b : cx.full(0, x->dtype(), c)},
+                     {{"num_groups", a.integer("group")}, {"eps", a.real("eps")}});
+  const char* why = "Kiln's group_norm does not return mean and rstd (outputs 1 and 2 of native_group_norm)";
+  return FxValue::tuple({FxValue::of(y), FxValue::missing(why), FxValue::missing(why)});
+}
+
+FxValue lowerEmbedding(Lowering& cx, NodeArgs& a) {
+  return FxValue::of(cx.emit("embedding", {a.tensor("weight"), a.tensor("indices")},
+                             {{"padding_idx", a.integer("padding_idx")}}));
+}
+
+/// native_dropout(input, p, train?) -> (output, keep-mask). train=None means training.
+FxValue lowerNativeDropout(Lowering& cx, NodeArgs& a) {
+  Value* x = a.tensor("input");
+  double p = a.real("p");
+  if (!(p >= 0 && p <= 1)) a.fail("p", "dropout probability must be in [0, 1]");
+  if (!a.optFlag("train").value_or(true))
+    return FxValue::tuple({FxValue::of(x), FxValue::of(cx.full(1, DType::Bool, x->shape()))});
+  Node* n = cx.emitNode("dropout", {x}, {{"p", p}, {"training", int64_t{1}}});
+  return FxValue::tuple({FxValue::of(n->output(0)), FxValue::of(n->output(1))});
+}
+
+/// max_pool2d(_with_indices): values only; the indices result is missing.
+FxValue lowerMaxPool(Lowering& cx, NodeArgs& a) {
+  Value* x = a.tensor("self");
+  auto kernel = perDim(a, "kernel_size", 2);
+  auto stride = a.ints("stride", kMaxWindow);
+  if (!stride.empty()) stride = perDim(a, "stride", 2);
+  Value* y = cx.emit("max_pool2d", {x},
+                     {{"kernel_size", kernel}, {"stride", stride}, {"padding", perDim(a, "padding", 2)},
+                      {"dilation", perDim(a, "dilation", 2)}, {"ceil_mode", int64_t{a.flag("ceil_mode")}}});
+  if (a.kiln != "with_indices") return FxValue::of(y);
+  return FxValue::tuple({FxValue::of(y), FxValue::missing("the indices result of max pooling is not supported "
+                                                          "(Kiln's max_pool2d returns values only)")});
+}
+
+FxValue lowerAvgPool(Lowering& cx, NodeArgs& a) {
+  auto stride = a.ints("stride", kMaxWindow);
+  if (!stride.empty()) stride = perDim(a, "stride", 2);
+  int64_t divisor = a.optInt("divisor_override").value_or(0);
+  if (divisor < 0) a.fail("divisor_override", "must be positive");
+  return FxValue::of(cx.emit("avg_pool2d", {a.tensor("self")},
+                             {{"kernel_size", perDim(a, "kernel_size", 2)}, {"stride", stride},
+                              {"padding", perDim(a, "padding", 2)}, {"ceil_mode", int64_t{a.flag("ceil_mode")}},
+                              {"count_include_pad", int64_t{a.flag("count_include_pad")}},
+                              {"divisor_override", divisor}}));
+}
+
+FxValue lowerAdaptiveAvgPool(Lowering& cx, NodeArgs& a) {
+  return FxValue::of(cx.emit("adaptive_avg_pool2d", {a.tensor("self")}, {{"output_size", perDim(a, "output_size", 2)}}));
+}
+
+FxValue lowerAdaptiveMaxPool(Lowering& cx, NodeArgs& a) {
+  Value* y = cx.emit("adaptive_max_pool2d", {a.tensor("self")}, {{"output_size", perDim(a, "output_size", 2)}});
+  return FxValue::tuple({FxValue::of(y), FxValue::missing("the indices result of adaptive max pooling is not "
+                                                          "supported (Kiln's adaptive_max_pool2d returns values only)")});
+}
+
+/// _softmax / _log_softmax(self, dim, half_to_float) and softmax.int / log_softmax.int(self, dim, dtype?).
+FxValue lowerSoftmax(Lowering& cx, NodeArgs& a) {
+  Value* x = a.tensor("self");
+  if (a.has("half_to_float") && a.flag("half_to_float")) x = cx.cast(x, DType::F32);
+  if (a.has("dtype"))
+    if (auto dt = a.optDType("dtype")) x = cx.cast(x, *dt);
+  return FxValue::of(cx.emit(a.kiln, {x}, {{"dim", normDim(a.integer("dim"), x->type().rank())}}));
+}
+
+/// PyTorch's reduction enum (0 none, 1 mean, 2 sum) as Kiln's string.
+std::string reduction(NodeArgs& a) {
+  switch (a.integer("reduction")) {
+    case 0: return "none";
+    case 1: return "mean";
+    case 2: return "sum";
+    default: a.fail("reduction", "expected 0 (none), 1 (mean) or 2 (sum)");
+  }
+}
+
+/// nll_loss_forward / nll_loss2d_forward -> (loss, total_weight); nll_loss -> loss.
+FxValue lowerNllLoss(Lowering& cx, NodeArgs& a) {
+  if (a.optTensor("weight")) a.fail("weight", "class weights are not supported");
+  Value* loss = cx.emit("nll_loss", {a.tensor("self"), a.tensor("target")},
+                        {{"reduction", reduction(a)}, {"ignore_index", a.integer("ignore_index")}});
+  if (a.kiln != "forward") return FxValue::of(loss);
+  return FxValue::tuple({FxValue::of(loss), FxValue::missing("Kiln's nll_loss does not return total_weight")});
+}
+
+FxValue lowerMseLoss(Lowering& cx, NodeArgs& a) {
+  return FxValue::of(cx.emit("mse_loss", {a.tensor("self"), a.tensor("target")}, {{"reduction", reduction(a)}}));
+}
+
+// The third column selects a variant of a shared rule where it is not a Kiln op.
+constexpr FxRule kRules[] = {
+    {"aten.convolution.default", lowerConvolution},
+    {"aten._convolution.default", lowerConvolution},
+    {"aten.conv2d.default", lowerConvolution},
+    {"aten.conv1d.default", lowerConvolution},
+    {"aten.native_batch_norm.default", lowerBatchNorm},
+    {"aten._native_batch_norm_legit.default", lowerBatchNorm},
+    {"aten._native_batch_norm_legit.no_stats", lowerBatchNorm},
+    {"aten._native_batch_norm_legit_no_training.default", lowerBatchNorm},
+    {"aten._native_batch_norm_legit_functional.default", lowerBatchNorm, "functional"},
+    {"aten.native_layer_norm.default", lowerLayerNorm},
+    {"aten.native_group_norm.default", lowerGroupNorm},
+    {"aten.embedding.default", lowerEmbedding},
+    {"aten.native_dropout.default", lowerNativeDropout},
+    {"aten.max_pool2d_with_indices.default", lowerMaxPool, "with_indices"},
+    {"aten.max_pool2d.default", lowerMaxPool},
+    {"aten.avg_pool2d.default", lowerAvgPool},
+    {"aten._adaptive_avg_pool2d.default", lowerAdaptiveAvgPool},
+    {"aten.adaptive_avg_pool2d.default", lowerAdaptiveAvgPool},
+    {"aten.adaptive_max_pool2d.default", lowerAdaptiveMaxPool},
+    {"aten._softmax.default", lowerSoftmax, "softmax"},
+    {"aten._log_softmax.default", lowerSoftmax, "log_softmax"},
+    {"aten.softmax.int", lowerSoftmax, "softmax"},
+    {"aten.log_softmax.int", lowerSoftmax, "log_softmax"},
+    {"aten.nll_loss_forward.default", lowerNllLoss, "forward"},
+    {"aten.nll_loss2d_forward.default", lowerNllLoss, "forward"},
+    {"aten.nll_loss.default", lowerNllLoss},
+    {"aten.mse_loss.default", lowerMseLoss},
+};
+
+}  // namespace
+
+std::span<const FxRule> nnRules() { return kRules; }
+
+}  // namespace kiln::fx

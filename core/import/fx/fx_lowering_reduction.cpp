@@ -1,0 +1,111 @@
+// aten reductions -> Kiln reductions: sum/mean/amax/amin/prod over dim lists
+// (None or [] = all dims), var/std with Bessel correction, max/min with
+// indices, arg-reductions and cumsum. A `dtype` argument casts the input
+// first, as PyTorch does.
+#include "core/import/fx/fx_lowering.h"
+#include "core/result.h"
+
+namespace kiln::fx {
+namespace {
+
+/// The input, cast to the `dtype` argument when the schema has one and it is given.
+Value* input(Lowering& cx, NodeArgs& a) {
+  Value* x = a.tensor("self");
+  if (a.has("dtype"))
+    if (auto dt = a.optDType("dtype")) x = cx.cast(x, *dt);
+  return x;
+}
+
+/// Normalized reduction dims; empty means all. Absent or None `dim` is all.
+std::vector<int64_t> reduceDims(NodeArgs& a, Value* x) {
+  if (!a.has("dim") || !a.given("dim")) return {};
+  auto dims = a.ints("dim");
+  if (x->type().rank() == 0) return {};
+  for (int64_t& d : dims) d = normDim(d, x->type().rank());
+  return dims;
+}
+
+bool keepdim(NodeArgs& a) { return a.has("keepdim") && a.flag("keepdim"); }
+
+/// sum / mean / amax / amin / prod.
+FxValue lowerReduce(Lowering& cx, NodeArgs& a) {
+  Value* x = input(cx, a);
+  if (a.kiln == "mean" && !isFloating(x->dtype()))
+    a.fail("self", "mean of " + x->type().str() + " needs a floating-point dtype");
+  return FxValue::of(cx.emit(a.kiln, {x}, {{"dims", reduceDims(a, x)}, {"keepdim", int64_t{keepdim(a)}}}));
+}
+
+/// var / std: correction from `correction` (None = 1) or `unbiased`.
+Value* variance(Lowering& cx, NodeArgs& a) {
+  Value* x = a.tensor("self");
+  if (!isFloating(x->dtype())) a.fail("self", "variance of " + x->type().str() + " needs a floating-point dtype");
+  double correction = 1;
+  if (a.has("correction")) correction = a.optReal("correction").value_or(1.0);
+  else if (a.has("unbiased")) correction = a.flag("unbiased") ? 1 : 0;
+  return cx.emit("var", {x}, {{"dims", reduceDims(a, x)}, {"correction", correction}, {"keepdim", int64_t{keepdim(a)}}});
+}
+
+FxValue lowerVar(Lowering& cx, NodeArgs& a) { return FxValue::of(variance(cx, a)); }
+FxValue lowerStd(Lowering& cx, NodeArgs& a) { return FxValue::of(cx.emit("sqrt", {variance(cx, a)})); }
+
+/// argmax / argmin(self, dim=None, keepdim): None flattens first.
+Value* argReduce(Lowering& cx, std::string_view op, Value* x, std::optional<int64_t> dim, bool keep) {
+  if (!dim) {
+    Value* flat = cx.reshape(x, {x->type().numel()});
+    Value* idx = cx.emit(op, {flat}, {{"dim", int64_t{0}}});
+    return keep ? cx.reshape(idx, Shape(x->shape().size(), 1)) : idx;
+  }
+  int64_t d = normDim(*dim, x->type().rank());
+  if (x->type().rank() == 0) return cx.emit(op, {cx.reshape(x, {1})}, {{"dim", int64_t{0}}});
+  return cx.emit(op, {x}, {{"dim", d}, {"keepdim", int64_t{keep}}});
+}
+
+FxValue lowerArgReduce(Lowering& cx, NodeArgs& a) {
+  return FxValue::of(argReduce(cx, a.kiln, a.tensor("self"), a.optInt("dim"), keepdim(a)));
+}
+
+/// max.dim / min.dim -> (values, indices).
+FxValue lowerMaxDim(Lowering& cx, NodeArgs& a) {
+  Value* x = a.tensor("self");
+  int64_t dim = normDim(a.integer("dim"), x->type().rank());
+  bool keep = keepdim(a);
+  bool is_max = a.kiln == "amax";
+  Value* values = cx.emit(a.kiln, {x}, {{"dims", std::vector<int64_t>{dim}}, {"keepdim", int64_t{keep}}});
+  Value* indices = argReduce(cx, is_max ? "argmax" : "argmin", x, dim, keep);
+  return FxValue::tuple({FxValue::of(values), FxValue::of(indices)});
+}
+
+FxValue lowerCumsum(Lowering& cx, NodeArgs& a) {
+  Value* x = input(cx, a);
+  return FxValue::of(cx.emit("cumsum", {x}, {{"dim", normDim(a.integer("dim"), x->type().rank())}}));
+}
+
+constexpr FxRule kRules[] = {
+    {"aten.sum.default", lowerReduce, "sum"},
+    {"aten.sum.dim_IntList", lowerReduce, "sum"},
+    {"aten.mean.default", lowerReduce, "mean"},
+    {"aten.mean.dim", lowerReduce, "mean"},
+    {"aten.amax.default", lowerReduce, "amax"},
+    {"aten.amin.default", lowerReduce, "amin"},
+    {"aten.max.default", lowerReduce, "amax"},
+    {"aten.min.default", lowerReduce, "amin"},
+    {"aten.prod.default", lowerReduce, "prod"},
+    {"aten.prod.dim_int", lowerReduce, "prod"},
+    {"aten.max.dim", lowerMaxDim, "amax"},
+    {"aten.min.dim", lowerMaxDim, "amin"},
+    {"aten.var.default", lowerVar},
+    {"aten.var.dim", lowerVar},
+    {"aten.var.correction", lowerVar},
+    {"aten.std.default", lowerStd},
+    {"aten.std.dim", lowerStd},
+    {"aten.std.correction", lowerStd},
+    {"aten.argmax.default", lowerArgReduce, "argmax"},
+    {"aten.argmin.default", lowerArgReduce, "argmin"},
+    {"aten.cumsum.default", lowerCumsum},
+};
+
+}  // namespace
+
+std::span<const FxRule> reductionRules() { return kRules; }
+
+}  // namespace kiln::fx
