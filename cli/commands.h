@@ -10,5 +10,6 @@ void addRunCommand(CLI::App& app);
 void addExportCommand(CLI::App& app);
 void addOpsCommand(CLI::App& app);
 void addCompareCommand(CLI::App& app);
+void addVerifyCommand(CLI::App& app);
 
 }  // namespace kiln::cli

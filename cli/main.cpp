@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   kiln::cli::addExportCommand(app);
   kiln::cli::addOpsCommand(app);
   kiln::cli::addCompareCommand(app);
+  kiln::cli::addVerifyCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
