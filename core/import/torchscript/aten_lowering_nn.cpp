@@ -1,0 +1,453 @@
+// aten -> Kiln: matrix products, convolution, normalization, embedding,
+// dropout, pooling, softmax, attention and losses. 1-d convolution and
+// pooling run as their 2-d Kiln ops with an inserted H=1 dim; missing norm
+// weights and biases become `full` ones and zeros; BatchNorm in training
+// mode writes its new running statistics into the running_mean/var buffers
+// (the importer turns those writes into BufferUpdate outputs).
+#include <cmath>
+#include <limits>
+
+#include "core/import/torchscript/lowering.h"
+#include "core/result.h"
+
+namespace kiln::ts {
+namespace {
+
+using Out = std::vector<SV>;
+
+Value* reshapeTo(Lowering& cx, Value* v, const Shape& s) {
+  return v->shape() == s ? v : cx.emit("reshape", {v}, {{"shape", s}});
+}
+
+Value* fullOf(Lowering& cx, const Shape& s, double value, DType t) {
+  return cx.emit("full", {}, {{"shape", s}, {"value", value}, {"dtype", t}});
+}
+
+/// Insert a size-1 dim at `d`.
+Value* unsqueezeAt(Lowering& cx, Value* v, int64_t d) {
+  Shape s = v->shape();
+  s.insert(s.begin() + d, 1);
+  return reshapeTo(cx, v, s);
+}
+
+/// Remove the size-1 dim at `d`.
+Value* squeezeAt(Lowering& cx, Value* v, int64_t d) {
+  Shape s = v->shape();
+  s.erase(s.begin() + d);
+  return reshapeTo(cx, v, s);
+}
+
+/// An int list attribute of 1 or `n` entries, expanded to `n`.
+std::vector<int64_t> expandList(std::vector<int64_t> v, size_t n, const char* what) {
+  if (v.size() == 1) v.assign(n, v[0]);
+  if (v.size() != n) fail(std::string(what) + " must have " + std::to_string(n) + " values, got " + shapeStr(v));
+  return v;
+}
+
+// ---- Matrix products -------------------------------------------------------------
+
+// linear(input, weight, bias=None)
+Out lowerLinear(Lowering& cx, Args& a) {
+  std::vector<Value*> ins = {a.tensor(0), a.tensor(1)};
+  if (a.given(2)) ins.push_back(a.tensor(2));
+  return single(cx, cx.emit("linear", ins));
+}
+
+// matmul / mm / bmm / mv / dot
+Out lowerMatmul(Lowering& cx, Args& a) {
+  return single(cx, cx.emit("matmul", {a.tensor(0), a.tensor(1)}));
+}
+
+/// beta * self + alpha * product, skipping unit factors and beta == 0.
+Value* addScaled(Lowering& cx, Value* self, Value* product, double beta, double alpha) {
+  DType t = product->dtype();
+  if (alpha != 1.0) product = cx.emit("mul", {product, cx.scalar(alpha, t)});
+  if (beta == 0.0) return product;
+  self = cx.cast(self, t);
+  if (beta != 1.0) self = cx.emit("mul", {self, cx.scalar(beta, t)});
+  return cx.emit("add", {product, self});
+}
+
+// addmm(self, mat1, mat2, beta=1, alpha=1) / baddbmm(self, batch1, batch2, beta=1, alpha=1)
+Out lowerAddmm(Lowering& cx, Args& a) {
+  Value* p = cx.emit("matmul", {a.tensor(1), a.tensor(2)});
+  double beta = a.given(3) ? a.real(3) : 1.0, alpha = a.given(4) ? a.real(4) : 1.0;
+  return single(cx, addScaled(cx, a.tensor(0), p, beta, alpha));
+}
+
+// ---- Convolution --------------------------------------------------------------------
+
+struct ConvArgs {
+  std::vector<int64_t> stride, padding, dilation;
+  int64_t groups = 1;
+  std::string pad_mode;  ///< "same" / "valid" when padding was given as a string
+};
+
+/// Symmetric padding for padding="same" (asymmetric extra goes to the end, as PyTorch does).
+Value* padSame(Lowering& cx, Value* x, const Shape& kernel, ConvArgs& c) {
+  std::vector<int64_t> extra;  // F.pad order: last dim first
+  bool asymmetric = false;
+  for (size_t k = kernel.size(); k-- > 0;) {
+    int64_t total = c.dilation[k] * (kernel[k] - 1);
+    c.padding[k] = total / 2;
+    int64_t rest = total - 2 * c.padding[k];
+    asymmetric = asymmetric || rest != 0;
+    extra.push_back(0);
+    extra.push_back(rest);
+  }
+  if (!asymmetric) return x;
+  return cx.emit("pad", {x}, {{"pads", extra}, {"mode", std::string("constant")}, {"value", 0.0}});
+}
+
+/// conv2d on `x` (rank 3 or 4), `w` (rank 4); conv1d through an inserted H=1 dim.
+Value* convolution(Lowering& cx, Value* x, Value* w, Value* b, ConvArgs c) {
+  int64_t spatial = w->type().rank() - 2;
+  if (spatial != 1 && spatial != 2)
+    fail(std::to_string(spatial) + "-d convolution is not supported (Kiln has conv2d; conv1d maps onto it)");
+  bool unbatched = x->type().rank() == spatial + 1;
+  if (unbatched) x = unsqueezeAt(cx, x, 0);
+  c.stride = expandList(c.stride, spatial, "stride");
+  c.dilation = expandList(c.dilation, spatial, "dilation");
+  Shape kernel(w->shape().begin() + 2, w->shape().end());
+  if (c.pad_mode == "same") {
+    for (int64_t s : c.stride)
+      if (s != 1) fail("padding='same' needs stride 1");
+    c.padding.assign(spatial, 0);
+    x = padSame(cx, x, kernel, c);
+  } else if (c.pad_mode == "valid") {
+    c.padding.assign(spatial, 0);
+  } else {
+    c.padding = expandList(c.padding, spatial, "padding");
+  }
+  if (spatial == 1) {
+    x = unsqueezeAt(cx, x, 2);
+    w = unsqueezeAt(cx, w, 2);
+    c.stride.insert(c.stride.begin(), 1);
+    c.padding.insert(c.padding.begin(), 0);
+    c.dilation.insert(c.dilation.begin(), 1);
+  }
+  std::vector<Value*> ins = {x, w};
+  if (b) ins.push_back(b);
+  Value* y = cx.emit("conv2d", ins,
+                     {{"stride", c.stride}, {"padding", c.padding}, {"dilation", c.dilation}, {"groups", c.groups}});
+  if (spatial == 1) y = squeezeAt(cx, y, 2);
+  if (unbatched) y = squeezeAt(cx, y, 0);
+  return y;
+}
+
+// conv1d / conv2d / _convolution_mode(input, weight, bias, stride, padding, dilation, groups);
+// padding may be a string ("same", "valid").
+Out lowerConv(Lowering& cx, Args& a) {
+  ConvArgs c;
+  c.stride = a.ints(3);
+  if (a[4].kind == SV::Kind::Str)
+    c.pad_mode = a.str(4);
+  else
+    c.padding = a.ints(4);
+  c.dilation = a.ints(5);
+  c.groups = a.integer(6);
+  return single(cx, convolution(cx, a.tensor(0), a.tensor(1), a.given(2) ? a.tensor(2) : nullptr, c));
+}
+
+// _convolution / convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, ...)
+Out lowerConvolution(Lowering& cx, Args& a) {
+  if (a.flag(6)) fail("transposed convolution is not supported by Kiln");
+  ConvArgs c;
+  c.stride = a.ints(3);
+  c.padding = a.ints(4);
+  c.dilation = a.ints(5);
+  c.groups = a.integer(8);
+  return single(cx, convolution(cx, a.tensor(0), a.tensor(1), a.given(2) ? a.tensor(2) : nullptr, c));
+}
+
+// ---- Normalization -----------------------------------------------------------------------
+
+Value* orFull(Lowering& cx, Args& a, size_t k, const Shape& s, double value, DType t) {
+  return a.given(k) ? cx.cast(a.tensor(k), t) : fullOf(cx, s, value, t);
+}
+
+// batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled)
+Out lowerBatchNorm(Lowering& cx, Args& a) {
+  Value* x = a.tensor(0);
+  if (x->type().rank() < 2) fail("batch_norm needs an input with a channel dim, got " + x->type().str());
+  Shape c = {x->shape()[1]};
+  DType t = x->dtype();
+  bool training = a.flag(5);
+  bool has_stats = a.given(3) && a.given(4);
+  if (!has_stats && !training) fail("batch_norm without running statistics must use batch statistics");
+  std::vector<Value*> ins = {x, orFull(cx, a, 1, c, 1.0, t), orFull(cx, a, 2, c, 0.0, t), orFull(cx, a, 3, c, 0.0, t),
+                             orFull(cx, a, 4, c, 1.0, t)};
+  double momentum = a.given(6) ? a.real(6) : 0.1;
+  Node* n =
+      cx.emitNode("batch_norm", ins, {{"training", int64_t{training}}, {"momentum", momentum}, {"eps", a.real(7)}});
+  if (training && has_stats) {
+    cx.write(a[3], n->output(1));
+    cx.write(a[4], n->output(2));
+  }
+  return single(cx, n->output(0));
+}
+
+// instance_norm(input, weight, bias, running_mean, running_var, use_input_stats, momentum, eps, cudnn)
+// = group_norm with one group per channel.
+Out lowerInstanceNorm(Lowering& cx, Args& a) {
+  if (!a.flag(5)) fail("instance_norm with running statistics (track_running_stats=True in eval) is not supported");
+  Value* x = a.tensor(0);
+  Shape c = {x->shape()[1]};
+  DType t = x->dtype();
+  return single(cx, cx.emit("group_norm", {x, orFull(cx, a, 1, c, 1.0, t), orFull(cx, a, 2, c, 0.0, t)},
+                            {{"num_groups", x->shape()[1]}, {"eps", a.real(7)}}));
+}
+
+// layer_norm(input, normalized_shape, weight, bias, eps, cudnn_enable)
+Out lowerLayerNorm(Lowering& cx, Args& a) {
+  Value* x = a.tensor(0);
+  Shape ns = a.ints(1);
+  DType t = x->dtype();
+  double eps = a.given(4) ? a.real(4) : 1e-5;
+  return single(cx, cx.emit("layer_norm", {x, orFull(cx, a, 2, ns, 1.0, t), orFull(cx, a, 3, ns, 0.0, t)},
+                            {{"normalized_shape", ns}, {"eps", eps}}));
+}
+
+// group_norm(input, num_groups, weight, bias, eps, cudnn_enabled)
+Out lowerGroupNorm(Lowering& cx, Args& a) {
+  Value* x = a.tensor(0);
+  Shape c = {x->shape()[1]};
+  DType t = x->dtype();
+  double eps = a.given(4) ? a.real(4) : 1e-5;
+  return single(cx, cx.emit("group_norm", {x, orFull(cx, a, 2, c, 1.0, t), orFull(cx, a, 3, c, 0.0, t)},
+                            {{"num_groups", a.integer(1)}, {"eps", eps}}));
+}
+
+// embedding(weight, indices, padding_idx=-1, scale_grad_by_freq, sparse)
+Out lowerEmbedding(Lowering& cx, Args& a) {
+  int64_t pad = a.given(2) ? a.integer(2) : -1;
+  return single(cx, cx.emit("embedding", {a.tensor(0), a.tensor(1)}, {{"padding_idx", pad}}));
+}
+
+// ---- Dropout -------------------------------------------------------------------------------
+
+// dropout / feature_dropout / alpha_dropout / feature_alpha_dropout(input, p, train)
+Out lowerDropout(Lowering& cx, Args& a) {
+  double p = a.real(1);
+  if (!a.flag(2) || p == 0.0) return {a[0]};
+  Value* x = a.tensor(0);
+  const std::string_view kind = a.kiln_op;
+  bool feature = kind == "feature" || kind == "feature_alpha";
+  bool alpha = kind == "alpha" || kind == "feature_alpha";
+  if (!feature && !alpha)
+    return single(cx, cx.emitNode("dropout", {x}, {{"p", p}, {"training", int64_t{1}}})->output(0));
+  // A keep mask scaled by 1/(1-p): per element, or per (sample, channel) for the feature variants.
+  Shape noise = x->shape();
+  if (feature)
+    for (size_t k = 2; k < noise.size(); ++k) noise[k] = 1;
+  Value* ones = fullOf(cx, noise, 1.0, x->dtype());
+  Value* m = cx.emitNode("dropout", {ones}, {{"p", p}, {"training", int64_t{1}}})->output(0);
+  if (!alpha) return single(cx, cx.emit("mul", {x, m}));
+  // alpha dropout keeps SELU's mean and variance: a * (x * keep + alpha' * (1 - keep)) + b
+  const double alpha_p = -1.7580993408473766;
+  double q = 1.0 - p, ka = 1.0 / std::sqrt(q * (1.0 + p * alpha_p * alpha_p)), kb = -ka * alpha_p * p;
+  DType t = x->dtype();
+  Value* keep = cx.emit("mul", {m, cx.scalar(q, t)});
+  Value* drop = cx.emit("sub", {cx.scalar(1.0, t), keep});
+  Value* y = cx.emit("add", {cx.emit("mul", {x, keep}), cx.emit("mul", {drop, cx.scalar(alpha_p, t)})});
+  return single(cx, cx.emit("add", {cx.emit("mul", {y, cx.scalar(ka, t)}), cx.scalar(kb, t)}));
+}
+
+// ---- Pooling -------------------------------------------------------------------------------
+
+/// Pooling ops run on [N, C, H, W] or [C, H, W]; 1-d pooling adds H = 1.
+Out pool(Lowering& cx, Args& a, bool one_d, bool with_indices) {
+  Value* x = a.tensor(0);
+  std::string op(a.kiln_op);
+  AttrMap attrs;
+  // 1-d windows become [1, w] (and padding [0, p], dilation [1, d]).
+  auto window = [&](std::vector<int64_t> v, int64_t lead) {
+    if (one_d && !v.empty()) v = {lead, v.back()};
+    return v;
+  };
+  if (op.rfind("adaptive", 0) == 0) {
+    attrs["output_size"] = window(a.ints(1), 1);
+  } else {
+    attrs["kernel_size"] = window(a.ints(1), 1);
+    attrs["stride"] = window(a.given(2) ? a.ints(2) : std::vector<int64_t>{}, 1);
+    attrs["padding"] = window(a.ints(3), 0);
+    if (op == "max_pool2d") {
+      attrs["dilation"] = window(a.ints(4), 1);
+      attrs["ceil_mode"] = int64_t{a.flag(5)};
+    } else {
+      attrs["ceil_mode"] = int64_t{a.given(4) && a.flag(4)};
+      attrs["count_include_pad"] = int64_t{!a.given(5) || a.flag(5)};
+      if (a.given(6)) attrs["divisor_override"] = a.integer(6);
+    }
+  }
+  int64_t h = x->type().rank() - 1;
+  if (one_d) x = unsqueezeAt(cx, x, h);
+  Value* y = cx.emit(op, {x}, attrs);
+  if (one_d) y = squeezeAt(cx, y, h);
+  Out out = single(cx, y);
+  // Indices are not computed; using them fails ("expected a tensor, got uninitialized").
+  if (with_indices) out.push_back(SV::uninit());
+  return out;
+}
+
+Out lowerPool2d(Lowering& cx, Args& a) {
+  return pool(cx, a, false, false);
+}
+Out lowerPool1d(Lowering& cx, Args& a) {
+  return pool(cx, a, true, false);
+}
+Out lowerPool2dIndices(Lowering& cx, Args& a) {
+  return pool(cx, a, false, true);
+}
+Out lowerPool1dIndices(Lowering& cx, Args& a) {
+  return pool(cx, a, true, true);
+}
+
+// ---- Softmax and attention -------------------------------------------------------------------
+
+// softmax/log_softmax(self, dim, dtype=None); _softmax(self, dim, half_to_float)
+Out lowerSoftmax(Lowering& cx, Args& a) {
+  Value* x = a.tensor(0);
+  if (a.size() > 2 && a[2].kind == SV::Kind::Int) x = cx.cast(x, *a.optDType(2));
+  if (!isFloating(x->dtype())) x = cx.cast(x, DType::F32);
+  int64_t d = normDim(a.integer(1), x->type().rank());
+  return single(cx, cx.emit(a.kiln_op, {x}, {{"dim", d}}));
+}
+
+Value* swapLast2(Lowering& cx, Value* v) {
+  int64_t r = v->type().rank();
+  std::vector<int64_t> dims(static_cast<size_t>(r));
+  for (int64_t k = 0; k < r; ++k) dims[k] = k;
+  std::swap(dims[r - 1], dims[r - 2]);
+  return cx.emit("permute", {v}, {{"dims", dims}});
+}
+
+// scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0, is_causal=False, scale=None)
+Out lowerSdpa(Lowering& cx, Args& a) {
+  Value* q = a.tensor(0);
+  Value* k = a.tensor(1);
+  Value* v = a.tensor(2);
+  DType t = q->dtype();
+  int64_t L = q->shape()[q->shape().size() - 2], S = k->shape()[k->shape().size() - 2], E = q->shape().back();
+  double scale = a.given(6) ? a.real(6) : 1.0 / std::sqrt(static_cast<double>(E));
+  Value* att = cx.emit("mul", {cx.emit("matmul", {q, swapLast2(cx, k)}), cx.scalar(scale, t)});
+  const double ninf = -std::numeric_limits<double>::infinity();
+  if (a.given(5) && a.flag(5)) {
+    Value* keep = cx.emit("tril", {fullOf(cx, {L, S}, 1.0, DType::Bool)}, {{"diagonal", int64_t{0}}});
+    att = cx.emit("where", {keep, att, cx.scalar(ninf, t)});
+  }
+  if (a.given(3)) {
+    Value* m = a.tensor(3);
+    att = m->dtype() == DType::Bool ? cx.emit("where", {m, att, cx.scalar(ninf, t)})
+                                    : cx.emit("add", {att, cx.cast(m, t)});
+  }
+  att = cx.emit("softmax", {att}, {{"dim", att->type().rank() - 1}});
+  if (a.given(4) && a.real(4) > 0)
+    att = cx.emitNode("dropout", {att}, {{"p", a.real(4)}, {"training", int64_t{1}}})->output(0);
+  return single(cx, cx.emit("matmul", {att, v}));
+}
+
+Out lowerFastPath(Lowering&, Args&) {
+  fail(
+      "this is the inference fast path of nn.MultiheadAttention / nn.TransformerEncoderLayer, taken when no "
+      "parameter requires grad (torch.no_grad, inference_mode); export with requires_grad parameters instead");
+}
+
+// ---- Losses ---------------------------------------------------------------------------------------
+
+std::string reductionName(int64_t r) {
+  switch (r) {
+    case 0:
+      return "none";
+    case 1:
+      return "mean";
+    case 2:
+      return "sum";
+    default:
+      fail("unknown reduction " + std::to_string(r));
+  }
+}
+
+// cross_entropy_loss(self, target, weight, reduction, ignore_index, label_smoothing)
+// nll_loss / nll_loss_nd / nll_loss2d(self, target, weight, reduction, ignore_index)
+Out lowerClassLoss(Lowering& cx, Args& a) {
+  if (a.given(2)) fail("class weights are not supported");
+  Value* target = a.tensor(1);
+  if (!isIntegral(target->dtype())) fail("only class-index targets are supported, got " + target->type().str());
+  AttrMap attrs = {{"reduction", reductionName(a.integer(3))}, {"ignore_index", a.integer(4)}};
+  if (a.kiln_op == "cross_entropy") attrs["label_smoothing"] = a.given(5) ? a.real(5) : 0.0;
+  return single(cx, cx.emit(a.kiln_op, {a.tensor(0), target}, attrs));
+}
+
+// mse_loss(self, target, reduction); l1_loss(self, target, reduction)
+Out lowerRegressionLoss(Lowering& cx, Args& a) {
+  Value* x = a.tensor(0);
+  Value* y = cx.cast(a.tensor(1), x->dtype());
+  std::string red = reductionName(a.integer(2));
+  if (a.kiln_op == "mse_loss") return single(cx, cx.emit("mse_loss", {x, y}, {{"reduction", red}}));
+  Value* d = cx.emit("abs", {cx.emit("sub", {x, y})});
+  if (red == "none") return single(cx, d);
+  return single(cx, cx.emit(red, {d}));
+}
+
+const AtenRule kRules[] = {
+    // Matrix products.
+    {"aten::linear", lowerLinear},
+    {"aten::matmul", lowerMatmul},
+    {"aten::mm", lowerMatmul},
+    {"aten::bmm", lowerMatmul},
+    {"aten::mv", lowerMatmul},
+    {"aten::dot", lowerMatmul},
+    {"aten::addmm", lowerAddmm},
+    {"aten::baddbmm", lowerAddmm},
+    // Convolution (non-transposed; 1-d through conv2d).
+    {"aten::conv1d", lowerConv},
+    {"aten::conv2d", lowerConv},
+    {"aten::_convolution", lowerConvolution},
+    {"aten::_convolution_mode", lowerConv},
+    {"aten::convolution", lowerConvolution},
+    // Normalization and embedding.
+    {"aten::batch_norm", lowerBatchNorm},
+    {"aten::instance_norm", lowerInstanceNorm},
+    {"aten::layer_norm", lowerLayerNorm},
+    {"aten::group_norm", lowerGroupNorm},
+    {"aten::embedding", lowerEmbedding},
+    // Dropout (identity unless training).
+    {"aten::dropout", lowerDropout, "dropout"},
+    {"aten::feature_dropout", lowerDropout, "feature"},
+    {"aten::alpha_dropout", lowerDropout, "alpha"},
+    {"aten::feature_alpha_dropout", lowerDropout, "feature_alpha"},
+    // Pooling.
+    {"aten::max_pool2d", lowerPool2d, "max_pool2d"},
+    {"aten::avg_pool2d", lowerPool2d, "avg_pool2d"},
+    {"aten::adaptive_avg_pool2d", lowerPool2d, "adaptive_avg_pool2d"},
+    {"aten::adaptive_max_pool2d", lowerPool2dIndices, "adaptive_max_pool2d"},
+    {"aten::max_pool2d_with_indices", lowerPool2dIndices, "max_pool2d"},
+    {"aten::max_pool1d", lowerPool1d, "max_pool2d"},
+    {"aten::avg_pool1d", lowerPool1d, "avg_pool2d"},
+    {"aten::adaptive_avg_pool1d", lowerPool1d, "adaptive_avg_pool2d"},
+    {"aten::adaptive_max_pool1d", lowerPool1dIndices, "adaptive_max_pool2d"},
+    // Softmax and attention.
+    {"aten::softmax", lowerSoftmax, "softmax"},
+    {"aten::_softmax", lowerSoftmax, "softmax"},
+    {"aten::log_softmax", lowerSoftmax, "log_softmax"},
+    {"aten::_log_softmax", lowerSoftmax, "log_softmax"},
+    {"aten::scaled_dot_product_attention", lowerSdpa},
+    {"aten::_native_multi_head_attention", lowerFastPath},
+    {"aten::_transformer_encoder_layer_fwd", lowerFastPath},
+    // Losses.
+    {"aten::cross_entropy_loss", lowerClassLoss, "cross_entropy"},
+    {"aten::nll_loss", lowerClassLoss, "nll_loss"},
+    {"aten::nll_loss_nd", lowerClassLoss, "nll_loss"},
+    {"aten::nll_loss2d", lowerClassLoss, "nll_loss"},
+    {"aten::mse_loss", lowerRegressionLoss, "mse_loss"},
+    {"aten::l1_loss", lowerRegressionLoss, "l1_loss"},
+};
+
+}  // namespace
+
+std::span<const AtenRule> nnRules() {
+  return kRules;
+}
+
+}  // namespace kiln::ts
