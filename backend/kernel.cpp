@@ -47,7 +47,7 @@ std::vector<std::string> KernelRegistry::ops() const {
 }
 
 Tensor& allocOutput(const Node& n, std::span<Tensor> outputs, size_t i) {
-  outputs[i] = Tensor(n.output(i)->type());
+  outputs[i] = Tensor::empty(n.output(i)->type());
   return outputs[i];
 }
 

@@ -59,7 +59,8 @@ class KernelRegistry {
   std::map<std::string, std::vector<KernelDef>, std::less<>> by_op_;
 };
 
-/// Allocate output `i` of `n` with its inferred type and return it.
+/// Allocate output `i` of `n` with its inferred type and return it. The memory
+/// is NOT cleared: the kernel must write every element.
 Tensor& allocOutput(const Node& n, std::span<Tensor> outputs, size_t i);
 
 // Family registration (backend/cpu/kernels_*.cpp).

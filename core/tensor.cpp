@@ -1,17 +1,32 @@
 #include "core/tensor.h"
 
 #include <cmath>
+#include <cstdlib>
 
 #include "core/result.h"
 
 namespace kiln {
 
-Tensor::Tensor(TensorType type) : type_(std::move(type)) {
+Tensor::Tensor(TensorType type, NoInit) : type_(std::move(type)) {
   for (int64_t d : type_.shape)
     if (d < 0) fail("negative dimension in tensor shape " + shapeStr(type_.shape));
-  size_t n = type_.bytes();
   // Always allocate at least one byte so empty tensors are still "defined".
-  buf_ = std::shared_ptr<unsigned char[]>(new unsigned char[n ? n : 1]());
+  size_t n = type_.bytes();
+  buf_ = std::shared_ptr<unsigned char[]>(new unsigned char[n ? n : 1]);
+}
+
+Tensor::Tensor(TensorType type) : Tensor(std::move(type), NoInit{}) {
+  if (bytes()) std::memset(raw(), 0, bytes());
+}
+
+Tensor Tensor::empty(TensorType type) {
+  static const bool poison = [] {
+    const char* e = std::getenv("KILN_POISON_ALLOC");
+    return e && *e == '1';
+  }();
+  Tensor t(std::move(type), NoInit{});
+  if (poison && t.bytes()) std::memset(t.raw(), 0xFF, t.bytes());
+  return t;
 }
 
 Tensor Tensor::fromFloats(Shape shape, const std::vector<float>& values) {

@@ -18,6 +18,10 @@ class Tensor {
   /// Allocates zero-filled storage for `type`.
   explicit Tensor(TensorType type);
   Tensor(DType dtype, Shape shape) : Tensor(TensorType{dtype, std::move(shape)}) {}
+  /// Allocates storage for `type` without clearing it: for kernels that write
+  /// every element. (With KILN_POISON_ALLOC=1 in the environment the bytes are
+  /// set to 0xFF instead, so tests catch a kernel that reads them.)
+  static Tensor empty(TensorType type);
 
   /// Build an f32 tensor from values (tests and small constants).
   static Tensor fromFloats(Shape shape, const std::vector<float>& values);
@@ -50,6 +54,8 @@ class Tensor {
   Tensor to(DType dtype) const;
 
  private:
+  struct NoInit {};
+  Tensor(TensorType type, NoInit);
   TensorType type_;
   std::shared_ptr<unsigned char[]> buf_;
 };
