@@ -64,4 +64,10 @@ DType promoteTypes(DType a, DType b) {
   return dtypeSize(a) >= dtypeSize(b) ? a : b;
 }
 
+DType promoteOperands(DType a, bool a_scalar, DType b, bool b_scalar) {
+  if (a_scalar == b_scalar) return promoteTypes(a, b);
+  DType dim = a_scalar ? b : a, zero = a_scalar ? a : b;
+  return category(zero) > category(dim) ? zero : dim;
+}
+
 }  // namespace kiln

@@ -30,4 +30,10 @@ bool isIntegral(DType t);  ///< integer types, not bool
 /// category-then-width rule for tensors of equal "rank class".
 DType promoteTypes(DType a, DType b);
 
+/// Result dtype of an elementwise op over operands of these dtypes and ranks,
+/// as torch.result_type: a 0-d operand only decides the dtype when its
+/// category (bool < integer < floating) is higher than every dimensioned
+/// operand's (i32[2] + i64[] -> i32, i64[2] + f64[] -> f64).
+DType promoteOperands(DType a, bool a_scalar, DType b, bool b_scalar);
+
 }  // namespace kiln

@@ -245,7 +245,7 @@ struct GeOp {
 template <class Op>
 void compareKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
   Tensor& o = allocOutput(n, out, 0);
-  const DType t = promoteTypes(in[0].dtype(), in[1].dtype());
+  const DType t = promoteOperands(in[0].dtype(), in[0].rank() == 0, in[1].dtype(), in[1].rank() == 0);
   const Tensor a = asDType(in[0], t), b = asDType(in[1], t);
   dispatchAll(t, [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -13,7 +13,7 @@ namespace {
 std::vector<TensorType> inferBinary(const Node& n) {
   const TensorType& a = n.input(0)->type();
   const TensorType& b = n.input(1)->type();
-  DType t = promoteTypes(a.dtype, b.dtype);
+  DType t = promoteOperands(a.dtype, a.rank() == 0, b.dtype, b.rank() == 0);
   // True division and pow of integers produce floats, as in PyTorch.
   if (n.op() == "div" && !isFloating(t)) t = DType::F32;
   return {{t, broadcastShapes(n, a.shape, b.shape)}};
@@ -27,7 +27,9 @@ std::vector<TensorType> inferWhere(const Node& n) {
   if (n.input(0)->dtype() != DType::Bool) opFail(n, "condition must be bool, got " + n.input(0)->type().str());
   Shape s = broadcastShapes(n, n.input(0)->shape(), n.input(1)->shape());
   s = broadcastShapes(n, s, n.input(2)->shape());
-  return {{promoteTypes(n.input(1)->dtype(), n.input(2)->dtype()), s}};
+  const TensorType& a = n.input(1)->type();
+  const TensorType& b = n.input(2)->type();
+  return {{promoteOperands(a.dtype, a.rank() == 0, b.dtype, b.rank() == 0), s}};
 }
 
 std::vector<TensorType> inferFloatUnary(const Node& n) {

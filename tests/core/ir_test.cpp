@@ -75,3 +75,31 @@ TEST(IrTest, OpTableHasAllFamilies) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Expected dtypes are torch.result_type's (checked with PyTorch 1.13).
+TEST(IrTest, ZeroDimOperandsPromoteLikePyTorch) {
+  struct Case {
+    DType a;
+    Shape sa;
+    DType b;
+    Shape sb;
+    DType expect;
+  };
+  for (const Case& c : {Case{DType::I32, {2}, DType::I64, {}, DType::I32},
+                        Case{DType::I64, {2}, DType::F64, {}, DType::F64},
+                        Case{DType::F16, {2}, DType::F64, {}, DType::F16},
+                        Case{DType::I32, {}, DType::I64, {}, DType::I64},
+                        Case{DType::F32, {2}, DType::F64, {3, 1}, DType::F64}}) {
+    Graph g;
+    Value* a = g.addInput("a", {c.a, c.sa}, ValueRole::Data);
+    Value* b = g.addInput("b", {c.b, c.sb}, ValueRole::Data);
+    EXPECT_EQ(g.add("add", {a, b})->dtype(), c.expect) << dtypeName(c.a) << " + " << dtypeName(c.b);
+    EXPECT_EQ(g.add("add", {b, a})->dtype(), c.expect) << dtypeName(c.b) << " + " << dtypeName(c.a);
+  }
+}
+
+}  // namespace
+}  // namespace kiln
