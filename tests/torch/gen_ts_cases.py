@@ -140,6 +140,8 @@ traced("activations", lambda x: (F.relu(x), F.relu6(x * 4), F.hardtanh(x, -0.5, 
                                  F.leaky_relu(x, 0.2), F.elu(x), F.softplus(x), F.mish(x), torch.sigmoid(x),
                                  torch.tanh(x), F.selu(x), F.celu(x, 0.5), F.logsigmoid(x)), X)
 module("prelu", lambda: nn.PReLU(3), randn(2, 3, 4))
+traced("shrink_glu", lambda x: (F.threshold(x, 0.1, -2.0), F.hardshrink(x, 0.3), F.softshrink(x), F.tanhshrink(x),
+                                F.softsign(x), F.glu(x, -1), F.glu(x, 1)), randn(2, 4, 6))
 traced("clamp", lambda x, lo: (x.clamp(-0.5, 0.5), x.clamp(min=0.1), x.clamp(max=0.2), torch.clamp(x, lo, lo + 1),
                                x.clamp_min(0.0), x.clamp_max(0.0)), X, X)
 traced("compare", lambda x, y: (x == y, x != 0, x < y, x <= 0.5, x > y, x >= 0, torch.maximum(x, y),
@@ -222,6 +224,22 @@ traced("losses", lambda x, t, y: (F.cross_entropy(x, t), F.cross_entropy(x, t, r
                                   F.cross_entropy(x, t, label_smoothing=0.1), F.nll_loss(F.log_softmax(x, 1), t),
                                   F.mse_loss(x, y), F.mse_loss(x, y, reduction="none")),
        randn(4, 5), randint(5, 4), randn(4, 5))
+traced("losses_more", lambda x, y, p, w: (F.l1_loss(x, y), F.smooth_l1_loss(x, y, beta=0.5),
+                                          F.huber_loss(x, y, reduction="sum", delta=2.0),
+                                          F.binary_cross_entropy(p, (y > 0).float()),
+                                          F.binary_cross_entropy(p, (y > 0).float(), reduction="none"),
+                                          F.binary_cross_entropy_with_logits(x, (y > 0).float(), weight=w),
+                                          F.binary_cross_entropy_with_logits(x, (y > 0).float()),
+                                          F.binary_cross_entropy_with_logits(x, (y > 0).float(), pos_weight=w[0] + 1)),
+       randn(4, 5), randn(4, 5), lambda g: torch.rand(4, 5, generator=g) * 0.98 + 0.01,
+       lambda g: torch.rand(4, 5, generator=g))
+traced("resample", lambda x, s: (F.interpolate(x, scale_factor=2), F.interpolate(x, size=(5, 11)),
+                                 F.interpolate(x, scale_factor=1.5, mode="bilinear"),
+                                 F.interpolate(x, size=(3, 12), mode="bilinear", align_corners=True),
+                                 F.interpolate(s, scale_factor=3, mode="linear"), F.interpolate(s, size=4),
+                                 F.pixel_shuffle(x, 2), F.pixel_unshuffle(x, 2)), IMG, randn(2, 3, 5))
+module("upsample", lambda: nn.Sequential(nn.Upsample(scale_factor=2, mode="nearest"),
+                                         nn.Upsample(size=(9, 20), mode="bilinear")), IMG)
 module("mha", lambda: nn.MultiheadAttention(8, 2, batch_first=True), randn(2, 5, 8), randn(2, 6, 8), randn(2, 6, 8))
 module("transformer_layer", lambda: nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True),
        randn(2, 5, 8))
@@ -245,6 +263,15 @@ def _view_write(x):
     y[1:3, 2:4] = 5.0      # slice + slice + fill_
     y[0, :] = x[3] * 2     # select + copy_
     return y, y.sum()
+
+
+class InplaceConstant(nn.Module):
+    # Scripted: a trace would record the constant after the in-place op already changed it.
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.tensor([1.0, 2.0, 3.0, 4.0]).mul_(2)
+
+
+module("inplace_constant", InplaceConstant, X, fmts=("script",))
 
 
 # ---- Scripted control flow over constants ---------------------------------------------------

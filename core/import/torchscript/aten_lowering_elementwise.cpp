@@ -215,6 +215,36 @@ Out lowerPrelu(Lowering& cx, Args& a) {
   return single(cx, cx.emit("where", {pos, x, cx.emit("mul", {w, x})}));
 }
 
+// threshold(self, threshold, value) = x > threshold ? x : value
+Out lowerThreshold(Lowering& cx, Args& a) {
+  Value* x = a.tensor(0);
+  Value* keep = cx.emit("gt", {x, cx.operand(a[1], x->dtype())});
+  return single(cx, cx.emit("where", {keep, x, cx.operand(a[2], x->dtype())}));
+}
+
+// hardshrink(self, lambd=0.5) = |x| > l ? x : 0; softshrink(self, lambd=0.5) = x -+ l beyond +-l, else 0
+Out lowerShrink(Lowering& cx, Args& a) {
+  Value* x = floatInput(cx, a);
+  DType t = x->dtype();
+  double l = a.given(1) ? a.real(1) : 0.5;
+  Value* zero = cx.scalar(0, t);
+  if (a.kiln_op == "hard")
+    return single(cx, cx.emit("where", {cx.emit("gt", {cx.emit("abs", {x}), cx.scalar(l, t)}), x, zero}));
+  Value* above = cx.emit("where", {cx.emit("gt", {x, cx.scalar(l, t)}), cx.emit("sub", {x, cx.scalar(l, t)}), zero});
+  return single(cx,
+                cx.emit("where", {cx.emit("lt", {x, cx.scalar(-l, t)}), cx.emit("add", {x, cx.scalar(l, t)}), above}));
+}
+
+// glu(self, dim=-1) = a * sigmoid(b) for the two halves along dim
+Out lowerGlu(Lowering& cx, Args& a) {
+  Value* x = a.tensor(0);
+  int64_t d = normDim(a.given(1) ? a.integer(1) : -1, x->type().rank());
+  int64_t n = x->shape()[d];
+  if (n % 2) fail("glu() needs an even size along dim " + std::to_string(d) + ", got " + std::to_string(n));
+  Node* halves = cx.emitNode("split", {x}, {{"dim", d}, {"sizes", std::vector<int64_t>{n / 2, n / 2}}});
+  return single(cx, cx.emit("mul", {halves->output(0), cx.emit("sigmoid", {halves->output(1)})}));
+}
+
 Out lowerSquare(Lowering& cx, Args& a) {
   Value* x = a.tensor(0);
   if (x->dtype() == DType::Bool) x = cx.cast(x, DType::I64);
@@ -312,6 +342,10 @@ const AtenRule kRules[] = {
     {"aten::softplus", lowerSoftplus},
     {"aten::log_sigmoid", lowerLogSigmoid},
     {"aten::prelu", lowerPrelu},
+    {"aten::threshold", lowerThreshold},
+    {"aten::hardshrink", lowerShrink, "hard"},
+    {"aten::softshrink", lowerShrink, "soft"},
+    {"aten::glu", lowerGlu},
 };
 
 }  // namespace

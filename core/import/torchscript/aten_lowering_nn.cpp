@@ -1,5 +1,5 @@
 // aten -> Kiln: matrix products, convolution, normalization, embedding,
-// dropout, pooling, softmax, attention and losses. 1-d convolution and
+// dropout, pooling, resampling, softmax and attention. 1-d convolution and
 // pooling run as their 2-d Kiln ops with an inserted H=1 dim; missing norm
 // weights and biases become `full` ones and zeros; BatchNorm in training
 // mode writes its new running statistics into the running_mean/var buffers
@@ -353,43 +353,6 @@ Out lowerFastPath(Lowering&, Args&) {
       "parameter requires grad (torch.no_grad, inference_mode); export with requires_grad parameters instead");
 }
 
-// ---- Losses ---------------------------------------------------------------------------------------
-
-std::string reductionName(int64_t r) {
-  switch (r) {
-    case 0:
-      return "none";
-    case 1:
-      return "mean";
-    case 2:
-      return "sum";
-    default:
-      fail("unknown reduction " + std::to_string(r));
-  }
-}
-
-// cross_entropy_loss(self, target, weight, reduction, ignore_index, label_smoothing)
-// nll_loss / nll_loss_nd / nll_loss2d(self, target, weight, reduction, ignore_index)
-Out lowerClassLoss(Lowering& cx, Args& a) {
-  if (a.given(2)) fail("class weights are not supported");
-  Value* target = a.tensor(1);
-  if (!isIntegral(target->dtype())) fail("only class-index targets are supported, got " + target->type().str());
-  AttrMap attrs = {{"reduction", reductionName(a.integer(3))}, {"ignore_index", a.integer(4)}};
-  if (a.kiln_op == "cross_entropy") attrs["label_smoothing"] = a.given(5) ? a.real(5) : 0.0;
-  return single(cx, cx.emit(a.kiln_op, {a.tensor(0), target}, attrs));
-}
-
-// mse_loss(self, target, reduction); l1_loss(self, target, reduction)
-Out lowerRegressionLoss(Lowering& cx, Args& a) {
-  Value* x = a.tensor(0);
-  Value* y = cx.cast(a.tensor(1), x->dtype());
-  std::string red = reductionName(a.integer(2));
-  if (a.kiln_op == "mse_loss") return single(cx, cx.emit("mse_loss", {x, y}, {{"reduction", red}}));
-  Value* d = cx.emit("abs", {cx.emit("sub", {x, y})});
-  if (red == "none") return single(cx, d);
-  return single(cx, cx.emit(red, {d}));
-}
-
 const AtenRule kRules[] = {
     // Matrix products.
     {"aten::linear", lowerLinear},
@@ -435,13 +398,6 @@ const AtenRule kRules[] = {
     {"aten::scaled_dot_product_attention", lowerSdpa},
     {"aten::_native_multi_head_attention", lowerFastPath},
     {"aten::_transformer_encoder_layer_fwd", lowerFastPath},
-    // Losses.
-    {"aten::cross_entropy_loss", lowerClassLoss, "cross_entropy"},
-    {"aten::nll_loss", lowerClassLoss, "nll_loss"},
-    {"aten::nll_loss_nd", lowerClassLoss, "nll_loss"},
-    {"aten::nll_loss2d", lowerClassLoss, "nll_loss"},
-    {"aten::mse_loss", lowerRegressionLoss, "mse_loss"},
-    {"aten::l1_loss", lowerRegressionLoss, "l1_loss"},
 };
 
 }  // namespace

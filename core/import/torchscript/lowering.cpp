@@ -309,7 +309,8 @@ namespace {
 const std::map<std::string_view, const AtenRule*>& ruleMap() {
   static const auto* map = [] {
     auto* m = new std::map<std::string_view, const AtenRule*>();
-    for (auto family : {elementwiseRules(), shapeRules(), factoryRules(), nnRules(), reductionRules()})
+    for (auto family :
+         {elementwiseRules(), shapeRules(), factoryRules(), nnRules(), reductionRules(), lossRules(), resampleRules()})
       for (const AtenRule& r : family) (*m)[r.aten] = &r;
     return m;
   }();

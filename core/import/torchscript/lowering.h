@@ -121,6 +121,8 @@ std::span<const AtenRule> shapeRules();
 std::span<const AtenRule> factoryRules();
 std::span<const AtenRule> nnRules();
 std::span<const AtenRule> reductionRules();
+std::span<const AtenRule> lossRules();
+std::span<const AtenRule> resampleRules();
 
 /// Shorthand for rules returning a single tensor.
 inline std::vector<SV> single(Lowering& cx, Value* v) {

@@ -572,6 +572,10 @@ std::optional<std::vector<SV>> evalStatic(std::string_view kind, std::span<const
     return one(SV::tuple({items.begin() + b, items.begin() + e}));
   }
   if (kind == "prim::Uninitialized") return one(SV::uninit());
+  if (kind == "prim::unchecked_unwrap_optional" || kind == "aten::_unwrap_optional") {
+    if (arg(a, 0).isNone()) fail("unwrapping an Optional that is None");
+    return one(a[0]);
+  }
   if (kind == "prim::unchecked_cast" || kind == "aten::detach" || kind == "aten::alias") {
     if (!a.empty() && a[0].kind != K::Tensor) return one(a[0]);
     if (kind == "prim::unchecked_cast") return one(a[0]);

@@ -39,7 +39,7 @@ std::string similarOps(const std::string& kind) {
   std::string base = p == std::string::npos ? kind : kind.substr(p + 2);
   while (!base.empty() && (base.back() == '_' || std::isdigit(static_cast<unsigned char>(base.back()))))
     base.pop_back();
-  std::string prefix = base.substr(0, std::min<size_t>(4, base.size()));
+  std::string prefix = base.substr(0, std::min<size_t>(3, base.size()));
   std::vector<std::string> names = atenRuleNames(), similar;
   for (const std::string& n : names)
     if (!prefix.empty() && n.compare(6, prefix.size(), prefix) == 0 && similar.size() < 5) similar.push_back(n);
@@ -211,14 +211,12 @@ std::string Walker::scopeOf(torch::jit::Node* n, const Frame& f) const {
   }
   std::string scope = f.scope;
   // Nodes inlined before the archive was saved carry a callstack of module instances.
-  if (auto cs = n->callstack()) {
-    for (const auto& entry : (*cs)->vec()) {
-      const auto& info = std::get<2>(entry);
-      if (!info) continue;
-      const std::string& name = info->instance_name();
-      if (name.empty() || name == "SELF" || name == "INSTANCE_NAME_UNKNOWN") continue;
-      scope += (scope.empty() ? "" : ".") + name;
-    }
+  for (auto cs = n->callstack(); cs; cs = (*cs)->callee()) {
+    auto info = (*cs)->module_instance();
+    if (!info) continue;
+    std::string name = info->instance_name();
+    if (name.empty() || name == "SELF" || name == "INSTANCE_NAME_UNKNOWN") continue;
+    scope += (scope.empty() ? "" : ".") + name;
   }
   return scope;
 }
@@ -289,10 +287,15 @@ void Walker::visitGeneric(torch::jit::Node* n, Frame& f, std::vector<SV> args) {
   if (!rule) unsupported(n, f, kind);
   Args a(cx_, args, rule->kiln);
   std::vector<SV> outs = rule->fn(cx_, a);
-  if (inplace) {
+  if (inplace && args.at(0).kind == SV::Kind::Tensor) {
     // x.op_(...) computes op(x, ...) and stores it in x: every alias of x sees it.
-    cx_.write(args.at(0), cx_.read(outs.at(0)));
+    cx_.write(args[0], cx_.read(outs.at(0)));
     outs = {args[0]};
+  } else if (inplace) {
+    // In place on a constant (torch.tensor(...).add_(1)): the value itself becomes the result.
+    SV result = cx_.fresh(cx_.read(outs.at(0)));
+    f.env[n->input(0)] = result;
+    outs = {result};
   }
   bind(n, f, std::move(outs));
 }
