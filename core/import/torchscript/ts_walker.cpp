@@ -8,6 +8,8 @@
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/ir/ir.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstring>
 
 namespace kiln::ts {
