@@ -497,6 +497,25 @@ TEST(FxImport, SupportedOpsCoverTheZooCensus) {
   EXPECT_GE(ops.size(), 150u);
 }
 
+TEST(FxImport, FuzzSeedCorpusImports) {
+  // The weights tests/fuzz/fuzz_fx_json.cpp gives every input.
+  TensorMap w = linearWeights();
+  for (const char* k : {"bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"}) w[k] = Tensor(DType::F32, {3});
+  w["bn.num_batches_tracked"] = Tensor(DType::I64, {});
+  w["__constant__._tensor_constant0"] = Tensor::scalar(DType::F32, 2);
+  auto dir = std::filesystem::path(KILN_TEST_DATA_DIR) / ".." / "fuzz" / "corpus" / "fx_json";
+  int seeds = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(entry.path());
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto m = importFxJson(text, w, entry.path().filename().string());
+    bool invalid = entry.path().filename().string().rfind("invalid_", 0) == 0;
+    EXPECT_EQ(m.ok(), !invalid) << entry.path() << ": " << (m.ok() ? "imported" : m.error().message);
+    ++seeds;
+  }
+  EXPECT_GE(seeds, 4);
+}
+
 // ---- Errors ------------------------------------------------------------------
 
 TEST(FxImportErrors, MalformedJson) {
@@ -664,6 +683,33 @@ TEST(FxImportErrors, ArgumentValues) {
   expectError(importDoc(d), "argument 'split_size': must be positive");
   d = withNodes({node("s", "aten.split.Tensor", {nodeRef("arg2_1"), 1, 5}, tensorVal("f32", {8}))}, {nodeRef("s")});
   expectError(importDoc(d), "dim 5 is out of range for a tensor of rank 2");
+}
+
+TEST(FxImportErrors, WindowArgumentsMustBePositive) {
+  // Regression (found in review during fuzzing): a zero stride would reach pooledLength and divide by zero.
+  json d = linearDoc();
+  d["placeholders"] = {input("x", 0, {1, 2, 8, 8}), input("w", 1, {4, 2, 3, 3})};
+  d["nodes"] = {node("c", "aten.convolution.default",
+                     {nodeRef("x"), nodeRef("w"), nullptr, {0, 1}, {1, 1}, {1, 1}, false, {0, 0}, 1},
+                     tensorVal("f32", {1, 4, 8, 8}))};
+  d["outputs"] = {nodeRef("c")};
+  expectError(importDoc(d, {}), "argument 'stride': values must be at least 1, got [0,1]");
+  d["nodes"][0]["args"][3] = {1, 1};
+  d["nodes"][0]["args"][4] = {-1, 1};
+  expectError(importDoc(d, {}), "argument 'padding': values must be at least 0");
+  json items = {{"items", {tensorVal("f32", {1, 2, 4, 4}), tensorVal("i64", {1, 2, 4, 4})}}};
+  d["nodes"] = {node("mp", "aten.max_pool2d_with_indices.default", {nodeRef("x"), {2, 2}, {0, 0}}, items),
+                node("g", "operator.getitem", {nodeRef("mp"), 0}, tensorVal("f32", {1, 2, 4, 4}))};
+  d["outputs"] = {nodeRef("g")};
+  expectError(importDoc(d, {}), "argument 'stride': values must be at least 1");
+}
+
+TEST(FxImportErrors, SplitIntoTooManyPieces) {
+  json d = linearDoc();
+  d["placeholders"] = {input("x", 0, {1 << 20})};
+  d["nodes"] = {node("s", "aten.split.Tensor", {nodeRef("x"), 1}, tensorVal("f32", {1}))};
+  d["outputs"] = {nodeRef("x")};
+  expectError(importDoc(d, {}), "more than 65536 pieces");
 }
 
 TEST(FxImportErrors, ShapeErrorsFromKilnOpsNameTheNode) {

@@ -11,11 +11,14 @@
 namespace kiln::fx {
 namespace {
 
-/// A window argument with one value per spatial dim (a single value repeats).
-std::vector<int64_t> perDim(NodeArgs& a, std::string_view name, size_t dims) {
+/// A window argument with one value per spatial dim (a single value repeats),
+/// each at least `min` (strides, kernels and dilations are positive).
+std::vector<int64_t> perDim(NodeArgs& a, std::string_view name, size_t dims, int64_t min = 0) {
   auto v = a.ints(name, kMaxWindow);
   if (v.size() == 1) v.assign(dims, v[0]);
   if (v.size() != dims) a.fail(name, "expected " + std::to_string(dims) + " values, got " + shapeStr(v));
+  for (int64_t x : v)
+    if (x < min) a.fail(name, "values must be at least " + std::to_string(min) + ", got " + shapeStr(v));
   return v;
 }
 
@@ -35,7 +38,7 @@ FxValue lowerConvolution(Lowering& cx, NodeArgs& a) {
   } else {
     padding = perDim(a, "padding", n);
   }
-  auto stride = perDim(a, "stride", n), dilation = perDim(a, "dilation", n);
+  auto stride = perDim(a, "stride", n, 1), dilation = perDim(a, "dilation", n, 1);
   int64_t groups = a.integer("groups");
   bool batched = x->type().rank() == spatial + 2;
   if (!batched && x->type().rank() != spatial + 1)
@@ -143,12 +146,12 @@ FxValue lowerNativeDropout(Lowering& cx, NodeArgs& a) {
 /// max_pool2d(_with_indices): values only; the indices result is missing.
 FxValue lowerMaxPool(Lowering& cx, NodeArgs& a) {
   Value* x = a.tensor("self");
-  auto kernel = perDim(a, "kernel_size", 2);
+  auto kernel = perDim(a, "kernel_size", 2, 1);
   auto stride = a.ints("stride", kMaxWindow);
-  if (!stride.empty()) stride = perDim(a, "stride", 2);
+  if (!stride.empty()) stride = perDim(a, "stride", 2, 1);
   Value* y = cx.emit("max_pool2d", {x},
                      {{"kernel_size", kernel}, {"stride", stride}, {"padding", perDim(a, "padding", 2)},
-                      {"dilation", perDim(a, "dilation", 2)}, {"ceil_mode", int64_t{a.flag("ceil_mode")}}});
+                      {"dilation", perDim(a, "dilation", 2, 1)}, {"ceil_mode", int64_t{a.flag("ceil_mode")}}});
   if (a.kiln != "with_indices") return FxValue::of(y);
   return FxValue::tuple({FxValue::of(y), FxValue::missing("the indices result of max pooling is not supported "
                                                           "(Kiln's max_pool2d returns values only)")});
@@ -156,11 +159,11 @@ FxValue lowerMaxPool(Lowering& cx, NodeArgs& a) {
 
 FxValue lowerAvgPool(Lowering& cx, NodeArgs& a) {
   auto stride = a.ints("stride", kMaxWindow);
-  if (!stride.empty()) stride = perDim(a, "stride", 2);
+  if (!stride.empty()) stride = perDim(a, "stride", 2, 1);
   int64_t divisor = a.optInt("divisor_override").value_or(0);
   if (divisor < 0) a.fail("divisor_override", "must be positive");
   return FxValue::of(cx.emit("avg_pool2d", {a.tensor("self")},
-                             {{"kernel_size", perDim(a, "kernel_size", 2)}, {"stride", stride},
+                             {{"kernel_size", perDim(a, "kernel_size", 2, 1)}, {"stride", stride},
                               {"padding", perDim(a, "padding", 2)}, {"ceil_mode", int64_t{a.flag("ceil_mode")}},
                               {"count_include_pad", int64_t{a.flag("count_include_pad")}},
                               {"divisor_override", divisor}}));

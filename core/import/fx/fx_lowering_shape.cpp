@@ -262,8 +262,13 @@ FxValue splitInto(Lowering& cx, Value* x, int64_t dim, const std::vector<int64_t
   return FxValue::tuple(std::move(items));
 }
 
+/// Most results a split/chunk/unbind may have (keeps hostile files from
+/// asking for 2^40 outputs).
+constexpr int64_t kMaxPieces = int64_t{1} << 16;
+
 /// Pieces of `chunk` elements (the last may be smaller).
 std::vector<int64_t> evenPieces(int64_t size, int64_t chunk) {
+  if ((size + chunk - 1) / chunk > kMaxPieces) fail("more than 65536 pieces");
   std::vector<int64_t> sizes;
   for (int64_t done = 0; done < size; done += chunk) sizes.push_back(std::min(chunk, size - done));
   if (sizes.empty()) sizes.push_back(0);
@@ -297,6 +302,7 @@ FxValue lowerUnbind(Lowering& cx, NodeArgs& a) {
   Value* x = a.tensor("self");
   if (x->type().rank() == 0) a.fail("self", "cannot unbind a 0-d tensor");
   int64_t dim = normDim(a.integer("dim"), x->type().rank());
+  if (x->shape()[dim] > kMaxPieces) a.fail("self", "unbind into more than 65536 pieces");
   std::vector<FxValue> items;
   for (int64_t i = 0; i < x->shape()[dim]; ++i)
     items.push_back(FxValue::of(cx.emit("select", {x}, {{"dim", dim}, {"index", i}})));
