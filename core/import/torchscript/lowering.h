@@ -92,7 +92,8 @@ class Args {
   std::optional<double> optReal(size_t k) const;
   std::optional<DType> optDType(size_t k) const;
 
-  /// The Kiln op named by the rule table entry (for shared lowering functions).
+  /// The rule's third column: the Kiln op (or the variant, e.g. "1d", "feature")
+  /// for lowering functions that serve several aten ops.
   std::string_view kiln_op;
 
  private:
@@ -107,7 +108,7 @@ using LowerFn = std::vector<SV> (*)(Lowering& cx, Args& a);
 struct AtenRule {
   std::string_view aten;  ///< "aten::relu"
   LowerFn fn;
-  std::string_view kiln = {};  ///< Kiln op for rules shared by several ops
+  std::string_view kiln = {};  ///< Kiln op or variant, for functions shared by several aten ops
 };
 
 /// The rule for `aten` (exact name), or nullptr.
