@@ -8,6 +8,13 @@
 namespace kiln {
 namespace {
 
+/// Window parameters must be sane before any arithmetic: stride/dilation/kernel
+/// >= 1 and padding >= 0 (a hostile file could otherwise divide by zero).
+void requireWindow(const Node& n, const std::vector<int64_t>& v, const char* what, int64_t min) {
+  for (int64_t x : v)
+    if (x < min) opFail(n, std::string(what) + " " + shapeStr(v) + " must be at least " + std::to_string(min));
+}
+
 void requireRank(const Node& n, size_t input, int64_t rank, const char* what) {
   if (n.input(input)->type().rank() != rank)
     opFail(n, std::string(what) + " must have " + std::to_string(rank) + " dims, got " +
@@ -20,6 +27,9 @@ std::vector<TensorType> inferConv2d(const Node& n) {
   const Shape& x = n.input(0)->shape();
   const Shape& w = n.input(1)->shape();
   auto stride = pair(n, "stride"), pad = pair(n, "padding"), dil = pair(n, "dilation");
+  requireWindow(n, stride, "stride", 1);
+  requireWindow(n, dil, "dilation", 1);
+  requireWindow(n, pad, "padding", 0);
   int64_t groups = n.i("groups");
   if (groups <= 0 || x[1] % groups || w[0] % groups || x[1] / groups != w[1])
     opFail(n, "input channels " + std::to_string(x[1]) + " do not match weight " + n.input(1)->type().str() +
@@ -46,6 +56,10 @@ std::vector<TensorType> inferPool2d(const Node& n) {
   auto pad = pair(n, "padding");
   std::vector<int64_t> dil = {1, 1};
   if (n.def().findAttr("dilation")) dil = pair(n, "dilation");
+  requireWindow(n, k, "kernel_size", 1);
+  requireWindow(n, stride, "stride", 1);
+  requireWindow(n, pad, "padding", 0);
+  requireWindow(n, dil, "dilation", 1);
   bool ceil = n.i("ceil_mode") != 0;
   if (pad[0] * 2 > k[0] || pad[1] * 2 > k[1]) opFail(n, "padding must be at most half the kernel size");
   TensorType out = in;
@@ -60,6 +74,7 @@ std::vector<TensorType> inferAdaptivePool(const Node& n) {
   TensorType out = n.input(0)->type();
   if (out.rank() != 4 && out.rank() != 3) opFail(n, "input must have 3 or 4 dims, got " + out.str());
   auto size = pair(n, "output_size");
+  requireWindow(n, size, "output_size", 1);
   out.shape[out.shape.size() - 2] = size[0];
   out.shape[out.shape.size() - 1] = size[1];
   return {out};
