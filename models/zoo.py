@@ -239,14 +239,48 @@ class NNMHA(nn.Module):
 # torchvision models
 # --------------------------------------------------------------------------
 
+def _make_testable(model: nn.Module) -> nn.Module:
+    """Re-initialize what torchvision's training-oriented init leaves trivial,
+    so that comparing outputs with PyTorch actually tests something:
+
+    * classifier heads: ViT zero-initializes its head, and EfficientNet /
+      MobileNet / MNASNet use tiny N(0, 0.01) or uniform(1/sqrt(out)) heads,
+      which give outputs of 1e-13 to 1e-7 -- any error relative to those is
+      meaningless. Every Linear gets PyTorch's default init instead (outputs
+      of order 1).
+    * BatchNorm: fresh running stats (mean 0, var 1) and affine (1, 0) make
+      eval-mode BatchNorm nearly the identity; random ones exercise the whole
+      formula. Values stay near identity so deep nets do not blow up.
+    * LayerNorm affine (1, 0) likewise."""
+    g = torch.Generator().manual_seed(WEIGHT_SEED + 1)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.Linear):
+                m.reset_parameters()
+            elif isinstance(m, nn.modules.batchnorm._BatchNorm):
+                c = m.num_features
+                if m.running_mean is not None:
+                    m.running_mean.copy_(torch.randn(c, generator=g) * 0.1)
+                    m.running_var.copy_(torch.rand(c, generator=g) * 0.5 + 0.75)
+                if m.affine:
+                    m.weight.copy_(torch.rand(c, generator=g) * 0.5 + 0.75)
+                    m.bias.copy_(torch.randn(c, generator=g) * 0.1)
+            elif isinstance(m, nn.LayerNorm) and m.elementwise_affine:
+                m.weight.copy_(torch.rand(m.weight.shape, generator=g) * 0.5 + 0.75)
+                m.bias.copy_(torch.randn(m.bias.shape, generator=g) * 0.1)
+    return model
+
+
 def _tv(fn_name: str, **kwargs) -> nn.Module:
-    """torchvision.models.<fn_name> with random init, whatever the version calls it."""
+    """torchvision.models.<fn_name> with random init, whatever the version
+    calls it, made testable (see _make_testable)."""
     import torchvision
     fn = getattr(torchvision.models, fn_name)
     try:
-        return fn(weights=None, num_classes=10, **kwargs)  # torchvision >= 0.13
+        model = fn(weights=None, num_classes=10, **kwargs)  # torchvision >= 0.13
     except TypeError:
-        return fn(pretrained=False, num_classes=10, **kwargs)  # older
+        model = fn(pretrained=False, num_classes=10, **kwargs)  # older
+    return _make_testable(model)
 
 
 def _shrink_classifier(model: nn.Module, linear_idx: List[int], width: int) -> nn.Module:
@@ -260,17 +294,14 @@ def _shrink_classifier(model: nn.Module, linear_idx: List[int], width: int) -> n
         old = cls[i]
         d_in = old.in_features if n == 0 else width
         d_out = old.out_features if n == len(linear_idx) - 1 else width
-        new = nn.Linear(d_in, d_out)
-        nn.init.normal_(new.weight, 0, 0.01)  # torchvision's VGG/AlexNet-style init
-        nn.init.zeros_(new.bias)
-        cls[i] = new
+        cls[i] = nn.Linear(d_in, d_out)  # PyTorch's default init: outputs of order 1
     return model
 
 
 def _tv_vit() -> nn.Module:
     from torchvision.models.vision_transformer import VisionTransformer
-    return VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=4,
-                             hidden_dim=64, mlp_dim=128, num_classes=10)
+    return _make_testable(VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=4,
+                                            hidden_dim=64, mlp_dim=128, num_classes=10))
 
 
 # --------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 // reports as exportable to fx, export it (NAME.fx.json + weights, inputs and
 // PyTorch's outputs), import it with importFx, run it on the CPU executor and
 // compare every output -- and in train mode every buffer, updated or not --
-// with NAME.expected.safetensors: max|a-e| <= 1e-4 * max(1, max|e|).
+// with NAME.expected.safetensors: max|a-e| <= 1e-4 * max|e| (core/tensor_compare.h).
 // Each model is exported once per test binary run (FxZoo caches the exports).
 #include <gtest/gtest.h>
 
@@ -20,6 +20,7 @@
 #include "core/file_io.h"
 #include "core/import/fx/fx_importer.h"
 #include "core/safetensors.h"
+#include "core/tensor_compare.h"
 
 namespace kiln {
 namespace {
@@ -112,18 +113,6 @@ class FxZoo {
   }
 };
 
-/// max |a - e| / max(1, max |e|); infinity when types differ.
-double relativeError(const Tensor& a, const Tensor& e) {
-  if (a.type() != e.type()) return INFINITY;
-  double diff = 0, scale = 1;
-  for (int64_t i = 0; i < e.numel(); ++i) {
-    double x = a.at(i), y = e.at(i);
-    if (std::isnan(x) != std::isnan(y)) return INFINITY;
-    if (!std::isnan(y)) diff = std::max(diff, std::fabs(x - y)), scale = std::max(scale, std::fabs(y));
-  }
-  return diff / scale;
-}
-
 void PrintTo(const ZooModel& m, std::ostream* os) { *os << m.name << (m.train ? " (train)" : ""); }
 
 class FxParity : public ::testing::TestWithParam<ZooModel> {};
@@ -171,7 +160,7 @@ TEST_P(FxParity, MatchesPyTorch) {
       ADD_FAILURE() << m.name << ": Kiln produced nothing for expected " << key;
       continue;
     }
-    double err = relativeError(it->second, e);
+    double err = parityError(it->second, e);
     worst = std::max(worst, err);
     EXPECT_LE(err, 1e-4) << m.name << " " << key << ": Kiln " << it->second.type().str() << " vs PyTorch "
                          << e.type().str() << ", relative error " << err;

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "core/tensor_compare.h"
+
 namespace kiln::testing {
 
 torch::ScalarType toTorchDType(DType t) {
@@ -86,16 +88,7 @@ std::vector<torch::Tensor> runOp(const std::string& op, const std::vector<torch:
 }
 
 double relativeMaxError(const torch::Tensor& actual, const torch::Tensor& expected) {
-  auto a = actual.to(torch::kFloat64), e = expected.to(torch::kFloat64);
-  if (a.numel() == 0) return 0;
-  // NaN in the same places counts as equal; NaN elsewhere is an infinite error.
-  auto both_nan = a.isnan() & e.isnan();
-  auto diff = (a - e).abs().masked_fill(both_nan, 0);
-  auto same_inf = (a == e);  // equal infinities give nan differences
-  diff = diff.masked_fill(same_inf, 0);
-  if (diff.isnan().any().item<bool>()) return std::numeric_limits<double>::infinity();
-  double scale = std::max(1.0, e.masked_fill(e.isinf() | e.isnan(), 0).abs().max().item<double>());
-  return diff.max().item<double>() / scale;
+  return parityError(fromTorch(actual), fromTorch(expected));
 }
 
 void expectClose(const torch::Tensor& actual, const torch::Tensor& expected, double tol, const std::string& what) {

@@ -27,7 +27,7 @@ Tensor fromTorch(const torch::Tensor& t);
 std::vector<torch::Tensor> runOp(const std::string& op, const std::vector<torch::Tensor>& inputs,
                                  const AttrMap& attrs = {});
 
-/// max |a - b| / max(1, max |b|)  -- the project's parity measure.
+/// The project's parity measure, max |a - b| / max |b| (core/tensor_compare.h).
 double relativeMaxError(const torch::Tensor& actual, const torch::Tensor& expected);
 
 /// EXPECT that shapes and dtypes match and relativeMaxError <= tol
