@@ -503,7 +503,7 @@ TEST(FxImport, FuzzSeedCorpusImports) {
   for (const char* k : {"bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"}) w[k] = Tensor(DType::F32, {3});
   w["bn.num_batches_tracked"] = Tensor(DType::I64, {});
   w["__constant__._tensor_constant0"] = Tensor::scalar(DType::F32, 2);
-  auto dir = std::filesystem::path(KILN_TEST_DATA_DIR) / ".." / "fuzz" / "corpus" / "fx_json";
+  auto dir = std::filesystem::path(KILN_TESTS_DIR) / "fuzz" / "corpus" / "fx_json";
   int seeds = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     std::ifstream in(entry.path());

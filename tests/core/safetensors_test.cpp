@@ -354,11 +354,11 @@ TEST(SafetensorsTest, ErrorMessagesEscapeHostileNames) {
   EXPECT_LT(msg.size(), 300u);
 }
 
-#ifdef KILN_TEST_DATA_DIR
+#ifdef KILN_TESTS_DIR
 // The fuzz seed corpus is named by intent; keep it honest so the fuzzer
 // starts from inputs on both sides of every check.
 TEST(SafetensorsTest, FuzzSeedCorpusMatchesItsNames) {
-  fs::path dir = fs::path(KILN_TEST_DATA_DIR) / ".." / "fuzz" / "corpus" / "safetensors";
+  fs::path dir = fs::path(KILN_TESTS_DIR) / "fuzz" / "corpus" / "safetensors";
   ASSERT_TRUE(fs::is_directory(dir)) << dir;
   int seen = 0;
   for (const auto& entry : fs::directory_iterator(dir)) {
