@@ -46,7 +46,10 @@ json attrToJson(const Attr& a) {
 
 Attr attrFromJson(const json& j, const std::string& where) {
   if (!j.is_object() || j.size() != 1) fail(where + ": an attribute must be an object with one typed entry");
-  const auto& [kind, v] = *j.items().begin();
+  // Not `*j.items().begin()`: that binds to a temporary proxy (ASan: use-after-scope).
+  const auto it = j.begin();
+  const std::string kind = it.key();
+  const json& v = it.value();
   if (kind == "int" && v.is_number_integer()) return v.get<int64_t>();
   if (kind == "float") return floatFromJson(v, where);
   if (kind == "string" && v.is_string()) return v.get<std::string>();
