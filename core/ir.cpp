@@ -12,7 +12,7 @@ namespace kiln {
 namespace {
 constexpr std::string_view kRoleNames[] = {"data", "param", "buffer", "const", "opt_state", "scalar", "intermediate"};
 constexpr std::string_view kOutputRoleNames[] = {"output", "buffer_update", "param_update", "opt_state_update",
-                                                 "loss", "metric"};
+                                                 "loss", "metric", "gradient"};
 }  // namespace
 
 std::string_view roleName(ValueRole r) { return kRoleNames[static_cast<size_t>(r)]; }

@@ -27,9 +27,11 @@ enum class ValueRole : uint8_t { Data, Param, Buffer, Const, OptState, Scalar, I
 std::string_view roleName(ValueRole r);
 std::optional<ValueRole> parseRole(std::string_view s);
 
-/// What a graph output is. BufferUpdate outputs carry the new value of the
-/// buffer whose name they hold (e.g. BatchNorm running stats in training).
-enum class OutputRole : uint8_t { Output, BufferUpdate, ParamUpdate, OptStateUpdate, Loss, Metric };
+/// What a graph output is. BufferUpdate / ParamUpdate / OptStateUpdate outputs
+/// carry the new value of the input whose name they hold (e.g. BatchNorm
+/// running stats in training); Gradient outputs hold d(loss)/d(the param
+/// they are named after), produced by autodiff and consumed by the optimizer.
+enum class OutputRole : uint8_t { Output, BufferUpdate, ParamUpdate, OptStateUpdate, Loss, Metric, Gradient };
 std::string_view outputRoleName(OutputRole r);
 std::optional<OutputRole> parseOutputRole(std::string_view s);
 

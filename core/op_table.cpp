@@ -22,6 +22,13 @@ const OpTable& OpTable::get() {
     registerLinalgOps(t);
     registerNNOps(t);
     registerLossOps(t);
+    registerOptimizerOps(t);
+    registerElementwiseGrads(t);
+    registerReductionGrads(t);
+    registerShapeGrads(t);
+    registerLinalgGrads(t);
+    registerNNGrads(t);
+    registerLossGrads(t);
     return t;
   }();
   return table;
@@ -42,6 +49,21 @@ void OpTable::add(OpDef def) {
     std::fprintf(stderr, "kiln: op '%s' registered twice\n", name.c_str());
     std::abort();
   }
+}
+
+static OpDef& mustFind(std::map<std::string, OpDef, std::less<>>& ops, std::string_view op) {
+  auto it = ops.find(op);
+  if (it == ops.end()) {
+    std::fprintf(stderr, "kiln: gradient for unknown op '%.*s'\n", static_cast<int>(op.size()), op.data());
+    std::abort();
+  }
+  return it->second;
+}
+
+void OpTable::setGrad(std::string_view op, GradFn fn) { mustFind(ops_, op).grad = fn; }
+
+void OpTable::setNoGrad(std::string_view op, std::string reason) {
+  mustFind(ops_, op).no_grad_reason = std::move(reason);
 }
 
 double ioBytes(const Node& n) {

@@ -16,6 +16,7 @@
 namespace kiln {
 
 class Node;
+class GradContext;
 
 /// Op traits (bit flags).
 enum OpTrait : uint32_t {
@@ -45,6 +46,10 @@ struct AttrSpec {
 /// Throws KilnException with a message saying what is wrong.
 using InferFn = std::vector<TensorType> (*)(const Node&);
 using CostFn = Cost (*)(const Node&);
+/// Gradient rule (reverse mode): reads the output gradients from `ctx` and
+/// emits nodes that compute the gradient of each input that needs one. See
+/// core/grad.h. Rules live beside their family in core/ops/*_grad.cpp.
+using GradFn = void (*)(GradContext& ctx);
 
 struct OpDef {
   std::string name;
@@ -55,6 +60,12 @@ struct OpDef {
   std::vector<AttrSpec> attrs;
   InferFn infer = nullptr;
   CostFn cost = nullptr;  ///< nullptr: defaultCost
+  /// Reverse-mode rule; nullptr with an empty `no_grad_reason` means the op has
+  /// no rule yet and autodiff reports it when a gradient must flow through.
+  GradFn grad = nullptr;
+  /// Set for ops whose gradient is zero or undefined by nature (comparisons,
+  /// floor, argmax, sources): autodiff lets no gradient through, silently.
+  std::string no_grad_reason;
 
   bool has(OpTrait t) const { return (traits & t) != 0; }
   const AttrSpec* findAttr(const std::string& n) const;
@@ -69,6 +80,10 @@ class OpTable {
   const std::map<std::string, OpDef, std::less<>>& all() const { return ops_; }
   /// Register an op (duplicate names abort: a programming error).
   void add(OpDef def);
+  /// Attach a gradient rule to a registered op (unknown names abort).
+  void setGrad(std::string_view op, GradFn fn);
+  /// Declare that no gradient flows through `op`, and why.
+  void setNoGrad(std::string_view op, std::string reason);
 
  private:
   std::map<std::string, OpDef, std::less<>> ops_;
@@ -88,5 +103,14 @@ void registerShapeOps(OpTable& t);
 void registerLinalgOps(OpTable& t);
 void registerNNOps(OpTable& t);
 void registerLossOps(OpTable& t);
+void registerOptimizerOps(OpTable& t);
+
+// Gradient rules (core/ops/*_grad.cpp); called after every op is registered.
+void registerElementwiseGrads(OpTable& t);
+void registerReductionGrads(OpTable& t);
+void registerShapeGrads(OpTable& t);
+void registerLinalgGrads(OpTable& t);
+void registerNNGrads(OpTable& t);
+void registerLossGrads(OpTable& t);
 
 }  // namespace kiln

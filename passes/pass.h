@@ -1,0 +1,26 @@
+// The pass interface: a pass rewrites a Graph in place and says whether it
+// changed anything. Options a pass needs travel in the PassContext. (The
+// PassManager with its pipelines, dumps and timing builds on this.)
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "core/ir.h"
+#include "core/result.h"
+#include "passes/training_options.h"
+
+namespace kiln {
+
+struct PassContext {
+  /// Loss, optimizer and what to train; read by the training passes.
+  TrainingOptions training;
+};
+
+struct PassResult {
+  bool changed = false;
+  /// Counters worth reporting ("nodes_added": 412, ...).
+  std::map<std::string, double> statistics;
+};
+
+}  // namespace kiln

@@ -1,0 +1,42 @@
+// What the training passes build: which loss, which optimizer with which
+// hyper-parameters, what is frozen. Defaults are torch.optim's defaults.
+#pragma once
+
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+
+namespace kiln {
+
+enum class LossKind { CrossEntropy, Mse, Model };
+enum class OptimizerKind { Sgd, Adam, AdamW };
+
+std::optional<LossKind> parseLossKind(std::string_view s);
+std::optional<OptimizerKind> parseOptimizerKind(std::string_view s);
+std::string_view lossKindName(LossKind k);
+std::string_view optimizerKindName(OptimizerKind k);
+
+struct OptimizerOptions {
+  OptimizerKind kind = OptimizerKind::AdamW;
+  /// Adam/AdamW: torch.optim defaults (AdamW's weight decay default is 0.01).
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  /// SGD.
+  double momentum = 0, dampening = 0;
+  bool nesterov = false;
+  /// nullopt: the optimizer's torch default (0 for SGD/Adam, 0.01 for AdamW).
+  std::optional<double> weight_decay;
+  /// Global gradient-norm clipping (torch.nn.utils.clip_grad_norm_); 0: off.
+  double clip_grad_norm = 0;
+
+  double weightDecay() const { return weight_decay.value_or(kind == OptimizerKind::AdamW ? 0.01 : 0.0); }
+};
+
+struct TrainingOptions {
+  LossKind loss = LossKind::CrossEntropy;
+  OptimizerOptions optimizer;
+  /// Parameters (state_dict keys) that get no gradient and no update.
+  std::set<std::string> frozen;
+};
+
+}  // namespace kiln
