@@ -13,6 +13,12 @@ const KernelRegistry& KernelRegistry::cpu() {
     registerCpuLinalgKernels(r);
     registerCpuNNKernels(r);
     registerCpuLossKernels(r);
+    registerCpuElementwiseGradKernels(r);
+    registerCpuShapeGradKernels(r);
+    registerCpuNNGradKernels(r);
+    registerCpuNormGradKernels(r);
+    registerCpuLossGradKernels(r);
+    registerCpuOptimizerKernels(r);
     return r;
   }();
   return reg;

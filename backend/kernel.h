@@ -70,5 +70,12 @@ void registerCpuShapeKernels(KernelRegistry& r);
 void registerCpuLinalgKernels(KernelRegistry& r);
 void registerCpuNNKernels(KernelRegistry& r);
 void registerCpuLossKernels(KernelRegistry& r);
+// Kernels of the *_backward ops (backend/cpu/kernels_*_grad.cpp) and optimizers.
+void registerCpuElementwiseGradKernels(KernelRegistry& r);
+void registerCpuShapeGradKernels(KernelRegistry& r);
+void registerCpuNNGradKernels(KernelRegistry& r);
+void registerCpuNormGradKernels(KernelRegistry& r);
+void registerCpuLossGradKernels(KernelRegistry& r);
+void registerCpuOptimizerKernels(KernelRegistry& r);
 
 }  // namespace kiln

@@ -28,6 +28,7 @@ const OpTable& OpTable::get() {
     registerShapeGrads(t);
     registerLinalgGrads(t);
     registerNNGrads(t);
+    registerNormGrads(t);
     registerLossGrads(t);
     return t;
   }();

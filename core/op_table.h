@@ -110,7 +110,8 @@ void registerElementwiseGrads(OpTable& t);
 void registerReductionGrads(OpTable& t);
 void registerShapeGrads(OpTable& t);
 void registerLinalgGrads(OpTable& t);
-void registerNNGrads(OpTable& t);
+void registerNNGrads(OpTable& t);   // conv, pooling, embedding, dropout
+void registerNormGrads(OpTable& t); // batch/layer/group norm, softmax, log_softmax
 void registerLossGrads(OpTable& t);
 
 }  // namespace kiln
