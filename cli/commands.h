@@ -11,5 +11,7 @@ void addExportCommand(CLI::App& app);
 void addOpsCommand(CLI::App& app);
 void addCompareCommand(CLI::App& app);
 void addVerifyCommand(CLI::App& app);
+void addTrainCommand(CLI::App& app);
+void addGradCommand(CLI::App& app);
 
 }  // namespace kiln::cli

@@ -14,6 +14,8 @@ int main(int argc, char** argv) {
   kiln::cli::addOpsCommand(app);
   kiln::cli::addCompareCommand(app);
   kiln::cli::addVerifyCommand(app);
+  kiln::cli::addTrainCommand(app);
+  kiln::cli::addGradCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

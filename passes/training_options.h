@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "core/tensor_type.h"
+
 namespace kiln {
 
 enum class LossKind { CrossEntropy, Mse, Model };
@@ -34,6 +36,9 @@ struct OptimizerOptions {
 
 struct TrainingOptions {
   LossKind loss = LossKind::CrossEntropy;
+  /// Type of the `target` batch tensor (from the batch file); nullopt: the
+  /// loss pass picks the natural one (see passes/loss.h).
+  std::optional<TensorType> target;
   OptimizerOptions optimizer;
   /// Parameters (state_dict keys) that get no gradient and no update.
   std::set<std::string> frozen;

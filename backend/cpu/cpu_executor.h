@@ -34,6 +34,10 @@ class CpuExecutor {
   Result<std::vector<Tensor>> runModel(const Model& model, const std::vector<Tensor>& data);
 
   const std::vector<KernelChoice>& kernelChoices() const { return choices_; }
+  /// Random ops draw from (seed, run index, node index); the run index counts
+  /// runs unless set here (training sets it to the step number so a resumed
+  /// run draws the same numbers as one that never stopped).
+  void setRunIndex(uint64_t index) { runs_ = index; }
 
  private:
   const Graph* graph_ = nullptr;

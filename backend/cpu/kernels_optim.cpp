@@ -1,8 +1,147 @@
-// CPU kernels: optim (filled in with their gradient rules).
-#include "backend/kernel.h"
+// CPU kernels of the optimizer ops (core/ops/optim.cpp). Each mirrors the
+// operation order of torch.optim's single-tensor implementation in the
+// parameter's dtype, with the hyper-parameters rounded to it where PyTorch's
+// scalar arguments are, so that weights after N steps agree with PyTorch to
+// rounding. Scalars that PyTorch computes in Python (bias corrections, step
+// size) are computed here in double, as Python does.
+#include <cmath>
+
+#include "backend/cpu/float_kernel.h"
 
 namespace kiln {
+namespace {
 
-void registerCpuOptimizerKernels(KernelRegistry& r) { (void)r; }
+constexpr size_t kScalars = 3;
+
+struct Scalars {
+  double lr, step, grad_scale;
+};
+
+Scalars readScalars(std::span<const Tensor> in) { return {in[0].at(0), in[1].at(0), in[2].at(0)}; }
+
+template <typename T>
+void sgdGroup(const Node& n, const Scalars& s, const Tensor& p, const Tensor& g, const Tensor* buf, Tensor& p_out,
+              Tensor* buf_out) {
+  const T momentum = static_cast<T>(n.f("momentum"));
+  const T keep = static_cast<T>(1.0 - n.f("dampening"));
+  const T wd = static_cast<T>(n.f("weight_decay"));
+  const T neg_lr = static_cast<T>(-s.lr);
+  const T scale = static_cast<T>(s.grad_scale);
+  const bool nesterov = n.i("nesterov") != 0, first = s.step <= 1;
+  const int64_t count = p.numel();
+  const T* pp = p.data<T>();
+  const T* gp = g.data<T>();
+  T* po = p_out.data<T>();
+  const T* bp = buf ? buf->data<T>() : nullptr;
+  T* bo = buf_out ? buf_out->data<T>() : nullptr;
+#pragma omp parallel for if (count > 65536)
+  for (int64_t i = 0; i < count; ++i) {
+    T d = gp[i] * scale;
+    if (wd != 0) d = d + wd * pp[i];  // grad.add(param, alpha=weight_decay)
+    if (bo) {
+      // First step: buf = clone(d_p); later: buf.mul_(momentum).add_(d_p, alpha=1 - dampening).
+      T b = first ? d : bp[i] * momentum + keep * d;
+      bo[i] = b;
+      d = nesterov ? d + momentum * b : b;
+    }
+    po[i] = pp[i] + neg_lr * d;  // param.add_(d_p, alpha=-lr)
+  }
+}
+
+template <typename T>
+void adamGroup(const Node& n, const Scalars& s, const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
+               Tensor& p_out, Tensor& m_out, Tensor& v_out) {
+  const double b1 = n.f("beta1"), b2 = n.f("beta2"), wd = n.f("weight_decay");
+  const bool decoupled = n.i("decoupled") != 0;
+  const double bias1 = 1 - std::pow(b1, s.step), bias2 = 1 - std::pow(b2, s.step);
+  const T step_size = static_cast<T>(-(s.lr / bias1));
+  const T bias2_sqrt = static_cast<T>(std::sqrt(bias2));
+  const T decay = static_cast<T>(1 - s.lr * wd);  // AdamW: param.mul_(1 - lr * weight_decay)
+  const T tb1 = static_cast<T>(b1), tb2 = static_cast<T>(b2), c1 = static_cast<T>(1 - b1),
+          c2 = static_cast<T>(1 - b2), eps = static_cast<T>(n.f("eps")), twd = static_cast<T>(wd),
+          scale = static_cast<T>(s.grad_scale);
+  const int64_t count = p.numel();
+  const T *pp = p.data<T>(), *gp = g.data<T>(), *mp = m.data<T>(), *vp = v.data<T>();
+  T *po = p_out.data<T>(), *mo = m_out.data<T>(), *vo = v_out.data<T>();
+#pragma omp parallel for if (count > 65536)
+  for (int64_t i = 0; i < count; ++i) {
+    T grad = gp[i] * scale;
+    T param = pp[i];
+    if (decoupled)
+      param = param * decay;
+    else if (twd != 0)
+      grad = grad + twd * param;  // grad.add(param, alpha=weight_decay)
+    T mi = mp[i] * tb1 + c1 * grad;           // exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+    T vi = vp[i] * tb2 + c2 * grad * grad;    // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    T denom = std::sqrt(vi) / bias2_sqrt + eps;  // (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
+    po[i] = param + step_size * (mi / denom);    // param.addcdiv_(exp_avg, denom, value=-step_size)
+    mo[i] = mi;
+    vo[i] = vi;
+  }
+}
+
+void sgdKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
+  Scalars s = readScalars(in);
+  const bool momentum = n.f("momentum") != 0;
+  const size_t per = momentum ? 3 : 2, out_per = momentum ? 2 : 1;
+  for (size_t g = kScalars, k = 0; g < in.size(); g += per, k += out_per) {
+    Tensor& p_out = allocOutput(n, out, k);
+    Tensor* buf_out = momentum ? &allocOutput(n, out, k + 1) : nullptr;
+    const Tensor* buf = momentum ? &in[g + 2] : nullptr;
+    cpu::dispatchFloat(in[g].dtype(), [&](auto t) {
+      sgdGroup<decltype(t)>(n, s, in[g], in[g + 1], buf, p_out, buf_out);
+    });
+  }
+}
+
+void adamKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
+  Scalars s = readScalars(in);
+  for (size_t g = kScalars, k = 0; g < in.size(); g += 4, k += 3) {
+    Tensor& p_out = allocOutput(n, out, k);
+    Tensor& m_out = allocOutput(n, out, k + 1);
+    Tensor& v_out = allocOutput(n, out, k + 2);
+    cpu::dispatchFloat(in[g].dtype(), [&](auto t) {
+      adamGroup<decltype(t)>(n, s, in[g], in[g + 1], in[g + 2], in[g + 3], p_out, m_out, v_out);
+    });
+  }
+}
+
+void globalNormKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
+  double sum = 0;
+  for (const Tensor& t : in)
+    cpu::dispatchFloat(t.dtype(), [&](auto z) {
+      using T = decltype(z);
+      const T* p = t.data<T>();
+      double acc = 0;
+      const int64_t count = t.numel();
+#pragma omp parallel for reduction(+ : acc) if (count > 65536)
+      for (int64_t i = 0; i < count; ++i) acc += static_cast<double>(p[i]) * static_cast<double>(p[i]);
+      sum += acc;
+    });
+  allocOutput(n, out, 0).set(0, std::sqrt(sum));
+}
+
+/// The fast loops handle f32/f64 parameters (others would need a master copy).
+bool floatParams(const Node& n) {
+  for (size_t i = kScalars; i < n.numInputs(); ++i) {
+    DType t = n.input(i)->dtype();
+    if (t != DType::F32 && t != DType::F64) return false;
+  }
+  return true;
+}
+
+bool floatInputs(const Node& n) {
+  for (Value* v : n.inputs())
+    if (v->dtype() != DType::F32 && v->dtype() != DType::F64) return false;
+  return true;
+}
+
+}  // namespace
+
+void registerCpuOptimizerKernels(KernelRegistry& r) {
+  r.add({"sgd_update", "cpu_ref", "cpu_ref.sgd_update", 0, floatParams, sgdKernel});
+  r.add({"adam_update", "cpu_ref", "cpu_ref.adam_update", 0, floatParams, adamKernel});
+  r.add({"global_norm", "cpu_ref", "cpu_ref.global_norm", 0, floatInputs, globalNormKernel});
+}
 
 }  // namespace kiln

@@ -1,0 +1,196 @@
+#include "backend/training_session.h"
+
+#include "backend/checkpoint.h"
+#include "passes/optimizer.h"
+
+namespace kiln {
+namespace {
+
+bool isState(ValueRole r) {
+  return r == ValueRole::Param || r == ValueRole::Buffer || r == ValueRole::Const || r == ValueRole::OptState;
+}
+
+bool updatesState(OutputRole r) {
+  return r == OutputRole::ParamUpdate || r == OutputRole::BufferUpdate || r == OutputRole::OptStateUpdate;
+}
+
+/// The cross_entropy node fed (directly or through a reshape) by `target`.
+const Node* crossEntropyOf(const Value* target) {
+  for (const Use& u : target->uses()) {
+    if (u.user->op() == "cross_entropy" && u.index == 1) return u.user;
+    if (u.user->op() == "reshape")
+      if (const Node* n = crossEntropyOf(u.user->output())) return n;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<TrainingSession>> TrainingSession::create(const Model& model, TrainingConfig config,
+                                                                 TrainingGraphKind kind) {
+  std::unique_ptr<TrainingSession> s(new TrainingSession());
+  s->config_ = std::move(config);
+  s->kind_ = kind;
+  auto g = buildTrainingGraph(model.graph, s->config_.passes, kind, &s->trace_);
+  if (!g) return g.error();
+  s->graph_ = std::make_unique<Graph>(std::move(*g));
+  auto ex = CpuExecutor::create(*s->graph_, {.seed = s->config_.seed, .num_threads = s->config_.num_threads});
+  if (!ex) return ex.error();
+  s->exec_ = std::make_unique<CpuExecutor>(std::move(*ex));
+
+  for (Value* v : s->graph_->inputs()) {
+    if (!isState(v->role())) continue;
+    if (v->role() == ValueRole::OptState) {
+      s->state_[v->name()] = Tensor(v->type());  // zero-initialized, as torch.optim's lazy state
+      continue;
+    }
+    auto it = model.weights.find(v->name());
+    if (it == model.weights.end()) return Error{"model " + model.source + " has no tensor for '" + v->name() + "'"};
+    // The session owns its weights: updates must not alias the caller's model.
+    s->state_[v->name()] = it->second.clone();
+  }
+  for (const auto& [name, t] : model.weights) {
+    const Value* v = s->graph_->findInput(name);
+    bool is_const = (v && v->role() == ValueRole::Const) || name.rfind("__const", 0) == 0;
+    if (!v && !is_const && !model.aliases.count(name)) s->untouched_[name] = t;
+  }
+  s->aliases_ = model.aliases;
+  return s;
+}
+
+std::vector<const Value*> TrainingSession::batchInputs() const {
+  std::vector<const Value*> out;
+  for (const Value* v : graph_->inputs())
+    if (v->role() == ValueRole::Data) out.push_back(v);
+  return out;
+}
+
+Status TrainingSession::checkBatch(const TensorMap& batch, const std::string& where) const {
+  for (const Value* v : batchInputs()) {
+    auto it = batch.find(v->name());
+    if (it == batch.end()) {
+      std::string why = v->name() == "target" ? " (the " + std::string(lossKindName(config_.passes.training.loss)) +
+                                                    " loss needs it)"
+                                              : " (model input " + v->type().str() + ")";
+      return Error{where + ": no tensor '" + v->name() + "'" + why};
+    }
+    if (it->second.type() != v->type())
+      return Error{where + ": '" + v->name() + "' is " + it->second.type().str() + ", the model needs " +
+                   v->type().str()};
+    if (v->name() == "target")
+      if (const Node* ce = crossEntropyOf(v)) {
+        const int64_t classes = ce->input(0)->shape().size() == 1 ? ce->input(0)->shape()[0] : ce->input(0)->shape()[1];
+        const int64_t ignore = ce->i("ignore_index");
+        const Tensor& t = it->second;
+        for (int64_t i = 0; i < t.numel(); ++i) {
+          double c = t.at(i);
+          if ((c < 0 || c >= static_cast<double>(classes)) && c != static_cast<double>(ignore))
+            return Error{where + ": target[" + std::to_string(i) + "] = " + std::to_string(static_cast<int64_t>(c)) +
+                         " is not a class index in [0, " + std::to_string(classes) + ")"};
+        }
+      }
+  }
+  return {};
+}
+
+Status TrainingSession::step(const TensorMap& batch) {
+  TensorMap inputs = state_;
+  for (const Value* v : batchInputs()) {
+    auto it = batch.find(v->name());
+    if (it == batch.end()) return Error{"batch has no tensor '" + v->name() + "'"};
+    inputs[v->name()] = it->second;
+  }
+  if (graph_->findInput(kLearningRateInput)) inputs[kLearningRateInput] = Tensor::scalar(DType::F32, nextLr());
+  exec_->setRunIndex(static_cast<uint64_t>(steps_));
+  auto out = exec_->run(inputs);
+  if (!out) return Error{"step " + std::to_string(steps_) + ": " + out.error().message};
+  const auto& outs = graph_->outputs();
+  for (size_t i = 0; i < outs.size(); ++i)
+    if (updatesState(outs[i].role)) state_[outs[i].name] = (*out)[i];
+  last_ = std::move(*out);
+  ++steps_;
+  return {};
+}
+
+Result<double> TrainingSession::readLoss() const {
+  if (last_.empty()) return Error{"no step has run yet"};
+  const auto& outs = graph_->outputs();
+  for (size_t i = 0; i < outs.size(); ++i)
+    if (outs[i].role == OutputRole::Loss) return last_[i].at(0);
+  return Error{"the graph has no loss output"};
+}
+
+std::map<std::string, double> TrainingSession::readMetrics() const {
+  std::map<std::string, double> m;
+  const auto& outs = graph_->outputs();
+  for (size_t i = 0; i < outs.size() && i < last_.size(); ++i)
+    if (outs[i].role == OutputRole::Metric) m[outs[i].name] = last_[i].at(0);
+  return m;
+}
+
+TensorMap TrainingSession::gradients() const {
+  TensorMap g;
+  const auto& outs = graph_->outputs();
+  for (size_t i = 0; i < outs.size() && i < last_.size(); ++i)
+    if (outs[i].role == OutputRole::Gradient) g[outs[i].name] = last_[i];
+  for (const auto& [alias, target] : aliases_)
+    if (g.count(target)) g[alias] = g[target];
+  return g;
+}
+
+TensorMap TrainingSession::stateDict() const {
+  TensorMap sd = untouched_;
+  for (const Value* v : graph_->inputs())
+    if (v->role() == ValueRole::Param || v->role() == ValueRole::Buffer) sd[v->name()] = state_.at(v->name());
+  for (const auto& [alias, target] : aliases_)
+    if (sd.count(target)) sd[alias] = sd[target];
+  return sd;
+}
+
+TensorMap TrainingSession::optimizerState() const {
+  TensorMap opt;
+  for (const Value* v : graph_->inputs())
+    if (v->role() == ValueRole::OptState) opt[v->name()] = state_.at(v->name());
+  return opt;
+}
+
+Status TrainingSession::saveCheckpoint(const std::string& dir) const {
+  Checkpoint c{stateDict(), optimizerState(), nlohmann::json::object()};
+  c.trainer["format"] = "kiln-checkpoint";
+  c.trainer["version"] = 1;
+  c.trainer["steps_done"] = steps_;
+  c.trainer["optimizer"] = std::string(optimizerKindName(config_.passes.training.optimizer.kind));
+  c.trainer["loss"] = std::string(lossKindName(config_.passes.training.loss));
+  c.trainer["seed"] = config_.seed;
+  c.trainer["lr"] = config_.lr;
+  if (auto l = readLoss()) c.trainer["last_loss"] = *l;
+  return writeCheckpoint(dir, c);
+}
+
+Status TrainingSession::loadCheckpoint(const std::string& dir) {
+  auto c = readCheckpoint(dir);
+  if (!c) return c.error();
+  std::string opt = std::string(optimizerKindName(config_.passes.training.optimizer.kind));
+  if (c->trainer.value("optimizer", opt) != opt)
+    return Error{"resume: " + dir + " was saved with optimizer " + c->trainer.value("optimizer", std::string()) +
+                 ", this run uses " + opt};
+  TensorMap next = state_;
+  for (const Value* v : graph_->inputs()) {
+    if (!isState(v->role()) || v->role() == ValueRole::Const) continue;
+    const TensorMap& src = v->role() == ValueRole::OptState ? c->optimizer : c->model;
+    auto it = src.find(v->name());
+    if (it == src.end())
+      return Error{"resume: checkpoint " + dir + " has no tensor '" + v->name() + "'" +
+                   (v->role() == ValueRole::OptState ? " (saved with other optimizer settings?)" : "")};
+    if (it->second.type() != v->type())
+      return Error{"resume: '" + v->name() + "' in " + dir + " is " + it->second.type().str() + ", expected " +
+                   v->type().str()};
+    next[v->name()] = it->second;
+  }
+  state_ = std::move(next);
+  steps_ = c->trainer["steps_done"].get<int64_t>();
+  last_.clear();
+  return {};
+}
+
+}  // namespace kiln

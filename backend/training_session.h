@@ -1,0 +1,88 @@
+// A training session: the step graph (forward + loss + backward + optimizer,
+// built by passes/training_graph.h), the executor that runs it, and the
+// training state (parameters, buffers, optimizer state) carried from one
+// step to the next.
+//
+// step() is sync-free: it binds the batch and the host-computed learning
+// rate, runs the graph, and swaps the updated state in, without reading any
+// value back. The loss and metrics of the last step stay tensors until the
+// caller asks for them (readLoss/readMetrics), which is the only point where
+// a device backend would synchronize.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_executor.h"
+#include "backend/lr_schedule.h"
+#include "core/model.h"
+#include "passes/training_graph.h"
+
+namespace kiln {
+
+struct TrainingConfig {
+  PassContext passes;  ///< loss, optimizer, frozen parameters, target type
+  double lr = 1e-3;
+  LrSchedule schedule;
+  uint64_t seed = 0;     ///< random ops (dropout) draw from (seed, step)
+  int num_threads = 0;   ///< 0: all cores
+};
+
+class TrainingSession {
+ public:
+  /// Build the graph of `kind` for `model` and bind kernels. The session keeps
+  /// its own copy of the weights; the optimizer state starts at zero.
+  static Result<std::unique_ptr<TrainingSession>> create(const Model& model, TrainingConfig config,
+                                                         TrainingGraphKind kind = TrainingGraphKind::Step);
+
+  /// The graph's Data inputs (input0.., target): what a batch must hold.
+  std::vector<const Value*> batchInputs() const;
+  /// Check a batch before a step: every Data input present with the right
+  /// type; class-index targets within range. One-line errors naming `where`.
+  Status checkBatch(const TensorMap& batch, const std::string& where) const;
+
+  /// One training step (Gradients graphs: one forward/backward, no update).
+  Status step(const TensorMap& batch);
+  int64_t stepsDone() const { return steps_; }
+  /// Learning rate the next step will use.
+  double nextLr() const { return config_.schedule.at(config_.lr, steps_); }
+
+  /// Loss of the last step (reading it is the sync point).
+  Result<double> readLoss() const;
+  /// Metrics of the last step by name (accuracy, grad_norm, ...).
+  std::map<std::string, double> readMetrics() const;
+  /// Gradients of the last step, keyed by every state_dict name of each
+  /// parameter (Gradients graphs only).
+  TensorMap gradients() const;
+
+  /// Parameters and buffers keyed like PyTorch's state_dict(), tied
+  /// parameters under each of their names.
+  TensorMap stateDict() const;
+  /// Optimizer state (step counter, moments) keyed by graph input name.
+  TensorMap optimizerState() const;
+
+  /// Save / restore everything a resumed run needs (see backend/checkpoint.h).
+  Status saveCheckpoint(const std::string& dir) const;
+  Status loadCheckpoint(const std::string& dir);
+
+  const Graph& graph() const { return *graph_; }
+  const std::vector<PassTraceEntry>& passTrace() const { return trace_; }
+  const TrainingConfig& config() const { return config_; }
+
+ private:
+  TrainingSession() = default;
+  std::unique_ptr<Graph> graph_;
+  std::unique_ptr<CpuExecutor> exec_;
+  TrainingConfig config_;
+  TrainingGraphKind kind_ = TrainingGraphKind::Step;
+  std::map<std::string, std::string> aliases_;  ///< tied parameters (Model::aliases)
+  TensorMap untouched_;  ///< state_dict entries the graph does not use
+  TensorMap state_;      ///< every graph input that is not Data or Scalar, by name
+  std::vector<Tensor> last_;  ///< outputs of the last step
+  int64_t steps_ = 0;
+  std::vector<PassTraceEntry> trace_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,51 @@
+// kiln grad MODEL --input-file BATCH --loss L --output GRADS.safetensors
+// One forward and backward at the model's weights, no update: writes the
+// gradient of every trainable parameter (keyed by each of its state_dict
+// names) and the loss. For checking Kiln's gradients against PyTorch's and
+// for debugging a model's training graph.
+#include <iostream>
+
+#include "cli/commands.h"
+#include "cli/train_setup.h"
+#include "core/safetensors.h"
+
+namespace kiln::cli {
+namespace {
+
+struct GradCmd {
+  TrainArgs train;
+  std::string output;
+};
+
+int grad(const GradCmd& c) {
+  auto setup = setUpTraining(c.train, TrainingGraphKind::Gradients);
+  if (!setup) return reportError(setup.error(), c.train.verbose);
+  TrainingSession& s = *setup->session;
+  auto batch = setup->batches->batch(0);
+  if (!batch) return reportError(batch.error());
+  if (Status st = s.step(*batch); !st) return reportError(st.error(), c.train.verbose);
+  auto loss = s.readLoss();
+  if (!loss) return reportError(loss.error());
+  TensorMap out = s.gradients();
+  out["loss"] = Tensor::scalar(DType::F32, *loss);
+  for (const auto& [k, v] : s.readMetrics()) out["metric:" + k] = Tensor::scalar(DType::F32, v);
+  if (Status st = writeSafetensors(c.output, out); !st) return reportError(st.error());
+  std::cout << "loss " << *loss << "; wrote " << s.gradients().size() << " gradients (backward graph "
+            << s.graph().numNodes() << " nodes) to " << c.output << "\n";
+  return 0;
+}
+
+}  // namespace
+
+void addGradCommand(CLI::App& app) {
+  auto c = std::make_shared<GradCmd>();
+  CLI::App* sub = app.add_subcommand("grad", "compute the loss and every parameter's gradient once (no update)");
+  addTrainOptions(sub, c->train, false);
+  sub->add_option("--output,-o", c->output, "where to write the gradients (safetensors)")->required();
+  sub->callback([c] {
+    int rc = grad(*c);
+    if (rc) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,148 @@
+// kiln train MODEL [--input-file B | --data D] --loss L --optimizer O --lr X
+//                  --steps N [--save-weights W] [--log-file L.jsonl]
+//                  [--checkpoint DIR [--checkpoint-every K]] [--resume DIR]
+// Builds the whole training step (forward, loss, backward, optimizer) as one
+// graph and runs it N times. The loss is read back only every --log-every
+// steps (and for the progress line on a terminal), never inside a step.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/train_setup.h"
+#include "core/safetensors.h"
+
+namespace kiln::cli {
+namespace {
+
+struct TrainCmd {
+  TrainArgs train;
+  std::string save_weights, log_file, checkpoint, resume;
+  int64_t checkpoint_every = 0;
+  int64_t log_every = 1;
+};
+
+std::string fmt(double v, int prec = 4) {
+  std::ostringstream s;
+  s << std::setprecision(prec) << v;
+  return s.str();
+}
+
+int train(const TrainCmd& c) {
+  if (c.log_every < 1) return reportError(Error{"--log-every must be at least 1"});
+  if (c.checkpoint_every < 0) return reportError(Error{"--checkpoint-every must be >= 0"});
+  if (c.checkpoint_every > 0 && c.checkpoint.empty())
+    return reportError(Error{"--checkpoint-every needs --checkpoint DIR"});
+  auto setup = setUpTraining(c.train, TrainingGraphKind::Step);
+  if (!setup) return reportError(setup.error(), c.train.verbose);
+  TrainingSession& s = *setup->session;
+  if (!c.resume.empty()) {
+    if (Status st = s.loadCheckpoint(c.resume); !st) return reportError(st.error());
+  }
+  const int64_t start = s.stepsDone();
+  const int64_t steps = c.train.steps;
+
+  std::cout << "kiln train " << c.train.model.path << ": " << setup->num_params << " trainable parameters, step graph "
+            << s.graph().numNodes() << " nodes (import " << fmt(setup->import_ms, 3) << " ms, compile "
+            << fmt(setup->compile_ms, 3) << " ms); data: " << setup->batches->describe() << "\n";
+  if (c.train.verbose)
+    for (const PassTraceEntry& p : s.passTrace()) {
+      std::cout << "  pass " << std::left << std::setw(10) << p.pass << fmt(p.millis, 3) << " ms, " << p.nodes_after
+                << " nodes";
+      for (const auto& [k, v] : p.result.statistics) std::cout << ", " << k << " " << v;
+      std::cout << "\n";
+    }
+  if (!c.resume.empty()) std::cout << "resumed from " << c.resume << " at step " << start << "\n";
+
+  std::ofstream log;
+  if (!c.log_file.empty()) {
+    log.open(c.log_file, c.resume.empty() ? std::ios::trunc : std::ios::app);
+    if (!log) return reportError(Error{c.log_file + ": cannot open the log file for writing"});
+  }
+  const bool tty = ::isatty(STDERR_FILENO);
+  using Clock = std::chrono::steady_clock;
+  auto t0 = Clock::now(), last_print = t0;
+  double last_loss = NAN;
+  std::map<std::string, double> last_metrics;
+  for (int64_t i = start; i < steps; ++i) {
+    auto batch = setup->batches->batch(i);
+    if (!batch) return reportError(batch.error());
+    if (i > 0 && setup->batch_where != c.train.model.input_file)
+      if (Status st = s.checkBatch(*batch, setup->batch_where + " (step " + std::to_string(i) + ")"); !st)
+        return reportError(st.error());
+    double lr = s.nextLr();
+    if (Status st = s.step(*batch); !st) return reportError(st.error(), c.train.verbose);
+    bool log_now = (i - start) % c.log_every == 0 || i + 1 == steps;
+    auto now = Clock::now();
+    bool print_now = tty && (std::chrono::duration<double>(now - last_print).count() > 0.2 || i + 1 == steps);
+    if (log_now || print_now) {  // the only reads of device values
+      auto loss = s.readLoss();
+      if (!loss) return reportError(loss.error());
+      last_loss = *loss;
+      last_metrics = s.readMetrics();
+      if (!std::isfinite(last_loss))
+        std::cerr << "kiln: warning: loss is " << last_loss << " at step " << i << "\n";
+    }
+    if (log_now && log) {
+      nlohmann::json j{{"step", i}, {"loss", last_loss}, {"lr", lr}};
+      for (const auto& [k, v] : last_metrics) j[k] = v;
+      log << j.dump() << "\n";
+      log.flush();
+    }
+    if (print_now) {
+      double secs = std::chrono::duration<double>(now - t0).count();
+      std::fprintf(stderr, "\rstep %lld/%lld  loss %.4f", static_cast<long long>(i + 1),
+                   static_cast<long long>(steps), last_loss);
+      if (last_metrics.count("accuracy")) std::fprintf(stderr, "  accuracy %.3f", last_metrics["accuracy"]);
+      std::fprintf(stderr, "  %.1f steps/s   ", static_cast<double>(i + 1 - start) / std::max(secs, 1e-9));
+      last_print = now;
+    }
+    if (c.checkpoint_every > 0 && (i + 1) % c.checkpoint_every == 0 && i + 1 != steps)
+      if (Status st = s.saveCheckpoint(c.checkpoint); !st) return reportError(st.error());
+  }
+  if (tty && steps > start) std::fprintf(stderr, "\n");
+  double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+
+  if (!c.checkpoint.empty())
+    if (Status st = s.saveCheckpoint(c.checkpoint); !st) return reportError(st.error());
+  if (!c.save_weights.empty())
+    if (Status st = writeSafetensors(c.save_weights, s.stateDict()); !st) return reportError(st.error());
+
+  std::cout << "trained " << (steps - start) << " steps in " << fmt(secs, 3) << " s ("
+            << fmt(static_cast<double>(steps - start) / std::max(secs, 1e-9), 3) << " steps/s)";
+  if (steps > start) {
+    std::cout << "; final loss " << fmt(last_loss, 6);
+    for (const auto& [k, v] : last_metrics) std::cout << ", " << k << " " << fmt(v, 4);
+  }
+  std::cout << "\n";
+  if (!c.save_weights.empty()) std::cout << "wrote weights to " << c.save_weights << "\n";
+  if (!c.checkpoint.empty()) std::cout << "wrote checkpoint (step " << s.stepsDone() << ") to " << c.checkpoint << "\n";
+  return 0;
+}
+
+}  // namespace
+
+void addTrainCommand(CLI::App& app) {
+  auto c = std::make_shared<TrainCmd>();
+  CLI::App* sub = app.add_subcommand("train", "train a model: forward, loss, backward and optimizer as one graph");
+  addTrainOptions(sub, c->train, true);
+  sub->add_option("--save-weights", c->save_weights, "write the trained state_dict (safetensors) here");
+  sub->add_option("--log-file", c->log_file, "write one JSON object per logged step here (JSON lines)");
+  sub->add_option("--log-every", c->log_every, "read the loss back every K steps (default 1)");
+  sub->add_option("--checkpoint", c->checkpoint, "save weights and optimizer state in this directory (at the end)");
+  sub->add_option("--checkpoint-every", c->checkpoint_every, "also save every K steps");
+  sub->add_option("--resume", c->resume, "continue from the latest checkpoint in this directory");
+  sub->callback([c] {
+    int rc = train(*c);
+    if (rc) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,228 @@
+#include "cli/train_setup.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include "core/import/loader/load_model.h"
+#include "core/safetensors.h"
+#include "core/verifier.h"
+
+namespace kiln::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double msSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+Status validate(const TrainArgs& a) {
+  auto bad = [](const std::string& m) { return Status(Error{m}); };
+  if (!parseLossKind(a.loss)) return bad("unknown loss '" + a.loss + "'; use cross_entropy, mse or model");
+  if (!parseOptimizerKind(a.optimizer)) return bad("unknown optimizer '" + a.optimizer + "'; use sgd, adam or adamw");
+  if (!parseLrScheduleKind(a.lr_schedule))
+    return bad("unknown learning-rate schedule '" + a.lr_schedule + "'; use constant or warmup_cosine");
+  auto nonneg = [&](double v, const char* what) -> Status {
+    if (!std::isfinite(v) || v < 0) return bad(std::string(what) + " must be a finite number >= 0, got " + std::to_string(v));
+    return {};
+  };
+  for (auto [v, what] : {std::pair{a.lr, "--lr"}, {a.momentum, "--momentum"}, {a.dampening, "--dampening"},
+                         {a.eps, "--eps"}, {a.clip_grad_norm, "--clip-grad-norm"}, {a.min_lr, "--min-lr"},
+                         {a.weight_decay.value_or(0), "--weight-decay"}})
+    if (Status s = nonneg(v, what); !s) return s;
+  if (!(a.beta1 >= 0 && a.beta1 < 1) || !(a.beta2 >= 0 && a.beta2 < 1))
+    return bad("--beta1 and --beta2 must be in [0, 1)");
+  if (a.nesterov && (a.momentum <= 0 || a.dampening != 0))
+    return bad("--nesterov needs --momentum > 0 and --dampening 0 (as torch.optim.SGD)");
+  if (a.steps < 0 || a.warmup_steps < 0 || a.batch < 0 || a.seq_len < 0)
+    return bad("--steps, --warmup-steps, --batch and --seq-len must be >= 0");
+  if (!a.model.input_file.empty() && !a.data.empty()) return bad("give either --input-file or --data, not both");
+  return {};
+}
+
+Result<Model> importWith(const TrainArgs& a, std::vector<TensorType> types) {
+  ImportOptions opts;
+  opts.training = true;
+  opts.input_types = std::move(types);
+  auto model = loadModel(a.model.path, opts);
+  if (!model) return model;
+  if (Status s = verify(model->graph); !s)
+    return Error{a.model.path + ": imported graph is invalid (a Kiln bug): " + s.error().message};
+  return model;
+}
+
+/// Data input types from --input-shape, else what the archive records.
+Result<std::vector<TensorType>> declaredTypes(const TrainArgs& a) {
+  std::vector<TensorType> types;
+  ModelArgs m = a.model;
+  m.input_file.clear();
+  m.train = true;
+  auto model = loadAndVerify(m);
+  if (!model) return model.error();
+  for (const Value* v : model->graph.inputs())
+    if (v->role() == ValueRole::Data) types.push_back(v->type());
+  return types;
+}
+
+std::vector<TensorType> typesOf(const TensorMap& batch) {
+  std::vector<TensorType> t;
+  for (size_t i = 0;; ++i) {
+    auto it = batch.find("input" + std::to_string(i));
+    if (it == batch.end()) return t;
+    t.push_back(it->second.type());
+  }
+}
+
+/// How large random integers may be for each data input: class count for
+/// the target, rows of the embedding an input indexes, else 2.
+int64_t syntheticHigh(const Value* v) {
+  for (const Use& u : v->uses()) {
+    const Node* n = u.user;
+    if (n->op() == "embedding" && u.index == 1) return n->input(0)->shape()[0];
+    if (n->op() == "cross_entropy" && u.index == 1)
+      return n->input(0)->shape().size() == 1 ? n->input(0)->shape()[0] : n->input(0)->shape()[1];
+    if (n->op() == "reshape" || n->op() == "cast")
+      if (int64_t h = syntheticHigh(n->output()); h != 2) return h;
+  }
+  return 2;
+}
+
+}  // namespace
+
+void addTrainOptions(CLI::App* sub, TrainArgs& a, bool with_optimizer) {
+  sub->add_option("model", a.model.path, "TorchScript archive (.pt, traced in train mode) or FX dump (.fx.json)")
+      ->required();
+  sub->add_option("--input-file", a.model.input_file,
+                  "batch (safetensors): input0, input1, ... and target; used for every step");
+  sub->add_option("--input-shape", a.model.input_shapes, "data input type for synthetic batches, e.g. 8x32 or i64[2,16]");
+  sub->add_option("--loss", a.loss, "cross_entropy (class-index target), mse, or model (output 0 is the loss)");
+  sub->add_option("--freeze", a.freeze, "train no parameter whose name starts with this prefix (repeatable)");
+  sub->add_option("--seed", a.seed, "seed for synthetic batches and random ops (dropout)");
+  sub->add_option("--threads", a.threads, "CPU threads (0: all cores)");
+  sub->add_flag("--verbose,-v", a.verbose, "print the passes and full error messages");
+  if (!with_optimizer) return;
+  sub->add_option("--data", a.data,
+                  "a directory of safetensors batches (cycled), or a flat binary token file (language models)");
+  sub->add_option("--token-type", a.token_type, "token file id type: u16 (default), i32 or i64");
+  sub->add_option("--seq-len", a.seq_len, "token window length (default: the model's input length)");
+  sub->add_option("--batch", a.batch, "batch size of synthetic or token batches (default: the model's)");
+  sub->add_option("--optimizer", a.optimizer, "sgd, adam or adamw (default)");
+  sub->add_option("--lr", a.lr, "learning rate (default 1e-3)");
+  sub->add_option("--momentum", a.momentum, "SGD momentum (default 0)");
+  sub->add_option("--dampening", a.dampening, "SGD dampening (default 0)");
+  sub->add_flag("--nesterov", a.nesterov, "SGD with Nesterov momentum");
+  sub->add_option("--weight-decay", a.weight_decay, "weight decay (default: 0 for sgd/adam, 0.01 for adamw)");
+  sub->add_option("--beta1", a.beta1, "Adam beta1 (default 0.9)");
+  sub->add_option("--beta2", a.beta2, "Adam beta2 (default 0.999)");
+  sub->add_option("--eps", a.eps, "Adam epsilon (default 1e-8)");
+  sub->add_option("--clip-grad-norm", a.clip_grad_norm, "clip the global gradient norm to this (0: off)");
+  sub->add_option("--lr-schedule", a.lr_schedule, "constant (default) or warmup_cosine");
+  sub->add_option("--warmup-steps", a.warmup_steps, "linear warm-up steps of warmup_cosine");
+  sub->add_option("--min-lr", a.min_lr, "learning rate at the end of the cosine decay");
+  sub->add_option("--steps", a.steps, "train until this many steps are done (default 10)");
+}
+
+Result<TrainSetup> setUpTraining(const TrainArgs& a, TrainingGraphKind kind) {
+  if (Status s = validate(a); !s) return s.error();
+  TrainSetup setup;
+  auto t0 = Clock::now();
+
+  // 1. Where batches come from, and the data types they imply.
+  TensorMap first;
+  std::vector<TensorType> types;
+  std::string token_file;
+  if (!a.model.input_file.empty()) {
+    auto f = readSafetensors(a.model.input_file);
+    if (!f) return f.error();
+    first = std::move(f->tensors);
+    types = typesOf(first);
+    if (types.empty()) return Error{a.model.input_file + ": holds no tensor named input0 (inputs are keyed input0, input1, ...)"};
+    setup.batches = fixedBatchSource(first, a.model.input_file);
+    setup.batch_where = a.model.input_file;
+  } else if (!a.data.empty() && std::filesystem::is_directory(a.data)) {
+    auto src = safetensorsDirSource(a.data);
+    if (!src) return src.error();
+    auto b = (*src)->batch(0);
+    if (!b) return b.error();
+    first = std::move(*b);
+    types = typesOf(first);
+    if (types.empty()) return Error{a.data + ": the first batch holds no tensor named input0"};
+    setup.batches = std::move(*src);
+    setup.batch_where = a.data;
+  } else {
+    if (!a.data.empty()) {
+      if (!std::filesystem::exists(a.data)) return Error{a.data + ": no such file or directory"};
+      token_file = a.data;
+    }
+    auto declared = declaredTypes(a);
+    if (!declared) return declared.error();
+    types = std::move(*declared);
+    if (types.empty()) return Error{a.model.path + ": the model has no data inputs to feed"};
+    if (a.batch > 0)
+      for (auto& t : types)
+        if (!t.shape.empty()) t.shape[0] = a.batch;
+    if (!token_file.empty()) {
+      if (types.size() != 1 || types[0].shape.size() != 2 || !isIntegral(types[0].dtype))
+        return Error{"--data " + token_file + ": token files feed models with one integer input [batch, seq]; " +
+                     a.model.path + " takes " + std::to_string(types.size()) + " input(s), the first " + types[0].str()};
+      if (a.seq_len > 0) types[0].shape[1] = a.seq_len;
+      types[0].dtype = DType::I64;
+      auto src = tokenFileSource(token_file, a.token_type, types[0].shape[0], types[0].shape[1]);
+      if (!src) return src.error();
+      setup.batches = std::move(*src);
+      setup.batch_where = token_file;
+    }
+  }
+  auto model = importWith(a, types);
+  if (!model) return model.error();
+  setup.import_ms = msSince(t0);
+
+  // 2. The training configuration.
+  TrainingConfig cfg;
+  TrainingOptions& to = cfg.passes.training;
+  to.loss = *parseLossKind(a.loss);
+  if (auto it = first.find("target"); it != first.end()) to.target = it->second.type();
+  if (!token_file.empty()) to.target = TensorType{DType::I64, types[0].shape};
+  OptimizerOptions& o = to.optimizer;
+  o.kind = *parseOptimizerKind(a.optimizer);
+  o.beta1 = a.beta1;
+  o.beta2 = a.beta2;
+  o.eps = a.eps;
+  o.momentum = a.momentum;
+  o.dampening = a.dampening;
+  o.nesterov = a.nesterov;
+  o.weight_decay = a.weight_decay;
+  o.clip_grad_norm = a.clip_grad_norm;
+  for (const Value* v : model->graph.inputs())
+    if (v->role() == ValueRole::Param)
+      for (const auto& prefix : a.freeze)
+        if (v->name().rfind(prefix, 0) == 0) to.frozen.insert(v->name());
+  cfg.lr = a.lr;
+  cfg.schedule.kind = *parseLrScheduleKind(a.lr_schedule);
+  cfg.schedule.warmup_steps = a.warmup_steps;
+  cfg.schedule.total_steps = a.steps;
+  cfg.schedule.min_lr = a.min_lr;
+  cfg.seed = a.seed;
+  cfg.num_threads = a.threads;
+
+  // 3. Compile the step and bind kernels.
+  auto t1 = Clock::now();
+  auto session = TrainingSession::create(*model, cfg, kind);
+  if (!session) return Error{a.model.path + ": " + session.error().message};
+  setup.session = std::move(*session);
+  setup.compile_ms = msSince(t1);
+  for (const Value* v : model->graph.inputs())
+    if (v->role() == ValueRole::Param && !to.frozen.count(v->name()))
+      setup.num_params += static_cast<size_t>(v->type().numel());
+
+  if (!setup.batches) {
+    std::vector<SyntheticSpec> specs;
+    for (const Value* v : setup.session->batchInputs()) specs.push_back({v->name(), v->type(), syntheticHigh(v)});
+    setup.batches = syntheticSource(std::move(specs), a.seed);
+    setup.batch_where = "synthetic batch";
+  }
+  auto b0 = setup.batches->batch(0);
+  if (!b0) return b0.error();
+  if (Status s = setup.session->checkBatch(*b0, setup.batch_where); !s) return s.error();
+  return setup;
+}
+
+}  // namespace kiln::cli

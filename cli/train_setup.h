@@ -1,0 +1,58 @@
+// What `kiln train` and `kiln grad` share: their options, importing the model
+// with the batch's shapes, building the TrainingSession, and choosing the
+// batch source (--input-file, --data, or synthetic batches).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "backend/training_session.h"
+#include "cli/cli_common.h"
+#include "core/data/batch_source.h"
+
+namespace kiln::cli {
+
+struct TrainArgs {
+  ModelArgs model;  ///< model.input_file doubles as the fixed batch file
+  std::string data;  ///< directory of safetensors batches, or a token file
+  std::string token_type = "u16";
+  int64_t seq_len = 0;  ///< token windows; 0: the model's input length
+  int64_t batch = 0;    ///< synthetic/token batch size; 0: the model's
+  std::string loss = "cross_entropy";
+  std::string optimizer = "adamw";
+  double lr = 1e-3;
+  double momentum = 0, dampening = 0;
+  bool nesterov = false;
+  std::optional<double> weight_decay;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double clip_grad_norm = 0;
+  std::string lr_schedule = "constant";
+  int64_t warmup_steps = 0;
+  double min_lr = 0;
+  std::vector<std::string> freeze;  ///< parameter name prefixes
+  int64_t steps = 10;
+  uint64_t seed = 0;
+  int threads = 0;
+  bool verbose = false;
+};
+
+/// Register the shared options on a subcommand.
+void addTrainOptions(CLI::App* sub, TrainArgs& a, bool with_optimizer);
+
+/// A session plus where its batches come from.
+struct TrainSetup {
+  std::unique_ptr<TrainingSession> session;
+  std::unique_ptr<BatchSource> batches;
+  std::string batch_where;  ///< for error messages ("batch.safetensors", "step 3 of data/")
+  size_t num_params = 0;    ///< trainable parameter elements
+  double import_ms = 0, compile_ms = 0;
+};
+
+/// Validate the options, import the model, build the session and the batch
+/// source, and check the first batch. Errors are one line.
+Result<TrainSetup> setUpTraining(const TrainArgs& a, TrainingGraphKind kind);
+
+}  // namespace kiln::cli

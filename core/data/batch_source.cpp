@@ -1,0 +1,162 @@
+#include "core/data/batch_source.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "core/safetensors.h"
+
+namespace kiln {
+namespace fs = std::filesystem;
+
+namespace {
+
+class FixedBatch : public BatchSource {
+ public:
+  FixedBatch(TensorMap b, std::string where) : batch_(std::move(b)), where_(std::move(where)) {}
+  Result<TensorMap> batch(int64_t) override { return batch_; }
+  std::string describe() const override { return "the batch in " + where_ + " every step"; }
+
+ private:
+  TensorMap batch_;
+  std::string where_;
+};
+
+class SafetensorsDir : public BatchSource {
+ public:
+  SafetensorsDir(std::string dir, std::vector<std::string> files) : dir_(std::move(dir)), files_(std::move(files)) {}
+  Result<TensorMap> batch(int64_t step) override {
+    const std::string& path = files_[static_cast<size_t>(step) % files_.size()];
+    auto f = readSafetensors(path);
+    if (!f) return f.error();
+    if (!first_.empty()) {
+      for (const auto& [k, t] : first_)
+        if (!f->tensors.count(k) || f->tensors.at(k).type() != t)
+          return Error{path + ": '" + k + "' is missing or has another type than in " + files_[0] + " (" + t.str() +
+                       ")"};
+    } else {
+      for (const auto& [k, t] : f->tensors) first_[k] = t.type();
+    }
+    return std::move(f->tensors);
+  }
+  std::string describe() const override {
+    return std::to_string(files_.size()) + " batch files in " + dir_ + " (cycled)";
+  }
+
+ private:
+  std::string dir_;
+  std::vector<std::string> files_;
+  std::map<std::string, TensorType> first_;
+};
+
+class TokenFile : public BatchSource {
+ public:
+  TokenFile(std::string path, std::vector<int64_t> tokens, int64_t batch, int64_t seq)
+      : path_(std::move(path)), tokens_(std::move(tokens)), batch_(batch), seq_(seq) {}
+  Result<TensorMap> batch(int64_t step) override {
+    const int64_t n = static_cast<int64_t>(tokens_.size());
+    const int64_t windows = (n - 1) / seq_;  // each window needs seq_ + 1 tokens
+    Tensor in(DType::I64, {batch_, seq_}), tg(DType::I64, {batch_, seq_});
+    int64_t* ip = in.data<int64_t>();
+    int64_t* tp = tg.data<int64_t>();
+    for (int64_t b = 0; b < batch_; ++b) {
+      int64_t start = ((step * batch_ + b) % windows) * seq_;
+      std::copy_n(tokens_.begin() + start, seq_, ip + b * seq_);
+      std::copy_n(tokens_.begin() + start + 1, seq_, tp + b * seq_);
+    }
+    return TensorMap{{"input0", in}, {"target", tg}};
+  }
+  std::string describe() const override {
+    return std::to_string(tokens_.size()) + " tokens in " + path_ + ", windows of " + std::to_string(seq_);
+  }
+
+ private:
+  std::string path_;
+  std::vector<int64_t> tokens_;
+  int64_t batch_, seq_;
+};
+
+class Synthetic : public BatchSource {
+ public:
+  Synthetic(std::vector<SyntheticSpec> specs, uint64_t seed) : specs_(std::move(specs)), seed_(seed) {}
+  Result<TensorMap> batch(int64_t step) override {
+    std::mt19937_64 rng(seed_ * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(step));
+    TensorMap out;
+    for (const SyntheticSpec& s : specs_) {
+      Tensor t(s.type);
+      if (isFloating(s.type.dtype)) {
+        std::normal_distribution<double> d(0, 1);
+        for (int64_t i = 0; i < t.numel(); ++i) t.set(i, d(rng));
+      } else {
+        std::uniform_int_distribution<int64_t> d(0, std::max<int64_t>(s.high, 1) - 1);
+        for (int64_t i = 0; i < t.numel(); ++i) t.set(i, static_cast<double>(d(rng)));
+      }
+      out[s.name] = t;
+    }
+    return out;
+  }
+  std::string describe() const override { return "synthetic random batches"; }
+
+ private:
+  std::vector<SyntheticSpec> specs_;
+  uint64_t seed_;
+};
+
+}  // namespace
+
+std::unique_ptr<BatchSource> fixedBatchSource(TensorMap batch, std::string where) {
+  return std::make_unique<FixedBatch>(std::move(batch), std::move(where));
+}
+
+Result<std::unique_ptr<BatchSource>> safetensorsDirSource(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return Error{dir + ": not a directory of .safetensors batches"};
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_regular_file() && e.path().extension() == ".safetensors") files.push_back(e.path().string());
+  if (ec) return Error{dir + ": " + ec.message()};
+  if (files.empty()) return Error{dir + ": holds no .safetensors batch files"};
+  std::sort(files.begin(), files.end());
+  return std::unique_ptr<BatchSource>(std::make_unique<SafetensorsDir>(dir, std::move(files)));
+}
+
+Result<std::unique_ptr<BatchSource>> tokenFileSource(const std::string& path, const std::string& token_type,
+                                                     int64_t batch, int64_t seq_len) {
+  size_t width = token_type == "u16" ? 2 : token_type == "i32" ? 4 : token_type == "i64" ? 8 : 0;
+  if (!width) return Error{"token type '" + token_type + "' is not one of u16, i32, i64"};
+  if (batch <= 0 || seq_len <= 0) return Error{"token windows need a positive batch size and sequence length"};
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return Error{path + ": cannot open the token file"};
+  std::vector<char> raw((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (raw.size() % width)
+    return Error{path + ": " + std::to_string(raw.size()) + " bytes is not a whole number of " + token_type +
+                 " tokens"};
+  size_t n = raw.size() / width;
+  if (n < static_cast<size_t>(seq_len) + 1)
+    return Error{path + ": " + std::to_string(n) + " tokens, fewer than one window of " + std::to_string(seq_len + 1)};
+  std::vector<int64_t> tokens(n);
+  for (size_t i = 0; i < n; ++i) {
+    const char* p = raw.data() + i * width;
+    if (width == 2) {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      tokens[i] = v;
+    } else if (width == 4) {
+      int32_t v;
+      std::memcpy(&v, p, 4);
+      tokens[i] = v;
+    } else {
+      std::memcpy(&tokens[i], p, 8);
+    }
+    if (tokens[i] < 0) return Error{path + ": token " + std::to_string(i) + " is negative"};
+  }
+  return std::unique_ptr<BatchSource>(std::make_unique<TokenFile>(path, std::move(tokens), batch, seq_len));
+}
+
+std::unique_ptr<BatchSource> syntheticSource(std::vector<SyntheticSpec> specs, uint64_t seed) {
+  return std::make_unique<Synthetic>(std::move(specs), seed);
+}
+
+}  // namespace kiln

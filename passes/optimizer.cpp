@@ -1,0 +1,115 @@
+// optimizer: appends the parameter update to a graph with Gradient outputs.
+//
+// Needs: autodiff has run (Gradient outputs named like their parameters).
+// Does: adds the optimizer state as graph state (OptState inputs, updated by
+// OptStateUpdate outputs), the learning rate as a Scalar input, optional
+// global-norm clipping, and one sgd_update / adam_update node over every
+// parameter (multi-tensor: one kernel for the whole update). Nothing here
+// needs a value on the host: clipping is a coefficient tensor, the step
+// counter is a tensor, so the step runs without a device-to-host sync.
+// Guarantees: every trained parameter has a ParamUpdate output; no Gradient
+// outputs remain.
+#include "passes/optimizer.h"
+
+namespace kiln {
+namespace {
+
+constexpr const char* kScope = "optimizer";
+
+Value* constant(Graph& g, double v, DType dt) {
+  return g.add("full", {}, {{"shape", std::vector<int64_t>{}}, {"value", v}, {"dtype", dt}}, kScope);
+}
+
+}  // namespace
+
+std::string optimizerStateName(const std::string& kind, const std::string& param) { return kind + "." + param; }
+
+Result<PassResult> runOptimizer(Graph& g, PassContext& ctx) {
+  return catchErrors([&]() -> PassResult {
+    const OptimizerOptions& opt = ctx.training.optimizer;
+    std::vector<std::pair<Value*, Value*>> pairs;  // (param, grad)
+    for (const GraphOutput& o : g.outputs())
+      if (o.role == OutputRole::Gradient) {
+        Value* p = g.findInput(o.name);
+        if (!p || p->role() != ValueRole::Param) fail("optimizer: gradient output '" + o.name + "' names no parameter");
+        pairs.emplace_back(p, o.value);
+      }
+    if (pairs.empty()) fail("optimizer: nothing to train (no parameter gets a gradient from the loss)");
+    for (const char* name : {kLearningRateInput, kStepInput})
+      if (g.findInput(name)) fail(std::string("optimizer: the model already has an input named '") + name + "'");
+
+    g.setInsertPoint(nullptr);
+    size_t before = g.numNodes();
+    const TensorType scalar{DType::F32, {}};
+    Value* lr = g.addInput(kLearningRateInput, scalar, ValueRole::Scalar);
+    Value* step = g.addInput(kStepInput, scalar, ValueRole::OptState);
+    Value* next_step = g.add("add", {step, constant(g, 1.0, DType::F32)}, {}, kScope);
+
+    Value* grad_scale;
+    Value* grad_norm = nullptr;
+    if (opt.clip_grad_norm > 0) {
+      std::vector<Value*> grads;
+      for (auto& [p, gr] : pairs) grads.push_back(gr);
+      grad_norm = g.add("global_norm", grads, {}, kScope);
+      if (grad_norm->dtype() != DType::F32) grad_norm = g.add("cast", {grad_norm}, {{"dtype", DType::F32}}, kScope);
+      // clip_coef = max_norm / (total_norm + 1e-6), clamped to at most 1.
+      Value* denom = g.add("add", {grad_norm, constant(g, 1e-6, DType::F32)}, {}, kScope);
+      Value* coef = g.add("div", {constant(g, opt.clip_grad_norm, DType::F32), denom}, {}, kScope);
+      grad_scale = g.add("clamp", {coef}, {{"max", 1.0}}, kScope);
+    } else {
+      grad_scale = constant(g, 1.0, DType::F32);
+    }
+
+    std::vector<Value*> inputs = {lr, next_step, grad_scale};
+    std::vector<std::pair<std::string, OutputRole>> out_names;
+    auto stateInput = [&](const char* kind, Value* p) {
+      std::string name = optimizerStateName(kind, p->name());
+      if (g.findInput(name)) fail("optimizer: the model already has an input named '" + name + "'");
+      return g.addInput(name, p->type(), ValueRole::OptState);
+    };
+    AttrMap attrs;
+    std::string op;
+    if (opt.kind == OptimizerKind::Sgd) {
+      op = "sgd_update";
+      attrs = {{"momentum", opt.momentum}, {"dampening", opt.dampening}, {"nesterov", int64_t{opt.nesterov}},
+               {"weight_decay", opt.weightDecay()}};
+      for (auto& [p, gr] : pairs) {
+        inputs.insert(inputs.end(), {p, gr});
+        out_names.emplace_back(p->name(), OutputRole::ParamUpdate);
+        if (opt.momentum != 0) {
+          Value* buf = stateInput("momentum_buffer", p);
+          inputs.push_back(buf);
+          out_names.emplace_back(buf->name(), OutputRole::OptStateUpdate);
+        }
+      }
+    } else {
+      op = "adam_update";
+      attrs = {{"beta1", opt.beta1}, {"beta2", opt.beta2}, {"eps", opt.eps}, {"weight_decay", opt.weightDecay()},
+               {"decoupled", int64_t{opt.kind == OptimizerKind::AdamW}}};
+      for (auto& [p, gr] : pairs) {
+        Value* m = stateInput("exp_avg", p);
+        Value* v = stateInput("exp_avg_sq", p);
+        inputs.insert(inputs.end(), {p, gr, m, v});
+        out_names.emplace_back(p->name(), OutputRole::ParamUpdate);
+        out_names.emplace_back(m->name(), OutputRole::OptStateUpdate);
+        out_names.emplace_back(v->name(), OutputRole::OptStateUpdate);
+      }
+    }
+    Node* update = g.create(op, inputs, attrs, kScope);
+
+    auto& outs = g.mutableOutputs();
+    std::erase_if(outs, [](const GraphOutput& o) { return o.role == OutputRole::Gradient; });
+    for (size_t i = 0; i < out_names.size(); ++i)
+      g.addOutput(update->output(i), out_names[i].first, out_names[i].second);
+    g.addOutput(next_step, kStepInput, OutputRole::OptStateUpdate);
+    if (grad_norm) g.addOutput(grad_norm, "grad_norm", OutputRole::Metric);
+
+    PassResult r;
+    r.changed = true;
+    r.statistics["nodes_added"] = static_cast<double>(g.numNodes() - before);
+    r.statistics["params_updated"] = static_cast<double>(pairs.size());
+    return r;
+  });
+}
+
+}  // namespace kiln

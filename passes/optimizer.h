@@ -1,0 +1,28 @@
+// The optimizer pass: parameter updates as graph ops.
+#pragma once
+
+#include "passes/pass.h"
+
+namespace kiln {
+
+/// Graph inputs the optimizer pass adds (besides per-parameter state).
+inline constexpr const char* kLearningRateInput = "lr";    ///< Scalar f32[]: set by the host each step
+inline constexpr const char* kStepInput = "step";          ///< OptState f32[]: steps taken so far
+
+/// Name of a parameter's optimizer state tensor, e.g. "exp_avg.fc.weight".
+std::string optimizerStateName(const std::string& kind, const std::string& param);
+
+/// Consumes the Gradient outputs (from autodiff) and adds one multi-tensor
+/// update node (sgd_update / adam_update) for all of them, with
+///  - OptState inputs: `step`, and per parameter `momentum_buffer.P` (SGD
+///    with momentum) or `exp_avg.P` and `exp_avg_sq.P` (Adam/AdamW), all
+///    zero-initialized; a Scalar input `lr`;
+///  - with clip_grad_norm > 0: a global_norm over the gradients, the
+///    clipping coefficient min(1, max_norm / (norm + 1e-6)) as in
+///    torch.nn.utils.clip_grad_norm_, and a Metric output `grad_norm`;
+///  - ParamUpdate outputs named like each parameter, OptStateUpdate outputs
+///    named like each state input (and `step` + 1).
+/// The Gradient outputs are removed. Statistics: params_updated.
+Result<PassResult> runOptimizer(Graph& g, PassContext& ctx);
+
+}  // namespace kiln
