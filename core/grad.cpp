@@ -7,7 +7,10 @@ namespace kiln {
 bool isDifferentiable(DType dt) { return isFloating(dt); }
 
 Node* GradContext::opNode(std::string_view op, std::vector<Value*> inputs, AttrMap attrs) {
-  std::string from = node_.numOutputs() ? "grad of %" + std::to_string(node_.output()->id()) : "grad";
+  // Value ids are renumbered when printed, so name the forward node by op,
+  // scope and its own provenance instead.
+  std::string from = "grad of " + node_.describe();
+  if (!node_.provenance().empty()) from += " (" + node_.provenance() + ")";
   return graph_.create(op, std::move(inputs), std::move(attrs), node_.scope(), std::move(from));
 }
 

@@ -46,7 +46,7 @@ class GradContext {
   const std::vector<Value*>& inputGrads() const { return in_grads_; }
 
   // ---- builders: nodes carry the forward node's scope and a provenance
-  // ---- "grad of <forward node>" so tools can line them up.
+  // ---- "grad of <op @scope> (<its provenance>)" so tools can line them up.
   Value* op(std::string_view op, std::vector<Value*> inputs, AttrMap attrs = {});
   Node* opNode(std::string_view op, std::vector<Value*> inputs, AttrMap attrs = {});
   /// 0-d constant of dtype `dt` (a `full` node).

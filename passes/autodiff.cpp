@@ -6,7 +6,7 @@
 // reverse order, calling each op's GradFn (core/ops/*_grad.cpp) with the
 // gradients of its outputs; sums gradients of values used more than once
 // (fan-out, tied parameters). New nodes are appended after the forward and
-// keep the forward node's scope, with provenance "grad of %id".
+// keep the forward node's scope, with provenance "grad of <op @scope>".
 // Guarantees: the graph stays verified; every differentiated parameter has a
 // Gradient output; nothing is computed for frozen or unused parameters.
 #include "passes/autodiff.h"
@@ -56,7 +56,7 @@ Result<std::vector<Value*>> differentiate(Graph& g, Value* loss, const std::vect
     auto accumulate = [&](Value* v, Value* gv, const Node& at) {
       auto [it, inserted] = grads.emplace(v, gv);
       if (!inserted)
-        it->second = g.add("add", {it->second, gv}, {}, at.scope(), "grad accumulation of %" + std::to_string(v->id()));
+        it->second = g.add("add", {it->second, gv}, {}, at.scope(), "grad accumulation");
     };
     grads[loss] = g.add("full", {}, {{"shape", std::vector<int64_t>{}}, {"value", 1.0}, {"dtype", loss->dtype()}}, {},
                         "grad seed");

@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "core/attribute.h"
+#include "core/ir.h"
 #include "core/tensor.h"
 
 namespace kiln::testing {
@@ -53,5 +54,11 @@ inline TensorType f64(Shape s) { return {DType::F64, std::move(s)}; }
 /// Runs the check; the failure message names the input, the element, and the
 /// analytical and numerical values.
 ::testing::AssertionResult checkGrad(const GradCase& c);
+
+/// The same check on a whole graph: `g` has a Loss output (0-d) and its
+/// inputs are bound by `inputs`; every input named in `wrt` is compared with
+/// central differences. `g` gets the gradient nodes and outputs appended.
+::testing::AssertionResult checkGraphGrad(Graph& g, const TensorMap& inputs, const std::vector<std::string>& wrt,
+                                          double eps = 1e-6, double tol = 1e-6, uint64_t seed = 1);
 
 }  // namespace kiln::testing

@@ -1,0 +1,198 @@
+// TrainingSession: steps, state carried between steps, checkpoints and exact
+// resume. (Agreement with torch.optim is checked end to end against PyTorch
+// in tests/train/.)
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "backend/checkpoint.h"
+#include "backend/training_session.h"
+#include "core/text_ir.h"
+
+namespace kiln {
+namespace {
+namespace fs = std::filesystem;
+
+const char* kForward = R"(graph tiny(%input0: f32[4,3] data, %w: f32[3] param, %b: f32[3] param, %v: f32[3] param) {
+  %0 = mul(%input0, %w) : f32[4,3]
+  %1 = add(%0, %b) : f32[4,3]
+  %2 = relu(%1) : f32[4,3]
+  %3 = mul(%2, %v) : f32[4,3]
+  %4 = mean(%3) : f32[]
+  return %4 "output0"
+}
+)";
+
+Model tinyModel() {
+  Model m;
+  auto g = parseGraph(kForward, "tiny");
+  EXPECT_TRUE(g.ok()) << g.error().message;
+  m.graph = std::move(*g);
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> d(0, 1);
+  for (const Value* v : m.graph.inputs()) {
+    if (v->role() != ValueRole::Param) continue;
+    Tensor t(v->type());
+    for (int64_t i = 0; i < t.numel(); ++i) t.set(i, d(rng));
+    m.weights[v->name()] = t;
+  }
+  m.aliases["tied.w"] = "w";
+  m.source = "tiny";
+  return m;
+}
+
+TensorMap batchFor(int64_t step) {
+  std::mt19937_64 rng(100 + static_cast<uint64_t>(step));
+  std::normal_distribution<double> d(0, 1);
+  Tensor x(DType::F32, {4, 3});
+  for (int64_t i = 0; i < x.numel(); ++i) x.set(i, d(rng));
+  return {{"input0", x}};
+}
+
+TrainingConfig adamwConfig() {
+  TrainingConfig c;
+  c.passes.training.loss = LossKind::Model;
+  c.passes.training.optimizer.kind = OptimizerKind::AdamW;
+  c.passes.training.optimizer.clip_grad_norm = 0.5;
+  c.lr = 0.05;
+  c.schedule.kind = LrSchedule::Kind::WarmupCosine;
+  c.schedule.warmup_steps = 2;
+  c.schedule.total_steps = 6;
+  c.num_threads = 1;
+  return c;
+}
+
+bool sameBits(const Tensor& a, const Tensor& b) {
+  return a.type() == b.type() && std::memcmp(a.raw(), b.raw(), a.bytes()) == 0;
+}
+
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / ("kiln_ckpt_" + std::to_string(::getpid()) + "_" +
+                                               ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  TempDir() { fs::remove_all(path); }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+std::vector<double> run(TrainingSession& s, int64_t until) {
+  std::vector<double> losses;
+  while (s.stepsDone() < until) {
+    EXPECT_TRUE(s.step(batchFor(s.stepsDone())).ok());
+    losses.push_back(*s.readLoss());
+  }
+  return losses;
+}
+
+TEST(TrainingSession, StepsChangeParametersAndKeepTheCallersModel) {
+  Model m = tinyModel();
+  Tensor w0 = m.weights["w"].clone();
+  auto s = TrainingSession::create(m, adamwConfig());
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  auto losses = run(**s, 3);
+  EXPECT_NE(losses[0], losses[2]);
+  EXPECT_TRUE(sameBits(m.weights["w"], w0)) << "the session must not write into the caller's weights";
+  TensorMap sd = (*s)->stateDict();
+  EXPECT_FALSE(sameBits(sd.at("w"), w0));
+  ASSERT_TRUE(sd.count("tied.w"));
+  EXPECT_TRUE(sameBits(sd.at("tied.w"), sd.at("w")));
+  TensorMap opt = (*s)->optimizerState();
+  EXPECT_EQ(opt.at("step").at(0), 3.0);
+  EXPECT_TRUE(opt.count("exp_avg.w") && opt.count("exp_avg_sq.v"));
+  EXPECT_TRUE((*s)->readMetrics().count("grad_norm"));
+}
+
+TEST(TrainingSession, ResumeReproducesTheUninterruptedRunExactly) {
+  TempDir dir;
+  Model m = tinyModel();
+  auto full = TrainingSession::create(m, adamwConfig());
+  ASSERT_TRUE(full.ok()) << full.error().message;
+  std::vector<double> want = run(**full, 6);
+
+  auto first = TrainingSession::create(m, adamwConfig());
+  ASSERT_TRUE(first.ok());
+  std::vector<double> got = run(**first, 3);
+  ASSERT_TRUE((*first)->saveCheckpoint(dir.path.string()).ok());
+
+  auto resumed = TrainingSession::create(m, adamwConfig());
+  ASSERT_TRUE(resumed.ok());
+  Status st = (*resumed)->loadCheckpoint(dir.path.string());
+  ASSERT_TRUE(st.ok()) << st.error().message;
+  EXPECT_EQ((*resumed)->stepsDone(), 3);
+  for (double l : run(**resumed, 6)) got.push_back(l);
+  EXPECT_EQ(got, want);  // bit-identical losses
+  TensorMap a = (*full)->stateDict(), b = (*resumed)->stateDict();
+  for (const auto& [k, t] : a) EXPECT_TRUE(sameBits(t, b.at(k))) << k;
+  TensorMap oa = (*full)->optimizerState(), ob = (*resumed)->optimizerState();
+  for (const auto& [k, t] : oa) EXPECT_TRUE(sameBits(t, ob.at(k))) << k;
+}
+
+TEST(TrainingSession, CheckpointDirectoryKeepsOnlyTheLatestCompleteStep) {
+  TempDir dir;
+  auto s = TrainingSession::create(tinyModel(), adamwConfig());
+  ASSERT_TRUE(s.ok());
+  run(**s, 1);
+  ASSERT_TRUE((*s)->saveCheckpoint(dir.path.string()).ok());
+  // A half-written directory from a crashed save must not confuse the next.
+  fs::create_directories(dir.path / "step-00000002.tmp-999");
+  run(**s, 2);
+  ASSERT_TRUE((*s)->saveCheckpoint(dir.path.string()).ok());
+  std::ifstream latest(dir.path / "latest");
+  std::string name;
+  latest >> name;
+  EXPECT_EQ(name, "step-00000002");
+  EXPECT_TRUE(fs::exists(dir.path / name / "model.safetensors"));
+  EXPECT_FALSE(fs::exists(dir.path / "step-00000001"));
+}
+
+TEST(TrainingSession, ResumeErrorsAreSpecific) {
+  TempDir dir;
+  auto s = TrainingSession::create(tinyModel(), adamwConfig());
+  ASSERT_TRUE(s.ok());
+  Status st = (*s)->loadCheckpoint(dir.path.string());
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find("not a Kiln checkpoint directory"), std::string::npos) << st.error().message;
+
+  run(**s, 1);
+  ASSERT_TRUE((*s)->saveCheckpoint(dir.path.string()).ok());
+  TrainingConfig sgd = adamwConfig();
+  sgd.passes.training.optimizer.kind = OptimizerKind::Sgd;
+  auto other = TrainingSession::create(tinyModel(), sgd);
+  ASSERT_TRUE(other.ok());
+  st = (*other)->loadCheckpoint(dir.path.string());
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find("saved with optimizer adamw, this run uses sgd"), std::string::npos)
+      << st.error().message;
+
+  std::ofstream(dir.path / "latest") << "../../etc\n";
+  st = (*s)->loadCheckpoint(dir.path.string());
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find("does not name a checkpoint"), std::string::npos) << st.error().message;
+}
+
+TEST(TrainingSession, BatchChecksNameTheProblem) {
+  auto s = TrainingSession::create(tinyModel(), adamwConfig());
+  ASSERT_TRUE(s.ok());
+  Status st = (*s)->checkBatch({}, "b.safetensors");
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error().message, "b.safetensors: no tensor 'input0' (model input f32[4,3])");
+  st = (*s)->checkBatch({{"input0", Tensor(DType::F32, {2, 3})}}, "b.safetensors");
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error().message, "b.safetensors: 'input0' is f32[2,3], the model needs f32[4,3]");
+}
+
+TEST(LrSchedule, WarmupThenCosineToMinimum) {
+  LrSchedule s{LrSchedule::Kind::WarmupCosine, 4, 14, 0.1};
+  EXPECT_DOUBLE_EQ(s.at(1.0, 0), 0.25);
+  EXPECT_DOUBLE_EQ(s.at(1.0, 3), 1.0);
+  EXPECT_DOUBLE_EQ(s.at(1.0, 4), 1.0);   // cosine starts at the base rate
+  EXPECT_NEAR(s.at(1.0, 9), 0.55, 1e-12);  // half way: (1 + 0.1) / 2
+  EXPECT_DOUBLE_EQ(s.at(1.0, 14), 0.1);
+  EXPECT_DOUBLE_EQ(s.at(1.0, 100), 0.1);
+  EXPECT_DOUBLE_EQ(LrSchedule{}.at(0.3, 7), 0.3);
+}
+
+}  // namespace
+}  // namespace kiln
