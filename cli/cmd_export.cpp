@@ -33,16 +33,22 @@ int exportGraph(const ModelArgs& args, const std::string& format, const std::str
 
 int listOps() {
   const KernelRegistry& kernels = KernelRegistry::cpu();
-  size_t with_kernel = 0;
+  size_t with_kernel = 0, with_grad = 0, no_grad = 0;
+  const std::string indent(23, ' ');
   for (const auto& [name, def] : OpTable::get().all()) {
     std::string line = name;
     line.resize(std::max<size_t>(line.size(), 22), ' ');
     std::string ks;
     for (const KernelDef* k : kernels.candidates(name)) ks += (ks.empty() ? "" : ", ") + k->name;
     if (!ks.empty()) ++with_kernel;
-    std::cout << line << " " << def.summary << "\n" << std::string(23, ' ') << "cpu: " << (ks.empty() ? "-" : ks) << "\n";
+    std::string grad = def.grad ? "rule" : !def.no_grad_reason.empty() ? "none (" + def.no_grad_reason + ")" : "-";
+    with_grad += def.grad != nullptr;
+    no_grad += !def.grad && !def.no_grad_reason.empty();
+    std::cout << line << " " << def.summary << "\n" << indent << "cpu: " << (ks.empty() ? "-" : ks) << "\n"
+              << indent << "gradient: " << grad << "\n";
   }
-  std::cout << OpTable::get().all().size() << " ops, " << with_kernel << " with a CPU kernel\n";
+  std::cout << OpTable::get().all().size() << " ops, " << with_kernel << " with a CPU kernel, " << with_grad
+            << " with a gradient rule, " << no_grad << " without a gradient by nature\n";
   return 0;
 }
 
