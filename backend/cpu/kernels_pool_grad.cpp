@@ -1,0 +1,202 @@
+// CPU kernels of the pool backward ops ("cpu_ref"; f32/f64 natively,
+// f16/bf16 in f32): max_pool2d_backward, avg_pool2d_backward,
+// adaptive_avg_pool2d_backward, adaptive_max_pool2d_backward. Every leading
+// plane ([N, C] or [C]) is independent and handled by one thread, which
+// zeroes its input-gradient plane and adds each output gradient into it, so
+// overlapping windows accumulate without races and deterministically.
+//
+// The window arithmetic mirrors PyTorch's CPU kernels (and kernels_pool.cpp):
+//  - max: the argmax is recomputed from x with PyTorch's scan: candidates in
+//    row-major window order, a later one wins only if strictly greater or
+//    NaN (so ties go to the first maximum and the last NaN wins), padding is
+//    never a candidate, and a window of only -inf routes to its first
+//    in-input element;
+//  - avg: the divisor is divisor_override, or the window clipped to the
+//    padded border (count_include_pad), or the window clipped to the input;
+//  - adaptive: window [floor(i*in/out), ceil((i+1)*in/out)); the average's
+//    gradient is g / kh / kw, divided in that order as PyTorch does.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "backend/cpu/float_kernel.h"
+#include "core/ops/op_helpers.h"
+
+namespace kiln::cpu {
+namespace {
+
+/// Planes of [h, w] (the input gradient) pooled to [oh, ow] (the output gradient).
+struct PoolGeom {
+  int64_t planes, h, w, oh, ow;
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+};
+
+PoolGeom poolGeom(const Node& n, bool windowed) {
+  const Shape& x = n.output()->shape();
+  const Shape& g = n.input(0)->shape();
+  const size_t r = x.size();
+  PoolGeom p{numelOf(Shape(x.begin(), x.end() - 2)), x[r - 2], x[r - 1], g[r - 2], g[r - 1]};
+  if (!windowed) return p;
+  auto k = pair(n, "kernel_size");
+  auto s = n.is("stride").empty() ? k : pair(n, "stride");
+  auto pad = pair(n, "padding");
+  p.kh = k[0], p.kw = k[1], p.sh = s[0], p.sw = s[1], p.ph = pad[0], p.pw = pad[1];
+  if (n.def().findAttr("dilation")) {
+    auto d = pair(n, "dilation");
+    p.dh = d[0], p.dw = d[1];
+  }
+  return p;
+}
+
+inline int64_t adaptiveStart(int64_t i, int64_t in, int64_t out) { return (i * in) / out; }
+inline int64_t adaptiveEnd(int64_t i, int64_t in, int64_t out) { return ((i + 1) * in + out - 1) / out; }
+
+/// Index of the window's maximum under PyTorch's rule, or -1 when the window
+/// holds no input element. Rows [y0, y1) step dy, columns [x0, x1) step dx,
+/// already clipped to the input.
+template <typename T>
+int64_t argmaxWindow(const T* src, int64_t width, int64_t y0, int64_t y1, int64_t dy, int64_t x0, int64_t x1,
+                     int64_t dx) {
+  if (y0 >= y1 || x0 >= x1) return -1;
+  int64_t best_i = y0 * width + x0;
+  T best = -std::numeric_limits<T>::infinity();
+  for (int64_t iy = y0; iy < y1; iy += dy)
+    for (int64_t ix = x0; ix < x1; ix += dx) {
+      const T v = src[iy * width + ix];
+      if (v > best || std::isnan(v)) best = v, best_i = iy * width + ix;
+    }
+  return best_i;
+}
+
+template <typename T>
+void maxPoolBackwardImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
+  const PoolGeom p = poolGeom(n, true);
+  const T* g = in[0].data<T>();
+  const T* x = in[1].data<T>();
+  T* dx = allocAs(n, out, 0, in[0].dtype()).template data<T>();
+#pragma omp parallel for
+  for (int64_t q = 0; q < p.planes; ++q) {
+    const T* src = x + q * p.h * p.w;
+    const T* go = g + q * p.oh * p.ow;
+    T* dst = dx + q * p.h * p.w;
+    std::fill(dst, dst + p.h * p.w, T(0));
+    for (int64_t oy = 0; oy < p.oh; ++oy) {
+      // First in-input row of the dilated window, and the clipped end.
+      int64_t y0 = oy * p.sh - p.ph;
+      const int64_t y1 = std::min(y0 + (p.kh - 1) * p.dh + 1, p.h);
+      while (y0 < 0) y0 += p.dh;
+      for (int64_t ox = 0; ox < p.ow; ++ox) {
+        int64_t x0 = ox * p.sw - p.pw;
+        const int64_t x1 = std::min(x0 + (p.kw - 1) * p.dw + 1, p.w);
+        while (x0 < 0) x0 += p.dw;
+        const int64_t i = argmaxWindow(src, p.w, y0, y1, p.dh, x0, x1, p.dw);
+        if (i >= 0) dst[i] += go[oy * p.ow + ox];
+      }
+    }
+  }
+}
+
+template <typename T>
+void adaptiveMaxBackwardImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
+  const PoolGeom p = poolGeom(n, false);
+  const T* g = in[0].data<T>();
+  const T* x = in[1].data<T>();
+  T* dx = allocAs(n, out, 0, in[0].dtype()).template data<T>();
+#pragma omp parallel for
+  for (int64_t q = 0; q < p.planes; ++q) {
+    const T* src = x + q * p.h * p.w;
+    const T* go = g + q * p.oh * p.ow;
+    T* dst = dx + q * p.h * p.w;
+    std::fill(dst, dst + p.h * p.w, T(0));
+    for (int64_t oy = 0; oy < p.oh; ++oy) {
+      const int64_t y0 = adaptiveStart(oy, p.h, p.oh), y1 = adaptiveEnd(oy, p.h, p.oh);
+      for (int64_t ox = 0; ox < p.ow; ++ox) {
+        const int64_t x0 = adaptiveStart(ox, p.w, p.ow), x1 = adaptiveEnd(ox, p.w, p.ow);
+        const int64_t i = argmaxWindow(src, p.w, y0, y1, 1, x0, x1, 1);
+        if (i >= 0) dst[i] += go[oy * p.ow + ox];
+      }
+    }
+  }
+}
+
+template <typename T>
+void avgPoolBackwardImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
+  const PoolGeom p = poolGeom(n, true);
+  const bool include_pad = n.i("count_include_pad") != 0;
+  const int64_t divisor_override = n.i("divisor_override");
+  const T* g = in[0].data<T>();
+  T* dx = allocAs(n, out, 0, in[0].dtype()).template data<T>();
+#pragma omp parallel for
+  for (int64_t q = 0; q < p.planes; ++q) {
+    const T* go = g + q * p.oh * p.ow;
+    T* dst = dx + q * p.h * p.w;
+    std::fill(dst, dst + p.h * p.w, T(0));
+    for (int64_t oy = 0; oy < p.oh; ++oy)
+      for (int64_t ox = 0; ox < p.ow; ++ox) {
+        // The window clipped to the padded input (count_include_pad's
+        // divisor), then to the input (what receives gradient).
+        int64_t y0 = oy * p.sh - p.ph, x0 = ox * p.sw - p.pw;
+        int64_t y1 = std::min(y0 + p.kh, p.h + p.ph), x1 = std::min(x0 + p.kw, p.w + p.pw);
+        const int64_t padded_size = (y1 - y0) * (x1 - x0);
+        y0 = std::max<int64_t>(y0, 0), x0 = std::max<int64_t>(x0, 0);
+        y1 = std::min(y1, p.h), x1 = std::min(x1, p.w);
+        if (y0 >= y1 || x0 >= x1) continue;
+        const int64_t div = divisor_override ? divisor_override : include_pad ? padded_size : (y1 - y0) * (x1 - x0);
+        const T delta = go[oy * p.ow + ox] / static_cast<T>(div);
+        for (int64_t iy = y0; iy < y1; ++iy)
+          for (int64_t ix = x0; ix < x1; ++ix) dst[iy * p.w + ix] += delta;
+      }
+  }
+}
+
+template <typename T>
+void adaptiveAvgBackwardImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
+  const PoolGeom p = poolGeom(n, false);
+  const T* g = in[0].data<T>();
+  T* dx = allocAs(n, out, 0, in[0].dtype()).template data<T>();
+#pragma omp parallel for
+  for (int64_t q = 0; q < p.planes; ++q) {
+    const T* go = g + q * p.oh * p.ow;
+    T* dst = dx + q * p.h * p.w;
+    std::fill(dst, dst + p.h * p.w, T(0));
+    for (int64_t oy = 0; oy < p.oh; ++oy) {
+      const int64_t y0 = adaptiveStart(oy, p.h, p.oh), y1 = adaptiveEnd(oy, p.h, p.oh);
+      for (int64_t ox = 0; ox < p.ow; ++ox) {
+        const int64_t x0 = adaptiveStart(ox, p.w, p.ow), x1 = adaptiveEnd(ox, p.w, p.ow);
+        const T delta = go[oy * p.ow + ox] / static_cast<T>(y1 - y0) / static_cast<T>(x1 - x0);
+        for (int64_t iy = y0; iy < y1; ++iy)
+          for (int64_t ix = x0; ix < x1; ++ix) dst[iy * p.w + ix] += delta;
+      }
+    }
+  }
+}
+
+void maxPoolBackwardKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
+  dispatchFloat(in[0].dtype(), [&](auto t) { maxPoolBackwardImpl<decltype(t)>(n, in, out); });
+}
+void avgPoolBackwardKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
+  dispatchFloat(in[0].dtype(), [&](auto t) { avgPoolBackwardImpl<decltype(t)>(n, in, out); });
+}
+void adaptiveAvgBackwardKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
+  dispatchFloat(in[0].dtype(), [&](auto t) { adaptiveAvgBackwardImpl<decltype(t)>(n, in, out); });
+}
+void adaptiveMaxBackwardKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
+  dispatchFloat(in[0].dtype(), [&](auto t) { adaptiveMaxBackwardImpl<decltype(t)>(n, in, out); });
+}
+
+bool floatInput(const Node& n) { return isFloating(n.input(0)->dtype()); }
+
+}  // namespace
+
+void registerCpuPoolGradKernels(KernelRegistry& r) {
+  r.add({"max_pool2d_backward", "cpu_ref", "cpu_ref.max_pool2d_backward", 0, floatInput,
+         viaComputeType<maxPoolBackwardKernel>});
+  r.add({"avg_pool2d_backward", "cpu_ref", "cpu_ref.avg_pool2d_backward", 0, floatInput,
+         viaComputeType<avgPoolBackwardKernel>});
+  r.add({"adaptive_avg_pool2d_backward", "cpu_ref", "cpu_ref.adaptive_avg_pool2d_backward", 0, floatInput,
+         viaComputeType<adaptiveAvgBackwardKernel>});
+  r.add({"adaptive_max_pool2d_backward", "cpu_ref", "cpu_ref.adaptive_max_pool2d_backward", 0, floatInput,
+         viaComputeType<adaptiveMaxBackwardKernel>});
+}
+
+}  // namespace kiln::cpu
