@@ -1,8 +1,313 @@
-// CPU kernels: elementwise grad (filled in with their gradient rules).
+// CPU kernels of the backward ops of the elementwise and reduction families
+// (core/ops/elementwise_grad.cpp, core/ops/reduction_grad.cpp):
+//   unary_backward(g, v) {fn, ...}  one functor per forward op, picked by `fn`
+//   binary_backward(g, a, b) {fn, input}  div, pow, maximum, minimum
+//   prod_backward(g, x, y) {dims, keepdim}
+// Formulas and their order of operations are PyTorch's *_backward kernels
+// (derivatives.yaml / FunctionsManual.cpp), including the boundary
+// conventions (hardtanh is strict at its bounds, clamp is not; hardswish
+// takes the middle branch at x = 3, hardsigmoid zero at +-3; maximum and
+// minimum halve the gradient on ties). Half types compute in float; the
+// masks use cpu_math.h's branch-free select so the loops vectorize.
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "backend/cpu/cpu_loops.h"
+#include "backend/cpu/cpu_math.h"
 #include "backend/kernel.h"
+#include "core/ops/op_helpers.h"
+
+namespace kiln::cpu {
+namespace {
+
+using Inputs = std::span<const Tensor>;
+using Outputs = std::span<Tensor>;
+
+// ---- unary_backward: operator()(C g, C v) with v = x (or y, see the core table)
+
+/// A parameterless gradient functor NAME with body BODY over g and v.
+#define KILN_UNARY_GRAD(NAME, ...)    \
+  struct NAME {                       \
+    explicit NAME(const Node&) {}     \
+    template <class C>                \
+    C operator()(C g, C v) const {    \
+      __VA_ARGS__                     \
+    }                                 \
+  };
+
+KILN_UNARY_GRAD(AbsGrad, return g * C((C(0) < v) - (v < C(0)));)  // sgn(0) = sgn(NaN) = 0
+KILN_UNARY_GRAD(Log1pGrad, return g / (v + C(1));)
+KILN_UNARY_GRAD(SqrtGrad, return g / (C(2) * v);)                 // v = y
+KILN_UNARY_GRAD(RsqrtGrad, return C(-0.5) * g * (v * v * v);)     // v = y
+KILN_UNARY_GRAD(ReciprocalGrad, return -g * (v * v);)              // v = y
+KILN_UNARY_GRAD(SinGrad, return g * std::cos(v);)
+KILN_UNARY_GRAD(CosGrad, return g * -std::sin(v);)
+KILN_UNARY_GRAD(TanhGrad, return g * (C(1) - v * v);)              // v = y
+KILN_UNARY_GRAD(SigmoidGrad, return g * ((C(1) - v) * v);)         // v = y
+KILN_UNARY_GRAD(ErfGrad, return C(M_2_SQRTPI) * expAny(-(v * v)) * g;)
+KILN_UNARY_GRAD(SiluGrad, const C s = C(1) / (C(1) + expAny(-v)); return g * s * (C(1) + v * (C(1) - s));)
+KILN_UNARY_GRAD(MishGrad, const C s = C(1) / (C(1) + std::exp(-v)); const C t = std::tanh(std::log1p(std::exp(v)));
+                return g * (t + v * s * (C(1) - t * t));)
+KILN_UNARY_GRAD(HardswishGrad, return select(v < C(-3), C(0), select(v <= C(3), g * (v / C(3) + C(0.5)), g));)
+KILN_UNARY_GRAD(HardsigmoidGrad, return select((v > C(-3)) & (v < C(3)), g * C(1.0 / 6.0), C(0));)
+#undef KILN_UNARY_GRAD
+
+/// clamp passes the gradient on min <= x <= max; hardtanh only strictly
+/// inside (so a NaN x passes through hardtanh and not through clamp).
+struct ClampGrad {
+  double lo, hi;
+  bool strict;
+  explicit ClampGrad(const Node& n)
+      : lo(n.f(n.s("fn") == "hardtanh" ? "min_val" : "min")), hi(n.f(n.s("fn") == "hardtanh" ? "max_val" : "max")),
+        strict(n.s("fn") == "hardtanh") {}
+  template <class C>
+  C operator()(C g, C v) const {
+    if (strict) return select((v <= C(lo)) | (v >= C(hi)), C(0), g);
+    return select((v >= C(lo)) & (v <= C(hi)), g, C(0));
+  }
+};
+
+struct GeluGrad {
+  bool tanh_approx;
+  explicit GeluGrad(const Node& n) {
+    const std::string& a = n.s("approximate");
+    if (a != "none" && a != "tanh") opFail(n, "approximate must be \"none\" or \"tanh\", got \"" + a + "\"");
+    tanh_approx = a == "tanh";
+  }
+  template <class C>
+  C operator()(C g, C x) const {
+    if (tanh_approx) {
+      const C beta = C(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = C(0.044715);
+      const C x_sq = x * x, inner = beta * (x + kappa * (x_sq * x)), t = std::tanh(inner);
+      const C left = C(0.5) * x, right = C(1) + t;
+      const C right_derivative = left * (C(1) - t * t) * (beta * (C(1) + C(3) * kappa * x_sq));
+      return g * (C(0.5) * right + right_derivative);
+    }
+    const C cdf = C(0.5) * (C(1) + std::erf(x * C(M_SQRT1_2)));
+    const C pdf = C(M_2_SQRTPI * M_SQRT1_2 * 0.5) * expAny(x * x * C(-0.5));
+    return g * (cdf + x * pdf);
+  }
+};
+
+struct LeakyReluGrad {
+  double slope;
+  explicit LeakyReluGrad(const Node& n) : slope(n.f("negative_slope")) {}
+  template <class C>
+  C operator()(C g, C x) const {
+    return select(x > C(0), g, g * C(slope));
+  }
+};
+
+struct EluGrad {
+  double alpha;
+  explicit EluGrad(const Node& n) : alpha(n.f("alpha")) {}
+  template <class C>
+  C operator()(C g, C x) const {
+    return select(x <= C(0), g * C(alpha) * expAny(x), g);
+  }
+};
+
+/// Linear (gradient g) above the threshold, as the forward.
+struct SoftplusGrad {
+  double beta, threshold;
+  explicit SoftplusGrad(const Node& n) : beta(n.f("beta")), threshold(n.f("threshold")) {}
+  template <class C>
+  C operator()(C g, C x) const {
+    const C z = expAny(x * C(beta));
+    return select(x * C(beta) > C(threshold), g, g * z / (z + C(1)));
+  }
+};
+
+template <class T, class Op>
+KILN_SIMD_CLONES void unaryGradRun(const T* pg, const T* pv, T* po, int64_t n, Op op) {
+  using C = compute_t<T>;
+  for (int64_t i = 0; i < n; ++i) po[i] = T(op(C(pg[i]), C(pv[i])));
+}
+
+template <class Op>
+void unaryGradKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
+  Tensor& o = allocOutput(n, out, 0);
+  const Tensor g = asDType(in[0], o.dtype()), v = asDType(in[1], o.dtype());
+  const Op op(n);
+  dispatchFloating(o.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T *pg = g.data<T>(), *pv = v.data<T>();
+    T* po = o.data<T>();
+    parallelFor(o.numel(), kParallelGrain,
+                [=](int64_t b, int64_t e) { unaryGradRun(pg + b, pv + b, po + b, e - b, op); });
+  });
+}
+
+struct UnaryGradKernel {
+  const char* fn;
+  KernelFn kernel;
+};
+constexpr UnaryGradKernel kUnaryGradKernels[] = {
+    {"abs", unaryGradKernel<AbsGrad>},
+    {"clamp", unaryGradKernel<ClampGrad>},
+    {"hardtanh", unaryGradKernel<ClampGrad>},
+    {"log1p", unaryGradKernel<Log1pGrad>},
+    {"sqrt", unaryGradKernel<SqrtGrad>},
+    {"rsqrt", unaryGradKernel<RsqrtGrad>},
+    {"reciprocal", unaryGradKernel<ReciprocalGrad>},
+    {"sin", unaryGradKernel<SinGrad>},
+    {"cos", unaryGradKernel<CosGrad>},
+    {"tanh", unaryGradKernel<TanhGrad>},
+    {"sigmoid", unaryGradKernel<SigmoidGrad>},
+    {"erf", unaryGradKernel<ErfGrad>},
+    {"silu", unaryGradKernel<SiluGrad>},
+    {"mish", unaryGradKernel<MishGrad>},
+    {"hardswish", unaryGradKernel<HardswishGrad>},
+    {"hardsigmoid", unaryGradKernel<HardsigmoidGrad>},
+    {"gelu", unaryGradKernel<GeluGrad>},
+    {"leaky_relu", unaryGradKernel<LeakyReluGrad>},
+    {"elu", unaryGradKernel<EluGrad>},
+    {"softplus", unaryGradKernel<SoftplusGrad>},
+};
+
+void unaryBackwardKernel(const Node& n, Inputs in, Outputs out, KernelContext& ctx) {
+  const std::string& fn = n.s("fn");
+  for (const UnaryGradKernel& k : kUnaryGradKernels)
+    if (fn == k.fn) return k.kernel(n, in, out, ctx);
+  opFail(n, "no CPU kernel for fn \"" + fn + "\"");
+}
+
+// ---- binary_backward: operator()(C g, C a, C b) for the input `input` -----
+
+struct DivGrad {
+  int64_t input;
+  template <class C>
+  C operator()(C g, C a, C b) const {
+    return input == 0 ? g / b : -g * ((a / b) / b);
+  }
+};
+
+/// d/da = b a^(b-1) (0 where b == 0); d/db = a^b log(a) (0 where a == 0 and b >= 0).
+struct PowGrad {
+  int64_t input;
+  template <class C>
+  C operator()(C g, C a, C b) const {
+    if (input == 0) return select(b == C(0), C(0), g * (b * std::pow(a, b - C(1))));
+    return g * select((a == C(0)) & (b >= C(0)), C(0), std::pow(a, b) * std::log(a));
+  }
+};
+
+/// Ties split the gradient in half; a NaN on either side gives both the full g.
+struct MaximumGrad {
+  int64_t input;
+  template <class C>
+  C operator()(C g, C a, C b) const {
+    const C r = select(a == b, g / C(2), g);
+    return select(input == 0 ? a < b : a > b, C(0), r);
+  }
+};
+struct MinimumGrad {
+  int64_t input;
+  template <class C>
+  C operator()(C g, C a, C b) const {
+    const C r = select(a == b, g / C(2), g);
+    return select(input == 0 ? a > b : a < b, C(0), r);
+  }
+};
+
+template <class Op>
+void binaryGradKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
+  Tensor& o = allocOutput(n, out, 0);
+  const DType t = o.dtype();
+  const Tensor g = asDType(in[0], t), a = asDType(in[1], t), b = asDType(in[2], t);
+  const Op op{n.i("input")};
+  const Shape& s = o.shape();
+  dispatchFloating(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    T* po = o.data<T>();
+    const T *pg = g.data<T>(), *pa = a.data<T>(), *pb = b.data<T>();
+    forEachStrided<4>(s,
+                      {contiguousStrides(s), broadcastStrides(g.shape(), s), broadcastStrides(a.shape(), s),
+                       broadcastStrides(b.shape(), s)},
+                      [=](const int64_t* off, const int64_t* st, int64_t cnt) {
+                        for (int64_t i = 0; i < cnt; ++i)
+                          po[off[0] + i] =
+                              T(op(C(pg[off[1] + i * st[1]]), C(pa[off[2] + i * st[2]]), C(pb[off[3] + i * st[3]])));
+                      });
+  });
+}
+
+void binaryBackwardKernel(const Node& n, Inputs in, Outputs out, KernelContext& ctx) {
+  const std::string& fn = n.s("fn");
+  if (fn == "div") return binaryGradKernel<DivGrad>(n, in, out, ctx);
+  if (fn == "pow") return binaryGradKernel<PowGrad>(n, in, out, ctx);
+  if (fn == "maximum") return binaryGradKernel<MaximumGrad>(n, in, out, ctx);
+  if (fn == "minimum") return binaryGradKernel<MinimumGrad>(n, in, out, ctx);
+  opFail(n, "no CPU kernel for fn \"" + fn + "\"");
+}
+
+// ---- prod_backward ---------------------------------------------------------
+
+/// Per slice: no zero: g * (y / x) (PyTorch's fast path); one zero: that
+/// element gets g times the product of the others, the rest 0; more: all 0.
+void prodBackwardKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
+  Tensor& o = allocOutput(n, out, 0);
+  const DType t = o.dtype();
+  const Tensor g = asDType(in[0], t), x = asDType(in[1], t), y = asDType(in[2], t);
+  const Shape& xs = x.shape();
+  const Shape kept = reducedShape(xs, reductionAxes(n, n.is("dims"), x.rank()), true);
+  // g and y, read with the reduced dims kept, broadcast over each slice.
+  const Shape slot_strides = broadcastStrides(kept, xs), strides = contiguousStrides(xs);
+  std::vector<int64_t> zeros(static_cast<size_t>(numelOf(kept)), 0);
+  std::vector<double> nonzero_prod(zeros.size(), 1.0);
+  dispatchFloating(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    const T *pg = g.data<T>(), *px = x.data<T>(), *py = y.data<T>();
+    T* po = o.data<T>();
+    int64_t* pz = zeros.data();
+    double* pp = nonzero_prod.data();
+    // Serial: elements of one slice update the same counters.
+    forEachStrided<2>(
+        xs, {strides, slot_strides},
+        [=](const int64_t* off, const int64_t* st, int64_t cnt) {
+          for (int64_t i = 0; i < cnt; ++i) {
+            const C v = C(px[off[0] + i * st[0]]);
+            const int64_t slot = off[1] + i * st[1];
+            if (v == C(0))
+              ++pz[slot];
+            else
+              pp[slot] *= static_cast<double>(v);
+          }
+        },
+        std::numeric_limits<int64_t>::max());
+    forEachStrided<2>(xs, {strides, slot_strides}, [=](const int64_t* off, const int64_t* st, int64_t cnt) {
+      for (int64_t i = 0; i < cnt; ++i) {
+        const C v = C(px[off[0] + i * st[0]]);
+        const int64_t slot = off[1] + i * st[1];
+        const C gv = C(pg[slot]);
+        C r = C(0);
+        if (pz[slot] == 0)
+          r = gv * (C(py[slot]) / v);
+        else if (pz[slot] == 1 && v == C(0))
+          r = gv * C(pp[slot]);
+        po[off[0] + i * st[0]] = T(r);
+      }
+    });
+  });
+}
+
+void add(KernelRegistry& r, const char* op, KernelFn fn) {
+  r.add({op, "cpu_ref", std::string("cpu_ref.") + op, 0, nullptr, fn});
+}
+
+}  // namespace
+}  // namespace kiln::cpu
 
 namespace kiln {
 
-void registerCpuElementwiseGradKernels(KernelRegistry& r) { (void)r; }
+void registerCpuElementwiseGradKernels(KernelRegistry& r) {
+  using namespace cpu;
+  add(r, "unary_backward", unaryBackwardKernel);
+  add(r, "binary_backward", binaryBackwardKernel);
+  add(r, "prod_backward", prodBackwardKernel);
+}
 
 }  // namespace kiln
