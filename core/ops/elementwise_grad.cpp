@@ -124,10 +124,10 @@ void whereGrad(GradContext& c) {
 }
 
 void reluGrad(GradContext& c) {
-  // d relu = g where y > 0 (PyTorch: threshold_backward on the output).
+  // PyTorch's threshold_backward on the output: y <= 0 ? 0 : g (a NaN passes g).
   Value* zero = c.scalar(0.0, c.out()->dtype());
-  Value* pos = c.op("gt", {c.out(), zero});
-  c.setGrad(0, c.op("where", {pos, c.grad(), zero}));
+  Value* off = c.op("le", {c.out(), zero});
+  c.setGrad(0, c.op("where", {off, zero, c.grad()}));
 }
 
 void negGrad(GradContext& c) { c.setGrad(0, c.op("neg", {c.grad()})); }

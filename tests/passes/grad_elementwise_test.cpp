@@ -113,7 +113,10 @@ TEST(GradElementwise, Where) {
   EXPECT_TRUE(checkGrad({.op = "where", .inputs = {cond.type(), f64({}), f64({3, 1})}, .fixed = {{0, cond}}}));
 }
 
-TEST(GradElementwise, Relu) { EXPECT_TRUE(checkGrad({.op = "relu", .inputs = {f64({5, 3})}, .kinks = {0}})); }
+TEST(GradElementwise, Relu) {
+  EXPECT_TRUE(checkGrad({.op = "relu", .inputs = {f64({5, 3})}, .kinks = {0}}));
+  EXPECT_TRUE(same(gradsAt("relu", {}, {values({4}, {kNaN, 0, -1, 2})})[0], {1, 0, 0, 1}));
+}
 
 TEST(GradElementwise, SmoothUnary) {
   for (const char* op : {"neg", "exp", "sin", "cos", "tanh", "sigmoid", "erf", "silu", "mish"})
