@@ -27,30 +27,30 @@ using Outputs = std::span<Tensor>;
 // ---- unary_backward: operator()(C g, C v) with v = x (or y, see the core table)
 
 /// A parameterless gradient functor NAME with body BODY over g and v.
-#define KILN_UNARY_GRAD(NAME, ...)    \
-  struct NAME {                       \
-    explicit NAME(const Node&) {}     \
-    template <class C>                \
-    C operator()(C g, C v) const {    \
-      __VA_ARGS__                     \
-    }                                 \
+#define KILN_UNARY_GRAD(NAME, ...) \
+  struct NAME {                    \
+    explicit NAME(const Node&) {}  \
+    template <class C>             \
+    C operator()(C g, C v) const { \
+      __VA_ARGS__                  \
+    }                              \
   };
 
 KILN_UNARY_GRAD(AbsGrad, return g * C((C(0) < v) - (v < C(0)));)  // sgn(0) = sgn(NaN) = 0
 KILN_UNARY_GRAD(Log1pGrad, return g / (v + C(1));)
-KILN_UNARY_GRAD(SqrtGrad, return g / (C(2) * v);)                 // v = y
-KILN_UNARY_GRAD(RsqrtGrad, return C(-0.5) * g * (v * v * v);)     // v = y
-KILN_UNARY_GRAD(ReciprocalGrad, return -g * (v * v);)              // v = y
+KILN_UNARY_GRAD(SqrtGrad, return g / (C(2) * v);)              // v = y
+KILN_UNARY_GRAD(RsqrtGrad, return C(-0.5) * g * (v * v * v);)  // v = y
+KILN_UNARY_GRAD(ReciprocalGrad, return -g * (v * v);)          // v = y
 KILN_UNARY_GRAD(SinGrad, return g * std::cos(v);)
 KILN_UNARY_GRAD(CosGrad, return g * -std::sin(v);)
-KILN_UNARY_GRAD(TanhGrad, return g * (C(1) - v * v);)              // v = y
-KILN_UNARY_GRAD(SigmoidGrad, return g * ((C(1) - v) * v);)         // v = y
+KILN_UNARY_GRAD(TanhGrad, return g * (C(1) - v * v);)       // v = y
+KILN_UNARY_GRAD(SigmoidGrad, return g * ((C(1) - v) * v);)  // v = y
 KILN_UNARY_GRAD(ErfGrad, return C(M_2_SQRTPI) * expAny(-(v * v)) * g;)
 KILN_UNARY_GRAD(SiluGrad, const C s = C(1) / (C(1) + expAny(-v)); return g * s * (C(1) + v * (C(1) - s));)
 KILN_UNARY_GRAD(MishGrad, const C s = C(1) / (C(1) + std::exp(-v)); const C t = std::tanh(std::log1p(std::exp(v)));
                 return g * (t + v * s * (C(1) - t * t));)
-KILN_UNARY_GRAD(HardswishGrad, return select(v < C(-3), C(0), select(v <= C(3), g * (v / C(3) + C(0.5)), g));)
-KILN_UNARY_GRAD(HardsigmoidGrad, return select((v > C(-3)) & (v < C(3)), g * C(1.0 / 6.0), C(0));)
+KILN_UNARY_GRAD(HardswishGrad, return select(v < C(-3), C(0), select(v <= C(3), g*(v / C(3) + C(0.5)), g));)
+KILN_UNARY_GRAD(HardsigmoidGrad, return select((v > C(-3)) & (v < C(3)), g* C(1.0 / 6.0), C(0));)
 #undef KILN_UNARY_GRAD
 
 /// clamp passes the gradient on min <= x <= max; hardtanh only strictly
@@ -59,7 +59,8 @@ struct ClampGrad {
   double lo, hi;
   bool strict;
   explicit ClampGrad(const Node& n)
-      : lo(n.f(n.s("fn") == "hardtanh" ? "min_val" : "min")), hi(n.f(n.s("fn") == "hardtanh" ? "max_val" : "max")),
+      : lo(n.f(n.s("fn") == "hardtanh" ? "min_val" : "min")),
+        hi(n.f(n.s("fn") == "hardtanh" ? "max_val" : "max")),
         strict(n.s("fn") == "hardtanh") {}
   template <class C>
   C operator()(C g, C v) const {

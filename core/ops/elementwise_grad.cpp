@@ -27,10 +27,10 @@ struct UnaryGradFn {
   bool reads_output;
 };
 constexpr UnaryGradFn kUnaryGradFns[] = {
-    {"abs", false},       {"clamp", false},   {"hardtanh", false},   {"log1p", false},   {"sqrt", true},
-    {"rsqrt", true},      {"reciprocal", true}, {"sin", false},       {"cos", false},     {"tanh", true},
-    {"sigmoid", true},    {"erf", false},     {"silu", false},       {"mish", false},    {"hardswish", false},
-    {"hardsigmoid", false}, {"gelu", false},  {"leaky_relu", false}, {"elu", false},     {"softplus", false},
+    {"abs", false},         {"clamp", false},     {"hardtanh", false},   {"log1p", false}, {"sqrt", true},
+    {"rsqrt", true},        {"reciprocal", true}, {"sin", false},        {"cos", false},   {"tanh", true},
+    {"sigmoid", true},      {"erf", false},       {"silu", false},       {"mish", false},  {"hardswish", false},
+    {"hardsigmoid", false}, {"gelu", false},      {"leaky_relu", false}, {"elu", false},   {"softplus", false},
 };
 constexpr const char* kBinaryGradFns[] = {"div", "pow", "maximum", "minimum"};
 
@@ -79,7 +79,9 @@ Value* unaryBackward(GradContext& c) {
   return c.op("unary_backward", {c.castTo(c.grad(), v->dtype()), v}, std::move(attrs));
 }
 
-void fusedUnaryGrad(GradContext& c) { c.setGrad(0, unaryBackward(c)); }
+void fusedUnaryGrad(GradContext& c) {
+  c.setGrad(0, unaryBackward(c));
+}
 
 Value* binaryBackward(GradContext& c, int64_t input) {
   return c.op("binary_backward", {c.grad(), c.in(0), c.in(1)}, {{"fn", c.node().op()}, {"input", input}});
@@ -113,8 +115,7 @@ void divGrad(GradContext& c) {
 void remainderGrad(GradContext& c) {
   // a - floor(a / b) * b: d/da = 1, d/db = -floor(a / b) (PyTorch's floor-rounded div).
   c.setGradBroadcast(0, c.grad());
-  if (c.needs(1))
-    c.setGradBroadcast(1, c.op("neg", {c.op("mul", {c.grad(), c.op("floor_div", {c.in(0), c.in(1)})})}));
+  if (c.needs(1)) c.setGradBroadcast(1, c.op("neg", {c.op("mul", {c.grad(), c.op("floor_div", {c.in(0), c.in(1)})})}));
 }
 
 void whereGrad(GradContext& c) {
@@ -130,11 +131,19 @@ void reluGrad(GradContext& c) {
   c.setGrad(0, c.op("where", {off, zero, c.grad()}));
 }
 
-void negGrad(GradContext& c) { c.setGrad(0, c.op("neg", {c.grad()})); }
-void expGrad(GradContext& c) { c.setGrad(0, c.op("mul", {c.grad(), c.out()})); }  // g * y
-void logGrad(GradContext& c) { c.setGrad(0, c.op("div", {c.grad(), c.in(0)})); }  // g / x
+void negGrad(GradContext& c) {
+  c.setGrad(0, c.op("neg", {c.grad()}));
+}
+void expGrad(GradContext& c) {
+  c.setGrad(0, c.op("mul", {c.grad(), c.out()}));
+}  // g * y
+void logGrad(GradContext& c) {
+  c.setGrad(0, c.op("div", {c.grad(), c.in(0)}));
+}  // g / x
 /// Between floating dtypes the gradient passes, cast back (setGrad casts).
-void castGrad(GradContext& c) { c.setGrad(0, c.grad()); }
+void castGrad(GradContext& c) {
+  c.setGrad(0, c.grad());
+}
 
 }  // namespace
 
@@ -148,8 +157,13 @@ void registerElementwiseGrads(OpTable& t) {
         unary_attrs.push_back(s);
   t.add({"unary_backward", "dL/dx of the unary op `fn` from (g, x), or (g, y) for sqrt/rsqrt/reciprocal/tanh/sigmoid",
          2, 2, kElementwise, std::move(unary_attrs), inferUnaryBackward, fusedBackwardCost});
-  t.add({"binary_backward", "dL/d(input) of fn(a, b) (div, pow, maximum, minimum) from (g, a, b), broadcast shape", 3,
-         3, kElementwise, {reqAttr("fn", AttrKind::String), reqAttr("input", AttrKind::Int)}, inferBinaryBackward,
+  t.add({"binary_backward",
+         "dL/d(input) of fn(a, b) (div, pow, maximum, minimum) from (g, a, b), broadcast shape",
+         3,
+         3,
+         kElementwise,
+         {reqAttr("fn", AttrKind::String), reqAttr("input", AttrKind::Int)},
+         inferBinaryBackward,
          fusedBackwardCost});
 
   t.setGrad("add", addGrad);

@@ -80,14 +80,14 @@ void matmulGrad(GradContext& c) {
     Shape col = gs;
     col.push_back(1);
     if (c.needs(0)) c.setGrad(0, c.op("mul", {reshapeTo(c, g, col), b}));  // outer products g_i b^T
-    if (c.needs(1)) {                                                        // sum over rows: g_flat @ a_flat
+    if (c.needs(1)) {                                                      // sum over rows: g_flat @ a_flat
       Value* a2 = flattenRows(c, a);
       c.setGrad(1, c.op("matmul", {reshapeTo(c, g, {a2->shape()[0]}), a2}));
     }
     return;
   }
   if (as.size() == 1) {  // [k] @ [..., k, p] -> [..., p]
-    if (c.needs(0)) {  // sum over the batch of b_i @ g_i: [k, batch * p] @ [batch * p]
+    if (c.needs(0)) {    // sum over the batch of b_i @ g_i: [k, batch * p] @ [batch * p]
       Value* bk = bs.size() == 2 ? b : c.op("permute", {b}, {{"dims", moveToFront(bs.size(), bs.size() - 2)}});
       bk = reshapeTo(c, bk, {as[0], numelExcept(bs, bs.size() - 2)});
       c.setGrad(0, c.op("matmul", {bk, reshapeTo(c, g, {g->type().numel()})}));

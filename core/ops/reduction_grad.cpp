@@ -38,7 +38,9 @@ double reducedCount(GradContext& c) {
   return count;
 }
 
-void sumGrad(GradContext& c) { c.setGrad(0, expandReduced(c, c.grad())); }
+void sumGrad(GradContext& c) {
+  c.setGrad(0, expandReduced(c, c.grad()));
+}
 
 void meanGrad(GradContext& c) {
   const TensorType& in = c.in(0)->type();
@@ -92,13 +94,20 @@ std::vector<TensorType> inferProdBackward(const Node& n) {
   return {x};
 }
 
-Cost prodBackwardCost(const Node& n) { return {4.0 * static_cast<double>(n.input(1)->type().numel()), ioBytes(n)}; }
+Cost prodBackwardCost(const Node& n) {
+  return {4.0 * static_cast<double>(n.input(1)->type().numel()), ioBytes(n)};
+}
 
 }  // namespace
 
 void registerReductionGrads(OpTable& t) {
-  t.add({"prod_backward", "gradient of prod from (g, x, y): g times the product of the other slice elements", 3, 3, 0,
-         {optAttr("dims", std::vector<int64_t>{}), optAttr("keepdim", int64_t{0})}, inferProdBackward,
+  t.add({"prod_backward",
+         "gradient of prod from (g, x, y): g times the product of the other slice elements",
+         3,
+         3,
+         0,
+         {optAttr("dims", std::vector<int64_t>{}), optAttr("keepdim", int64_t{0})},
+         inferProdBackward,
          prodBackwardCost});
 
   t.setGrad("sum", sumGrad);

@@ -97,10 +97,10 @@ TEST(GradElementwise, MaximumMinimum) {
 }
 
 TEST(GradElementwise, Remainder) {
-  EXPECT_TRUE(checkGrad({.op = "remainder", .inputs = {f64({3, 4}), f64({4})}, .lo = -3, .hi = 3,
-                         .ranges = {{1, {0.6, 1.7}}}}));
-  EXPECT_TRUE(checkGrad({.op = "remainder", .inputs = {f64({2, 3}), f64({})}, .lo = -3, .hi = 3,
-                         .ranges = {{1, {-1.7, -0.6}}}}));
+  EXPECT_TRUE(checkGrad(
+      {.op = "remainder", .inputs = {f64({3, 4}), f64({4})}, .lo = -3, .hi = 3, .ranges = {{1, {0.6, 1.7}}}}));
+  EXPECT_TRUE(checkGrad(
+      {.op = "remainder", .inputs = {f64({2, 3}), f64({})}, .lo = -3, .hi = 3, .ranges = {{1, {-1.7, -0.6}}}}));
   auto g = gradsAt("remainder", {}, {values({2}, {5, 3}), values({2}, {2, -2})});
   EXPECT_TRUE(same(g[0], {1, 1}));
   EXPECT_TRUE(same(g[1], {-2, 2}));
@@ -143,8 +143,8 @@ TEST(GradElementwise, PiecewiseConstantHaveZeroGradient) {
 
 TEST(GradElementwise, Cast) {
   // f64 -> f32: the gradient passes and comes back as f64 (FD in f32 precision).
-  EXPECT_TRUE(checkGrad({.op = "cast", .attrs = {{"dtype", DType::F32}}, .inputs = {f64({3, 4})}, .eps = 1e-2,
-                         .tol = 1e-4}));
+  EXPECT_TRUE(
+      checkGrad({.op = "cast", .attrs = {{"dtype", DType::F32}}, .inputs = {f64({3, 4})}, .eps = 1e-2, .tol = 1e-4}));
   auto g = gradsAt("cast", {{"dtype", DType::F32}}, {values({2}, {1.5, -2})});
   EXPECT_EQ(g[0].dtype(), DType::F64);
   EXPECT_TRUE(same(g[0], {1, 1}));
@@ -163,8 +163,8 @@ TEST(GradElementwise, ClampAndHardtanh) {
   EXPECT_TRUE(checkGrad({.op = "clamp", .attrs = {{"min", 0.3}}, .inputs = {f64({4, 5})}, .kinks = {0.3}}));
   EXPECT_TRUE(checkGrad({.op = "clamp", .attrs = {{"max", -0.2}}, .inputs = {f64({4, 5})}, .kinks = {-0.2}}));
   EXPECT_TRUE(checkGrad({.op = "hardtanh", .inputs = {f64({4, 5})}, .kinks = {-1, 1}}));
-  EXPECT_TRUE(checkGrad({.op = "hardtanh", .attrs = {{"min_val", 0.0}, {"max_val", 1.5}}, .inputs = {f64({4, 5})},
-                         .kinks = {0, 1.5}}));
+  EXPECT_TRUE(checkGrad(
+      {.op = "hardtanh", .attrs = {{"min_val", 0.0}, {"max_val", 1.5}}, .inputs = {f64({4, 5})}, .kinks = {0, 1.5}}));
   // clamp passes the gradient at its bounds, hardtanh does not; NaN the other way round.
   EXPECT_TRUE(same(gradsAt("clamp", {{"min", -1.0}, {"max", 1.0}}, {values({4}, {-1, 1, 0, kNaN})})[0], {1, 1, 1, 0}));
   EXPECT_TRUE(same(gradsAt("hardtanh", {}, {values({4}, {-1, 1, 0, kNaN})})[0], {0, 0, 1, 1}));
@@ -191,11 +191,14 @@ TEST(GradElementwise, LeakyReluEluSoftplus) {
   EXPECT_TRUE(checkGrad({.op = "elu", .attrs = {{"alpha", 0.5}}, .inputs = {f64({4, 5})}, .kinks = {0}}));
   EXPECT_TRUE(checkGrad({.op = "softplus", .inputs = {f64({4, 5})}, .lo = -4, .hi = 4}));
   // beta * x above threshold: linear (x > 1.5 here).
-  EXPECT_TRUE(checkGrad({.op = "softplus", .attrs = {{"beta", 2.0}, {"threshold", 3.0}}, .inputs = {f64({4, 5})},
-                         .lo = -3, .hi = 3, .kinks = {1.5}}));
+  EXPECT_TRUE(checkGrad({.op = "softplus",
+                         .attrs = {{"beta", 2.0}, {"threshold", 3.0}},
+                         .inputs = {f64({4, 5})},
+                         .lo = -3,
+                         .hi = 3,
+                         .kinks = {1.5}}));
   // At 0: leaky_relu takes the slope, elu alpha; NaN: slope and 1 (PyTorch's kernels).
-  EXPECT_TRUE(
-      same(gradsAt("leaky_relu", {{"negative_slope", 0.2}}, {values({3}, {0, kNaN, -1})})[0], {0.2, 0.2, 0.2}));
+  EXPECT_TRUE(same(gradsAt("leaky_relu", {{"negative_slope", 0.2}}, {values({3}, {0, kNaN, -1})})[0], {0.2, 0.2, 0.2}));
   EXPECT_TRUE(same(gradsAt("elu", {{"alpha", 0.5}}, {values({3}, {0, kNaN, -1})})[0], {0.5, 1, 0.5 * std::exp(-1)}));
 }
 

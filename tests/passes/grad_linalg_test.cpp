@@ -37,8 +37,8 @@ TEST(GradLinalg, MatmulMatrices) {
 
 TEST(GradLinalg, Linear) {
   EXPECT_TRUE(checkGrad({.op = "linear", .inputs = {f64({3, 4}), f64({2, 4}), f64({2})}}));
-  EXPECT_TRUE(checkGrad({.op = "linear", .inputs = {f64({3, 4}), f64({2, 4})}}));          // no bias
-  EXPECT_TRUE(checkGrad({.op = "linear", .inputs = {f64({4}), f64({3, 4}), f64({3})}}));   // 1-D input
+  EXPECT_TRUE(checkGrad({.op = "linear", .inputs = {f64({3, 4}), f64({2, 4})}}));         // no bias
+  EXPECT_TRUE(checkGrad({.op = "linear", .inputs = {f64({4}), f64({3, 4}), f64({3})}}));  // 1-D input
   EXPECT_TRUE(checkGrad({.op = "linear", .inputs = {f64({2, 3, 4}), f64({5, 4}), f64({5})}}));
   EXPECT_TRUE(checkGrad({.op = "linear", .inputs = {f64({2, 1, 3, 4}), f64({2, 4})}}));
   // Frozen weight: only x and the bias get gradients.
@@ -65,7 +65,9 @@ std::vector<std::string> backwardOps(const std::string& op, std::vector<TensorTy
 }
 
 TEST(GradLinalg, BatchedWeightGradientIsOneGemm) {
-  auto count = [](const std::vector<std::string>& ops, const char* op) { return std::count(ops.begin(), ops.end(), op); };
+  auto count = [](const std::vector<std::string>& ops, const char* op) {
+    return std::count(ops.begin(), ops.end(), op);
+  };
   auto lin = backwardOps("linear", {f64({2, 3, 4}), f64({5, 4}), f64({5})}, 1);
   EXPECT_EQ(count(lin, "matmul"), 1);
   EXPECT_EQ(count(lin, "sum"), 0);
