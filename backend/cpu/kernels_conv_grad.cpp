@@ -7,6 +7,12 @@
 // the forward (kernels_conv.cpp): plain NCHW/OIHW buffers are reordered into
 // the layouts the primitive prefers and the result back on every call. The
 // predicate builds the primitive, so a config oneDNN rejects falls through.
+// Measured on one shared AVX2 core (batch 4, ms, oneDNN vs im2col+GEMM;
+// input grad / weight grad): 3x3 64ch@56 44/40 vs 58/52, 3x3 128ch@28 29/35
+// vs 35/35, 3x3 512ch@7 44/58 vs 65/39, depthwise 3x3 64ch@56 4.1/0.8 vs
+// 24/27, 7x7/2 stem 73/60 vs 82/101; but 1x1 convs lose to the GEMM path
+// (64->256@56 49/30 vs 23/21, 256->512/2@14 3.5/3.7 vs 2.5/0.9), so
+// ungrouped 1x1 convolutions stay on cpu_blas.
 //
 // "cpu_blas" (f32/f64, f16/bf16 in f32): the reference, and what the
 // finite-difference tests (f64) exercise. Per image and group, with
@@ -295,7 +301,11 @@ bool dnnlSupports(const Node& n) {
   for (Value* v : n.inputs())
     if (v->dtype() != DType::F32) return false;
   if (n.output()->type().numel() == 0 || n.input(0)->type().numel() == 0) return false;
-  return dnnlBackwardFor(convGeom(n), n.op() == "conv2d_weight_backward") != nullptr;
+  const ConvGeom g = convGeom(n);
+  // Ungrouped 1x1 convolutions are plain GEMMs, which OpenBLAS runs on the
+  // user's layout with no reorders (see the timings at the top).
+  if (g.kh == 1 && g.kw == 1 && g.groups == 1) return false;
+  return dnnlBackwardFor(g, n.op() == "conv2d_weight_backward") != nullptr;
 }
 
 void dnnlBackwardKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
