@@ -378,6 +378,25 @@ TEST(GradNN, EmbeddingPaddingRowGetsNoGradient) {
   expectValues((*out)[0], {7, 8, 6, 8, 0, 0, 0, 0, 0, 0}, "through autodiff");
 }
 
+TEST(GradNN, EmbeddingBackwardThreadedMatchesLoop) {
+  // Large enough for the threaded path (threads split the embedding dim).
+  const int64_t rows = 50, dim = 130, count = 1200;
+  std::vector<int64_t> ids(count);
+  for (int64_t i = 0; i < count; ++i) ids[i] = (i * 7919) % rows;
+  Tensor idx = Tensor::fromInt64s({count}, ids);
+  Tensor g = randomTensor(DType::F64, {count, dim}, 11);
+  std::vector<double> expect(rows * dim, 0.0);
+  for (int64_t i = 0; i < count; ++i)
+    if (ids[i] != 7)
+      for (int64_t d = 0; d < dim; ++d) expect[ids[i] * dim + d] += g.at(i * dim + d);
+  AttrMap a = {{"num_weights", rows}, {"padding_idx", int64_t{7}}};
+  auto [dw, kernel] = runNode("embedding_backward", {g, idx}, a);
+  ASSERT_EQ(dw.numel(), rows * dim);
+  for (int64_t i = 0; i < rows * dim; ++i) ASSERT_NEAR(dw.at(i), expect[i], 1e-12) << i;
+  auto [dw32, kernel32] = runNode("embedding_backward", {g.to(DType::F32), idx}, a);
+  EXPECT_LT(relError(dw32, dw), 1e-5);
+}
+
 TEST(GradNN, EmbeddingBackwardRejectsBadIndices) {
   Graph g;
   Value* gy = g.addInput("g", f64({3, 2}), ValueRole::Data);
@@ -429,6 +448,32 @@ TEST(GradNN, DropoutGradientUsesMask) {
   }
   EXPECT_GT(kept, 0);
   EXPECT_LT(kept, 64);
+}
+
+// ---- composition ----------------------------------------------------------------------
+
+TEST(GradNN, SmallConvNetGraph) {
+  // conv(+bias, pad 1) -> relu -> max_pool 2 -> depthwise conv (stride 2) ->
+  // dropout -> adaptive_avg_pool 1x1 -> linear-free loss: every rule here
+  // composed, parameters and input checked by finite differences.
+  Graph g;
+  Value* x = g.addInput("x", f64({2, 2, 6, 6}), ValueRole::Param);
+  Value* w1 = g.addInput("w1", f64({4, 2, 3, 3}), ValueRole::Param);
+  Value* b1 = g.addInput("b1", f64({4}), ValueRole::Param);
+  Value* w2 = g.addInput("w2", f64({4, 1, 3, 3}), ValueRole::Param);
+  Value* h = g.add("conv2d", {x, w1, b1}, {{"padding", Ints{1, 1}}});
+  h = g.add("relu", {h});
+  h = g.add("max_pool2d", {h}, {{"kernel_size", Ints{2, 2}}});
+  h = g.add("conv2d", {h, w2}, {{"groups", int64_t{4}}, {"stride", Ints{2, 2}}, {"padding", Ints{1, 1}}});
+  h = g.create("dropout", {h}, {{"p", 0.25}})->output(0);
+  h = g.add("adaptive_avg_pool2d", {h}, {{"output_size", Ints{1, 1}}});
+  Value* t = g.addInput("t", h->type(), ValueRole::Data);
+  Value* loss = g.add("sum", {g.add("mul", {h, t})});
+  g.addOutput(loss, "loss", OutputRole::Loss);
+  TensorMap in = {{"x", randomTensor(DType::F64, {2, 2, 6, 6}, 21)}, {"w1", randomTensor(DType::F64, {4, 2, 3, 3}, 22)},
+                  {"b1", randomTensor(DType::F64, {4}, 23)},         {"w2", randomTensor(DType::F64, {4, 1, 3, 3}, 24)},
+                  {"t", randomTensor(DType::F64, h->shape(), 25)}};
+  EXPECT_TRUE(checkGraphGrad(g, in, {"x", "w1", "b1", "w2"}, 1e-6, 1e-6, 5));
 }
 
 // ---- coverage -------------------------------------------------------------------------
