@@ -21,8 +21,8 @@
 //            the input pixel it was read from (zero-padding reads vanish);
 //   dweight: dW_g += g_g * col^T, summed over the batch.
 // A 1x1, stride-1, unpadded convolution skips im2col/col2im.
-#include <dnnl.hpp>
 #include <omp.h>
+#include <dnnl.hpp>
 
 #include <algorithm>
 #include <map>
@@ -261,8 +261,8 @@ std::unique_ptr<DnnlConvBackward> buildBackward(const ConvGeom& g, bool weights)
     b->user1 = user.src, b->user_res = user.wei;
     b->prim0 = pd.diff_dst_desc(), b->prim1 = pd.src_desc(), b->prim_res = pd.diff_weights_desc();
   } else {
-    dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, any.src, any.wei, any.dst,
-                                            any.strides, any.dil, any.pad_l, any.pad_r);
+    dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, any.src, any.wei, any.dst, any.strides,
+                                            any.dil, any.pad_l, any.pad_r);
     dnnl::convolution_backward_data::primitive_desc pd(d, attr, dnnlEngine(), hint);
     b->prim = dnnl::convolution_backward_data(pd);
     b->scratch = pd.scratchpad_desc();
@@ -283,7 +283,8 @@ const DnnlConvBackward* dnnlBackwardFor(const ConvGeom& g, bool weights) {
   static std::mutex mu;
   static std::map<std::string, std::unique_ptr<DnnlConvBackward>> cache;
   std::string key = std::string(weights ? "w:" : "x:") + std::to_string(omp_get_max_threads()) + ':';
-  for (int64_t v : {g.n, g.c, g.h, g.w, g.o, g.cg, g.kh, g.kw, g.groups, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.oh, g.ow})
+  for (int64_t v :
+       {g.n, g.c, g.h, g.w, g.o, g.cg, g.kh, g.kw, g.groups, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.oh, g.ow})
     key += std::to_string(v) + ',';
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(key);

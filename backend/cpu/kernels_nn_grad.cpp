@@ -75,7 +75,9 @@ void embeddingBackwardKernel(const Node& n, std::span<const Tensor> in, std::spa
   dispatchFloat(in[0].dtype(), [&](auto t) { embeddingBackwardTyped<decltype(t)>(n, in, out); });
 }
 
-bool floatInput(const Node& n) { return isFloating(n.input(0)->dtype()); }
+bool floatInput(const Node& n) {
+  return isFloating(n.input(0)->dtype());
+}
 
 }  // namespace
 }  // namespace kiln::cpu

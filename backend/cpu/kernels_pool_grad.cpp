@@ -48,8 +48,12 @@ PoolGeom poolGeom(const Node& n, bool windowed) {
   return p;
 }
 
-inline int64_t adaptiveStart(int64_t i, int64_t in, int64_t out) { return (i * in) / out; }
-inline int64_t adaptiveEnd(int64_t i, int64_t in, int64_t out) { return ((i + 1) * in + out - 1) / out; }
+inline int64_t adaptiveStart(int64_t i, int64_t in, int64_t out) {
+  return (i * in) / out;
+}
+inline int64_t adaptiveEnd(int64_t i, int64_t in, int64_t out) {
+  return ((i + 1) * in + out - 1) / out;
+}
 
 /// Index of the window's maximum under PyTorch's rule, or -1 when the window
 /// holds no input element. Rows [y0, y1) step dy, columns [x0, x1) step dx,
@@ -184,7 +188,9 @@ void adaptiveMaxBackwardKernel(const Node& n, std::span<const Tensor> in, std::s
   dispatchFloat(in[0].dtype(), [&](auto t) { adaptiveMaxBackwardImpl<decltype(t)>(n, in, out); });
 }
 
-bool floatInput(const Node& n) { return isFloating(n.input(0)->dtype()); }
+bool floatInput(const Node& n) {
+  return isFloating(n.input(0)->dtype());
+}
 
 }  // namespace
 

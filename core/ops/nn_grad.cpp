@@ -43,8 +43,8 @@ Shape shapeAttr(const Node& n, const char* attr, int64_t rank) {
   const Ints& s = n.is(attr);
   const auto r = static_cast<int64_t>(s.size());
   if (rank ? r != rank : r != 3 && r != 4)
-    opFail(n, std::string(attr) + " " + shapeStr(s) + " must have " + (rank ? std::to_string(rank) : "3 or 4") +
-                  " dims");
+    opFail(n,
+           std::string(attr) + " " + shapeStr(s) + " must have " + (rank ? std::to_string(rank) : "3 or 4") + " dims");
   requireAtLeast(n, s, attr, 0);
   return Shape(s.begin(), s.end());
 }
@@ -68,8 +68,8 @@ void checkConvShapes(const Node& n, const Shape& x, const Shape& w, const Shape&
   Shape expect = {x[0], w[0], pooledLength(x[2], w[2], stride[0], pad[0], dil[0], false),
                   pooledLength(x[3], w[3], stride[1], pad[1], dil[1], false)};
   if (g != expect)
-    opFail(n, "gradient " + shapeStr(g) + " does not match the convolution output " + shapeStr(expect) +
-                  " of input " + shapeStr(x) + " and weight " + shapeStr(w));
+    opFail(n, "gradient " + shapeStr(g) + " does not match the convolution output " + shapeStr(expect) + " of input " +
+                  shapeStr(x) + " and weight " + shapeStr(w));
 }
 
 std::vector<TensorType> inferConvInputBackward(const Node& n) {
@@ -173,7 +173,9 @@ std::vector<TensorType> inferEmbeddingBackward(const Node& n) {
 
 /// The forward conv's window attributes, as explicit values.
 AttrMap convAttrs(const Node& n) {
-  return {{"stride", n.is("stride")}, {"padding", n.is("padding")}, {"dilation", n.is("dilation")},
+  return {{"stride", n.is("stride")},
+          {"padding", n.is("padding")},
+          {"dilation", n.is("dilation")},
           {"groups", n.i("groups")}};
 }
 
@@ -210,8 +212,8 @@ void maxPoolGrad(GradContext& c) {
 
 void avgPoolGrad(GradContext& c) {
   if (!c.grad() || !c.needs(0)) return;
-  AttrMap a = poolAttrs(c.node(),
-                        {"kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override"});
+  AttrMap a =
+      poolAttrs(c.node(), {"kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override"});
   a["input_shape"] = c.in(0)->shape();
   c.setGrad(0, c.op("avg_pool2d_backward", {c.grad()}, std::move(a)));
 }
@@ -255,27 +257,52 @@ void registerNNGrads(OpTable& t) {
     return std::vector<AttrSpec>{reqAttr(shape_attr, AttrKind::Ints), optAttr("stride", ones),
                                  optAttr("padding", zeros), optAttr("dilation", ones), optAttr("groups", int64_t{1})};
   };
-  t.add({"conv2d_input_backward", "gradient of conv2d w.r.t. its input: (grad_output, weight) -> input_shape", 2, 2,
-         0, convSpec("input_shape"), inferConvInputBackward, convBackwardCost});
-  t.add({"conv2d_weight_backward", "gradient of conv2d w.r.t. its weight: (grad_output, input) -> weight_shape", 2,
-         2, 0, convSpec("weight_shape"), inferConvWeightBackward, convBackwardCost});
-  t.add({"max_pool2d_backward", "gradient of max_pool2d: (grad_output, input); routes to each window's argmax", 2, 2,
+  t.add({"conv2d_input_backward", "gradient of conv2d w.r.t. its input: (grad_output, weight) -> input_shape", 2, 2, 0,
+         convSpec("input_shape"), inferConvInputBackward, convBackwardCost});
+  t.add({"conv2d_weight_backward", "gradient of conv2d w.r.t. its weight: (grad_output, input) -> weight_shape", 2, 2,
+         0, convSpec("weight_shape"), inferConvWeightBackward, convBackwardCost});
+  t.add({"max_pool2d_backward",
+         "gradient of max_pool2d: (grad_output, input); routes to each window's argmax",
+         2,
+         2,
          0,
          {reqAttr("kernel_size", AttrKind::Ints), optAttr("stride", none), optAttr("padding", zeros),
           optAttr("dilation", ones), optAttr("ceil_mode", int64_t{0})},
-         inferMaxPoolBackward, poolBackwardCost});
-  t.add({"avg_pool2d_backward", "gradient of avg_pool2d: (grad_output) -> input_shape", 1, 1, 0,
+         inferMaxPoolBackward,
+         poolBackwardCost});
+  t.add({"avg_pool2d_backward",
+         "gradient of avg_pool2d: (grad_output) -> input_shape",
+         1,
+         1,
+         0,
          {reqAttr("input_shape", AttrKind::Ints), reqAttr("kernel_size", AttrKind::Ints), optAttr("stride", none),
           optAttr("padding", zeros), optAttr("ceil_mode", int64_t{0}), optAttr("count_include_pad", int64_t{1}),
           optAttr("divisor_override", int64_t{0})},
-         inferAvgPoolBackward, poolBackwardCost});
-  t.add({"adaptive_avg_pool2d_backward", "gradient of adaptive_avg_pool2d: (grad_output) -> input_shape", 1, 1, 0,
-         {reqAttr("input_shape", AttrKind::Ints)}, inferAvgPoolBackward, poolBackwardCost});
-  t.add({"adaptive_max_pool2d_backward", "gradient of adaptive_max_pool2d: (grad_output, input)", 2, 2, 0, {},
-         inferMaxPoolBackward, poolBackwardCost});
+         inferAvgPoolBackward,
+         poolBackwardCost});
+  t.add({"adaptive_avg_pool2d_backward",
+         "gradient of adaptive_avg_pool2d: (grad_output) -> input_shape",
+         1,
+         1,
+         0,
+         {reqAttr("input_shape", AttrKind::Ints)},
+         inferAvgPoolBackward,
+         poolBackwardCost});
+  t.add({"adaptive_max_pool2d_backward",
+         "gradient of adaptive_max_pool2d: (grad_output, input)",
+         2,
+         2,
+         0,
+         {},
+         inferMaxPoolBackward,
+         poolBackwardCost});
   t.add({"embedding_backward",
-         "gradient of embedding's weight: (grad_output, indices) -> [num_weights, dim]; skips padding_idx", 2, 2, 0,
-         {reqAttr("num_weights", AttrKind::Int), optAttr("padding_idx", int64_t{-1})}, inferEmbeddingBackward,
+         "gradient of embedding's weight: (grad_output, indices) -> [num_weights, dim]; skips padding_idx",
+         2,
+         2,
+         0,
+         {reqAttr("num_weights", AttrKind::Int), optAttr("padding_idx", int64_t{-1})},
+         inferEmbeddingBackward,
          nullptr});
 
   t.setGrad("conv2d", conv2dGrad);

@@ -137,9 +137,8 @@ TEST(GradNN, Conv2dStridePaddingDilation) {
 }
 
 TEST(GradNN, Conv2dGroupsAndDepthwise) {
-  EXPECT_TRUE(checkGrad({.op = "conv2d",
-                         .attrs = {{"groups", int64_t{2}}},
-                         .inputs = {f64({1, 4, 4, 4}), f64({4, 2, 3, 3}), f64({4})}}));
+  EXPECT_TRUE(checkGrad(
+      {.op = "conv2d", .attrs = {{"groups", int64_t{2}}}, .inputs = {f64({1, 4, 4, 4}), f64({4, 2, 3, 3}), f64({4})}}));
   // Depthwise with a channel multiplier of 2, stride 2, padding 1.
   EXPECT_TRUE(checkGrad({.op = "conv2d",
                          .attrs = {{"groups", int64_t{3}}, {"stride", Ints{2, 2}}, {"padding", Ints{1, 1}}},
@@ -231,7 +230,9 @@ TEST(GradNN, MaxPool2dVariants) {
                          .attrs = {{"kernel_size", Ints{3, 3}}, {"stride", Ints{2, 2}}, {"padding", Ints{1, 1}}},
                          .inputs = {f64({2, 1, 5, 5})}}));
   EXPECT_TRUE(checkGrad({.op = "max_pool2d",
-                         .attrs = {{"kernel_size", Ints{2, 2}}, {"dilation", Ints{2, 2}}, {"ceil_mode", int64_t{1}},
+                         .attrs = {{"kernel_size", Ints{2, 2}},
+                                   {"dilation", Ints{2, 2}},
+                                   {"ceil_mode", int64_t{1}},
                                    {"stride", Ints{2, 2}}},
                          .inputs = {f64({1, 2, 6, 6})}}));
   // 3-D input [C, H, W], overlapping windows, ceil mode.
@@ -252,15 +253,19 @@ TEST(GradNN, MaxPool2dTiesMatchPyTorch) {
                {1, 2, 0, 3, 0, 4, 5, 0, 6, 0, 0, 0, 0, 0, 0, 7, 8, 0, 9, 0, 0, 0, 0, 0, 0}, "all -1 k3 s2 p1");
   Tensor bits = f64Tensor({1, 1, 5, 5}, {0, 1, 1, 0, 1, 1, 1, 0, 0, 1, 0, 0, 1, 1, 1, 1, 0, 1, 0, 0, 1, 1, 1, 0, 1});
   expectValues(gradOfRamp("max_pool2d",
-                          {{"kernel_size", Ints{2}}, {"stride", Ints{2}}, {"padding", Ints{1}}, {"dilation", Ints{2}},
+                          {{"kernel_size", Ints{2}},
+                           {"stride", Ints{2}},
+                           {"padding", Ints{1}},
+                           {"dilation", Ints{2}},
                            {"ceil_mode", int64_t{1}}},
                           bits),
                {0, 0, 0, 0, 0, 0, 12, 0, 9, 0, 0, 0, 0, 0, 0, 0, 15, 0, 9, 0, 0, 0, 0, 0, 0}, "dilation 2 ceil");
-  expectValues(gradOfRamp("max_pool2d",
-                          {{"kernel_size", Ints{2, 3}}, {"stride", Ints{2, 1}}, {"padding", Ints{1, 0}},
-                           {"ceil_mode", int64_t{1}}},
-                          bits),
-               {0, 3, 3, 0, 0, 4, 5, 0, 0, 6, 0, 0, 0, 0, 0, 7, 0, 17, 0, 0, 0, 0, 0, 0, 0}, "2x3 ceil");
+  expectValues(
+      gradOfRamp(
+          "max_pool2d",
+          {{"kernel_size", Ints{2, 3}}, {"stride", Ints{2, 1}}, {"padding", Ints{1, 0}}, {"ceil_mode", int64_t{1}}},
+          bits),
+      {0, 3, 3, 0, 0, 4, 5, 0, 0, 6, 0, 0, 0, 0, 0, 7, 0, 17, 0, 0, 0, 0, 0, 0, 0}, "2x3 ceil");
 }
 
 TEST(GradNN, MaxPool2dNaNRoutesLikePyTorch) {
@@ -296,29 +301,80 @@ TEST(GradNN, AvgPool2dDivisorsMatchPyTorch) {
   AttrMap a = k3;
   a["count_include_pad"] = int64_t{0};
   expectValues(gradOfRamp("avg_pool2d", a, z5),
-               {0.25, 0.5833333333333333, 0.3333333333333333, 1.0833333333333333, 0.75, 0.9166666666666666,
-                1.8055555555555556, 0.8888888888888888, 2.638888888888889, 1.75, 0.6666666666666666,
-                1.2222222222222223, 0.5555555555555556, 1.5555555555555556, 1.0, 2.4166666666666665,
-                4.305555555555555, 1.8888888888888888, 5.138888888888889, 3.25, 1.75, 3.083333333333333,
-                1.3333333333333333, 3.583333333333333, 2.25},
+               {0.25,
+                0.5833333333333333,
+                0.3333333333333333,
+                1.0833333333333333,
+                0.75,
+                0.9166666666666666,
+                1.8055555555555556,
+                0.8888888888888888,
+                2.638888888888889,
+                1.75,
+                0.6666666666666666,
+                1.2222222222222223,
+                0.5555555555555556,
+                1.5555555555555556,
+                1.0,
+                2.4166666666666665,
+                4.305555555555555,
+                1.8888888888888888,
+                5.138888888888889,
+                3.25,
+                1.75,
+                3.083333333333333,
+                1.3333333333333333,
+                3.583333333333333,
+                2.25},
                "count_include_pad=0");
   expectValues(gradOfRamp("avg_pool2d", k3, z5),
-               {t, 3 * t, 2 * t, 5 * t, 3 * t, 5 * t, 12 * t, 7 * t, 16 * t, 9 * t, 4 * t, 9 * t, 5 * t,
+               {t,      3 * t, 2 * t,  5 * t,  3 * t,  5 * t,  12 * t, 7 * t, 16 * t, 9 * t, 4 * t,  9 * t, 5 * t,
                 11 * t, 6 * t, 11 * t, 24 * t, 13 * t, 28 * t, 15 * t, 7 * t, 15 * t, 8 * t, 17 * t, 9 * t},
                "count_include_pad=1");
   // The last window row is clipped at the padded border: divisor 2x2, not 3x2.
-  AttrMap rect = {{"kernel_size", Ints{3, 2}}, {"stride", Ints{2, 3}}, {"padding", Ints{1, 1}},
-                  {"ceil_mode", int64_t{1}}};
+  AttrMap rect = {
+      {"kernel_size", Ints{3, 2}}, {"stride", Ints{2, 3}}, {"padding", Ints{1, 1}}, {"ceil_mode", int64_t{1}}};
   expectValues(gradOfRamp("avg_pool2d", rect, z6),
-               {s, 0, 2 * s, 2 * s, 0, 3 * s, 5 * s, 0, 7 * s, 7 * s, 0, 9 * s,
-                4 * s, 0, 0.8333333333333334, 0.8333333333333334, 0, 1.0, 1.8333333333333335, 0, 2.1666666666666665,
-                2.1666666666666665, 0, 2.5, 1.1666666666666667, 0, 1.3333333333333333, 1.3333333333333333, 0, 1.5,
-                3.666666666666667, 0, 4.083333333333333, 4.083333333333333, 0, 4.5},
+               {s,
+                0,
+                2 * s,
+                2 * s,
+                0,
+                3 * s,
+                5 * s,
+                0,
+                7 * s,
+                7 * s,
+                0,
+                9 * s,
+                4 * s,
+                0,
+                0.8333333333333334,
+                0.8333333333333334,
+                0,
+                1.0,
+                1.8333333333333335,
+                0,
+                2.1666666666666665,
+                2.1666666666666665,
+                0,
+                2.5,
+                1.1666666666666667,
+                0,
+                1.3333333333333333,
+                1.3333333333333333,
+                0,
+                1.5,
+                3.666666666666667,
+                0,
+                4.083333333333333,
+                4.083333333333333,
+                0,
+                4.5},
                "clipped ceil window");
   a = {{"kernel_size", Ints{3}}, {"stride", Ints{2}}, {"padding", Ints{1}}, {"divisor_override", int64_t{5}}};
-  expectValues(gradOfRamp("avg_pool2d", a, z5),
-               {0.2, 0.6, 0.4, 1.0, 0.6, 1.0, 2.4, 1.4, 3.2, 1.8, 0.8, 1.8, 1.0, 2.2, 1.2, 2.2, 4.8, 2.6, 5.6, 3.0,
-                1.4, 3.0, 1.6, 3.4, 1.8},
+  expectValues(gradOfRamp("avg_pool2d", a, z5), {0.2, 0.6, 0.4, 1.0, 0.6, 1.0, 2.4, 1.4, 3.2, 1.8, 0.8, 1.8, 1.0,
+                                                 2.2, 1.2, 2.2, 4.8, 2.6, 5.6, 3.0, 1.4, 3.0, 1.6, 3.4, 1.8},
                "divisor_override=5");
 }
 
@@ -470,8 +526,10 @@ TEST(GradNN, SmallConvNetGraph) {
   Value* t = g.addInput("t", h->type(), ValueRole::Data);
   Value* loss = g.add("sum", {g.add("mul", {h, t})});
   g.addOutput(loss, "loss", OutputRole::Loss);
-  TensorMap in = {{"x", randomTensor(DType::F64, {2, 2, 6, 6}, 21)}, {"w1", randomTensor(DType::F64, {4, 2, 3, 3}, 22)},
-                  {"b1", randomTensor(DType::F64, {4}, 23)},         {"w2", randomTensor(DType::F64, {4, 1, 3, 3}, 24)},
+  TensorMap in = {{"x", randomTensor(DType::F64, {2, 2, 6, 6}, 21)},
+                  {"w1", randomTensor(DType::F64, {4, 2, 3, 3}, 22)},
+                  {"b1", randomTensor(DType::F64, {4}, 23)},
+                  {"w2", randomTensor(DType::F64, {4, 1, 3, 3}, 24)},
                   {"t", randomTensor(DType::F64, h->shape(), 25)}};
   EXPECT_TRUE(checkGraphGrad(g, in, {"x", "w1", "b1", "w2"}, 1e-6, 1e-6, 5));
 }
@@ -479,12 +537,12 @@ TEST(GradNN, SmallConvNetGraph) {
 // ---- coverage -------------------------------------------------------------------------
 
 TEST(GradNN, RulesRegistered) {
-  for (const char* op : {"conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d",
-                         "embedding", "dropout"})
+  for (const char* op :
+       {"conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d", "embedding", "dropout"})
     EXPECT_NE(OpTable::get().find(op)->grad, nullptr) << op;
-  for (const char* op : {"conv2d_input_backward", "conv2d_weight_backward", "max_pool2d_backward",
-                         "avg_pool2d_backward", "adaptive_avg_pool2d_backward", "adaptive_max_pool2d_backward",
-                         "embedding_backward"})
+  for (const char* op :
+       {"conv2d_input_backward", "conv2d_weight_backward", "max_pool2d_backward", "avg_pool2d_backward",
+        "adaptive_avg_pool2d_backward", "adaptive_max_pool2d_backward", "embedding_backward"})
     EXPECT_FALSE(KernelRegistry::cpu().candidates(op).empty()) << op;
 }
 
