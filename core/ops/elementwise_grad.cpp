@@ -8,8 +8,8 @@
 // (backend/cpu/kernels_elementwise_grad.cpp), instead of chains of 4-8 nodes:
 //   unary_backward(g, v) {fn, fn's attributes}: dL/dx of the unary op `fn`,
 //     where v is the forward input x, or the forward output y for the ops
-//     whose PyTorch backward reads the result (kReadsOutput below), which
-//     lets x die early.
+//     whose PyTorch backward reads the result (reads_output in kUnaryGradFns),
+//     which lets x die early.
 //   binary_backward(g, a, b) {fn, input}: dL/da (input=0) or dL/db (input=1)
 //     of fn(a, b) in the broadcast output shape; the rule sums it down.
 #include <algorithm>

@@ -1,6 +1,7 @@
 // Finite-difference checks of the elementwise gradient rules (double
 // precision), and PyTorch's values at the points where FD cannot decide:
 // ties, bounds, zeros, NaN (expected values from torch 1.13 autograd).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -200,6 +201,41 @@ TEST(GradElementwise, LeakyReluEluSoftplus) {
   // At 0: leaky_relu takes the slope, elu alpha; NaN: slope and 1 (PyTorch's kernels).
   EXPECT_TRUE(same(gradsAt("leaky_relu", {{"negative_slope", 0.2}}, {values({3}, {0, kNaN, -1})})[0], {0.2, 0.2, 0.2}));
   EXPECT_TRUE(same(gradsAt("elu", {{"alpha", 0.5}}, {values({3}, {0, kNaN, -1})})[0], {0.5, 1, 0.5 * std::exp(-1)}));
+}
+
+/// A tensor of shape `s` with values spread over [lo, hi) (golden-ratio steps).
+Tensor spread(Shape s, double lo = -3, double hi = 3) {
+  Tensor t(DType::F64, std::move(s));
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    double f = static_cast<double>(i + 1) * 0.6180339887498949;
+    t.set(i, lo + (hi - lo) * (f - std::floor(f)));
+  }
+  return t;
+}
+
+/// The f32 kernels (vectorized exp, float math) agree with the f64 ones.
+TEST(GradElementwise, Float32MatchesFloat64) {
+  auto agree = [](const std::string& op, const AttrMap& attrs, const std::vector<Tensor>& in64) {
+    std::vector<Tensor> in32;
+    for (const Tensor& t : in64) in32.push_back(t.to(DType::F32));
+    auto g64 = gradsAt(op, attrs, in64), g32 = gradsAt(op, attrs, in32);
+    for (size_t k = 0; k < g64.size(); ++k) {
+      ASSERT_TRUE(g64[k].defined() && g32[k].defined()) << op;
+      EXPECT_EQ(g32[k].dtype(), DType::F32) << op;
+      for (int64_t i = 0; i < g64[k].numel(); ++i)
+        EXPECT_NEAR(g32[k].at(i), g64[k].at(i), 2e-5 * std::max(1.0, std::abs(g64[k].at(i))))
+            << op << " input " << k << " element " << i;
+    }
+  };
+  for (const char* op : {"abs", "sin", "cos", "tanh", "sigmoid", "erf", "silu", "mish", "hardswish", "hardsigmoid",
+                         "hardtanh", "leaky_relu", "elu", "softplus"})
+    agree(op, {}, {spread({37})});
+  for (const char* a : {"none", "tanh"}) agree("gelu", {{"approximate", std::string(a)}}, {spread({37})});
+  agree("clamp", {{"min", -1.0}, {"max", 2.0}}, {spread({37})});
+  for (const char* op : {"sqrt", "rsqrt", "reciprocal", "log1p"}) agree(op, {}, {spread({37}, 0.2, 3)});
+  for (const char* op : {"maximum", "minimum", "mul"}) agree(op, {}, {spread({5, 7}), spread({7}, -2, 2)});
+  agree("div", {}, {spread({5, 7}), spread({7}, 0.5, 2)});
+  agree("pow", {}, {spread({5, 7}, 0.2, 2), spread({7}, -2, 2)});
 }
 
 }  // namespace

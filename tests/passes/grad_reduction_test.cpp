@@ -101,6 +101,10 @@ TEST(GradReduction, Prod) {
   EXPECT_TRUE(checkAt("prod", {}, values({4}, {2, 0, 3, 0})));
   EXPECT_TRUE(same(gradAt("prod", dims({1}), values({2, 3}, {2, 0, 3, 1, 2, 3})), {0, 6, 0, 6, 3, 2}));
   EXPECT_TRUE(same(gradAt("prod", {}, values({4}, {2, 0, 3, 0})), {0, 0, 0, 0}));
+  // The f32 kernel too.
+  Tensor g32 = gradAt("prod", dims({1}), values({2, 3}, {2, 0, 3, 1, 2, 3}).to(DType::F32));
+  EXPECT_EQ(g32.dtype(), DType::F32);
+  EXPECT_TRUE(same(g32, {0, 6, 0, 6, 3, 2}));
 }
 
 TEST(GradReduction, Var) {
