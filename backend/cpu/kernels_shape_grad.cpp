@@ -117,7 +117,8 @@ void unpadAxis(T* out, const T* g, AxisSplit a, const std::vector<int64_t>& map)
   const auto len = static_cast<int64_t>(map.size());
   const int64_t blocks = (a.inner + kBlock - 1) / kBlock;
   std::fill(out, out + a.outer * a.size * a.inner, T(0));
-  parallelFor(a.outer * blocks, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(len * kBlock, 1)),
+  parallelFor(a.outer * blocks,
+              std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(len * std::min(a.inner, kBlock), 1)),
               [=, &map](int64_t b, int64_t e) {
                 for (int64_t t = b; t < e; ++t) {
                   const int64_t k = t / blocks, c0 = (t % blocks) * kBlock, c1 = std::min(a.inner, c0 + kBlock);
@@ -192,7 +193,8 @@ void indexAddKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
     const T* s = src.data<T>();
     const int64_t* p = pos.data();
     const int64_t blocks = (a.inner + kBlock - 1) / kBlock;
-    parallelFor(a.outer * blocks, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(m * kBlock, 1)),
+    parallelFor(a.outer * blocks,
+                std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(m * std::min(a.inner, kBlock), 1)),
                 [=](int64_t b, int64_t e) {
                   for (int64_t t = b; t < e; ++t) {
                     const int64_t k = t / blocks, c0 = (t % blocks) * kBlock, c1 = std::min(a.inner, c0 + kBlock);
