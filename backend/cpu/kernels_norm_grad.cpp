@@ -99,8 +99,7 @@ void batchNormBackwardImpl(const Node& n, std::span<const Tensor> in, std::span<
     const T tmean = static_cast<T>(mean);
     for (int64_t b = 0; b < batch; ++b) {
       const int64_t off = (b * channels + c) * inner;
-      for (int64_t i = 0; i < inner; ++i)
-        gx[off + i] = (g[off + i] - grad_mean - (x[off + i] - tmean) * k) * scale;
+      for (int64_t i = 0; i < inner; ++i) gx[off + i] = (g[off + i] - grad_mean - (x[off + i] - tmean) * k) * scale;
     }
   }
 }
