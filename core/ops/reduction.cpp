@@ -19,6 +19,7 @@ std::vector<TensorType> inferReduce(const Node& n) {
 std::vector<TensorType> inferArgReduce(const Node& n) {
   const TensorType& in = n.input(0)->type();
   int64_t axis = normalizeAxis(n.i("dim"), in.rank());
+  if (in.rank() == 0) return {{DType::I64, {}}};  // torch.argmax of a scalar is 0
   return {{DType::I64, reducedShape(in.shape, {axis}, n.i("keepdim") != 0)}};
 }
 

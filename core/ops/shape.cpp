@@ -38,9 +38,16 @@ std::vector<TensorType> inferExpand(const Node& n) {
   return {{in.dtype, resolveExpand(n, in.shape, n.is("shape"))}};
 }
 
+/// The dim attribute of an op that needs at least one dim (slice, select,
+/// cat, split, index): PyTorch rejects 0-d inputs there, and so do we.
+int64_t dimOf(const Node& n, const TensorType& t) {
+  if (t.rank() == 0) opFail(n, "cannot be applied to a 0-d tensor");
+  return normalizeAxis(n.i("dim"), t.rank());
+}
+
 std::vector<TensorType> inferSlice(const Node& n) {
   TensorType t = n.input(0)->type();
-  int64_t axis = normalizeAxis(n.i("dim"), t.rank());
+  int64_t axis = dimOf(n, t);
   if (n.i("step") <= 0) opFail(n, "slice step must be positive");
   t.shape[axis] = normalizeSlice(t.shape[axis], n.i("start"), n.i("end"), n.i("step")).length;
   return {t};
@@ -48,7 +55,7 @@ std::vector<TensorType> inferSlice(const Node& n) {
 
 std::vector<TensorType> inferSelect(const Node& n) {
   TensorType t = n.input(0)->type();
-  int64_t axis = normalizeAxis(n.i("dim"), t.rank());
+  int64_t axis = dimOf(n, t);
   int64_t idx = n.i("index"), size = t.shape[axis];
   if (idx < -size || idx >= size)
     opFail(n, "index " + std::to_string(idx) + " is out of range for size " + std::to_string(size));
@@ -58,7 +65,7 @@ std::vector<TensorType> inferSelect(const Node& n) {
 
 std::vector<TensorType> inferCat(const Node& n) {
   TensorType t = n.input(0)->type();
-  int64_t axis = normalizeAxis(n.i("dim"), t.rank());
+  int64_t axis = dimOf(n, t);
   t.shape[axis] = 0;
   for (Value* v : n.inputs()) {
     const TensorType& o = v->type();
@@ -75,7 +82,7 @@ std::vector<TensorType> inferCat(const Node& n) {
 
 std::vector<TensorType> inferSplit(const Node& n) {
   const TensorType& in = n.input(0)->type();
-  int64_t axis = normalizeAxis(n.i("dim"), in.rank());
+  int64_t axis = dimOf(n, in);
   const auto& sizes = n.is("sizes");
   int64_t total = 0;
   std::vector<TensorType> outs;
@@ -138,7 +145,7 @@ std::vector<TensorType> inferIndex(const Node& n) {
   const TensorType& x = n.input(0)->type();
   const TensorType& idx = n.input(1)->type();
   if (!isIntegral(idx.dtype)) opFail(n, "index tensor must be an integer type, got " + idx.str());
-  int64_t axis = normalizeAxis(n.i("dim"), x.rank());
+  int64_t axis = dimOf(n, x);
   Shape out(x.shape.begin(), x.shape.begin() + axis);
   out.insert(out.end(), idx.shape.begin(), idx.shape.end());
   out.insert(out.end(), x.shape.begin() + axis + 1, x.shape.end());
