@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=gpt2_mini
-STEPS=${KILN_DEMO_STEPS:-400}
+STEPS=${KILN_DEMO_STEPS:-300}
 ./scripts/install-deps.sh
 ./scripts/build.sh
 KILN=${KILN_BUILD_DIR:-build}/kiln
@@ -27,7 +27,7 @@ echo "== kiln run: forward parity with PyTorch"
   --output-file "$OUT/eval/$MODEL.kiln.safetensors"
 "$KILN" compare "$OUT/eval/$MODEL.kiln.safetensors" "$OUT/eval/$MODEL.expected.safetensors" --tol 1e-4
 
-echo "== generating the task: token i+2 = token i + token i+1 (mod 128)"
+echo "== generating the task: sequences that follow a hidden rule, token i+1 = perm[token i]"
 /usr/bin/python3 models/task.py make --out "$OUT/tokens.bin"
 
 echo "== kiln train: forward + cross-entropy + backward + AdamW as one graph, $STEPS steps"
