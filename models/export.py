@@ -2,7 +2,7 @@
 """Export a zoo model for Kiln, with its example inputs and PyTorch's outputs.
 
     export.py NAME --format {trace,script,fx} [--format ...] --out-dir DIR
-              [--train] [--state-dict]
+              [--train] [--no-dropout] [--state-dict]
     export.py --list
 
 Writes into DIR:
@@ -17,7 +17,10 @@ Writes into DIR:
   NAME.state.safetensors       --state-dict: model.state_dict(), tied keys under
                                each name
 
-Mode: eval, unless --train or the model is a *_train model. Only one format of
+Mode: eval, unless --train or the model is a *_train model. --no-dropout sets
+every dropout / stochastic-depth probability to 0 before export (and for the
+expected outputs), so that train-mode forwards are deterministic: what the
+training-parity tests (tests/train/) need. Only one format of
 .pt can exist per directory (trace and script both write NAME.pt), so asking
 for both is an error. All safetensors files are byte-for-byte reproducible.
 """
@@ -48,13 +51,13 @@ def buffer_keys(model: torch.nn.Module) -> List[str]:
     return [k for k in model.state_dict().keys() if k not in params]
 
 
-def reference_outputs(name: str, train: bool):
+def reference_outputs(name: str, train: bool, no_dropout: bool = False):
     """Build a fresh model and run it once: (inputs, outputs, buffers after).
 
     Grad stays enabled, as during training: with grad on, PyTorch's
     transformer layers take their ordinary ("slow path") kernels, which is what
     trace, script and fx record."""
-    model, inputs = zoo.build(name, train=train)
+    model, inputs = zoo.build(name, train=train, no_dropout=no_dropout)
     torch.manual_seed(0)  # only matters for models with dropout in train mode
     out = fx_dump.flatten_outputs(model(*inputs))
     outputs = {f"output{i}": o.detach().contiguous() for i, o in enumerate(out)}
@@ -77,9 +80,10 @@ def input_types_json(inputs) -> str:
 
 
 def export(name: str, formats: Sequence[str], out_dir: str, train: Optional[bool] = None,
-           state_dict: bool = False, log=None) -> Dict[str, float]:
+           state_dict: bool = False, log=None, no_dropout: bool = False) -> Dict[str, float]:
     """Export `name` in `formats` (subset of trace/script/fx) into out_dir.
-    Returns seconds spent per step ("expected", "trace", "script", "fx", ...)."""
+    Returns seconds spent per step ("expected", "trace", "script", "fx", ...).
+    no_dropout: zero every dropout probability first (zoo.zero_dropout)."""
     if train is None:
         train = zoo.is_train(name)
     bad = [f for f in formats if f not in FORMATS]
@@ -92,9 +96,11 @@ def export(name: str, formats: Sequence[str], out_dir: str, train: Optional[bool
     times: Dict[str, float] = {}
     mode = "train" if train else "eval"
     meta = {"model": name, "mode": mode, "torch": torch.__version__}
+    if no_dropout:
+        meta["dropout"] = "zeroed"
 
     t0 = time.time()
-    inputs, outputs, buffers = reference_outputs(name, train)
+    inputs, outputs, buffers = reference_outputs(name, train, no_dropout)
     st_io.save(prefix + ".input.safetensors",
                {f"input{i}": x for i, x in enumerate(inputs)}, meta)
     st_io.save(prefix + ".expected.safetensors", {**outputs, **buffers}, meta)
@@ -102,7 +108,7 @@ def export(name: str, formats: Sequence[str], out_dir: str, train: Optional[bool
 
     # One more fresh model for the exports (tracing runs its forward).
     t0 = time.time()
-    model, inputs = zoo.build(name, train=train)
+    model, inputs = zoo.build(name, train=train, no_dropout=no_dropout)
     initial = _initial_state(model)
     times["build"] = time.time() - t0
 
@@ -171,6 +177,9 @@ def main(argv=None) -> int:
     p.add_argument("--out-dir", default=".", help="output directory")
     p.add_argument("--train", action="store_true", help="run/export the forward in train mode")
     p.add_argument("--state-dict", action="store_true", help="also write NAME.state.safetensors")
+    p.add_argument("--no-dropout", action="store_true",
+                   help="zero every dropout / stochastic-depth probability first (deterministic "
+                        "train-mode forwards)")
     p.add_argument("--list", action="store_true", help="list models and supported formats")
     args = p.parse_args(argv)
     if args.list:
@@ -188,7 +197,7 @@ def main(argv=None) -> int:
     train = True if args.train else None
     try:
         export(args.name, formats, args.out_dir, train=train, state_dict=args.state_dict,
-               log=sys.stdout)
+               log=sys.stdout, no_dropout=args.no_dropout)
     except ValueError as exc:
         p.error(str(exc))
     return 0

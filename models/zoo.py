@@ -378,16 +378,42 @@ def _make_inputs(specs) -> tuple:
     return tuple(out)
 
 
-def build(name: str, train=None) -> Tuple[nn.Module, tuple]:
+def zero_dropout(model: nn.Module) -> int:
+    """Set every dropout and stochastic-depth probability in `model` to 0, so
+    that a train-mode forward is deterministic (the training-parity tests
+    compare train-mode steps with PyTorch's). Returns how many were changed.
+
+    Probabilities live in three kinds of places: nn.Dropout* modules (`p`),
+    torchvision's StochasticDepth (`p`), and plain float attributes read by a
+    functional call in forward -- nn.MultiheadAttention.dropout, Swin's
+    attention_dropout / dropout, DenseNet's drop_rate. The last kind is found
+    by name: any float attribute whose name contains "drop"."""
+    changed = 0
+    for m in model.modules():
+        if isinstance(m, nn.modules.dropout._DropoutNd) or type(m).__name__ == "StochasticDepth":
+            if m.p != 0.0:
+                m.p = 0.0
+                changed += 1
+        for k, v in list(vars(m).items()):
+            if isinstance(v, float) and not isinstance(v, bool) and "drop" in k.lower() and v != 0.0:
+                setattr(m, k, 0.0)
+                changed += 1
+    return changed
+
+
+def build(name: str, train=None, no_dropout: bool = False) -> Tuple[nn.Module, tuple]:
     """Build model `name` with deterministic weights and example inputs.
 
     The module comes back in train mode for the *_train models (or if
-    train=True), eval mode otherwise."""
+    train=True), eval mode otherwise. no_dropout=True zeroes every dropout
+    probability (see zero_dropout); weights and inputs are the same."""
     if name not in _REGISTRY:
         raise KeyError(f"unknown model {name!r}; known: {', '.join(NAMES)}")
     ctor, specs, _ = _REGISTRY[name]
     torch.manual_seed(WEIGHT_SEED)
     model = ctor()
+    if no_dropout:
+        zero_dropout(model)
     if train is None:
         train = is_train(name)
     model.train(bool(train))

@@ -1,0 +1,137 @@
+"""How parity.py judges Kiln's numbers against PyTorch's.
+
+Per tensor, the measure is the repository's parity measure
+
+    err = max|kiln - torch| / max|torch|          (torch: PyTorch, float32)
+
+and a tensor passes if err <= tol -- unless PyTorch's own float32 result is
+itself that far from the exact answer. That happens in ordinary models:
+
+  * gradients that are mathematically zero: a conv bias followed by a
+    train-mode BatchNorm, the key bias of attention (softmax is shift
+    invariant), a residual stream that only feeds conv + BatchNorm. float32
+    gives rounding noise (1e-9) there, and "relative to its own maximum"
+    compares noise with noise;
+  * Adam divides by sqrt(v): an element whose gradient is at the noise level
+    moves by +-lr whatever its sign, so after a few steps such elements (and
+    the BatchNorm statistics downstream) differ by ~lr between any two
+    float32 implementations, PyTorch against itself in another precision
+    included;
+  * batch-2 BatchNorm over a 1x1 or 2x2 feature map is ill-conditioned.
+
+So the reference also runs in float64 (`exact`), and a tensor passes if
+
+    max|kiln - torch| <= tol * max|torch| + K * max|torch - exact|
+
+i.e. Kiln may be as far from PyTorch as K times PyTorch's own float32
+error. Where float32 is accurate (almost everywhere) the second term is
+negligible and this is exactly err <= tol. `ratio` = lhs / rhs (pass: <= 1)
+is what the summary reports; tensors that pass only thanks to the second
+term are counted as "noise-limited". Integers (num_batches_tracked) must be
+equal. The same rule applies to the per-step losses.
+"""
+
+import dataclasses
+import math
+from typing import Dict, List, Optional
+
+import torch
+
+NOISE_FACTOR = 5.0
+
+
+@dataclasses.dataclass
+class Check:
+    key: str
+    err: float  # max|k - t| / max|t| (inf for a shape or dtype mismatch)
+    ratio: float  # max|k - t| / allowance; pass: <= 1
+    noise_limited: bool  # err > tol but passes thanks to float32 noise
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.ratio <= 1.0
+
+
+def _amax(t: torch.Tensor) -> float:
+    return t.abs().max().item() if t.numel() else 0.0
+
+
+def check_tensor(key: str, kiln: torch.Tensor, torch32: torch.Tensor, exact: Optional[torch.Tensor],
+                 tol: float, noise_factor: float = NOISE_FACTOR, mask: Optional[torch.Tensor] = None,
+                 mask_allow: float = 0.0) -> Check:
+    """Compare one tensor (see module doc). `mask`: elements whose float32
+    value is noise-driven (Adam on a noise-level gradient); they may differ by
+    `mask_allow` more, and do not count towards the tensor's noise term."""
+    if list(kiln.shape) != list(torch32.shape):
+        return Check(key, math.inf, math.inf, False, f"shape {list(kiln.shape)} vs torch {list(torch32.shape)}")
+    if not torch32.is_floating_point():
+        same = torch.equal(kiln.to(torch32.dtype), torch32)
+        d = 0.0 if same else _amax(kiln.double() - torch32.double())
+        return Check(key, 0.0 if same else math.inf, 0.0 if same else math.inf, False,
+                     "" if same else f"integers differ by up to {d:g}")
+    if not kiln.is_floating_point():
+        return Check(key, math.inf, math.inf, False, f"dtype {kiln.dtype} vs torch {torch32.dtype}")
+    k, t = kiln.double(), torch32.double()
+    if not torch.isfinite(k).all():
+        return Check(key, math.inf, math.inf, False, "non-finite values")
+    d = (k - t).abs()
+    scale = _amax(t)
+    err = _amax(d) / scale if scale > 0 else (0.0 if _amax(d) == 0 else math.inf)
+    keep = ~mask if mask is not None else torch.ones_like(d, dtype=torch.bool)
+    noise = _amax((t - exact.double()).abs()[keep]) if exact is not None else 0.0
+    allow = tol * scale + noise_factor * noise
+
+    def ratio_of(diff: float, a: float) -> float:
+        return diff / a if a > 0 else (0.0 if diff == 0 else math.inf)
+
+    ratio = ratio_of(_amax(d[keep]), allow)
+    note = ""
+    if mask is not None and bool(mask.any()):
+        ratio = max(ratio, ratio_of(_amax(d[mask]), allow + mask_allow))
+        note = f"{int(mask.sum())} noise-driven elements"
+    return Check(key, err, ratio, err > tol and ratio <= 1.0, note)
+
+
+def check_maps(kiln: Dict[str, torch.Tensor], torch32: Dict[str, torch.Tensor],
+               exact: Optional[Dict[str, torch.Tensor]], tol: float,
+               masks: Optional[Dict[str, torch.Tensor]] = None, mask_allow: float = 0.0,
+               ignore=("loss",)) -> List[Check]:
+    """Check every key of torch32 (a key missing from kiln fails)."""
+    out = []
+    for key, t in torch32.items():
+        if key in ignore or key.startswith("metric:"):
+            continue
+        if key not in kiln:
+            out.append(Check(key, math.inf, math.inf, False, "missing from Kiln's output"))
+            continue
+        out.append(check_tensor(key, kiln[key], t, exact.get(key) if exact else None, tol,
+                                mask=(masks or {}).get(key), mask_allow=mask_allow))
+    return out
+
+
+def check_losses(kiln: List[float], torch32: List[float], exact: Optional[List[float]], tol: float,
+                 noise_factor: float = NOISE_FACTOR) -> List[Check]:
+    """One check per step: |k - t| <= tol |t| + K |t - exact|."""
+    out = []
+    if len(kiln) != len(torch32):
+        out.append(Check("loss", math.inf, math.inf, False,
+                         f"Kiln logged {len(kiln)} steps, PyTorch {len(torch32)}"))
+    for i, (k, t) in enumerate(zip(kiln, torch32)):
+        kt = torch.tensor([k], dtype=torch.float64)
+        tt = torch.tensor([t], dtype=torch.float64)
+        et = torch.tensor([exact[i]], dtype=torch.float64) if exact else None
+        c = check_tensor(f"loss[step {i}]", kt, tt, et, tol, noise_factor)
+        out.append(c)
+    return out
+
+
+def worst(checks: List[Check]) -> Optional[Check]:
+    return max(checks, key=lambda c: (c.ratio, c.err)) if checks else None
+
+
+def format_row(c: Check) -> str:
+    status = "ok" if c.ok else "FAIL"
+    extra = " (noise-limited)" if c.noise_limited else ""
+    note = f"  {c.note}" if c.note else ""
+    return f"  {status:4s} {c.key:56s} err {c.err:9.3g}  ratio {c.ratio:9.3g}{extra}{note}"

@@ -1,0 +1,323 @@
+#!/usr/bin/python3
+"""Training parity of one zoo model: Kiln's gradients / optimizer steps
+against PyTorch's.
+
+    parity.py NAME --mode grad|adamw|adam|sgd --kiln PATH/TO/kiln
+              [--work-dir DIR] [--cache-dir DIR] [--loss L] [--steps N] [--threads T]
+              [--verbose]
+    parity.py NAME --mode M --self-check      (no kiln: checks this harness)
+
+1. export NAME in train mode as a TorchScript trace with every dropout
+   probability zeroed (models/export.py --format trace --train --no-dropout);
+2. write the batch (make_batch.py: the zoo's example inputs + a seeded target);
+3. run `kiln grad` (mode grad) or `kiln train` (the optimizer modes, N=5
+   steps on the same batch) and the PyTorch reference (reference.py) in
+   float32, and once more in float64 (the "exact" answer, see compare.py);
+4. compare: gradients (every parameter under every state_dict key, and the
+   loss) within 1e-4; after training, every parameter and buffer within 1e-3
+   and every per-step loss within 1e-3 -- relative to the tensor's max, and
+   relaxed only where PyTorch's own float32 result is that far from exact.
+
+Prints one line per failing tensor (all tensors with --verbose) and a
+summary line with the worst errors; exits 1 on any failure (a missing or
+extra key included), 2 when something could not run.
+
+Modes: grad; adamw (lr 1e-3, torch's default weight decay 0.01);
+adam (lr 1e-3, weight decay 1e-2: L2 added to the gradient); sgd (lr 0.01,
+momentum 0.9, Nesterov, weight decay 1e-4, gradients clipped to global norm 1).
+
+--self-check replaces kiln by an independent PyTorch computation with other
+float32 kernels (oneDNN off, one thread; the eager zoo model and
+torch.autograd.grad for gradients, reference.train for training), which
+must pass, then checks that a copy with one element perturbed by 10 * tol
+FAILS -- so the harness can both pass and fail.
+"""
+
+import argparse
+import contextlib
+import hashlib
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, List, Optional, Tuple
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODELS = os.path.join(HERE, "..", "..", "models")
+sys.path.insert(0, HERE)
+sys.path.insert(0, MODELS)
+import compare  # noqa: E402
+import losses  # noqa: E402
+import make_batch  # noqa: E402
+import reference as ref  # noqa: E402
+import shadow  # noqa: E402
+import st_io  # noqa: E402
+
+GRAD_TOL = 1e-4
+TRAIN_TOL = 1e-3
+STEPS = 5
+
+MODES: Dict[str, Optional[ref.OptConfig]] = {
+    "grad": None,
+    "adamw": ref.OptConfig("adamw", lr=1e-3),
+    "adam": ref.OptConfig("adam", lr=1e-3, weight_decay=1e-2),
+    "sgd": ref.OptConfig("sgd", lr=0.01, momentum=0.9, nesterov=True, weight_decay=1e-4, clip_grad_norm=1.0),
+}
+
+# Models whose first output is not a class score: regress it (mse).
+DEFAULT_LOSS = {"nn_mha": "mse", "nn_transformer": "mse"}
+
+
+class Failure(Exception):
+    """Something could not run (exit 2), as opposed to a parity failure."""
+
+
+# --------------------------------------------------------------------------
+# Inputs: export + batch (cached per work dir)
+# --------------------------------------------------------------------------
+
+def _stamp(name: str, loss: str) -> str:
+    """Changes whenever anything the export or batch depends on changes."""
+    h = hashlib.sha256(f"{name} {loss} {torch.__version__}".encode())
+    for f in ("zoo.py", "export.py", "fx_dump.py", "st_io.py"):
+        with open(os.path.join(MODELS, f), "rb") as fh:
+            h.update(fh.read())
+    for f in ("losses.py", "make_batch.py"):
+        with open(os.path.join(HERE, f), "rb") as fh:
+            h.update(fh.read())
+    return h.hexdigest()
+
+
+def prepare(name: str, loss: str, cache: str) -> Tuple[str, str]:
+    """Export the model and write its batch into cache/NAME.LOSS/ unless an
+    earlier run left them there for the same sources; returns (model.pt,
+    batch). A file lock lets parallel runs (ctest -j: grad and adamw of one
+    model) share the export."""
+    import fcntl
+    import export  # models/export.py (imports torchvision lazily)
+    d = os.path.join(cache, f"{name}.{loss}")
+    os.makedirs(d, exist_ok=True)
+    pt = os.path.join(d, name + ".pt")
+    batch = os.path.join(d, "batch.safetensors")
+    stamp_file = os.path.join(d, "stamp")
+    stamp = _stamp(name, loss)
+    with open(os.path.join(d, "lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.path.exists(stamp_file) and open(stamp_file).read() == stamp and os.path.exists(pt) \
+                and os.path.exists(batch):
+            return pt, batch
+        if os.path.exists(stamp_file):
+            os.remove(stamp_file)
+        export.export(name, ["trace"], d, train=True, no_dropout=True)
+        make_batch.make_batch(name, loss, batch, export_dir=d)
+        with open(stamp_file, "w") as f:
+            f.write(stamp)
+    return pt, batch
+
+
+# --------------------------------------------------------------------------
+# Running kiln
+# --------------------------------------------------------------------------
+
+def run_kiln(kiln: str, args: List[str]) -> None:
+    cmd = [kiln] + args
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode != 0:
+        tail = "\n".join(p.stdout.strip().splitlines()[-5:])
+        raise Failure(f"kiln exited with {p.returncode}: {' '.join(cmd)}\n{tail}")
+
+
+def kiln_grad(kiln, pt, batch, loss, work, threads) -> Dict[str, torch.Tensor]:
+    out = os.path.join(work, "kiln.grads.safetensors")
+    args = ["grad", pt, "--input-file", batch, "--loss", loss, "--output", out]
+    if threads:
+        args += ["--threads", str(threads)]
+    run_kiln(kiln, args)
+    return st_io.load(out)
+
+
+def kiln_train(kiln, pt, batch, loss, cfg, steps, work, threads) -> Tuple[List[float], Dict[str, torch.Tensor]]:
+    w = os.path.join(work, "kiln.weights.safetensors")
+    log = os.path.join(work, "kiln.losses.jsonl")
+    args = ["train", pt, "--input-file", batch, "--loss", loss] + cfg.cli_args() + [
+        "--steps", str(steps), "--save-weights", w, "--log-file", log]
+    if threads:
+        args += ["--threads", str(threads)]
+    run_kiln(kiln, args)
+    return ref.read_log(log), st_io.load(w)
+
+
+# --------------------------------------------------------------------------
+# Self-check candidates (PyTorch computations independent of reference.py)
+# --------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def other_float32_kernels():
+    """PyTorch with other float32 kernels: no oneDNN (convolutions go through
+    im2col + GEMM) and one thread (other reduction splits) -- a stand-in for
+    a different float32 implementation, which must pass too."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.backends.mkldnn.flags(enabled=False):
+            yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def eager_grads(name: str, batch: str, loss_kind: str) -> Dict[str, torch.Tensor]:
+    """Gradients of the eager zoo model via torch.autograd.grad, keyed by every
+    state_dict key that holds a parameter, plus the loss."""
+    import zoo
+    model, _ = zoo.build(name, train=True, no_dropout=True)
+    inputs, target = ref.load_batch(batch)
+    names, params = zip(*model.named_parameters())
+    loss = losses.loss(loss_kind, model(*inputs), target)
+    gs = torch.autograd.grad(loss, params, allow_unused=True)
+    by_name = {n: (g if g is not None else torch.zeros_like(p)) for n, p, g in zip(names, params, gs)}
+    out = {k: by_name[n].detach() for k, n in ref.param_names(model).items()}
+    out["loss"] = loss.detach()
+    return out
+
+
+def perturbed(t: Dict[str, torch.Tensor], tol: float,
+              masks: Dict[str, torch.Tensor]) -> Tuple[str, Dict[str, torch.Tensor]]:
+    """A copy with the largest float tensor off by 10 * tol of its max, in
+    its largest element that is not noise-driven."""
+    key = max((k for k, v in t.items() if v.is_floating_point() and v.dim() > 0), key=lambda k: t[k].numel())
+    bad = dict(t)
+    v = t[key].clone()
+    flat = v.view(-1)
+    mag = flat.abs()
+    if key in masks:
+        mag = mag.masked_fill(masks[key].view(-1), -1.0)
+    i = int(mag.argmax())
+    flat[i] += 10 * tol * max(flat.abs().max().item(), 1e-30)
+    bad[key] = v
+    return key, bad
+
+
+# --------------------------------------------------------------------------
+# Main
+# --------------------------------------------------------------------------
+
+def report(title: str, checks: List[compare.Check], verbose: bool) -> bool:
+    bad = [c for c in checks if not c.ok]
+    for c in (checks if verbose else bad):
+        print(compare.format_row(c))
+    w = compare.worst(checks)
+    noisy = sum(c.noise_limited for c in checks)
+    print(f"{title}: {len(checks) - len(bad)}/{len(checks)} ok; worst err {w.err:.3g} ratio {w.ratio:.3g} "
+          f"({w.key}){f'; {noisy} noise-limited' if noisy else ''}" if w else f"{title}: nothing to compare")
+    return not bad
+
+
+def own_error(r: shadow.Reference, tol: float) -> Optional[compare.Check]:
+    """PyTorch's float32 answer against its float64 one (noise-driven
+    elements and mathematically-zero gradients left out): how well
+    conditioned the model is at this batch."""
+    exact = {k: v.float() for k, v in r.tensors64.items()}
+    glob = max((v.abs().max().item() for v in r.tensors64.values() if v.is_floating_point() and v.numel()),
+               default=0.0)
+    keep = {k: v for k, v in r.tensors32.items()
+            if not v.is_floating_point() or r.tensors64[k].abs().max().item() > 1e-6 * glob}
+    return compare.worst(compare.check_maps(exact, keep, None, tol, masks=r.masks, mask_allow=math.inf))
+
+
+def run(args) -> int:
+    cfg = MODES[args.mode]
+    loss = args.loss or DEFAULT_LOSS.get(args.name, "cross_entropy")
+    work = args.work_dir or tempfile.mkdtemp(prefix=f"kiln-parity-{args.name}-")
+    os.makedirs(work, exist_ok=True)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    times = {}
+    t0 = time.time()
+    pt, batch = prepare(args.name, loss, args.cache_dir or work)
+    times["export"] = time.time() - t0
+
+    t0 = time.time()
+    r = shadow.run(pt, batch, loss, cfg, args.steps)
+    times["torch"] = time.time() - t0
+
+    t0 = time.time()
+    if args.self_check:
+        with other_float32_kernels():
+            if cfg is None:
+                k_tensors = eager_grads(args.name, batch, loss)
+                k_losses = [float(k_tensors.pop("loss"))]
+            else:
+                inputs, target = ref.load_batch(batch)
+                res = ref.train(ref.load_model(pt), inputs, target, loss, cfg, args.steps)
+                k_losses, k_tensors = res.losses, res.state
+    else:
+        if cfg is None:
+            k_tensors = kiln_grad(args.kiln, pt, batch, loss, work, args.threads)
+            if "loss" not in k_tensors:
+                raise Failure("kiln grad wrote no 'loss' tensor")
+            k_losses = [float(k_tensors["loss"])]
+        else:
+            k_losses, k_tensors = kiln_train(args.kiln, pt, batch, loss, cfg, args.steps, work, args.threads)
+    times["kiln" if not args.self_check else "candidate"] = time.time() - t0
+
+    tol = GRAD_TOL if cfg is None else TRAIN_TOL
+    # Adam moves a noise-driven element by at most ~lr a step (see shadow.py).
+    mask_allow = 2 * cfg.lr * args.steps if cfg is not None else 0.0
+    what = "gradients" if cfg is None else f"state after {args.steps} {args.mode} steps"
+    label = f"{args.name} {args.mode} [{loss}]"
+
+    def tensor_checks(cand):
+        checks = compare.check_maps(cand, r.tensors32, r.tensors64, tol, r.masks, mask_allow)
+        for k in sorted(k for k in cand if k not in r.tensors32 and k != "loss" and not k.startswith("metric:")):
+            checks.append(compare.Check(k, math.inf, math.inf, False, "in Kiln's output, not in torch's state_dict"))
+        return checks
+
+    ok = report(f"{label} {what}", tensor_checks(k_tensors), args.verbose)
+    ok &= report(f"{label} losses", compare.check_losses(k_losses, r.losses32, r.losses64, tol), args.verbose)
+    own = own_error(r, tol)
+    if own is not None:
+        print(f"{label}: PyTorch float32 vs float64: worst err {own.err:.3g} ({own.key})"
+              + ("  -- ill-conditioned at this batch: parity is weak here" if own.err > 0.1 else ""))
+    if cfg is not None and cfg.clip_grad_norm:
+        print(f"{label}: gradient norm up to {r.max_grad_norm:.3g}, clipped at {cfg.clip_grad_norm:g}")
+    print(f"{label}: {'PASS' if ok else 'FAIL'} (" + ", ".join(f"{k} {v:.2f}s" for k, v in times.items()) + ")")
+
+    if args.self_check:
+        key, bad = perturbed(k_tensors, tol, r.masks)
+        caught = not all(c.ok for c in tensor_checks(bad))
+        print(f"{label}: self-check: a {10 * tol:g} error in {key} is {'caught' if caught else 'NOT CAUGHT'}")
+        ok &= caught
+    return 0 if ok else 1
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("name", help="zoo model (models/export.py --list)")
+    p.add_argument("--mode", choices=list(MODES), default="grad")
+    p.add_argument("--kiln", help="path to the kiln binary")
+    p.add_argument("--self-check", action="store_true", help="check the harness against PyTorch itself")
+    p.add_argument("--work-dir", help="where kiln's outputs go, and the export unless --cache-dir "
+                                      "(default: a new temp dir)")
+    p.add_argument("--cache-dir", help="where the export and batch go (DIR/NAME.LOSS/); one left there "
+                                       "by an earlier run of the same sources is reused")
+    p.add_argument("--loss", choices=losses.KINDS, help="default: mse for nn_mha/nn_transformer, "
+                                                        "cross_entropy otherwise")
+    p.add_argument("--steps", type=int, default=STEPS)
+    p.add_argument("--threads", type=int, default=0, help="threads for kiln and torch (0: their defaults)")
+    p.add_argument("--verbose", "-v", action="store_true", help="a line per tensor, not only failures")
+    args = p.parse_args(argv)
+    if not args.self_check and not args.kiln:
+        p.error("give --kiln PATH (or --self-check)")
+    try:
+        return run(args)
+    except Failure as e:
+        print(f"{args.name} {args.mode}: ERROR: {e}")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

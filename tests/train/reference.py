@@ -1,0 +1,280 @@
+#!/usr/bin/python3
+"""PyTorch's side of the training-parity tests: what `kiln grad` and
+`kiln train` compute, computed with torch.autograd and torch.optim.
+
+    reference.py grad  MODEL.pt --input-file BATCH --loss L --output GRADS.safetensors
+    reference.py train MODEL.pt --input-file BATCH --loss L --optimizer sgd|adam|adamw
+                       --lr X [--momentum M] [--dampening D] [--nesterov]
+                       [--weight-decay W] [--beta1 B1] [--beta2 B2] [--eps E]
+                       [--clip-grad-norm C] --steps N --save-weights OUT --log-file LOSSES.jsonl
+
+Same options and output files as kiln's commands, so the two are
+interchangeable (tests/train/parity.py runs both and compares):
+  grad:  one tensor per trainable parameter under EVERY state_dict key that
+         names it (a tied parameter is one entry of named_parameters() but
+         several state_dict keys), plus "loss" (0-d f32). A parameter that
+         gets no gradient (unused) gets zeros, as Kiln writes them.
+  train: the same batch every step; step i is loss = f(w_i); backward;
+         [clip_grad_norm_]; optimizer.step(). OUT holds the final
+         state_dict() (parameters and buffers, e.g. BatchNorm running stats
+         and num_batches_tracked, tied keys under each name); LOSSES.jsonl one
+         {"step": i, "loss": x} per step.
+
+MODEL.pt is a TorchScript archive exported in train mode (models/export.py
+--format trace --train --no-dropout); it is run as is, in train mode. The
+batch holds input0, input1, ... (forward arguments in order) and `target`
+(see losses.py for the loss rules). Optimizer defaults are torch.optim's,
+except weight decay, whose default is per optimizer like Kiln's (0 for SGD
+and Adam, 0.01 for AdamW -- which is also torch's).
+
+--dtype float64 runs the same archive in double precision (parameters,
+buffers and float inputs cast): a far more exact answer than float32, which
+parity.py uses to tell real gradients from float32 rounding noise.
+"""
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from typing import Dict, List, Optional, Tuple
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "models"))
+import losses  # noqa: E402
+import st_io  # noqa: E402
+
+OPTIMIZERS = ("sgd", "adam", "adamw")
+
+
+@dataclasses.dataclass
+class OptConfig:
+    """Optimizer settings, named like kiln train's options."""
+    optimizer: str = "adamw"
+    lr: float = 1e-3
+    momentum: float = 0.0
+    dampening: float = 0.0
+    nesterov: bool = False
+    weight_decay: Optional[float] = None  # None: 0 for sgd/adam, 0.01 for adamw
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    clip_grad_norm: float = 0.0  # 0: off
+
+    def decay(self) -> float:
+        if self.weight_decay is not None:
+            return self.weight_decay
+        return 0.01 if self.optimizer == "adamw" else 0.0
+
+    def cli_args(self) -> List[str]:
+        """The same settings as command-line options (kiln's and ours)."""
+        a = ["--optimizer", self.optimizer, "--lr", repr(self.lr)]
+        if self.optimizer == "sgd":
+            a += ["--momentum", repr(self.momentum), "--dampening", repr(self.dampening)]
+            if self.nesterov:
+                a.append("--nesterov")
+        else:
+            a += ["--beta1", repr(self.beta1), "--beta2", repr(self.beta2), "--eps", repr(self.eps)]
+        if self.weight_decay is not None:
+            a += ["--weight-decay", repr(self.weight_decay)]
+        if self.clip_grad_norm:
+            a += ["--clip-grad-norm", repr(self.clip_grad_norm)]
+        return a
+
+
+def make_optimizer(params, cfg: OptConfig) -> torch.optim.Optimizer:
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, dampening=cfg.dampening,
+                               nesterov=cfg.nesterov, weight_decay=cfg.decay())
+    betas = (cfg.beta1, cfg.beta2)
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(params, lr=cfg.lr, betas=betas, eps=cfg.eps, weight_decay=cfg.decay())
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=cfg.lr, betas=betas, eps=cfg.eps, weight_decay=cfg.decay())
+    raise ValueError(f"unknown optimizer {cfg.optimizer!r}; use one of {', '.join(OPTIMIZERS)}")
+
+
+# --------------------------------------------------------------------------
+# Model and batch
+# --------------------------------------------------------------------------
+
+def load_model(path: str, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+    """The TorchScript archive, in train mode, optionally cast to `dtype`."""
+    model = torch.jit.load(path, map_location="cpu")
+    model.train()
+    if dtype != torch.float32:
+        model.to(dtype)
+    return model
+
+
+def load_batch(path: str, dtype: torch.dtype = torch.float32) -> Tuple[List[torch.Tensor], Optional[torch.Tensor]]:
+    """(inputs in argument order, target or None) from a batch file; float
+    tensors cast to `dtype` (class-index targets stay int64)."""
+    t = st_io.load(path)
+    cast = lambda x: x.to(dtype) if x.is_floating_point() else x  # noqa: E731
+    inputs = []
+    while f"input{len(inputs)}" in t:
+        inputs.append(cast(t[f"input{len(inputs)}"]))
+    if not inputs:
+        raise ValueError(f"{path}: holds no tensor named input0")
+    target = t.get("target")
+    return inputs, (cast(target) if target is not None else None)
+
+
+def param_names(model: torch.nn.Module) -> Dict[str, str]:
+    """state_dict key -> named_parameters() name of the parameter it holds,
+    for every key that holds a parameter (tied parameters: several keys, one
+    name). Keys missing here are buffers."""
+    by_id = {id(p): n for n, p in model.named_parameters()}
+    out = {}
+    for k, v in model.state_dict(keep_vars=True).items():
+        if id(v) in by_id:
+            out[k] = by_id[id(v)]
+    return out
+
+
+def state_dict(model: torch.nn.Module) -> Dict[str, torch.Tensor]:
+    """Every state_dict entry (tied keys under each name), detached copies."""
+    return {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+
+
+# --------------------------------------------------------------------------
+# grad and train
+# --------------------------------------------------------------------------
+
+def grads(model: torch.nn.Module, inputs, target, loss_kind: str) -> Tuple[float, Dict[str, torch.Tensor]]:
+    """(loss, gradient per state_dict key that holds a parameter) at the
+    model's weights, without updating anything but BatchNorm-style buffers
+    (a train-mode forward updates them, in Kiln too)."""
+    params = dict(model.named_parameters())
+    for p in params.values():
+        p.grad = None
+    loss = losses.loss(loss_kind, model(*inputs), target)
+    loss.backward()
+    out = {}
+    for key, name in param_names(model).items():
+        p = params[name]
+        out[key] = (p.grad if p.grad is not None else torch.zeros_like(p)).detach().clone()
+    for p in params.values():
+        p.grad = None
+    return float(loss.detach()), out
+
+
+@dataclasses.dataclass
+class TrainResult:
+    losses: List[float]
+    state: Dict[str, torch.Tensor]  # final state_dict
+    # Per step, the gradient of every parameter (by named_parameters name)
+    # before clipping: parity.py uses them to find float32 noise.
+    step_grads: List[Dict[str, torch.Tensor]]
+
+
+def train(model: torch.nn.Module, inputs, target, loss_kind: str, cfg: OptConfig, steps: int,
+          keep_grads: bool = False) -> TrainResult:
+    """`steps` optimizer steps on the same batch, like a PyTorch training loop."""
+    named = list(model.named_parameters())
+    opt = make_optimizer([p for _, p in named], cfg)
+    res = TrainResult([], {}, [])
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        loss = losses.loss(loss_kind, model(*inputs), target)
+        loss.backward()
+        if keep_grads:
+            res.step_grads.append({n: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p))
+                                   for n, p in named})
+        if cfg.clip_grad_norm:
+            torch.nn.utils.clip_grad_norm_([p for _, p in named], cfg.clip_grad_norm)
+        opt.step()
+        res.losses.append(float(loss.detach()))
+    res.state = state_dict(model)
+    return res
+
+
+# --------------------------------------------------------------------------
+# Files in kiln's formats
+# --------------------------------------------------------------------------
+
+def save_grads(path: str, loss: float, g: Dict[str, torch.Tensor]) -> None:
+    st_io.save(path, {**{k: v.float() for k, v in g.items()}, "loss": torch.tensor(loss, dtype=torch.float32)})
+
+
+def save_train(weights_path: Optional[str], log_path: Optional[str], res: TrainResult) -> None:
+    if weights_path:
+        st_io.save(weights_path, {k: (v.float() if v.is_floating_point() else v) for k, v in res.state.items()})
+    if log_path:
+        with open(log_path, "w") as f:
+            for i, x in enumerate(res.losses):
+                f.write(json.dumps({"step": i, "loss": x}) + "\n")
+
+
+def read_log(path: str) -> List[float]:
+    """Per-step losses of a LOSSES.jsonl (kiln's or ours), indexed by step."""
+    by_step = {}
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                j = json.loads(line)
+                by_step[int(j["step"])] = float(j["loss"])
+    return [by_step[i] for i in sorted(by_step)]
+
+
+def add_opt_args(p: argparse.ArgumentParser) -> None:
+    d = OptConfig()
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default=d.optimizer)
+    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--momentum", type=float, default=d.momentum)
+    p.add_argument("--dampening", type=float, default=d.dampening)
+    p.add_argument("--nesterov", action="store_true")
+    p.add_argument("--weight-decay", type=float, default=None,
+                   help="default: 0 for sgd/adam, 0.01 for adamw")
+    p.add_argument("--beta1", type=float, default=d.beta1)
+    p.add_argument("--beta2", type=float, default=d.beta2)
+    p.add_argument("--eps", type=float, default=d.eps)
+    p.add_argument("--clip-grad-norm", type=float, default=d.clip_grad_norm, help="0: off")
+
+
+def opt_config(args) -> OptConfig:
+    return OptConfig(args.optimizer, args.lr, args.momentum, args.dampening, args.nesterov,
+                     args.weight_decay, args.beta1, args.beta2, args.eps, args.clip_grad_norm)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    for name in ("grad", "train"):
+        s = sub.add_parser(name)
+        s.add_argument("model", help="TorchScript archive exported in train mode")
+        s.add_argument("--input-file", required=True, help="batch: input0, input1, ..., target")
+        s.add_argument("--loss", choices=losses.KINDS, default="cross_entropy")
+        s.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+        s.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+        if name == "grad":
+            s.add_argument("--output", "-o", required=True)
+        else:
+            add_opt_args(s)
+            s.add_argument("--steps", type=int, default=10)
+            s.add_argument("--save-weights")
+            s.add_argument("--log-file")
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    dtype = getattr(torch, args.dtype)
+    model = load_model(args.model, dtype)
+    inputs, target = load_batch(args.input_file, dtype)
+    torch.manual_seed(0)
+    if args.cmd == "grad":
+        loss, g = grads(model, inputs, target, args.loss)
+        save_grads(args.output, loss, g)
+        print(f"loss {loss:.6g}; wrote {len(g)} gradients to {args.output}")
+    else:
+        res = train(model, inputs, target, args.loss, opt_config(args), args.steps)
+        save_train(args.save_weights, args.log_file, res)
+        print(f"trained {args.steps} steps; final loss {res.losses[-1] if res.losses else float('nan'):.6g}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
