@@ -5,7 +5,7 @@ Per tensor, the measure is the repository's parity measure
     err = max|kiln - torch| / max|torch|          (torch: PyTorch, float32)
 
 and a tensor passes if err <= tol -- unless PyTorch's own float32 result is
-itself that far from the exact answer. That happens in ordinary models:
+itself that uncertain. That happens in ordinary models:
 
   * gradients that are mathematically zero: a conv bias followed by a
     train-mode BatchNorm, the key bias of attention (softmax is shift
@@ -13,31 +13,43 @@ itself that far from the exact answer. That happens in ordinary models:
     gives rounding noise (1e-9) there, and "relative to its own maximum"
     compares noise with noise;
   * Adam divides by sqrt(v): an element whose gradient is at the noise level
-    moves by +-lr whatever its sign, so after a few steps such elements (and
-    the BatchNorm statistics downstream) differ by ~lr between any two
-    float32 implementations, PyTorch against itself in another precision
-    included;
-  * batch-2 BatchNorm over a 1x1 or 2x2 feature map is ill-conditioned.
+    moves by +-lr whatever its sign (see shadow.py: such elements are masked
+    and may differ by 2 lr per step);
+  * train-mode BatchNorm over batch 2 and 1x1 or 2x2 feature maps, next to
+    ReLU kinks and max-pool choices: one activation on the other side of a
+    kink changes a whole channel's gradient. Some torchvision models at the
+    zoo's batch are like that; after a few optimizer steps the differences
+    grow (chaotic training).
 
-So the reference also runs in float64 (`exact`), and a tensor passes if
+So PyTorch answers more than once: in float64 and in float32 with other
+kernels (shadow.py), and a tensor passes if
 
-    max|kiln - torch| <= tol * max|torch| + K * max|torch - exact|
+    max|kiln - torch| <= tol * max|torch| + K * max_o max|torch - o|
 
-i.e. Kiln may be as far from PyTorch as K times PyTorch's own float32
-error. Where float32 is accurate (almost everywhere) the second term is
-negligible and this is exactly err <= tol. `ratio` = lhs / rhs (pass: <= 1)
-is what the summary reports; tensors that pass only thanks to the second
-term are counted as "noise-limited". Integers (num_batches_tracked) must be
-equal. The same rule applies to the per-step losses.
+over those other answers o: Kiln may differ from PyTorch by K times as much
+as PyTorch differs from itself. Where float32 is accurate (almost
+everywhere) the second term is negligible and this is exactly err <= tol.
+The other answers sample PyTorch's spread only twice, and a single ReLU kink
+that one float32 implementation crosses and another does not changes one
+channel's gradient by percents; so after Adam steps (which move every
+element by about lr, whatever its gradient's size), a parameter may also
+differ by MOVE_FRACTION of how far PyTorch moved it (max|w_N - w_0|): a
+wrong optimizer (say, twice the step) still fails by a factor of ~20, and
+for the usual parameter (|w| >> its motion) this adds nothing.
+`ratio` = lhs / rhs (pass: <= 1) is what the summary reports; tensors that
+pass only thanks to the second term are counted as "noise-limited".
+Integers (num_batches_tracked) must be equal. The same rule applies to the
+per-step losses.
 """
 
 import dataclasses
 import math
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import torch
 
 NOISE_FACTOR = 5.0
+MOVE_FRACTION = 0.05
 
 
 @dataclasses.dataclass
@@ -57,12 +69,19 @@ def _amax(t: torch.Tensor) -> float:
     return t.abs().max().item() if t.numel() else 0.0
 
 
-def check_tensor(key: str, kiln: torch.Tensor, torch32: torch.Tensor, exact: Optional[torch.Tensor],
+def _ratio(diff: float, allow: float) -> float:
+    return diff / allow if allow > 0 else (0.0 if diff == 0 else math.inf)
+
+
+def check_tensor(key: str, kiln: torch.Tensor, torch32: torch.Tensor, others: Sequence[torch.Tensor],
                  tol: float, noise_factor: float = NOISE_FACTOR, mask: Optional[torch.Tensor] = None,
-                 mask_allow: float = 0.0) -> Check:
-    """Compare one tensor (see module doc). `mask`: elements whose float32
-    value is noise-driven (Adam on a noise-level gradient); they may differ by
-    `mask_allow` more, and do not count towards the tensor's noise term."""
+                 mask_allow: float = 0.0, floor: float = 0.0) -> Check:
+    """Compare one tensor (see module doc). `others`: PyTorch's other answers
+    for it. `mask`: elements whose float32 value is noise-driven (Adam on a
+    noise-level gradient); they may differ by `mask_allow` more, and do not
+    count towards the noise term. `floor`: an absolute allowance added to
+    the tolerance (parameters after training: a fraction of how far PyTorch
+    moved them)."""
     if list(kiln.shape) != list(torch32.shape):
         return Check(key, math.inf, math.inf, False, f"shape {list(kiln.shape)} vs torch {list(torch32.shape)}")
     if not torch32.is_floating_point():
@@ -77,25 +96,22 @@ def check_tensor(key: str, kiln: torch.Tensor, torch32: torch.Tensor, exact: Opt
         return Check(key, math.inf, math.inf, False, "non-finite values")
     d = (k - t).abs()
     scale = _amax(t)
-    err = _amax(d) / scale if scale > 0 else (0.0 if _amax(d) == 0 else math.inf)
+    err = _ratio(_amax(d), scale)
     keep = ~mask if mask is not None else torch.ones_like(d, dtype=torch.bool)
-    noise = _amax((t - exact.double()).abs()[keep]) if exact is not None else 0.0
-    allow = tol * scale + noise_factor * noise
-
-    def ratio_of(diff: float, a: float) -> float:
-        return diff / a if a > 0 else (0.0 if diff == 0 else math.inf)
-
-    ratio = ratio_of(_amax(d[keep]), allow)
+    noise = max((_amax((t - o.double()).abs()[keep]) for o in others), default=0.0)
+    allow = tol * scale + noise_factor * noise + floor
+    ratio = _ratio(_amax(d[keep]), allow)
     note = ""
     if mask is not None and bool(mask.any()):
-        ratio = max(ratio, ratio_of(_amax(d[mask]), allow + mask_allow))
+        ratio = max(ratio, _ratio(_amax(d[mask]), allow + mask_allow))
         note = f"{int(mask.sum())} noise-driven elements"
     return Check(key, err, ratio, err > tol and ratio <= 1.0, note)
 
 
 def check_maps(kiln: Dict[str, torch.Tensor], torch32: Dict[str, torch.Tensor],
-               exact: Optional[Dict[str, torch.Tensor]], tol: float,
+               others: Sequence[Dict[str, torch.Tensor]], tol: float,
                masks: Optional[Dict[str, torch.Tensor]] = None, mask_allow: float = 0.0,
+               floors: Optional[Dict[str, float]] = None, noise_factor: float = NOISE_FACTOR,
                ignore=("loss",)) -> List[Check]:
     """Check every key of torch32 (a key missing from kiln fails)."""
     out = []
@@ -105,24 +121,23 @@ def check_maps(kiln: Dict[str, torch.Tensor], torch32: Dict[str, torch.Tensor],
         if key not in kiln:
             out.append(Check(key, math.inf, math.inf, False, "missing from Kiln's output"))
             continue
-        out.append(check_tensor(key, kiln[key], t, exact.get(key) if exact else None, tol,
-                                mask=(masks or {}).get(key), mask_allow=mask_allow))
+        out.append(check_tensor(key, kiln[key], t, [o[key] for o in others], tol, noise_factor,
+                                mask=(masks or {}).get(key), mask_allow=mask_allow,
+                                floor=(floors or {}).get(key, 0.0)))
     return out
 
 
-def check_losses(kiln: List[float], torch32: List[float], exact: Optional[List[float]], tol: float,
+def check_losses(kiln: List[float], torch32: List[float], others: Sequence[List[float]], tol: float,
                  noise_factor: float = NOISE_FACTOR) -> List[Check]:
-    """One check per step: |k - t| <= tol |t| + K |t - exact|."""
+    """One check per step, by the same rule."""
     out = []
     if len(kiln) != len(torch32):
         out.append(Check("loss", math.inf, math.inf, False,
                          f"Kiln logged {len(kiln)} steps, PyTorch {len(torch32)}"))
+    as_t = lambda x: torch.tensor([x], dtype=torch.float64)  # noqa: E731
     for i, (k, t) in enumerate(zip(kiln, torch32)):
-        kt = torch.tensor([k], dtype=torch.float64)
-        tt = torch.tensor([t], dtype=torch.float64)
-        et = torch.tensor([exact[i]], dtype=torch.float64) if exact else None
-        c = check_tensor(f"loss[step {i}]", kt, tt, et, tol, noise_factor)
-        out.append(c)
+        out.append(check_tensor(f"loss[step {i}]", as_t(k), as_t(t), [as_t(o[i]) for o in others], tol,
+                                noise_factor))
     return out
 
 
