@@ -100,7 +100,7 @@ Status TrainingSession::step(const TensorMap& batch) {
     if (it == batch.end()) return Error{"batch has no tensor '" + v->name() + "'"};
     inputs[v->name()] = it->second;
   }
-  if (graph_->findInput(kLearningRateInput)) inputs[kLearningRateInput] = Tensor::scalar(DType::F32, nextLr());
+  if (graph_->findInput(kLearningRateInput)) inputs[kLearningRateInput] = Tensor::scalar(DType::F64, nextLr());
   exec_->setRunIndex(static_cast<uint64_t>(steps_));
   auto out = exec_->run(inputs);
   if (!out) return Error{"step " + std::to_string(steps_) + ": " + out.error().message};

@@ -27,8 +27,9 @@ int grad(const GradCmd& c) {
   auto loss = s.readLoss();
   if (!loss) return reportError(loss.error());
   TensorMap out = s.gradients();
-  out["loss"] = Tensor::scalar(DType::F32, *loss);
-  for (const auto& [k, v] : s.readMetrics()) out["metric:" + k] = Tensor::scalar(DType::F32, v);
+  // f64 holds the loss and metrics of any model exactly (f32 would round an f64 model's).
+  out["loss"] = Tensor::scalar(DType::F64, *loss);
+  for (const auto& [k, v] : s.readMetrics()) out["metric:" + k] = Tensor::scalar(DType::F64, v);
   if (Status st = writeSafetensors(c.output, out); !st) return reportError(st.error());
   std::cout << "loss " << *loss << "; wrote " << s.gradients().size() << " gradients (backward graph "
             << s.graph().numNodes() << " nodes) to " << c.output << "\n";

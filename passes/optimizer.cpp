@@ -11,6 +11,8 @@
 // outputs remain.
 #include "passes/optimizer.h"
 
+#include <algorithm>
+
 namespace kiln {
 namespace {
 
@@ -40,10 +42,16 @@ Result<PassResult> runOptimizer(Graph& g, PassContext& ctx) {
 
     g.setInsertPoint(nullptr);
     size_t before = g.numNodes();
-    const TensorType scalar{DType::F32, {}};
-    Value* lr = g.addInput(kLearningRateInput, scalar, ValueRole::Scalar);
-    Value* step = g.addInput(kStepInput, scalar, ValueRole::OptState);
-    Value* next_step = g.add("add", {step, constant(g, 1.0, DType::F32)}, {}, kScope);
+    // The learning rate and the step count are Python numbers in torch.optim:
+    // doubles here (an f32 step would stop counting at 2^24). The clipping
+    // coefficient is a tensor of the gradients' type in clip_grad_norm_: f64
+    // for an all-f64 model, else f32.
+    const TensorType host_scalar{DType::F64, {}};
+    Value* lr = g.addInput(kLearningRateInput, host_scalar, ValueRole::Scalar);
+    Value* step = g.addInput(kStepInput, host_scalar, ValueRole::OptState);
+    Value* next_step = g.add("add", {step, constant(g, 1.0, DType::F64)}, {}, kScope);
+    const bool all_f64 = std::ranges::all_of(pairs, [](auto& pg) { return pg.first->dtype() == DType::F64; });
+    const DType coef_dt = all_f64 ? DType::F64 : DType::F32;
 
     Value* grad_scale;
     Value* grad_norm = nullptr;
@@ -51,13 +59,13 @@ Result<PassResult> runOptimizer(Graph& g, PassContext& ctx) {
       std::vector<Value*> grads;
       for (auto& [p, gr] : pairs) grads.push_back(gr);
       grad_norm = g.add("global_norm", grads, {}, kScope);
-      if (grad_norm->dtype() != DType::F32) grad_norm = g.add("cast", {grad_norm}, {{"dtype", DType::F32}}, kScope);
+      if (grad_norm->dtype() != coef_dt) grad_norm = g.add("cast", {grad_norm}, {{"dtype", coef_dt}}, kScope);
       // clip_coef = max_norm / (total_norm + 1e-6), clamped to at most 1.
-      Value* denom = g.add("add", {grad_norm, constant(g, 1e-6, DType::F32)}, {}, kScope);
-      Value* coef = g.add("div", {constant(g, opt.clip_grad_norm, DType::F32), denom}, {}, kScope);
+      Value* denom = g.add("add", {grad_norm, constant(g, 1e-6, coef_dt)}, {}, kScope);
+      Value* coef = g.add("div", {constant(g, opt.clip_grad_norm, coef_dt), denom}, {}, kScope);
       grad_scale = g.add("clamp", {coef}, {{"max", 1.0}}, kScope);
     } else {
-      grad_scale = constant(g, 1.0, DType::F32);
+      grad_scale = constant(g, 1.0, coef_dt);
     }
 
     std::vector<Value*> inputs = {lr, next_step, grad_scale};

@@ -6,8 +6,8 @@
 namespace kiln {
 
 /// Graph inputs the optimizer pass adds (besides per-parameter state).
-inline constexpr const char* kLearningRateInput = "lr";    ///< Scalar f32[]: set by the host each step
-inline constexpr const char* kStepInput = "step";          ///< OptState f32[]: steps taken so far
+inline constexpr const char* kLearningRateInput = "lr";    ///< Scalar f64[]: set by the host each step
+inline constexpr const char* kStepInput = "step";          ///< OptState f64[]: steps taken so far
 
 /// Name of a parameter's optimizer state tensor, e.g. "exp_avg.fc.weight".
 std::string optimizerStateName(const std::string& kind, const std::string& param);

@@ -7,6 +7,7 @@
 // races whatever the thread count (duplicate indices are the norm: tokens
 // repeat).
 #include <algorithm>
+#include <vector>
 
 #include <omp.h>
 
@@ -31,6 +32,13 @@ void embeddingBackwardImpl(const Node& n, const Tensor& gt, const Tensor& idx, T
       opFail(n, "index " + std::to_string(id) + " at position " + std::to_string(i) +
                     " is out of range for an embedding with " + std::to_string(rows) + " rows");
   }
+  // scale_grad_by_freq: PyTorch counts every occurrence (padding_idx's too)
+  // and adds grad * T(1.0 / count) to the row.
+  std::vector<int64_t> counts;
+  if (n.i("scale_grad_by_freq")) {
+    counts.assign(static_cast<size_t>(rows), 0);
+    for (int64_t i = 0; i < count; ++i) ++counts[static_cast<size_t>(ids[i])];
+  }
   const T* g = gt.data<T>();
   T* w = out.data<T>();
   std::fill(w, w + out.numel(), T(0));
@@ -47,7 +55,12 @@ void embeddingBackwardImpl(const Node& n, const Tensor& gt, const Tensor& idx, T
       if (id == pad) continue;
       const T* src = g + i * dim;
       T* dst = w + id * dim;
-      for (int64_t d = d0; d < d1; ++d) dst[d] += src[d];
+      if (counts.empty()) {
+        for (int64_t d = d0; d < d1; ++d) dst[d] += src[d];
+      } else {
+        const T scale = static_cast<T>(1.0 / static_cast<double>(counts[static_cast<size_t>(id)]));
+        for (int64_t d = d0; d < d1; ++d) dst[d] += scale * src[d];
+      }
     }
   }
 }

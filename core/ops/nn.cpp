@@ -162,7 +162,8 @@ void registerNNOps(OpTable& t) {
          {reqAttr("normalized_shape", AttrKind::Ints), optAttr("eps", 1e-5)}, inferLayerNorm, normCost});
   t.add({"group_norm", "(x, weight, bias) with num_groups channel groups", 3, 3, 0,
          {reqAttr("num_groups", AttrKind::Int), optAttr("eps", 1e-5)}, inferGroupNorm, normCost});
-  t.add({"embedding", "(weight, indices) -> rows of weight", 2, 2, 0, {optAttr("padding_idx", int64_t{-1})},
+  t.add({"embedding", "(weight, indices) -> rows of weight", 2, 2, 0,
+         {optAttr("padding_idx", int64_t{-1}), optAttr("scale_grad_by_freq", int64_t{0})},
          inferEmbedding, nullptr});
   t.add({"dropout", "zero with probability p and scale by 1/(1-p); training adds the bool keep-mask output", 1, 1,
          kRandom, {optAttr("p", 0.5), optAttr("training", int64_t{1})}, inferDropout, nullptr});

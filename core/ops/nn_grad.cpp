@@ -9,7 +9,7 @@
 //   avg_pool2d_backward(g) {input_shape, the forward's window attributes}
 //   adaptive_avg_pool2d_backward(g) {input_shape}
 //   adaptive_max_pool2d_backward(g, x)
-//   embedding_backward(g, indices) {num_weights, padding_idx}
+//   embedding_backward(g, indices) {num_weights, padding_idx, scale_grad_by_freq}
 // Max pools take x and recompute each window's argmax in the backward
 // kernel instead of saving indices from the forward: the forward op keeps a
 // single output (importers, kernels and fusions stay as they are), and the
@@ -229,11 +229,14 @@ void adaptiveMaxPoolGrad(GradContext& c) {
 }
 
 /// Rows of the weight gradient accumulate the gradients of every position
-/// that looked them up; the padding_idx row (negative: none) gets nothing.
+/// that looked them up (scaled by 1 / the row's count in the batch with
+/// scale_grad_by_freq); the padding_idx row (negative: none) gets nothing.
 void embeddingGrad(GradContext& c) {
   if (!c.grad() || !c.needs(0)) return;
   c.setGrad(0, c.op("embedding_backward", {c.grad(), c.in(1)},
-                    {{"num_weights", c.in(0)->shape()[0]}, {"padding_idx", c.node().i("padding_idx")}}));
+                    {{"num_weights", c.in(0)->shape()[0]},
+                     {"padding_idx", c.node().i("padding_idx")},
+                     {"scale_grad_by_freq", c.node().i("scale_grad_by_freq")}}));
 }
 
 /// Training: g * mask / (1 - p) (PyTorch's native_dropout_backward; p == 1
@@ -301,7 +304,8 @@ void registerNNGrads(OpTable& t) {
          2,
          2,
          0,
-         {reqAttr("num_weights", AttrKind::Int), optAttr("padding_idx", int64_t{-1})},
+         {reqAttr("num_weights", AttrKind::Int), optAttr("padding_idx", int64_t{-1}),
+          optAttr("scale_grad_by_freq", int64_t{0})},
          inferEmbeddingBackward,
          nullptr});
 

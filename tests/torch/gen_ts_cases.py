@@ -212,6 +212,7 @@ module("layer_norm", lambda: nn.Sequential(nn.LayerNorm(4), nn.LayerNorm([3, 4],
 module("group_norm", lambda: nn.GroupNorm(2, 4), IMG)
 module("instance_norm", lambda: nn.InstanceNorm2d(4), IMG)
 module("embedding", lambda: nn.Embedding(10, 4, padding_idx=0), randint(10, 2, 5))
+module("embedding_freq", lambda: nn.Embedding(10, 4, padding_idx=3, scale_grad_by_freq=True), randint(10, 2, 5))
 module("dropout_eval", lambda: nn.Sequential(nn.Dropout(0.3), nn.Dropout2d(0.2), nn.AlphaDropout(0.1)), IMG)
 module("dropout_train", lambda: nn.Sequential(nn.Dropout(0.3), nn.Dropout2d(0.2)), IMG, train=True, run=False)
 traced("pooling", lambda x: (F.max_pool2d(x, 2), F.max_pool2d(x, 3, 2, 1, ceil_mode=True), F.avg_pool2d(x, 2),

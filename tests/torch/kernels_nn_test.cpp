@@ -334,6 +334,26 @@ TEST_F(KernelsNN, Embedding) {
   expectClose(out[0], torch::embedding(w, idx), 0, "i32 indices");
 }
 
+// The weight gradient against torch::embedding_backward: duplicates
+// accumulate, padding_idx's row stays zero, scale_grad_by_freq divides each
+// row by its count in the batch (padding occurrences counted, as PyTorch does).
+TEST_F(KernelsNN, EmbeddingBackwardPaddingAndScaleByFrequency) {
+  auto idx = torch::tensor(std::vector<int64_t>{1, 4, 1, 0, 4, 4, 2, 1, 7, 4, 0, 2}).view({3, 4});
+  for (auto dtype : {torch::kFloat32, torch::kFloat64})
+    for (int64_t pad : {int64_t{-1}, int64_t{4}})
+      for (bool by_freq : {false, true}) {
+        auto g = torch::randn({3, 4, 5}, dtype);
+        auto out = runOp("embedding_backward", {g, idx},
+                         {{"num_weights", int64_t{9}},
+                          {"padding_idx", pad},
+                          {"scale_grad_by_freq", int64_t{by_freq}}});
+        ASSERT_EQ(out.size(), 1u);
+        auto expect = torch::embedding_backward(g, idx, 9, pad, by_freq, /*sparse=*/false);
+        expectClose(out[0], expect, dtype == torch::kFloat64 ? 1e-15 : 1e-6,
+                    "padding_idx " + std::to_string(pad) + (by_freq ? ", scale_grad_by_freq" : ""));
+      }
+}
+
 TEST_F(KernelsNN, EmbeddingIndexOutOfRangeFails) {
   auto w = torch::randn({5, 3});
   for (int64_t bad : {5, -1}) {

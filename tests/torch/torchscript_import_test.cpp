@@ -304,6 +304,21 @@ TEST(TorchScriptImportStructure, TiedWeightsAreOneInputWithAnAlias) {
   }
 }
 
+TEST(TorchScriptImportStructure, EmbeddingKeepsPaddingAndScaleByFrequency) {
+  REQUIRE_CASES();
+  for (const char* name : {"embedding_freq_trace", "embedding_freq_script"}) {
+    SCOPED_TRACE(name);
+    auto model = importCase(name);
+    ASSERT_TRUE(model.ok()) << model.error().message;
+    const Node* emb = nullptr;
+    for (const auto& n : model->graph.nodes())
+      if (n->op() == "embedding") emb = n.get();
+    ASSERT_NE(emb, nullptr);
+    EXPECT_EQ(emb->i("padding_idx"), 3);
+    EXPECT_EQ(emb->i("scale_grad_by_freq"), 1);
+  }
+}
+
 TEST(TorchScriptImportStructure, BatchNormTrainingUpdatesBuffers) {
   REQUIRE_CASES();
   for (const char* name : {"batch_norm_train_trace", "batch_norm_train_script"}) {

@@ -129,7 +129,8 @@ FxValue lowerGroupNorm(Lowering& cx, NodeArgs& a) {
 
 FxValue lowerEmbedding(Lowering& cx, NodeArgs& a) {
   return FxValue::of(cx.emit("embedding", {a.tensor("weight"), a.tensor("indices")},
-                             {{"padding_idx", a.integer("padding_idx")}}));
+                             {{"padding_idx", a.integer("padding_idx")},
+                              {"scale_grad_by_freq", int64_t{a.flag("scale_grad_by_freq")}}}));
 }
 
 /// native_dropout(input, p, train?) -> (output, keep-mask). train=None means training.

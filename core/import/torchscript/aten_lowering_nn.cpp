@@ -218,10 +218,14 @@ Out lowerGroupNorm(Lowering& cx, Args& a) {
                             {{"num_groups", a.integer(1)}, {"eps", eps}}));
 }
 
-// embedding(weight, indices, padding_idx=-1, scale_grad_by_freq, sparse)
+// embedding(weight, indices, padding_idx=-1, scale_grad_by_freq, sparse).
+// sparse=True asks PyTorch for a sparse gradient tensor; Kiln's gradient is
+// dense with the same values (its sparse allreduce works on blocks of it).
 Out lowerEmbedding(Lowering& cx, Args& a) {
   int64_t pad = a.given(2) ? a.integer(2) : -1;
-  return single(cx, cx.emit("embedding", {a.tensor(0), a.tensor(1)}, {{"padding_idx", pad}}));
+  int64_t by_freq = a.given(3) && a.flag(3);
+  return single(cx, cx.emit("embedding", {a.tensor(0), a.tensor(1)},
+                            {{"padding_idx", pad}, {"scale_grad_by_freq", by_freq}}));
 }
 
 // ---- Dropout -------------------------------------------------------------------------------
