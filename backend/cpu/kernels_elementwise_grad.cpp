@@ -50,7 +50,9 @@ KILN_UNARY_GRAD(SiluGrad, const C s = C(1) / (C(1) + expAny(-v)); return g * s *
 KILN_UNARY_GRAD(MishGrad, const C s = C(1) / (C(1) + std::exp(-v)); const C t = std::tanh(std::log1p(std::exp(v)));
                 return g * (t + v * s * (C(1) - t * t));)
 KILN_UNARY_GRAD(HardswishGrad, return select(v < C(-3), C(0), select(v <= C(3), g*(v / C(3) + C(0.5)), g));)
-KILN_UNARY_GRAD(HardsigmoidGrad, return select((v > C(-3)) & (v < C(3)), g* C(1.0 / 6.0), C(0));)
+// PyTorch multiplies by the float constant 1.0f / 6.0f in every dtype, so a
+// double gradient carries float's rounding of 1/6 (3e-8 relative): match it.
+KILN_UNARY_GRAD(HardsigmoidGrad, return select((v > C(-3)) & (v < C(3)), g* C(1.0f / 6.0f), C(0));)
 #undef KILN_UNARY_GRAD
 
 /// clamp passes the gradient on min <= x <= max; hardtanh only strictly

@@ -176,6 +176,9 @@ TEST(GradElementwise, HardActivations) {
     EXPECT_TRUE(checkGrad({.op = op, .inputs = {f64({4, 5})}, .lo = -5, .hi = 5, .kinks = {-3, 3}}));
   EXPECT_TRUE(same(gradsAt("hardswish", {}, {values({5}, {-3, 3, -4, 4, 0.5})})[0], {-0.5, 1.5, 0, 1, 2.0 / 3}));
   EXPECT_TRUE(same(gradsAt("hardsigmoid", {}, {values({5}, {-3, 3, -4, 4, 0.5})})[0], {0, 0, 0, 0, 1.0 / 6}));
+  // Bit for bit: PyTorch's double gradient is float(1/6) = 0.1666666716337204
+  // (its kernel's constant is 1.0f / 6.0f in every dtype).
+  EXPECT_EQ(gradsAt("hardsigmoid", {}, {values({1}, {0.5})})[0].at(0), 0.1666666716337204);
 }
 
 TEST(GradElementwise, Gelu) {
