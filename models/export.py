@@ -2,7 +2,7 @@
 """Export a zoo model for Kiln, with its example inputs and PyTorch's outputs.
 
     export.py NAME --format {trace,script,fx} [--format ...] --out-dir DIR
-              [--train] [--no-dropout] [--state-dict]
+              [--train] [--no-dropout] [--state-dict] [--dtype float64] [--batch N]
     export.py --list
 
 Writes into DIR:
@@ -22,7 +22,8 @@ every dropout / stochastic-depth probability to 0 before export (and for the
 expected outputs), so that train-mode forwards are deterministic: what the
 training-parity tests (tests/train/) need. Only one format of
 .pt can exist per directory (trace and script both write NAME.pt), so asking
-for both is an error. All safetensors files are byte-for-byte reproducible.
+for both is an error. --dtype float64 casts the weights and inputs before
+tracing (the training-parity tests' exact mode). All safetensors files are byte-for-byte reproducible.
 """
 
 import argparse
@@ -51,13 +52,24 @@ def buffer_keys(model: torch.nn.Module) -> List[str]:
     return [k for k in model.state_dict().keys() if k not in params]
 
 
-def reference_outputs(name: str, train: bool, no_dropout: bool = False):
+def build(name: str, train: bool, no_dropout: bool, dtype: torch.dtype, batch: Optional[int] = None):
+    """zoo.build, with the parameters, buffers and floating-point inputs cast
+    to `dtype` (the same values: float32 widens exactly to float64)."""
+    model, inputs = zoo.build(name, train=train, no_dropout=no_dropout, batch=batch)
+    if dtype != torch.float32:
+        model.to(dtype)
+        inputs = tuple(x.to(dtype) if x.is_floating_point() else x for x in inputs)
+    return model, inputs
+
+
+def reference_outputs(name: str, train: bool, no_dropout: bool = False, dtype: torch.dtype = torch.float32,
+                      batch: Optional[int] = None):
     """Build a fresh model and run it once: (inputs, outputs, buffers after).
 
     Grad stays enabled, as during training: with grad on, PyTorch's
     transformer layers take their ordinary ("slow path") kernels, which is what
     trace, script and fx record."""
-    model, inputs = zoo.build(name, train=train, no_dropout=no_dropout)
+    model, inputs = build(name, train, no_dropout, dtype, batch)
     torch.manual_seed(0)  # only matters for models with dropout in train mode
     out = fx_dump.flatten_outputs(model(*inputs))
     outputs = {f"output{i}": o.detach().contiguous() for i, o in enumerate(out)}
@@ -80,10 +92,13 @@ def input_types_json(inputs) -> str:
 
 
 def export(name: str, formats: Sequence[str], out_dir: str, train: Optional[bool] = None,
-           state_dict: bool = False, log=None, no_dropout: bool = False) -> Dict[str, float]:
+           state_dict: bool = False, log=None, no_dropout: bool = False,
+           dtype: torch.dtype = torch.float32, batch: Optional[int] = None) -> Dict[str, float]:
     """Export `name` in `formats` (subset of trace/script/fx) into out_dir.
     Returns seconds spent per step ("expected", "trace", "script", "fx", ...).
-    no_dropout: zero every dropout probability first (zoo.zero_dropout)."""
+    no_dropout: zero every dropout probability first (zoo.zero_dropout).
+    dtype: the floating-point type of the weights and inputs (traced with it).
+    batch: the example inputs' batch size instead of the zoo's."""
     if train is None:
         train = zoo.is_train(name)
     bad = [f for f in formats if f not in FORMATS]
@@ -98,9 +113,13 @@ def export(name: str, formats: Sequence[str], out_dir: str, train: Optional[bool
     meta = {"model": name, "mode": mode, "torch": torch.__version__}
     if no_dropout:
         meta["dropout"] = "zeroed"
+    if dtype != torch.float32:
+        meta["dtype"] = str(dtype).replace("torch.", "")
+    if batch is not None:
+        meta["batch"] = str(batch)
 
     t0 = time.time()
-    inputs, outputs, buffers = reference_outputs(name, train, no_dropout)
+    inputs, outputs, buffers = reference_outputs(name, train, no_dropout, dtype, batch)
     st_io.save(prefix + ".input.safetensors",
                {f"input{i}": x for i, x in enumerate(inputs)}, meta)
     st_io.save(prefix + ".expected.safetensors", {**outputs, **buffers}, meta)
@@ -108,7 +127,7 @@ def export(name: str, formats: Sequence[str], out_dir: str, train: Optional[bool
 
     # One more fresh model for the exports (tracing runs its forward).
     t0 = time.time()
-    model, inputs = zoo.build(name, train=train, no_dropout=no_dropout)
+    model, inputs = build(name, train, no_dropout, dtype, batch)
     initial = _initial_state(model)
     times["build"] = time.time() - t0
 
@@ -180,6 +199,9 @@ def main(argv=None) -> int:
     p.add_argument("--no-dropout", action="store_true",
                    help="zero every dropout / stochastic-depth probability first (deterministic "
                         "train-mode forwards)")
+    p.add_argument("--dtype", choices=("float32", "float64"), default="float32",
+                   help="weights and inputs in this type (float64: for exact parity checks)")
+    p.add_argument("--batch", type=int, help="example inputs' batch size (default: the zoo's)")
     p.add_argument("--list", action="store_true", help="list models and supported formats")
     args = p.parse_args(argv)
     if args.list:
@@ -197,7 +219,7 @@ def main(argv=None) -> int:
     train = True if args.train else None
     try:
         export(args.name, formats, args.out_dir, train=train, state_dict=args.state_dict,
-               log=sys.stdout, no_dropout=args.no_dropout)
+               log=sys.stdout, no_dropout=args.no_dropout, dtype=getattr(torch, args.dtype), batch=args.batch)
     except ValueError as exc:
         p.error(str(exc))
     return 0

@@ -22,7 +22,7 @@ formats(name) lists the export formats known to work on torch 1.13
 """
 
 import math
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -401,12 +401,13 @@ def zero_dropout(model: nn.Module) -> int:
     return changed
 
 
-def build(name: str, train=None, no_dropout: bool = False) -> Tuple[nn.Module, tuple]:
+def build(name: str, train=None, no_dropout: bool = False, batch: Optional[int] = None) -> Tuple[nn.Module, tuple]:
     """Build model `name` with deterministic weights and example inputs.
 
     The module comes back in train mode for the *_train models (or if
     train=True), eval mode otherwise. no_dropout=True zeroes every dropout
-    probability (see zero_dropout); weights and inputs are the same."""
+    probability (see zero_dropout); weights and inputs are the same.
+    batch: the example inputs' first dimension instead of the zoo's."""
     if name not in _REGISTRY:
         raise KeyError(f"unknown model {name!r}; known: {', '.join(NAMES)}")
     ctor, specs, _ = _REGISTRY[name]
@@ -417,6 +418,9 @@ def build(name: str, train=None, no_dropout: bool = False) -> Tuple[nn.Module, t
     if train is None:
         train = is_train(name)
     model.train(bool(train))
+    if batch is not None:
+        specs = [(s[0], (batch,) + tuple(s[1][1:]), s[2]) if s and s[0] == "int64" else (batch,) + tuple(s[1:])
+                 for s in specs]
     return model, _make_inputs(specs)
 
 

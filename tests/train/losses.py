@@ -76,7 +76,7 @@ def make_target(kind: str, pred: torch.Tensor, seed: int = 0) -> Optional[torch.
     if kind == "model":
         return None
     if kind == "mse":
-        return torch.randn(pred.shape, generator=g, dtype=torch.float32)
+        return torch.randn(pred.shape, generator=g, dtype=torch.float32).to(pred.dtype)
     if kind == "cross_entropy":
         shape = list(pred.shape)
         if len(shape) < 2:
