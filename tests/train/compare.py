@@ -128,15 +128,15 @@ def check_maps(kiln: Dict[str, torch.Tensor], torch32: Dict[str, torch.Tensor],
 
 
 def check_losses(kiln: List[float], torch32: List[float], others: Sequence[List[float]], tol: float,
-                 noise_factor: float = NOISE_FACTOR) -> List[Check]:
-    """One check per step, by the same rule."""
+                 noise_factor: float = NOISE_FACTOR, what: str = "loss") -> List[Check]:
+    """One check per step, by the same rule (`what`: the logged quantity)."""
     out = []
     if len(kiln) != len(torch32):
-        out.append(Check("loss", math.inf, math.inf, False,
+        out.append(Check(what, math.inf, math.inf, False,
                          f"Kiln logged {len(kiln)} steps, PyTorch {len(torch32)}"))
     as_t = lambda x: torch.tensor([x], dtype=torch.float64)  # noqa: E731
     for i, (k, t) in enumerate(zip(kiln, torch32)):
-        out.append(check_tensor(f"loss[step {i}]", as_t(k), as_t(t), [as_t(o[i]) for o in others], tol,
+        out.append(check_tensor(f"{what}[step {i}]", as_t(k), as_t(t), [as_t(o[i]) for o in others], tol,
                                 noise_factor))
     return out
 

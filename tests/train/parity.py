@@ -24,6 +24,9 @@ summary line with the worst errors; exits 1 on any failure (a missing or
 extra key included), 2 when something could not run.
 
 Modes: grad; adamw (lr 1e-3, torch's default weight decay 0.01);
+adamw_cosine (the same with --lr-schedule warmup_cosine: 2 warm-up steps,
+cosine to 1e-4, against torch.optim.lr_scheduler; every step's learning
+rate is compared too);
 adam (lr 1e-3, weight decay 1e-2: L2 added to the gradient); sgd (lr 0.01,
 momentum 0.9, Nesterov, weight decay 1e-4, gradients clipped to global norm 1).
 
@@ -74,7 +77,7 @@ TRAIN_TOL = 1e-3
 # tolerance is about 100x the worst, and still 100x under the 1e-3 the
 # float32 modes use: a float32 constant inside a float64 kernel (3e-8) fails
 # the gradient check.
-EXACT_TOL = {"grad": 1e-9, "sgd": 1e-7, "adam": 1e-5, "adamw": 1e-5}
+EXACT_TOL = {"grad": 1e-9, "sgd": 1e-7, "adam": 1e-5, "adamw": 1e-5, "adamw_cosine": 1e-5}
 EXACT_FLOOR = 1e-12
 STEPS = 5
 
@@ -83,7 +86,12 @@ MODES: Dict[str, Optional[ref.OptConfig]] = {
     "adamw": ref.OptConfig("adamw", lr=1e-3),
     "adam": ref.OptConfig("adam", lr=1e-3, weight_decay=1e-2),
     "sgd": ref.OptConfig("sgd", lr=0.01, momentum=0.9, nesterov=True, weight_decay=1e-4, clip_grad_norm=1.0),
+    # kiln train --lr-schedule warmup_cosine against torch.optim.lr_scheduler
+    # (LinearLR then CosineAnnealingLR): two warm-up steps, then the decay.
+    "adamw_cosine": ref.OptConfig("adamw", lr=1e-3, schedule="warmup_cosine", warmup_steps=2, min_lr=1e-4),
 }
+# The learning rate of every step (a host-side double on both sides).
+LR_TOL = 1e-12
 
 # torchvision models whose train-mode step at the zoo's batch (2 images,
 # BatchNorm over 1x1..4x4 maps late in the net) PyTorch cannot reproduce
@@ -179,7 +187,7 @@ def kiln_grad(kiln, pt, batch, loss, work, threads) -> Dict[str, torch.Tensor]:
     return st_io.load(out)
 
 
-def kiln_train(kiln, pt, batch, loss, cfg, steps, work, threads) -> Tuple[List[float], Dict[str, torch.Tensor]]:
+def kiln_train(kiln, pt, batch, loss, cfg, steps, work, threads) -> Tuple[List[float], Dict[str, torch.Tensor], List[float]]:
     w = os.path.join(work, "kiln.weights.safetensors")
     log = os.path.join(work, "kiln.losses.jsonl")
     args = ["train", pt, "--input-file", batch, "--loss", loss] + cfg.cli_args() + [
@@ -187,7 +195,7 @@ def kiln_train(kiln, pt, batch, loss, cfg, steps, work, threads) -> Tuple[List[f
     if threads:
         args += ["--threads", str(threads)]
     run_kiln(kiln, args)
-    return ref.read_log(log), st_io.load(w)
+    return ref.read_log(log), st_io.load(w), ref.read_log(log, "lr")
 
 
 # --------------------------------------------------------------------------
@@ -263,23 +271,32 @@ def own_error(r: shadow.Reference, tol: float) -> Optional[compare.Check]:
     return compare.worst(compare.check_maps(exact, keep, [], tol, masks=r.masks, mask_allow=math.inf))
 
 
-def candidate(args, cfg, pt, batch, loss, work, dtype) -> Tuple[List[float], Dict[str, torch.Tensor]]:
-    """(per-step losses, tensors) from kiln -- or, with --self-check, from an
-    independent PyTorch computation."""
+def candidate(args, cfg, pt, batch, loss, work, dtype) -> Tuple[List[float], Dict[str, torch.Tensor], List[float]]:
+    """(per-step losses, tensors, per-step learning rates) from kiln -- or,
+    with --self-check, from an independent PyTorch computation."""
     if args.self_check:
         if cfg is None:
             k_tensors = eager_grads(args.name, batch, loss, dtype)
-            return [float(k_tensors.pop("loss"))], k_tensors
+            return [float(k_tensors.pop("loss"))], k_tensors, []
         model = ref.load_model(pt, dtype)
         inputs, target = ref.load_batch(batch, dtype)
         res = ref.train(model, channels_last(model, inputs), target, loss, cfg, args.steps)
-        return res.losses, res.state
+        return res.losses, res.state, res.lrs
     if cfg is None:
         k_tensors = kiln_grad(args.kiln, pt, batch, loss, work, args.threads)
         if "loss" not in k_tensors:
             raise Failure("kiln grad wrote no 'loss' tensor")
-        return [float(k_tensors["loss"])], k_tensors
+        return [float(k_tensors["loss"])], k_tensors, []
     return kiln_train(args.kiln, pt, batch, loss, cfg, args.steps, work, args.threads)
+
+
+def lr_checks(label, cfg, k_lrs, t_lrs, verbose) -> bool:
+    """With a schedule, Kiln's logged learning rate of every step against
+    the one torch.optim.lr_scheduler gave the optimizer."""
+    if cfg is None or cfg.schedule == "constant":
+        return True
+    return report(f"{label} learning rates ({cfg.schedule})",
+                  compare.check_losses(k_lrs, t_lrs, [], LR_TOL, 0.0, what="lr"), verbose)
 
 
 def self_check_perturbation(label, k_tensors, tol, masks, checks_of) -> bool:
@@ -308,14 +325,14 @@ def run_exact(args, cfg, loss, work) -> int:
     inputs, target = ref.load_batch(batch, f64)
     if cfg is None:
         t_loss, t_tensors = ref.grads(model, inputs, target, loss)
-        t_losses = [t_loss]
+        t_losses, t_lrs = [t_loss], []
     else:
         res = ref.train(model, inputs, target, loss, cfg, args.steps)
-        t_losses, t_tensors = res.losses, res.state
+        t_losses, t_tensors, t_lrs = res.losses, res.state, res.lrs
     times["torch"] = time.time() - t0
 
     t0 = time.time()
-    k_losses, k_tensors = candidate(args, cfg, pt, batch, loss, work, f64)
+    k_losses, k_tensors, k_lrs = candidate(args, cfg, pt, batch, loss, work, f64)
     times["kiln" if not args.self_check else "candidate"] = time.time() - t0
 
     # Mathematically-zero gradients (a conv bias before a train-mode
@@ -341,6 +358,7 @@ def run_exact(args, cfg, loss, work) -> int:
 
     ok = report(f"{label} {what}", tensor_checks(k_tensors), args.verbose)
     ok &= report(f"{label} losses", compare.check_losses(k_losses, t_losses, [], tol, 0.0), args.verbose)
+    ok &= lr_checks(label, cfg, k_lrs, t_lrs, args.verbose)
     print(f"{label}: {'PASS' if ok else 'FAIL'} (" + ", ".join(f"{k} {v:.2f}s" for k, v in times.items()) + ")")
     if args.self_check:
         ok &= self_check_perturbation(label, k_tensors, tol, {}, tensor_checks)
@@ -367,7 +385,7 @@ def run(args) -> int:
     times["torch"] = time.time() - t0
 
     t0 = time.time()
-    k_losses, k_tensors = candidate(args, cfg, pt, batch, loss, work, torch.float32)
+    k_losses, k_tensors, k_lrs = candidate(args, cfg, pt, batch, loss, work, torch.float32)
     times["kiln" if not args.self_check else "candidate"] = time.time() - t0
 
     tol = GRAD_TOL if cfg is None else TRAIN_TOL
@@ -391,6 +409,8 @@ def run(args) -> int:
 
     ok = report(f"{label} {what}", tensor_checks(k_tensors), args.verbose)
     ok &= report(f"{label} losses", compare.check_losses(k_losses, r.losses32, r.others()[1], tol, nf), args.verbose)
+    if cfg is not None:
+        ok &= lr_checks(label, cfg, k_lrs, r.lrs, args.verbose)
     own = own_error(r, tol)
     if own is not None:
         print(f"{label}: PyTorch float32 vs float64: worst err {own.err:.3g} ({own.key})"

@@ -6,7 +6,8 @@
     reference.py train MODEL.pt --input-file BATCH --loss L --optimizer sgd|adam|adamw
                        --lr X [--momentum M] [--dampening D] [--nesterov]
                        [--weight-decay W] [--beta1 B1] [--beta2 B2] [--eps E]
-                       [--clip-grad-norm C] --steps N --save-weights OUT --log-file LOSSES.jsonl
+                       [--clip-grad-norm C] [--lr-schedule warmup_cosine --warmup-steps K --min-lr M]
+                       --steps N --save-weights OUT --log-file LOSSES.jsonl
 
 Same options and output files as kiln's commands, so the two are
 interchangeable (tests/train/parity.py runs both and compares):
@@ -63,6 +64,12 @@ class OptConfig:
     beta2: float = 0.999
     eps: float = 1e-8
     clip_grad_norm: float = 0.0  # 0: off
+    # Learning-rate schedule, as kiln train's --lr-schedule: "constant" or
+    # "warmup_cosine" (linear warm-up over warmup_steps, then cosine decay
+    # to min_lr at the last step), run with torch.optim.lr_scheduler.
+    schedule: str = "constant"
+    warmup_steps: int = 0
+    min_lr: float = 0.0
 
     def decay(self) -> float:
         if self.weight_decay is not None:
@@ -82,6 +89,9 @@ class OptConfig:
             a += ["--weight-decay", repr(self.weight_decay)]
         if self.clip_grad_norm:
             a += ["--clip-grad-norm", repr(self.clip_grad_norm)]
+        if self.schedule != "constant":
+            a += ["--lr-schedule", self.schedule, "--warmup-steps", str(self.warmup_steps),
+                  "--min-lr", repr(self.min_lr)]
         return a
 
 
@@ -95,6 +105,26 @@ def make_optimizer(params, cfg: OptConfig) -> torch.optim.Optimizer:
     if cfg.optimizer == "adamw":
         return torch.optim.AdamW(params, lr=cfg.lr, betas=betas, eps=cfg.eps, weight_decay=cfg.decay())
     raise ValueError(f"unknown optimizer {cfg.optimizer!r}; use one of {', '.join(OPTIMIZERS)}")
+
+
+def make_scheduler(opt: torch.optim.Optimizer, cfg: OptConfig, steps: int):
+    """PyTorch's schedulers for cfg.schedule over `steps` steps (None for a
+    constant rate): warmup_cosine is LinearLR from lr / warmup to lr over the
+    warm-up steps, then CosineAnnealingLR down to min_lr at step `steps`."""
+    if cfg.schedule == "constant":
+        return None
+    if cfg.schedule != "warmup_cosine":
+        raise ValueError(f"unknown schedule {cfg.schedule!r}")
+    sched = torch.optim.lr_scheduler
+    cosine = sched.CosineAnnealingLR(opt, T_max=max(1, steps - cfg.warmup_steps), eta_min=cfg.min_lr)
+    if cfg.warmup_steps < 2:  # one warm-up step runs at the full rate
+        if cfg.warmup_steps == 1:
+            return sched.SequentialLR(opt, [sched.ConstantLR(opt, factor=1.0, total_iters=1), cosine],
+                                      milestones=[1])
+        return cosine
+    warmup = sched.LinearLR(opt, start_factor=1.0 / cfg.warmup_steps, end_factor=1.0,
+                            total_iters=cfg.warmup_steps - 1)
+    return sched.SequentialLR(opt, [warmup, cosine], milestones=[cfg.warmup_steps])
 
 
 # --------------------------------------------------------------------------
@@ -170,6 +200,7 @@ class TrainResult:
     # Per step, the gradient of every parameter (by named_parameters name)
     # before clipping: parity.py uses them to find float32 noise.
     step_grads: List[Dict[str, torch.Tensor]]
+    lrs: List[float] = dataclasses.field(default_factory=list)  # the rate each step used
 
 
 def train(model: torch.nn.Module, inputs, target, loss_kind: str, cfg: OptConfig, steps: int,
@@ -177,6 +208,7 @@ def train(model: torch.nn.Module, inputs, target, loss_kind: str, cfg: OptConfig
     """`steps` optimizer steps on the same batch, like a PyTorch training loop."""
     named = list(model.named_parameters())
     opt = make_optimizer([p for _, p in named], cfg)
+    scheduler = make_scheduler(opt, cfg, steps)
     res = TrainResult([], {}, [])
     for _ in range(steps):
         opt.zero_grad(set_to_none=True)
@@ -187,7 +219,10 @@ def train(model: torch.nn.Module, inputs, target, loss_kind: str, cfg: OptConfig
                                    for n, p in named})
         if cfg.clip_grad_norm:
             torch.nn.utils.clip_grad_norm_([p for _, p in named], cfg.clip_grad_norm)
+        res.lrs.append(float(opt.param_groups[0]["lr"]))
         opt.step()
+        if scheduler is not None:
+            scheduler.step()
         res.losses.append(float(loss.detach()))
     res.state = state_dict(model)
     return res
@@ -207,17 +242,18 @@ def save_train(weights_path: Optional[str], log_path: Optional[str], res: TrainR
     if log_path:
         with open(log_path, "w") as f:
             for i, x in enumerate(res.losses):
-                f.write(json.dumps({"step": i, "loss": x}) + "\n")
+                f.write(json.dumps({"step": i, "loss": x, "lr": res.lrs[i]}) + "\n")
 
 
-def read_log(path: str) -> List[float]:
-    """Per-step losses of a LOSSES.jsonl (kiln's or ours), indexed by step."""
+def read_log(path: str, key: str = "loss") -> List[float]:
+    """Per-step `key` ("loss", "lr") of a LOSSES.jsonl (kiln's or ours),
+    indexed by step."""
     by_step = {}
     with open(path) as f:
         for line in f:
             if line.strip():
                 j = json.loads(line)
-                by_step[int(j["step"])] = float(j["loss"])
+                by_step[int(j["step"])] = float(j[key])
     return [by_step[i] for i in sorted(by_step)]
 
 
@@ -234,11 +270,15 @@ def add_opt_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--beta2", type=float, default=d.beta2)
     p.add_argument("--eps", type=float, default=d.eps)
     p.add_argument("--clip-grad-norm", type=float, default=d.clip_grad_norm, help="0: off")
+    p.add_argument("--lr-schedule", choices=("constant", "warmup_cosine"), default=d.schedule)
+    p.add_argument("--warmup-steps", type=int, default=d.warmup_steps)
+    p.add_argument("--min-lr", type=float, default=d.min_lr)
 
 
 def opt_config(args) -> OptConfig:
     return OptConfig(args.optimizer, args.lr, args.momentum, args.dampening, args.nesterov,
-                     args.weight_decay, args.beta1, args.beta2, args.eps, args.clip_grad_norm)
+                     args.weight_decay, args.beta1, args.beta2, args.eps, args.clip_grad_norm,
+                     args.lr_schedule, args.warmup_steps, args.min_lr)
 
 
 def main(argv=None) -> int:

@@ -55,6 +55,7 @@ class Reference:
     losses_alt: List[float] = dataclasses.field(default_factory=list)  # float32, other kernels
     tensors_alt: Dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
     initial: Dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)  # state before training
+    lrs: List[float] = dataclasses.field(default_factory=list)  # the learning rate of each step
     param_keys: List[str] = dataclasses.field(default_factory=list)  # state_dict keys of parameters
 
     def others(self):
@@ -88,6 +89,7 @@ def run(pt: str, batch: str, loss_kind: str, cfg: Optional[ref.OptConfig], steps
 
     named = [list(m.named_parameters()) for m in models]
     opts = [ref.make_optimizer([p for _, p in nps], cfg) for nps in named]
+    schedulers = [ref.make_scheduler(opt, cfg, steps) for opt in opts]
     adam = cfg.optimizer in ("adam", "adamw")
     masks = {n: torch.zeros_like(p, dtype=torch.bool) for n, p in named[0]}
     res = Reference([], {}, [], {}, {})
@@ -112,11 +114,14 @@ def run(pt: str, batch: str, loss_kind: str, cfg: Optional[ref.OptConfig], steps
                 noise = max((p32.grad.double() - g64).abs().max(), (palt.grad.double() - g64).abs().max())
                 masks[n] |= g64.abs() <= mask_factor * noise
         res.max_grad_norm = max(res.max_grad_norm, sq ** 0.5)
-        for nps, opt, (_, ctx) in zip(named, opts, kinds):
+        res.lrs.append(float(opts[0].param_groups[0]["lr"]))
+        for nps, opt, sched, (_, ctx) in zip(named, opts, schedulers, kinds):
             with ctx():
                 if cfg.clip_grad_norm:
                     torch.nn.utils.clip_grad_norm_([p for _, p in nps], cfg.clip_grad_norm)
                 opt.step()
+                if sched is not None:
+                    sched.step()
     res.tensors32, res.tensors64, res.tensors_alt = (ref.state_dict(m) for m in models)
     if adam:
         res.masks = {key: masks[n] for key, n in ref.param_names(models[0]).items() if masks[n].any()}
