@@ -1,32 +1,22 @@
-// Building the whole training step from a forward graph: the passes that run,
-// in order, with a trace of what each did.
+// Building the whole training step from a forward graph: the default
+// training pipeline (passes/pipelines.h) run by the PassManager, with a
+// trace of what each pass did.
 #pragma once
 
-#include <string>
 #include <vector>
 
 #include "core/ir.h"
 #include "passes/pass.h"
+#include "passes/pass_manager.h"
+#include "passes/pipelines.h"
 
 namespace kiln {
 
-/// What one pass did (for `kiln train --verbose`, reports, the inspector).
-struct PassTraceEntry {
-  std::string pass;
-  double millis = 0;
-  PassResult result;
-  size_t nodes_after = 0;
-};
-
-/// Which graph to build.
-enum class TrainingGraphKind {
-  Gradients,  ///< forward + loss + backward; Gradient outputs (kiln grad)
-  Step,       ///< ... + optimizer update (kiln train)
-};
-
-/// Clone `forward` and run loss -> autodiff -> [optimizer] -> dce on it,
-/// verifying after each pass. Errors say which pass failed and why.
+/// Clone `forward` and run the training pipeline of `kind` on it (loss ->
+/// autodiff -> [optimizer] -> dce), verifying after each pass unless
+/// `options` says otherwise. Errors say which pass failed and why.
 Result<Graph> buildTrainingGraph(const Graph& forward, PassContext& ctx, TrainingGraphKind kind,
-                                 std::vector<PassTraceEntry>* trace = nullptr);
+                                 std::vector<PassTraceEntry>* trace = nullptr,
+                                 const PassManagerOptions& options = {.verify_each = true});
 
 }  // namespace kiln

@@ -1,0 +1,45 @@
+#include "passes/pass_registry.h"
+
+#include "passes/autodiff.h"
+#include "passes/dce.h"
+#include "passes/loss.h"
+#include "passes/optimizer.h"
+
+namespace kiln {
+
+const std::vector<PassInfo>& allPasses() {
+  static const std::vector<PassInfo> table = {
+      {"loss", "append the training loss to the forward graph",
+       "Needs a forward graph and PassContext::training.loss. Appends cross_entropy or mse of output 0 against a "
+       "new `target` data input (or takes output 0 as the loss for `model`) and marks it the Loss output.",
+       runLoss},
+      {"autodiff", "reverse-mode gradients of the loss for every trainable parameter",
+       "Needs a Loss output. Appends the backward from each op's gradient rule, only for values on a path "
+       "from a trainable parameter to the loss; fan-out is summed, tied parameters get one summed gradient. "
+       "Adds one Gradient output per trainable parameter.",
+       runAutodiff},
+      {"optimizer", "the optimizer update over all parameters at once",
+       "Needs Gradient outputs. Appends one multi-tensor SGD / Adam / AdamW update (optional global-norm "
+       "clipping), with optimizer state as graph inputs and outputs, and the lr and step scalars as inputs.",
+       runOptimizer},
+      {"dce", "dead-code elimination",
+       "Removes every node none of whose outputs is used or a graph output (side-effecting ops stay). "
+       "Graph inputs are kept: they are the model's state.",
+       runDce},
+  };
+  return table;
+}
+
+const PassInfo* findPass(std::string_view name) {
+  for (const PassInfo& p : allPasses())
+    if (name == p.name) return &p;
+  return nullptr;
+}
+
+std::string knownPassNames() {
+  std::string out;
+  for (const PassInfo& p : allPasses()) out += (out.empty() ? "" : ", ") + std::string(p.name);
+  return out;
+}
+
+}  // namespace kiln

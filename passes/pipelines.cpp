@@ -1,0 +1,26 @@
+#include "passes/pipelines.h"
+
+namespace kiln {
+
+const std::vector<PipelineEntry>& trainingPipeline(TrainingGraphKind kind) {
+  static const std::vector<PipelineEntry> step = {
+      {"loss", "defines the scalar that autodiff differentiates"},
+      {"autodiff", "its Gradient outputs are what the optimizer consumes"},
+      {"optimizer", "turns the gradients into parameter and optimizer-state updates"},
+      {"dce", "last: drops the forward outputs and branches nothing reads any more"},
+  };
+  static const std::vector<PipelineEntry> gradients = {
+      {"loss", "defines the scalar that autodiff differentiates"},
+      {"autodiff", "the Gradient outputs are the result (kiln grad)"},
+      {"dce", "last: drops the forward outputs and branches nothing reads any more"},
+  };
+  return kind == TrainingGraphKind::Step ? step : gradients;
+}
+
+std::vector<std::string> passNames(const std::vector<PipelineEntry>& pipeline) {
+  std::vector<std::string> out;
+  for (const PipelineEntry& e : pipeline) out.push_back(e.pass);
+  return out;
+}
+
+}  // namespace kiln
