@@ -31,7 +31,8 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::create(const Model& mo
   std::unique_ptr<TrainingSession> s(new TrainingSession());
   s->config_ = std::move(config);
   s->kind_ = kind;
-  auto g = buildTrainingGraph(model.graph, s->config_.passes, kind, &s->trace_);
+  auto g = buildTrainingGraph(model.graph, s->config_.passes, kind, &s->trace_, s->config_.pass_options,
+                              s->config_.pipeline);
   if (!g) return g.error();
   s->graph_ = std::make_unique<Graph>(std::move(*g));
   auto ex = CpuExecutor::create(*s->graph_, {.seed = s->config_.seed, .num_threads = s->config_.num_threads});
@@ -69,9 +70,9 @@ Status TrainingSession::checkBatch(const TensorMap& batch, const std::string& wh
   for (const Value* v : batchInputs()) {
     auto it = batch.find(v->name());
     if (it == batch.end()) {
-      std::string why = v->name() == "target" ? " (the " + std::string(lossKindName(config_.passes.training.loss)) +
-                                                    " loss needs it)"
-                                              : " (model input " + v->type().str() + ")";
+      std::string why = v->name() == "target"
+                            ? " (the " + std::string(lossKindName(config_.passes.training.loss)) + " loss needs it)"
+                            : " (model input " + v->type().str() + ")";
       return Error{where + ": no tensor '" + v->name() + "'" + why};
     }
     if (it->second.type() != v->type())

@@ -26,8 +26,12 @@ struct TrainingConfig {
   PassContext passes;  ///< loss, optimizer, frozen parameters, target type
   double lr = 1e-3;
   LrSchedule schedule;
-  uint64_t seed = 0;     ///< random ops (dropout) draw from (seed, step)
-  int num_threads = 0;   ///< 0: all cores
+  uint64_t seed = 0;    ///< random ops (dropout) draw from (seed, step)
+  int num_threads = 0;  ///< 0: all cores
+  /// Pass names to build the graph with instead of the default pipeline.
+  std::vector<std::string> pipeline;
+  /// PassManager switches (IR printing, dumps, verification).
+  PassManagerOptions pass_options{.verify_each = true};
 };
 
 class TrainingSession {
@@ -78,9 +82,9 @@ class TrainingSession {
   TrainingConfig config_;
   TrainingGraphKind kind_ = TrainingGraphKind::Step;
   std::map<std::string, std::string> aliases_;  ///< tied parameters (Model::aliases)
-  TensorMap untouched_;  ///< state_dict entries the graph does not use
-  TensorMap state_;      ///< every graph input that is not Data or Scalar, by name
-  std::vector<Tensor> last_;  ///< outputs of the last step
+  TensorMap untouched_;                         ///< state_dict entries the graph does not use
+  TensorMap state_;                             ///< every graph input that is not Data or Scalar, by name
+  std::vector<Tensor> last_;                    ///< outputs of the last step
   int64_t steps_ = 0;
   std::vector<PassTraceEntry> trace_;
 };

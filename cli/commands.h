@@ -13,5 +13,6 @@ void addCompareCommand(CLI::App& app);
 void addVerifyCommand(CLI::App& app);
 void addTrainCommand(CLI::App& app);
 void addGradCommand(CLI::App& app);
+void addPassesCommand(CLI::App& app);
 
 }  // namespace kiln::cli

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   kiln::cli::addVerifyCommand(app);
   kiln::cli::addTrainCommand(app);
   kiln::cli::addGradCommand(app);
+  kiln::cli::addPassesCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

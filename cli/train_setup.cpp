@@ -7,12 +7,15 @@
 #include "core/import/loader/load_model.h"
 #include "core/safetensors.h"
 #include "core/verifier.h"
+#include "passes/pass_manager.h"
 
 namespace kiln::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double msSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+double msSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
 
 Status validate(const TrainArgs& a) {
   auto bad = [](const std::string& m) { return Status(Error{m}); };
@@ -21,11 +24,16 @@ Status validate(const TrainArgs& a) {
   if (!parseLrScheduleKind(a.lr_schedule))
     return bad("unknown learning-rate schedule '" + a.lr_schedule + "'; use constant or warmup_cosine");
   auto nonneg = [&](double v, const char* what) -> Status {
-    if (!std::isfinite(v) || v < 0) return bad(std::string(what) + " must be a finite number >= 0, got " + std::to_string(v));
+    if (!std::isfinite(v) || v < 0)
+      return bad(std::string(what) + " must be a finite number >= 0, got " + std::to_string(v));
     return {};
   };
-  for (auto [v, what] : {std::pair{a.lr, "--lr"}, {a.momentum, "--momentum"}, {a.dampening, "--dampening"},
-                         {a.eps, "--eps"}, {a.clip_grad_norm, "--clip-grad-norm"}, {a.min_lr, "--min-lr"},
+  for (auto [v, what] : {std::pair{a.lr, "--lr"},
+                         {a.momentum, "--momentum"},
+                         {a.dampening, "--dampening"},
+                         {a.eps, "--eps"},
+                         {a.clip_grad_norm, "--clip-grad-norm"},
+                         {a.min_lr, "--min-lr"},
                          {a.weight_decay.value_or(0), "--weight-decay"}})
     if (Status s = nonneg(v, what); !s) return s;
   if (!(a.beta1 >= 0 && a.beta1 < 1) || !(a.beta2 >= 0 && a.beta2 < 1))
@@ -35,6 +43,13 @@ Status validate(const TrainArgs& a) {
   if (a.steps < 0 || a.warmup_steps < 0 || a.batch < 0 || a.seq_len < 0)
     return bad("--steps, --warmup-steps, --batch and --seq-len must be >= 0");
   if (!a.model.input_file.empty() && !a.data.empty()) return bad("give either --input-file or --data, not both");
+  if (!a.passes.empty()) {
+    auto names = splitPassList(a.passes);
+    if (!names) return bad("--passes: " + names.error().message);
+    if (auto p = resolvePipeline(*names, "--passes"); !p) return p.error();
+  }
+  for (const std::string& n : a.print_ir_after)
+    if (!findPass(n)) return bad("--print-ir-after: unknown pass '" + n + "' (known: " + knownPassNames() + ")");
   return {};
 }
 
@@ -92,12 +107,19 @@ void addTrainOptions(CLI::App* sub, TrainArgs& a, bool with_optimizer) {
       ->required();
   sub->add_option("--input-file", a.model.input_file,
                   "batch (safetensors): input0, input1, ... and target; used for every step");
-  sub->add_option("--input-shape", a.model.input_shapes, "data input type for synthetic batches, e.g. 8x32 or i64[2,16]");
+  sub->add_option("--input-shape", a.model.input_shapes,
+                  "data input type for synthetic batches, e.g. 8x32 or i64[2,16]");
   sub->add_option("--loss", a.loss, "cross_entropy (class-index target), mse, or model (output 0 is the loss)");
   sub->add_option("--freeze", a.freeze, "train no parameter whose name starts with this prefix (repeatable)");
   sub->add_option("--seed", a.seed, "seed for synthetic batches and random ops (dropout)");
   sub->add_option("--threads", a.threads, "CPU threads (0: all cores)");
   sub->add_flag("--verbose,-v", a.verbose, "print the passes and full error messages");
+  sub->add_option("--passes", a.passes, "run these passes (a,b,c) instead of the default pipeline (kiln passes)");
+  sub->add_option("--print-ir-after", a.print_ir_after, "print the text IR after this pass (repeatable)");
+  sub->add_flag("--print-ir-after-change", a.print_ir_after_change,
+                "print the text IR after every pass that changed it");
+  sub->add_flag("--verify-each", a.verify_each, "verify the graph after every pass (else once at the end)");
+  sub->add_option("--dump-dir", a.dump_dir, "write the text IR before and after every pass into this directory");
   if (!with_optimizer) return;
   sub->add_option("--data", a.data,
                   "a directory of safetensors batches (cycled), or a flat binary token file (language models)");
@@ -134,7 +156,8 @@ Result<TrainSetup> setUpTraining(const TrainArgs& a, TrainingGraphKind kind) {
     if (!f) return f.error();
     first = std::move(f->tensors);
     types = typesOf(first);
-    if (types.empty()) return Error{a.model.input_file + ": holds no tensor named input0 (inputs are keyed input0, input1, ...)"};
+    if (types.empty())
+      return Error{a.model.input_file + ": holds no tensor named input0 (inputs are keyed input0, input1, ...)"};
     setup.batches = fixedBatchSource(first, a.model.input_file);
     setup.batch_where = a.model.input_file;
   } else if (!a.data.empty() && std::filesystem::is_directory(a.data)) {
@@ -162,7 +185,8 @@ Result<TrainSetup> setUpTraining(const TrainArgs& a, TrainingGraphKind kind) {
     if (!token_file.empty()) {
       if (types.size() != 1 || types[0].shape.size() != 2 || !isIntegral(types[0].dtype))
         return Error{"--data " + token_file + ": token files feed models with one integer input [batch, seq]; " +
-                     a.model.path + " takes " + std::to_string(types.size()) + " input(s), the first " + types[0].str()};
+                     a.model.path + " takes " + std::to_string(types.size()) + " input(s), the first " +
+                     types[0].str()};
       if (a.seq_len > 0) types[0].shape[1] = a.seq_len;
       types[0].dtype = DType::I64;
       auto src = tokenFileSource(token_file, a.token_type, types[0].shape[0], types[0].shape[1]);
@@ -202,6 +226,12 @@ Result<TrainSetup> setUpTraining(const TrainArgs& a, TrainingGraphKind kind) {
   cfg.schedule.min_lr = a.min_lr;
   cfg.seed = a.seed;
   cfg.num_threads = a.threads;
+  if (!a.passes.empty()) cfg.pipeline = *splitPassList(a.passes);  // checked in validate()
+  cfg.pass_options = {.print_ir_after = {a.print_ir_after.begin(), a.print_ir_after.end()},
+                      .print_ir_after_change = a.print_ir_after_change,
+                      .verify_each = a.verify_each,
+                      .dump_dir = a.dump_dir,
+                      .out = &std::cout};
 
   // 3. Compile the step and bind kernels.
   auto t1 = Clock::now();

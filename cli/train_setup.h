@@ -16,7 +16,7 @@
 namespace kiln::cli {
 
 struct TrainArgs {
-  ModelArgs model;  ///< model.input_file doubles as the fixed batch file
+  ModelArgs model;   ///< model.input_file doubles as the fixed batch file
   std::string data;  ///< directory of safetensors batches, or a token file
   std::string token_type = "u16";
   int64_t seq_len = 0;  ///< token windows; 0: the model's input length
@@ -37,6 +37,12 @@ struct TrainArgs {
   uint64_t seed = 0;
   int threads = 0;
   bool verbose = false;
+  // PassManager switches.
+  std::string passes;                       ///< "a,b,c": instead of the default pipeline
+  std::vector<std::string> print_ir_after;  ///< pass names
+  bool print_ir_after_change = false;
+  bool verify_each = false;
+  std::string dump_dir;
 };
 
 /// Register the shared options on a subcommand.

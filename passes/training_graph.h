@@ -13,10 +13,12 @@
 namespace kiln {
 
 /// Clone `forward` and run the training pipeline of `kind` on it (loss ->
-/// autodiff -> [optimizer] -> dce), verifying after each pass unless
-/// `options` says otherwise. Errors say which pass failed and why.
+/// autodiff -> [optimizer] -> dce), or the passes named in `pipeline` when
+/// it is not empty (`--passes`), verifying after each pass unless `options`
+/// says otherwise. Errors say which pass failed and why.
 Result<Graph> buildTrainingGraph(const Graph& forward, PassContext& ctx, TrainingGraphKind kind,
                                  std::vector<PassTraceEntry>* trace = nullptr,
-                                 const PassManagerOptions& options = {.verify_each = true});
+                                 const PassManagerOptions& options = {.verify_each = true},
+                                 const std::vector<std::string>& pipeline = {});
 
 }  // namespace kiln
