@@ -19,6 +19,7 @@ std::vector<TensorType> inferClassLoss(const Node& n) {
   const TensorType& target = n.input(1)->type();
   if (!isFloating(x.dtype)) opFail(n, "input must be floating point, got " + x.str());
   if (!isIntegral(target.dtype)) opFail(n, "target must hold class indices (integers), got " + target.str());
+  if (x.rank() == 0) opFail(n, "input must have a class dimension (rank >= 1), got " + x.str());
   Shape expect;
   if (x.rank() == 1) {
     expect = {};

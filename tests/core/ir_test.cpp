@@ -67,6 +67,20 @@ TEST(IrTest, SplitHasOneOutputPerPiece) {
   EXPECT_EQ(s->output(1)->shape(), (Shape{2, 4}));
 }
 
+TEST(IrTest, ClassLossOfAScalarIsAnErrorNotACrash) {
+  Graph g;
+  Value* x = g.addInput("x", {DType::F32, {}}, ValueRole::Data);
+  Value* t = g.addInput("t", {DType::I64, {}}, ValueRole::Data);
+  for (const char* op : {"cross_entropy", "nll_loss"}) {
+    try {
+      g.create(op, {x, t});
+      ADD_FAILURE() << op << " of a 0-d input should fail";
+    } catch (const KilnException& e) {
+      EXPECT_NE(std::string(e.what()).find("class dimension (rank >= 1), got f32[]"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(IrTest, OpTableHasAllFamilies) {
   const OpTable& t = OpTable::get();
   for (const char* op : {"add", "sum", "reshape", "matmul", "conv2d", "cross_entropy"})
