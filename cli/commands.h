@@ -14,5 +14,6 @@ void addVerifyCommand(CLI::App& app);
 void addTrainCommand(CLI::App& app);
 void addGradCommand(CLI::App& app);
 void addPassesCommand(CLI::App& app);
+void addOptCommand(CLI::App& app);
 
 }  // namespace kiln::cli

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   kiln::cli::addTrainCommand(app);
   kiln::cli::addGradCommand(app);
   kiln::cli::addPassesCommand(app);
+  kiln::cli::addOptCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
