@@ -1,6 +1,7 @@
 #include "passes/pass_registry.h"
 
 #include "passes/autodiff.h"
+#include "passes/cse.h"
 #include "passes/dce.h"
 #include "passes/loss.h"
 #include "passes/optimizer.h"
@@ -22,6 +23,10 @@ const std::vector<PassInfo>& allPasses() {
        "Needs Gradient outputs. Appends one multi-tensor SGD / Adam / AdamW update (optional global-norm "
        "clipping), with optimizer state as graph inputs and outputs, and the lr and step scalars as inputs.",
        runOptimizer},
+      {"cse", "common-subexpression elimination",
+       "Merges nodes with the same op, input values, explicit attributes and output types (random and "
+       "side-effecting ops excepted); the first one stays. Results are bit for bit the same.",
+       runCse},
       {"dce", "dead-code elimination",
        "Removes every node none of whose outputs is used or a graph output (side-effecting ops stay). "
        "Graph inputs are kept: they are the model's state.",

@@ -7,11 +7,13 @@ const std::vector<PipelineEntry>& trainingPipeline(TrainingGraphKind kind) {
       {"loss", "defines the scalar that autodiff differentiates"},
       {"autodiff", "its Gradient outputs are what the optimizer consumes"},
       {"optimizer", "turns the gradients into parameter and optimizer-state updates"},
+      {"cse", "merges the equal constants and repeated subexpressions the loss, autodiff and optimizer emit"},
       {"dce", "last: drops the forward outputs and branches nothing reads any more"},
   };
   static const std::vector<PipelineEntry> gradients = {
       {"loss", "defines the scalar that autodiff differentiates"},
       {"autodiff", "the Gradient outputs are the result (kiln grad)"},
+      {"cse", "merges the equal constants and repeated subexpressions the loss, autodiff and optimizer emit"},
       {"dce", "last: drops the forward outputs and branches nothing reads any more"},
   };
   return kind == TrainingGraphKind::Step ? step : gradients;

@@ -19,7 +19,7 @@ ok() { echo "ok   $*"; }
 M="$W/mlp.pt"
 
 out=$("$KILN" passes) || fail "kiln passes exited $?"
-for p in loss autodiff optimizer dce "default pipeline of kiln train" "default pipeline of kiln grad"; do
+for p in loss autodiff optimizer cse dce "default pipeline of kiln train" "default pipeline of kiln grad"; do
   [[ "$out" == *"$p"* ]] || fail "kiln passes lacks '$p'"
 done
 ok "kiln passes"
@@ -37,7 +37,7 @@ grep -q "IR after dce" <<<"$out" && fail "--print-ir-after-change printed the un
 ok "--print-ir-after-change"
 
 "$KILN" train "$M" --steps 1 --dump-dir "$W/dump" --verify-each >/dev/null 2>&1 || fail "--dump-dir exited $?"
-want="00-input.kir 01-loss.kir 02-autodiff.kir 03-optimizer.kir 04-dce.kir"
+want="00-input.kir 01-loss.kir 02-autodiff.kir 03-optimizer.kir 04-cse.kir 05-dce.kir"
 got=$(cd "$W/dump" 2>/dev/null && ls | tr '\n' ' ' | sed 's/ $//')
 [ "$got" = "$want" ] || fail "--dump-dir: files '$got', want '$want'"
 for f in "$W"/dump/*.kir; do
