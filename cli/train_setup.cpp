@@ -7,7 +7,6 @@
 #include "core/import/loader/load_model.h"
 #include "core/safetensors.h"
 #include "core/verifier.h"
-#include "passes/pass_manager.h"
 
 namespace kiln::cli {
 namespace {
@@ -43,13 +42,7 @@ Status validate(const TrainArgs& a) {
   if (a.steps < 0 || a.warmup_steps < 0 || a.batch < 0 || a.seq_len < 0)
     return bad("--steps, --warmup-steps, --batch and --seq-len must be >= 0");
   if (!a.model.input_file.empty() && !a.data.empty()) return bad("give either --input-file or --data, not both");
-  if (!a.passes.empty()) {
-    auto names = splitPassList(a.passes);
-    if (!names) return bad("--passes: " + names.error().message);
-    if (auto p = resolvePipeline(*names, "--passes"); !p) return p.error();
-  }
-  for (const std::string& n : a.print_ir_after)
-    if (!findPass(n)) return bad("--print-ir-after: unknown pass '" + n + "' (known: " + knownPassNames() + ")");
+  if (auto p = checkPassFlags(a.pass_flags); !p) return p.error();
   return {};
 }
 
@@ -114,12 +107,7 @@ void addTrainOptions(CLI::App* sub, TrainArgs& a, bool with_optimizer) {
   sub->add_option("--seed", a.seed, "seed for synthetic batches and random ops (dropout)");
   sub->add_option("--threads", a.threads, "CPU threads (0: all cores)");
   sub->add_flag("--verbose,-v", a.verbose, "print the passes and full error messages");
-  sub->add_option("--passes", a.passes, "run these passes (a,b,c) instead of the default pipeline (kiln passes)");
-  sub->add_option("--print-ir-after", a.print_ir_after, "print the text IR after this pass (repeatable)");
-  sub->add_flag("--print-ir-after-change", a.print_ir_after_change,
-                "print the text IR after every pass that changed it");
-  sub->add_flag("--verify-each", a.verify_each, "verify the graph after every pass (else once at the end)");
-  sub->add_option("--dump-dir", a.dump_dir, "write the text IR before and after every pass into this directory");
+  addPassFlags(sub, a.pass_flags, "run these passes (a,b,c) instead of the default pipeline (kiln passes)");
   if (!with_optimizer) return;
   sub->add_option("--data", a.data,
                   "a directory of safetensors batches (cycled), or a flat binary token file (language models)");
@@ -226,12 +214,8 @@ Result<TrainSetup> setUpTraining(const TrainArgs& a, TrainingGraphKind kind) {
   cfg.schedule.min_lr = a.min_lr;
   cfg.seed = a.seed;
   cfg.num_threads = a.threads;
-  if (!a.passes.empty()) cfg.pipeline = *splitPassList(a.passes);  // checked in validate()
-  cfg.pass_options = {.print_ir_after = {a.print_ir_after.begin(), a.print_ir_after.end()},
-                      .print_ir_after_change = a.print_ir_after_change,
-                      .verify_each = a.verify_each,
-                      .dump_dir = a.dump_dir,
-                      .out = &std::cout};
+  cfg.pipeline = *checkPassFlags(a.pass_flags);  // checked in validate()
+  cfg.pass_options = passManagerOptions(a.pass_flags, &std::cout);
 
   // 3. Compile the step and bind kernels.
   auto t1 = Clock::now();

@@ -11,6 +11,7 @@
 
 #include "backend/training_session.h"
 #include "cli/cli_common.h"
+#include "cli/pass_flags.h"
 #include "core/data/batch_source.h"
 
 namespace kiln::cli {
@@ -37,12 +38,7 @@ struct TrainArgs {
   uint64_t seed = 0;
   int threads = 0;
   bool verbose = false;
-  // PassManager switches.
-  std::string passes;                       ///< "a,b,c": instead of the default pipeline
-  std::vector<std::string> print_ir_after;  ///< pass names
-  bool print_ir_after_change = false;
-  bool verify_each = false;
-  std::string dump_dir;
+  PassFlags pass_flags;  ///< --passes (instead of the default pipeline), IR printing, dumps
 };
 
 /// Register the shared options on a subcommand.

@@ -1,0 +1,36 @@
+#include "cli/pass_flags.h"
+
+namespace kiln::cli {
+
+CLI::Option* addPassFlags(CLI::App* sub, PassFlags& f, const std::string& passes_help) {
+  CLI::Option* passes = sub->add_option("--passes", f.passes, passes_help);
+  sub->add_option("--print-ir-after", f.print_ir_after, "print the text IR after this pass (repeatable)");
+  sub->add_flag("--print-ir-after-change", f.print_ir_after_change,
+                "print the text IR after every pass that changed it");
+  sub->add_flag("--verify-each", f.verify_each, "verify the graph after every pass (else once at the end)");
+  sub->add_option("--dump-dir", f.dump_dir, "write the text IR before and after every pass into this directory");
+  return passes;
+}
+
+Result<std::vector<std::string>> checkPassFlags(const PassFlags& f) {
+  std::vector<std::string> names;
+  if (!f.passes.empty()) {
+    auto split = splitPassList(f.passes);
+    if (!split) return Error{"--passes: " + split.error().message};
+    if (auto p = resolvePipeline(*split, "--passes"); !p) return p.error();
+    names = std::move(*split);
+  }
+  for (const std::string& n : f.print_ir_after)
+    if (!findPass(n)) return Error{"--print-ir-after: unknown pass '" + n + "' (known: " + knownPassNames() + ")"};
+  return names;
+}
+
+PassManagerOptions passManagerOptions(const PassFlags& f, std::ostream* out) {
+  return {.print_ir_after = {f.print_ir_after.begin(), f.print_ir_after.end()},
+          .print_ir_after_change = f.print_ir_after_change,
+          .verify_each = f.verify_each,
+          .dump_dir = f.dump_dir,
+          .out = out};
+}
+
+}  // namespace kiln::cli
