@@ -28,8 +28,8 @@ struct TrainingConfig {
   LrSchedule schedule;
   uint64_t seed = 0;    ///< random ops (dropout) draw from (seed, step)
   int num_threads = 0;  ///< 0: all cores
-  /// Pass names to build the graph with instead of the default pipeline.
-  std::vector<std::string> pipeline;
+  /// Passes to build the graph with instead of the default pipeline.
+  std::vector<const PassInfo*> pipeline;
   /// PassManager switches (IR printing, dumps, verification).
   PassManagerOptions pass_options{.verify_each = true};
 };

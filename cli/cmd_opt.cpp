@@ -24,9 +24,7 @@ struct OptArgs {
 };
 
 int runOpt(const OptArgs& a) {
-  auto names = checkPassFlags(a.flags);
-  if (!names) return reportError(names.error());
-  auto pipeline = resolvePipeline(*names, "--passes");
+  auto pipeline = checkPassFlags(a.flags);
   if (!pipeline) return reportError(pipeline.error());
   auto text = readFile(a.input);
   if (!text) return reportError(text.error());

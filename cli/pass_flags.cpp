@@ -12,17 +12,13 @@ CLI::Option* addPassFlags(CLI::App* sub, PassFlags& f, const std::string& passes
   return passes;
 }
 
-Result<std::vector<std::string>> checkPassFlags(const PassFlags& f) {
-  std::vector<std::string> names;
-  if (!f.passes.empty()) {
-    auto split = splitPassList(f.passes);
-    if (!split) return Error{"--passes: " + split.error().message};
-    if (auto p = resolvePipeline(*split, "--passes"); !p) return p.error();
-    names = std::move(*split);
-  }
+Result<std::vector<const PassInfo*>> checkPassFlags(const PassFlags& f) {
   for (const std::string& n : f.print_ir_after)
     if (!findPass(n)) return Error{"--print-ir-after: unknown pass '" + n + "' (known: " + knownPassNames() + ")"};
-  return names;
+  if (f.passes.empty()) return std::vector<const PassInfo*>{};
+  auto names = splitPassList(f.passes);
+  if (!names) return Error{"--passes: " + names.error().message};
+  return resolvePipeline(*names, "--passes");
 }
 
 PassManagerOptions passManagerOptions(const PassFlags& f, std::ostream* out) {

@@ -25,9 +25,9 @@ struct PassFlags {
 /// Register the switches on `sub`; `passes_help` describes --passes there.
 CLI::Option* addPassFlags(CLI::App* sub, PassFlags& f, const std::string& passes_help);
 
-/// Check every pass name up front: one-line errors listing the known passes.
-/// Returns the --passes list (empty when not given).
-Result<std::vector<std::string>> checkPassFlags(const PassFlags& f);
+/// Check every pass name up front (one-line errors listing the known
+/// passes) and return the --passes pipeline, empty when not given.
+Result<std::vector<const PassInfo*>> checkPassFlags(const PassFlags& f);
 
 /// The PassManager options the switches ask for, IR printed to `out`.
 PassManagerOptions passManagerOptions(const PassFlags& f, std::ostream* out);

@@ -42,7 +42,6 @@ Status validate(const TrainArgs& a) {
   if (a.steps < 0 || a.warmup_steps < 0 || a.batch < 0 || a.seq_len < 0)
     return bad("--steps, --warmup-steps, --batch and --seq-len must be >= 0");
   if (!a.model.input_file.empty() && !a.data.empty()) return bad("give either --input-file or --data, not both");
-  if (auto p = checkPassFlags(a.pass_flags); !p) return p.error();
   return {};
 }
 
@@ -132,6 +131,8 @@ void addTrainOptions(CLI::App* sub, TrainArgs& a, bool with_optimizer) {
 
 Result<TrainSetup> setUpTraining(const TrainArgs& a, TrainingGraphKind kind) {
   if (Status s = validate(a); !s) return s.error();
+  auto pipeline = checkPassFlags(a.pass_flags);  // before the import: a typo fails fast
+  if (!pipeline) return pipeline.error();
   TrainSetup setup;
   auto t0 = Clock::now();
 
@@ -214,7 +215,7 @@ Result<TrainSetup> setUpTraining(const TrainArgs& a, TrainingGraphKind kind) {
   cfg.schedule.min_lr = a.min_lr;
   cfg.seed = a.seed;
   cfg.num_threads = a.threads;
-  cfg.pipeline = *checkPassFlags(a.pass_flags);  // checked in validate()
+  cfg.pipeline = std::move(*pipeline);
   cfg.pass_options = passManagerOptions(a.pass_flags, &std::cout);
 
   // 3. Compile the step and bind kernels.

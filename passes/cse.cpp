@@ -47,10 +47,7 @@ Result<PassResult> runCse(Graph& g, PassContext&) {
     g.erase(n);
     ++removed;
   }
-  PassResult r;
-  r.changed = removed > 0;
-  r.statistics["nodes_removed"] = static_cast<double>(removed);
-  return r;
+  return nodesRemoved(removed);
 }
 
 }  // namespace kiln

@@ -28,10 +28,7 @@ Result<PassResult> runDce(Graph& g, PassContext&) {
     g.erase(n);
     ++removed;
   }
-  PassResult r;
-  r.changed = removed > 0;
-  r.statistics["nodes_removed"] = static_cast<double>(removed);
-  return r;
+  return nodesRemoved(removed);
 }
 
 }  // namespace kiln

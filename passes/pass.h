@@ -23,4 +23,10 @@ struct PassResult {
   std::map<std::string, double> statistics;
 };
 
+/// The result of a pass that only removes nodes: changed when it removed
+/// any, statistic nodes_removed.
+inline PassResult nodesRemoved(size_t removed) {
+  return {removed > 0, {{"nodes_removed", static_cast<double>(removed)}}};
+}
+
 }  // namespace kiln

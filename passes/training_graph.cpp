@@ -4,12 +4,15 @@ namespace kiln {
 
 Result<Graph> buildTrainingGraph(const Graph& forward, PassContext& ctx, TrainingGraphKind kind,
                                  std::vector<PassTraceEntry>* trace, const PassManagerOptions& options,
-                                 const std::vector<std::string>& names) {
-  auto pipeline = names.empty() ? resolvePipeline(passNames(trainingPipeline(kind)), "the training pipeline")
-                                : resolvePipeline(names, "--passes");
-  if (!pipeline) return pipeline.error();
+                                 const std::vector<const PassInfo*>& pipeline) {
+  std::vector<const PassInfo*> passes = pipeline;
+  if (passes.empty()) {
+    auto defaults = resolvePipeline(passNames(trainingPipeline(kind)), "the training pipeline");
+    if (!defaults) return defaults.error();
+    passes = std::move(*defaults);
+  }
   Graph g = forward.clone();
-  if (Status s = runPipeline(g, ctx, *pipeline, options, trace); !s) return s.error();
+  if (Status s = runPipeline(g, ctx, passes, options, trace); !s) return s.error();
   return g;
 }
 

@@ -12,13 +12,13 @@
 
 namespace kiln {
 
-/// Clone `forward` and run the training pipeline of `kind` on it (loss ->
-/// autodiff -> [optimizer] -> dce), or the passes named in `pipeline` when
-/// it is not empty (`--passes`), verifying after each pass unless `options`
-/// says otherwise. Errors say which pass failed and why.
+/// Clone `forward` and run the default training pipeline of `kind` on it
+/// (passes/pipelines.cpp), or `pipeline` when it is not empty (`--passes`),
+/// verifying after each pass unless `options` says otherwise. Errors say
+/// which pass failed and why.
 Result<Graph> buildTrainingGraph(const Graph& forward, PassContext& ctx, TrainingGraphKind kind,
                                  std::vector<PassTraceEntry>* trace = nullptr,
                                  const PassManagerOptions& options = {.verify_each = true},
-                                 const std::vector<std::string>& pipeline = {});
+                                 const std::vector<const PassInfo*>& pipeline = {});
 
 }  // namespace kiln

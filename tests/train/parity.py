@@ -211,12 +211,17 @@ def channels_last(model: torch.nn.Module, inputs):
     return [x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x for x in inputs]
 
 
+def eager_model(name: str, dtype: torch.dtype) -> torch.nn.Module:
+    """The zoo module the exports were made from (train mode, dropout zeroed,
+    the same weights), in `dtype`."""
+    import export
+    return export.build(name, True, True, dtype)[0]
+
+
 def eager_grads(name: str, batch: str, loss_kind: str, dtype=torch.float32) -> Dict[str, torch.Tensor]:
     """Gradients of the eager zoo model via torch.autograd.grad, keyed by every
     state_dict key that holds a parameter, plus the loss."""
-    import zoo
-    model, _ = zoo.build(name, train=True, no_dropout=True)
-    model.to(dtype)
+    model = eager_model(name, dtype)
     inputs, target = ref.load_batch(batch, dtype)
     inputs = channels_last(model, inputs)
     names, params = zip(*model.named_parameters())
@@ -327,8 +332,7 @@ def run_exact(args, cfg, loss, work) -> int:
         # An FX dump records the eager module's aten ops, so the eager module
         # is its reference: PyTorch's own trace of tv_swin_t computes another
         # function by 5e-10 in float64 (Kiln reproduces each to 1e-15).
-        import export
-        model = export.build(args.name, True, True, f64, PARITY_BATCH.get(args.name))[0]
+        model = eager_model(args.name, f64)
     else:
         model = ref.load_model(pt, f64)
     inputs, target = ref.load_batch(batch, f64)
@@ -388,7 +392,7 @@ def run(args) -> int:
                       "references (shadow.py) run the trace")
     times = {}
     t0 = time.time()
-    pt, batch = prepare(args.name, loss, args.cache_dir or work, "float32", args.importer == "fx")
+    pt, batch = prepare(args.name, loss, args.cache_dir or work)
     times["export"] = time.time() - t0
 
     t0 = time.time()
@@ -404,7 +408,7 @@ def run(args) -> int:
     # Adam moves a noise-driven element by at most ~lr a step (see shadow.py).
     mask_allow = 2 * cfg.lr * args.steps if cfg is not None else 0.0
     what = "gradients" if cfg is None else f"state after {args.steps} {args.mode} steps"
-    label = f"{args.name} {args.mode} [{loss}{', fx' if args.importer == 'fx' else ''}]"
+    label = f"{args.name} {args.mode} [{loss}]"
 
     adam = cfg is not None and cfg.optimizer in ("adam", "adamw")
     floors = {k: compare.MOVE_FRACTION * (r.tensors32[k] - r.initial[k]).abs().max().item()
@@ -421,8 +425,7 @@ def run(args) -> int:
 
     ok = report(f"{label} {what}", tensor_checks(k_tensors), args.verbose)
     ok &= report(f"{label} losses", compare.check_losses(k_losses, r.losses32, r.others()[1], tol, nf), args.verbose)
-    if cfg is not None:
-        ok &= lr_checks(label, cfg, k_lrs, r.lrs, args.verbose)
+    ok &= lr_checks(label, cfg, k_lrs, r.lrs, args.verbose)
     own = own_error(r, tol)
     if own is not None:
         print(f"{label}: PyTorch float32 vs float64: worst err {own.err:.3g} ({own.key})"
@@ -463,7 +466,7 @@ def main(argv=None) -> int:
                         + ", ".join(f"{k} {v:g}" for k, v in EXACT_TOL.items()) + " (see run_exact)")
     p.add_argument("--import", dest="importer", choices=("trace", "fx"), default="trace",
                    help="what kiln reads: the TorchScript trace (default) or an FX dump of the same "
-                        "module (models/export.py --format fx); PyTorch always runs the trace")
+                        "module (models/export.py --format fx; float64 only), checked against the eager module")
     p.add_argument("--threads", type=int, default=0, help="threads for kiln and torch (0: their defaults)")
     p.add_argument("--verbose", "-v", action="store_true", help="a line per tensor, not only failures")
     args = p.parse_args(argv)
