@@ -73,7 +73,10 @@ class TrainingSession {
 
   const Graph& graph() const { return *graph_; }
   const std::vector<PassTraceEntry>& passTrace() const { return trace_; }
+  /// The kernel bound to each node of graph(), in node order (for reports).
+  const std::vector<KernelChoice>& kernelChoices() const { return exec_->kernelChoices(); }
   const TrainingConfig& config() const { return config_; }
+  CpuExecutor& executor() { return *exec_; }
 
  private:
   TrainingSession() = default;

@@ -15,5 +15,6 @@ void addTrainCommand(CLI::App& app);
 void addGradCommand(CLI::App& app);
 void addPassesCommand(CLI::App& app);
 void addOptCommand(CLI::App& app);
+void addBenchCommand(CLI::App& app);
 
 }  // namespace kiln::cli

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "core/buffer_pool.h"
 #include "core/result.h"
 
 namespace kiln {
@@ -12,7 +13,7 @@ Tensor::Tensor(TensorType type, NoInit) : type_(std::move(type)) {
     if (d < 0) fail("negative dimension in tensor shape " + shapeStr(type_.shape));
   // Always allocate at least one byte so empty tensors are still "defined".
   size_t n = type_.bytes();
-  buf_ = std::shared_ptr<unsigned char[]>(new unsigned char[n ? n : 1]);
+  buf_ = allocateBuffer(n);
 }
 
 Tensor::Tensor(TensorType type) : Tensor(std::move(type), NoInit{}) {

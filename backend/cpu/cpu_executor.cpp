@@ -1,5 +1,6 @@
 #include "backend/cpu/cpu_executor.h"
 
+#include <chrono>
 #include <unordered_map>
 
 #include <omp.h>
@@ -53,8 +54,12 @@ Result<std::vector<Tensor>> CpuExecutor::run(const TensorMap& inputs) {
       for (Value* v : n.inputs()) ins.push_back(env.at(v));
       outs.assign(n.numOutputs(), Tensor());
       ctx.node_index = i;
+      const bool timed = !node_ms_.empty();
+      auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
       try {
         kernels_[i]->fn(n, ins, outs, ctx);
+        if (timed)
+          node_ms_[i] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       } catch (const KilnException& e) {
         fail(std::string(e.what()).rfind(n.op(), 0) == 0 ? e.what() : n.describe() + ": " + e.what());
       }

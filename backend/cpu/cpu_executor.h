@@ -38,6 +38,12 @@ class CpuExecutor {
   /// runs unless set here (training sets it to the step number so a resumed
   /// run draws the same numbers as one that never stopped).
   void setRunIndex(uint64_t index) { runs_ = index; }
+  /// Time every node of the following runs (`kiln bench --profile`).
+  void setProfiling(bool on) { node_ms_.assign(on ? nodes_.size() : 0, 0.0); }
+  /// Milliseconds spent in each node (in graph order) over the runs since
+  /// profiling was switched on; empty when it is off.
+  const std::vector<double>& nodeMillis() const { return node_ms_; }
+  const std::vector<const Node*>& nodes() const { return nodes_; }
 
  private:
   const Graph* graph_ = nullptr;
@@ -46,6 +52,7 @@ class CpuExecutor {
   std::vector<const KernelDef*> kernels_;
   std::vector<KernelChoice> choices_;
   uint64_t runs_ = 0;
+  std::vector<double> node_ms_;
 };
 
 }  // namespace kiln
