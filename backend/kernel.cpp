@@ -19,6 +19,7 @@ const KernelRegistry& KernelRegistry::cpu() {
     registerCpuNormGradKernels(r);
     registerCpuLossGradKernels(r);
     registerCpuOptimizerKernels(r);
+    registerCpuFusedKernels(r);
     return r;
   }();
   return reg;

@@ -77,5 +77,6 @@ void registerCpuNNGradKernels(KernelRegistry& r);
 void registerCpuNormGradKernels(KernelRegistry& r);
 void registerCpuLossGradKernels(KernelRegistry& r);
 void registerCpuOptimizerKernels(KernelRegistry& r);
+void registerCpuFusedKernels(KernelRegistry& r);
 
 }  // namespace kiln

@@ -30,6 +30,7 @@ const OpTable& OpTable::get() {
     registerNNGrads(t);
     registerNormGrads(t);
     registerLossGrads(t);
+    registerFusedOps(t);
     return t;
   }();
   return table;

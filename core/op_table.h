@@ -113,5 +113,6 @@ void registerLinalgGrads(OpTable& t);
 void registerNNGrads(OpTable& t);   // conv, pooling, embedding, dropout
 void registerNormGrads(OpTable& t); // batch/layer/group norm, softmax, log_softmax
 void registerLossGrads(OpTable& t);
+void registerFusedOps(OpTable& t);
 
 }  // namespace kiln

@@ -3,6 +3,7 @@
 #include "passes/autodiff.h"
 #include "passes/cse.h"
 #include "passes/dce.h"
+#include "passes/fuse.h"
 #include "passes/loss.h"
 #include "passes/optimizer.h"
 
@@ -31,6 +32,11 @@ const std::vector<PassInfo>& allPasses() {
        "Removes every node none of whose outputs is used or a graph output (side-effecting ops stay). "
        "Graph inputs are kept: they are the model's state.",
        runDce},
+      {"fuse", "elementwise chains into one fused_elementwise kernel each",
+       "Groups fusible elementwise nodes (passes/fuse.h) with one loop shape and one float dtype, operands of "
+       "that shape or scalars, into fused_elementwise nodes whose body is the chain as text IR; intermediates "
+       "used only inside a group are never written to memory. Run after autodiff. Bit for bit the same values.",
+       runFuse},
   };
   return table;
 }

@@ -9,12 +9,14 @@ const std::vector<PipelineEntry>& trainingPipeline(TrainingGraphKind kind) {
       {"optimizer", "turns the gradients into parameter and optimizer-state updates"},
       {"cse", "merges the equal constants and repeated subexpressions the loss, autodiff and optimizer emit"},
       {"dce", "last: drops the forward outputs and branches nothing reads any more"},
+      {"fuse", "after everything that rewrites single ops: turns the final elementwise chains into fused kernels"},
   };
   static const std::vector<PipelineEntry> gradients = {
       {"loss", "defines the scalar that autodiff differentiates"},
       {"autodiff", "the Gradient outputs are the result (kiln grad)"},
       {"cse", "merges the equal constants and repeated subexpressions the loss, autodiff and optimizer emit"},
       {"dce", "last: drops the forward outputs and branches nothing reads any more"},
+      {"fuse", "after everything that rewrites single ops: turns the final elementwise chains into fused kernels"},
   };
   return kind == TrainingGraphKind::Step ? step : gradients;
 }

@@ -1,0 +1,214 @@
+// CPU kernel of fused_elementwise (passes/fuse.cpp, core/ops/fused.cpp).
+//
+// The body is compiled once per distinct body text into a program: one
+// instruction per body node, each a plain loop over a block of elements
+// that the compiler vectorizes. A run walks the flat index range in blocks
+// of kBlock elements, split across OpenMP threads; every intermediate lives
+// in a per-thread scratch block that stays in L1, so each operand is read
+// once and each output written once. Instructions use the one-op kernels'
+// functors (unary_ops.h) in the same dtype, so results are bit for bit
+// those of the unfused graph. Bool intermediates are held as 0/1 in the
+// compute type.
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "backend/cpu/cpu_loops.h"
+#include "backend/cpu/unary_ops.h"
+#include "backend/kernel.h"
+#include "core/text_ir.h"
+
+namespace kiln::cpu {
+namespace {
+
+constexpr int64_t kBlock = 512;
+
+template <class T>
+struct Program {
+  /// One instruction: reads slots `in`, writes slot `out`, over n elements.
+  struct Instr {
+    std::vector<int> in;
+    int out = 0;
+    std::function<void(const T* const* in, T* out, int64_t n)> run;
+  };
+  Graph body;
+  int num_slots = 0;
+  std::vector<Instr> instrs;
+  std::vector<int> output_slots;
+  std::vector<DType> output_dtypes;
+};
+
+template <class T, class Op>
+std::function<void(const T* const*, T*, int64_t)> unary(const Node& n) {
+  return [op = Op(n)](const T* const* in, T* out, int64_t cnt) { unaryRun(in[0], out, cnt, op); };
+}
+
+template <class T, class F>
+std::function<void(const T* const*, T*, int64_t)> binary(F f) {
+  return [f](const T* const* in, T* __restrict out, int64_t cnt) {
+    const T* __restrict a = in[0];
+    const T* __restrict b = in[1];
+    for (int64_t i = 0; i < cnt; ++i) out[i] = f(a[i], b[i]);
+  };
+}
+
+/// The instruction for one body node; fails for ops outside fusibleOps().
+template <class T>
+std::function<void(const T* const*, T*, int64_t)> instruction(const Node& n) {
+  const std::string& op = n.op();
+  if (op == "add") return binary<T>([](T a, T b) { return a + b; });
+  if (op == "sub") return binary<T>([](T a, T b) { return a - b; });
+  if (op == "mul") return binary<T>([](T a, T b) { return a * b; });
+  if (op == "div") return binary<T>([](T a, T b) { return a / b; });
+  if (op == "lt") return binary<T>([](T a, T b) { return T(a < b); });
+  if (op == "le") return binary<T>([](T a, T b) { return T(a <= b); });
+  if (op == "gt") return binary<T>([](T a, T b) { return T(a > b); });
+  if (op == "ge") return binary<T>([](T a, T b) { return T(a >= b); });
+  if (op == "eq") return binary<T>([](T a, T b) { return T(a == b); });
+  if (op == "ne") return binary<T>([](T a, T b) { return T(a != b); });
+  if (op == "where")
+    return [](const T* const* in, T* __restrict out, int64_t cnt) {
+      const T *c = in[0], *a = in[1], *b = in[2];
+      for (int64_t i = 0; i < cnt; ++i) out[i] = c[i] != T(0) ? a[i] : b[i];
+    };
+  if (op == "full")  // a scalar constant, converted as fullKernel does
+    return [v = convert<T>(n.f("value"))](const T* const*, T* __restrict out, int64_t cnt) {
+      std::fill(out, out + cnt, v);
+    };
+  if (op == "neg") return unary<T, NegOp>(n);
+  if (op == "relu") return unary<T, ReluOp>(n);
+  if (op == "gelu") return unary<T, GeluOp>(n);
+  if (op == "tanh") return unary<T, TanhOp>(n);
+  if (op == "sigmoid") return unary<T, SigmoidOp>(n);
+  if (op == "silu") return unary<T, SiluOp>(n);
+  if (op == "exp") return unary<T, ExpOp>(n);
+  if (op == "log") return unary<T, LogOp>(n);
+  if (op == "sqrt") return unary<T, SqrtOp>(n);
+  if (op == "rsqrt") return unary<T, RsqrtOp>(n);
+  if (op == "abs") return unary<T, AbsOp>(n);
+  if (op == "erf") return unary<T, ErfOp>(n);
+  if (op == "leaky_relu") return unary<T, LeakyReluOp>(n);
+  if (op == "hardtanh" || op == "clamp") return unary<T, ClampOp>(n);
+  if (op == "hardswish") return unary<T, HardswishOp>(n);
+  if (op == "hardsigmoid") return unary<T, HardsigmoidOp>(n);
+  if (op == "reciprocal") return unary<T, ReciprocalOp>(n);
+  return nullptr;
+}
+
+template <class T>
+std::shared_ptr<const Program<T>> compile(const Node& node) {
+  auto p = std::make_shared<Program<T>>();
+  auto g = parseGraph(node.s("body"), "fused_elementwise body");
+  if (!g) opFail(node, g.error().message);
+  p->body = std::move(*g);
+  std::unordered_map<const Value*, int> slot;
+  for (const Value* v : p->body.inputs()) slot[v] = p->num_slots++;
+  for (const auto& n : p->body.nodes()) {
+    typename Program<T>::Instr ins;
+    for (const Value* v : n->inputs()) ins.in.push_back(slot.at(v));
+    ins.out = slot[n->output()] = p->num_slots++;
+    ins.run = instruction<T>(*n);
+    if (!ins.run) opFail(node, "the CPU fused kernel cannot run '" + n->op() + "' in a body");
+    p->instrs.push_back(std::move(ins));
+  }
+  for (const GraphOutput& o : p->body.outputs()) {
+    p->output_slots.push_back(slot.at(o.value));
+    p->output_dtypes.push_back(o.value->dtype());
+  }
+  return p;
+}
+
+/// Programs by body text: compiled on first use, shared by every node and run
+/// with the same body.
+template <class T>
+std::shared_ptr<const Program<T>> programFor(const Node& n) {
+  static std::mutex mu;
+  static std::unordered_map<std::string, std::shared_ptr<const Program<T>>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& p = cache[n.s("body")];
+  if (!p) p = compile<T>(n);
+  return p;
+}
+
+template <class T>
+void runFused(const Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
+  auto prog = programFor<T>(n);
+  const int64_t total = n.output(0)->type().numel();
+  for (size_t i = 0; i < n.numOutputs(); ++i) allocOutput(n, out, i);
+  const size_t num_in = in.size();
+  parallelFor(total, kParallelGrain, [&](int64_t begin, int64_t end) {
+    std::vector<T> scratch(static_cast<size_t>(prog->num_slots) * kBlock);
+    std::vector<const T*> slots(prog->num_slots);
+    auto block = [&](int k) { return scratch.data() + static_cast<size_t>(k) * kBlock; };
+    // Scalars and bool operands are expanded into their slot once per chunk
+    // (scalars) or per block (bools); full-size operands are read in place.
+    for (size_t k = 0; k < num_in; ++k)
+      if (in[k].numel() == 1) {
+        const T v = in[k].dtype() == DType::Bool ? T(in[k].data<bool>()[0]) : in[k].data<T>()[0];
+        std::fill(block(k), block(k) + kBlock, v);
+      }
+    std::vector<const T*> args;
+    for (int64_t b = begin; b < end; b += kBlock) {
+      const int64_t cnt = std::min(kBlock, end - b);
+      for (size_t k = 0; k < num_in; ++k) {
+        if (in[k].numel() == 1) {
+          slots[k] = block(k);
+        } else if (in[k].dtype() == DType::Bool) {
+          const bool* src = in[k].data<bool>() + b;
+          T* dst = block(k);
+          for (int64_t i = 0; i < cnt; ++i) dst[i] = T(src[i]);
+          slots[k] = dst;
+        } else {
+          slots[k] = in[k].data<T>() + b;
+        }
+      }
+      for (const auto& ins : prog->instrs) {
+        args.clear();
+        for (int s : ins.in) args.push_back(slots[s]);
+        T* o = block(ins.out);
+        ins.run(args.data(), o, cnt);
+        slots[ins.out] = o;
+      }
+      for (size_t k = 0; k < prog->output_slots.size(); ++k) {
+        const T* src = slots[prog->output_slots[k]];
+        if (prog->output_dtypes[k] == DType::Bool) {
+          bool* dst = out[k].data<bool>() + b;
+          for (int64_t i = 0; i < cnt; ++i) dst[i] = src[i] != T(0);
+        } else {
+          std::copy(src, src + cnt, out[k].data<T>() + b);
+        }
+      }
+    }
+  });
+}
+
+void fusedKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
+  // The compute dtype: that of the first floating operand.
+  DType t = DType::F32;
+  for (const Tensor& x : in)
+    if (x.dtype() == DType::F32 || x.dtype() == DType::F64) {
+      t = x.dtype();
+      break;
+    }
+  if (t == DType::F64)
+    runFused<double>(n, in, out);
+  else
+    runFused<float>(n, in, out);
+}
+
+}  // namespace
+
+/// Whether the CPU fused kernel implements `op` inside a body (tests check
+/// this covers passes/fuse.h's fusibleOps()).
+bool cpuFusedKernelSupports(const Node& n) { return instruction<float>(n) != nullptr; }
+
+}  // namespace kiln::cpu
+
+namespace kiln {
+
+void registerCpuFusedKernels(KernelRegistry& r) {
+  r.add({"fused_elementwise", "cpu", "cpu.fused_elementwise", 10, nullptr, cpu::fusedKernel});
+}
+
+}  // namespace kiln

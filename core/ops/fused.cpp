@@ -1,0 +1,60 @@
+// Ops the optimizer creates (passes/fuse.cpp), not importers:
+//
+//   fused_elementwise(x0, x1, ...) {body}
+//
+// A chain of elementwise ops computed in one pass over memory. `body` is the
+// text IR of the fused sub-graph (core/text_ir.h): one Data input per operand
+// of the node, in order, and its returns are the node's outputs. Every
+// operand has the outputs' shape or holds one element (a scalar), so the
+// kernel walks all of them with one flat index. Shape inference parses the
+// body and checks it against the operands, so the verifier checks fused
+// nodes as strictly as any other. Cost: the body's flops, but only the
+// operands and outputs as bytes moved, which is the point of fusing.
+#include "core/ops/op_helpers.h"
+#include "core/text_ir.h"
+
+namespace kiln {
+namespace {
+
+Graph parseBody(const Node& n) {
+  auto g = parseGraph(n.s("body"), "fused_elementwise body");
+  if (!g) opFail(n, "body: " + g.error().message);
+  if (g->inputs().size() != n.numInputs())
+    opFail(n, "body takes " + std::to_string(g->inputs().size()) + " operands, the node has " +
+                  std::to_string(n.numInputs()));
+  for (size_t i = 0; i < n.numInputs(); ++i)
+    if (g->inputs()[i]->type() != n.input(i)->type())
+      opFail(n, "operand " + std::to_string(i) + " is " + n.input(i)->type().str() + ", the body expects " +
+                    g->inputs()[i]->type().str());
+  if (g->outputs().empty()) opFail(n, "body returns nothing");
+  return std::move(*g);
+}
+
+std::vector<TensorType> inferFused(const Node& n) {
+  Graph body = parseBody(n);
+  std::vector<TensorType> out;
+  for (const GraphOutput& o : body.outputs()) out.push_back(o.value->type());
+  const Shape& shape = out[0].shape;
+  for (const TensorType& t : out)
+    if (t.shape != shape) opFail(n, "body outputs differ in shape: " + t.str() + " vs " + out[0].str());
+  for (const Value* v : n.inputs())
+    if (v->shape() != shape && v->type().numel() != 1)
+      opFail(n, "operand " + v->type().str() + " is neither the output shape " + shapeStr(shape) + " nor a scalar");
+  return out;
+}
+
+Cost fusedCost(const Node& n) {
+  Graph body = parseBody(n);
+  double flops = 0;
+  for (const auto& b : body.nodes()) flops += nodeCost(*b).flops;
+  return {flops, ioBytes(n)};
+}
+
+}  // namespace
+
+void registerFusedOps(OpTable& t) {
+  t.add({"fused_elementwise", "elementwise chain in one pass over memory (made by the fuse pass)", 1, -1,
+         kElementwise, {reqAttr("body", AttrKind::String)}, inferFused, fusedCost});
+}
+
+}  // namespace kiln

@@ -1,0 +1,194 @@
+// fuse: chains of elementwise ops -> one fused_elementwise node each.
+//
+// What it does: walks the graph in order and grows groups of fusible
+// elementwise nodes (fusibleOps()) that share one loop shape and one
+// floating dtype. A node joins the group of one of its producers when every
+// other operand is already in the group or was computed before the group's
+// first node; that keeps the graph acyclic when the group is placed at its
+// first node's position. One-element `full` constants are copied into the
+// body rather than passed in. Operands from outside must have the loop shape or
+// hold a single element. Each group of two or more nodes becomes a
+// fused_elementwise node (core/ops/fused.cpp) whose body is the group as
+// text IR; values that something outside the group reads (or the graph
+// returns) become its outputs, everything else never reaches memory.
+//
+// Needs: a verified graph; run it last, after autodiff (fused nodes have no
+// gradient rule) and after simplify (so rules see the plain ops).
+// Guarantees: the same results bit for bit — a body runs the same per-element
+// functors as the one-op kernels, in the same order, in the same dtype; bool
+// intermediates (comparisons feeding `where`) stay exact as 0/1.
+#include "passes/fuse.h"
+
+#include <map>
+#include <unordered_map>
+#include <vector>
+
+#include "core/text_ir.h"
+
+namespace kiln {
+
+const std::set<std::string, std::less<>>& fusibleOps() {
+  static const std::set<std::string, std::less<>> ops = {
+      // arithmetic and selection
+      "add", "sub", "mul", "div", "neg", "where",
+      // comparisons (their bool results feed `where`, e.g. relu's backward)
+      "lt", "le", "gt", "ge", "eq", "ne",
+      // activations and math
+      "relu", "gelu", "tanh", "sigmoid", "silu", "exp", "log", "sqrt", "rsqrt", "abs", "erf", "leaky_relu",
+      "hardtanh", "clamp", "hardswish", "hardsigmoid", "reciprocal"};
+  return ops;
+}
+
+namespace {
+
+bool isFloatType(DType t) { return t == DType::F32 || t == DType::F64; }
+
+/// A one-element `full` constant: copied into every body that reads it
+/// instead of becoming an operand, so it never orders a group.
+bool isScalarConstant(const Value* v) {
+  return v->producer() && v->producer()->op() == "full" && v->type().numel() == 1 && isFloatType(v->dtype());
+}
+
+/// The dtype a node computes in when it may be fused, or nullopt.
+std::optional<DType> fusibleDType(const Node& n) {
+  if (n.numOutputs() != 1 || !fusibleOps().count(n.op())) return std::nullopt;
+  const DType out = n.output()->dtype();
+  if (n.op() == "where") {
+    if (n.input(0)->dtype() != DType::Bool || n.input(1)->dtype() != out || n.input(2)->dtype() != out)
+      return std::nullopt;
+  } else {
+    // Every operand in the computing dtype: no promotion inside a body.
+    for (const Value* v : n.inputs())
+      if (v->dtype() != n.input(0)->dtype()) return std::nullopt;
+  }
+  const DType t = n.op() == "where" ? out : n.input(0)->dtype();
+  if (!isFloatType(t)) return std::nullopt;
+  if (out != t && out != DType::Bool) return std::nullopt;
+  return t;
+}
+
+struct Group {
+  std::vector<Node*> nodes;
+  size_t first = 0;  ///< position of nodes[0] in the graph
+  Shape shape;
+  DType dtype;
+};
+
+}  // namespace
+
+Result<PassResult> runFuse(Graph& g, PassContext&) {
+  std::vector<Node*> order;
+  std::unordered_map<const Node*, size_t> pos;
+  for (const auto& n : g.nodes()) {
+    pos[n.get()] = order.size();
+    order.push_back(n.get());
+  }
+  std::vector<Group> groups;
+  std::unordered_map<const Node*, size_t> group_of;
+  auto operandOk = [](const Value* v, const Group& gr) {
+    return v->shape() == gr.shape || v->type().numel() == 1;
+  };
+  for (Node* n : order) {
+    auto t = fusibleDType(*n);
+    if (!t) continue;
+    const Shape& shape = n->output()->shape();
+    // Join the group of a producer, if the join keeps the graph acyclic.
+    std::optional<size_t> join;
+    for (const Value* v : n->inputs()) {
+      const Node* p = v->producer();
+      if (!p || !group_of.count(p)) continue;
+      const size_t gi = group_of[p];
+      const Group& gr = groups[gi];
+      if (gr.shape != shape || gr.dtype != *t) continue;
+      bool ok = true;
+      for (const Value* w : n->inputs()) {
+        const Node* q = w->producer();
+        const bool inside = q && group_of.count(q) && group_of[q] == gi;
+        if (inside || isScalarConstant(w)) continue;
+        if (!operandOk(w, gr) || (q && pos[q] >= gr.first)) ok = false;
+      }
+      if (ok) {
+        join = gi;
+        break;
+      }
+    }
+    if (join) {
+      groups[*join].nodes.push_back(n);
+      group_of[n] = *join;
+      continue;
+    }
+    Group gr{{n}, pos[n], shape, *t};
+    bool ok = true;
+    for (const Value* w : n->inputs()) ok = ok && operandOk(w, gr);
+    if (!ok) continue;
+    group_of[n] = groups.size();
+    groups.push_back(std::move(gr));
+  }
+
+  // Which values leave their group: used by another node or returned.
+  std::unordered_map<const Value*, bool> returned;
+  for (const GraphOutput& o : g.outputs()) returned[o.value] = true;
+  size_t fused_groups = 0, fused_nodes = 0;
+  double bytes_saved = 0;
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    Group& gr = groups[gi];
+    if (gr.nodes.size() < 2) continue;
+    Graph body;
+    body.name = "fused";
+    std::map<const Value*, Value*> inside;  // outer value -> body value
+    std::vector<Value*> operands;
+    auto bodyValue = [&](Value* v) -> Value* {
+      auto it = inside.find(v);
+      if (it != inside.end()) return it->second;
+      if (isScalarConstant(v)) {
+        const Node* c = v->producer();
+        return inside[v] = body.createWithTypes("full", {}, c->attrs(), {v->type()})->output();
+      }
+      Value* in = body.addInput("i" + std::to_string(operands.size()), v->type(), ValueRole::Data);
+      operands.push_back(v);
+      inside[v] = in;
+      return in;
+    };
+    for (Node* n : gr.nodes) {
+      std::vector<Value*> ins;
+      for (Value* v : n->inputs()) ins.push_back(bodyValue(v));
+      Node* b = body.createWithTypes(n->op(), ins, n->attrs(), {n->output()->type()});
+      inside[n->output()] = b->output();
+    }
+    std::vector<Value*> leaving;
+    for (Node* n : gr.nodes) {
+      Value* v = n->output();
+      bool escapes = returned.count(v) > 0;
+      for (const Use& u : v->uses())
+        if (!group_of.count(u.user) || group_of[u.user] != gi) escapes = true;
+      if (escapes) {
+        body.addOutput(inside[v], "o" + std::to_string(leaving.size()));
+        leaving.push_back(v);
+      } else {
+        bytes_saved += 2.0 * static_cast<double>(v->type().bytes());
+      }
+    }
+    PrintOptions po;
+    po.scopes = false;
+    po.provenance = false;
+    g.setInsertPoint(gr.nodes.front());
+    Node* f = g.create("fused_elementwise", operands, {{"body", printGraph(body, po)}}, gr.nodes.front()->scope(),
+                       "fuse(" + std::to_string(gr.nodes.size()) + " nodes from " + gr.nodes.front()->describe() + ")");
+    g.setInsertPoint(nullptr);
+    for (size_t i = 0; i < leaving.size(); ++i) g.replaceAllUsesWith(leaving[i], f->output(i));
+    std::vector<Value*> constants;  // copied into the body; gone if nothing else reads them
+    for (const auto& [outer, in_body] : inside)
+      if (isScalarConstant(outer)) constants.push_back(const_cast<Value*>(outer));
+    for (auto it = gr.nodes.rbegin(); it != gr.nodes.rend(); ++it) g.erase(*it);
+    for (Value* c : constants)
+      if (c->uses().empty() && !returned.count(c)) g.erase(c->producer());
+    ++fused_groups;
+    fused_nodes += gr.nodes.size();
+  }
+  return PassResult{fused_groups > 0,
+                    {{"groups", static_cast<double>(fused_groups)},
+                     {"nodes_fused", static_cast<double>(fused_nodes)},
+                     {"bytes_saved", bytes_saved}}};
+}
+
+}  // namespace kiln

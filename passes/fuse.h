@@ -1,0 +1,20 @@
+// The fuse pass: elementwise chains become one fused_elementwise node.
+#pragma once
+
+#include <set>
+#include <string>
+
+#include "passes/pass.h"
+
+namespace kiln {
+
+/// Ops the fuse pass may put into a fused_elementwise body. Every backend
+/// that runs fused_elementwise must implement all of them (a unit test
+/// checks the CPU kernel does).
+const std::set<std::string, std::less<>>& fusibleOps();
+
+/// The fuse pass (see passes/fuse.cpp). Statistics: groups, nodes_fused,
+/// bytes_saved (intermediate tensors no longer written and read back).
+Result<PassResult> runFuse(Graph& g, PassContext& ctx);
+
+}  // namespace kiln
