@@ -21,6 +21,7 @@ struct OptArgs {
   std::string input;
   std::string output;
   PassFlags flags;
+  std::string amp = "none";         ///< --amp for the amp pass
 };
 
 int runOpt(const OptArgs& a) {
@@ -33,6 +34,9 @@ int runOpt(const OptArgs& a) {
   if (!g) return reportError(g.error());
   if (Status s = verify(*g); !s) return reportError(Error{a.input + ": " + s.error().message});
   PassContext ctx;  // default training options: cross_entropy, AdamW
+  auto amp = parseAmpMode(a.amp);
+  if (!amp) return reportError(Error{"unknown --amp '" + a.amp + "'; use none, bf16 or fp16"});
+  ctx.training.amp.mode = *amp;
   PassManagerOptions o = passManagerOptions(a.flags, &std::cerr);
   if (Status s = runPipeline(*g, ctx, *pipeline, o); !s) return reportError(Error{a.input + ": " + s.error().message});
   std::string result = printGraph(*g);
@@ -52,6 +56,7 @@ void addOptCommand(CLI::App& app) {
       app.add_subcommand("opt", "run passes over a text-IR graph and print the result (kiln passes lists them)");
   sub->add_option("graph", a->input, "a .kir text-IR file or a .json graph")->required();
   addPassFlags(sub, a->flags, "the passes to run, a,b,c")->required();
+  sub->add_option("--amp", a->amp, "mixed precision for the amp pass: none (default), bf16 or fp16 (with loss scaling)");
   sub->callback([a] {
     int rc = runOpt(*a);
     if (rc) throw CLI::RuntimeError(rc);

@@ -20,6 +20,7 @@ Status validate(const TrainArgs& a) {
   auto bad = [](const std::string& m) { return Status(Error{m}); };
   if (!parseLossKind(a.loss)) return bad("unknown loss '" + a.loss + "'; use cross_entropy, mse or model");
   if (!parseOptimizerKind(a.optimizer)) return bad("unknown optimizer '" + a.optimizer + "'; use sgd, adam or adamw");
+  if (!parseAmpMode(a.amp)) return bad("unknown --amp '" + a.amp + "'; use none, bf16 or fp16");
   if (!parseLrScheduleKind(a.lr_schedule))
     return bad("unknown learning-rate schedule '" + a.lr_schedule + "'; use constant or warmup_cosine");
   auto nonneg = [&](double v, const char* what) -> Status {
@@ -103,6 +104,9 @@ void addTrainOptions(CLI::App* sub, TrainArgs& a, bool with_optimizer) {
                   "data input type for synthetic batches, e.g. 8x32 or i64[2,16]");
   sub->add_option("--loss", a.loss, "cross_entropy (class-index target), mse, or model (output 0 is the loss)");
   sub->add_option("--freeze", a.freeze, "train no parameter whose name starts with this prefix (repeatable)");
+  sub->add_option("--amp", a.amp,
+                  "mixed precision: bf16 or fp16 (matmul/linear/conv in low precision, f32 master weights; fp16 "
+                  "with dynamic loss scaling when training), or none (default)");
   sub->add_option("--seed", a.seed, "seed for synthetic batches and random ops (dropout)");
   sub->add_option("--threads", a.threads, "CPU threads (0: all cores)");
   sub->add_flag("--verbose,-v", a.verbose, "print the passes and full error messages");
@@ -204,6 +208,8 @@ Result<TrainSetup> setUpTraining(const TrainArgs& a, TrainingGraphKind kind) {
   o.nesterov = a.nesterov;
   o.weight_decay = a.weight_decay;
   o.clip_grad_norm = a.clip_grad_norm;
+  to.amp.mode = *parseAmpMode(a.amp);
+  to.amp.loss_scaling = kind == TrainingGraphKind::Step;  // kiln grad has no optimizer to unscale
   for (const Value* v : model->graph.inputs())
     if (v->role() == ValueRole::Param)
       for (const auto& prefix : a.freeze)

@@ -16,10 +16,11 @@
 
 #include "core/grad.h"
 #include "core/op_table.h"
+#include "passes/amp.h"
 
 namespace kiln {
 
-Result<std::vector<Value*>> differentiate(Graph& g, Value* loss, const std::vector<Value*>& wrt) {
+Result<std::vector<Value*>> differentiate(Graph& g, Value* loss, const std::vector<Value*>& wrt, Value* seed) {
   return catchErrors([&]() -> std::vector<Value*> {
     if (!loss) fail("autodiff: the graph has no loss");
     if (!loss->shape().empty() || !isDifferentiable(loss->dtype()))
@@ -58,8 +59,11 @@ Result<std::vector<Value*>> differentiate(Graph& g, Value* loss, const std::vect
       if (!inserted)
         it->second = g.add("add", {it->second, gv}, {}, at.scope(), "grad accumulation");
     };
-    grads[loss] = g.add("full", {}, {{"shape", std::vector<int64_t>{}}, {"value", 1.0}, {"dtype", loss->dtype()}}, {},
-                        "grad seed");
+    if (seed && seed->dtype() != loss->dtype())
+      seed = g.add("cast", {seed}, {{"dtype", loss->dtype()}}, {}, "grad seed");
+    grads[loss] = seed ? seed
+                       : g.add("full", {}, {{"shape", std::vector<int64_t>{}}, {"value", 1.0}, {"dtype", loss->dtype()}},
+                               {}, "grad seed");
 
     for (Node* n : relevant) {  // already in reverse order
       std::vector<Value*> out_grads;
@@ -102,8 +106,12 @@ Result<PassResult> runAutodiff(Graph& g, PassContext& ctx) {
   for (Value* v : g.inputs())
     if (v->role() == ValueRole::Param && isDifferentiable(v->dtype()) && !ctx.training.frozen.count(v->name()))
       params.push_back(v);
+  // fp16 loss scaling (passes/amp.h): the backward starts from the scale.
+  Value* seed = nullptr;
+  for (const GraphOutput& o : g.outputs())
+    if (o.role == OutputRole::Metric && o.name == kLossScaleMetric) seed = o.value;
   size_t before = g.numNodes();
-  auto grads = differentiate(g, loss, params);
+  auto grads = differentiate(g, loss, params, seed);
   if (!grads) return grads.error();
   PassResult r;
   double with = 0;

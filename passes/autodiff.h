@@ -15,7 +15,10 @@ namespace kiln {
 /// `.grad is None`). Only nodes on a path from `wrt` to `loss` are
 /// differentiated; values used more than once get their gradients summed.
 /// An op without a gradient rule on such a path is an error naming the node.
-Result<std::vector<Value*>> differentiate(Graph& g, Value* loss, const std::vector<Value*>& wrt);
+/// `seed` is d(objective)/d(loss), a 0-d value (nullptr: 1); amp's loss
+/// scale goes here, which equals differentiating loss * scale.
+Result<std::vector<Value*>> differentiate(Graph& g, Value* loss, const std::vector<Value*>& wrt,
+                                          Value* seed = nullptr);
 
 /// The autodiff pass: differentiates the graph's Loss output w.r.t. every
 /// floating Param input not in ctx.training.frozen and adds one Gradient

@@ -13,6 +13,8 @@
 
 #include <algorithm>
 
+#include "passes/amp.h"
+
 namespace kiln {
 namespace {
 
@@ -52,6 +54,18 @@ Result<PassResult> runOptimizer(Graph& g, PassContext& ctx) {
     Value* next_step = g.add("add", {step, constant(g, 1.0, DType::F64)}, {}, kScope);
     const bool all_f64 = std::ranges::all_of(pairs, [](auto& pg) { return pg.first->dtype() == DType::F64; });
     const DType coef_dt = all_f64 ? DType::F64 : DType::F32;
+    // fp16 loss scaling (passes/amp.h): the gradients carry the scale. They are
+    // unscaled through grad_scale, and a step with an inf/NaN gradient is
+    // skipped by the update itself (skip_nonfinite): no host sync.
+    std::vector<Value*> all_grads;
+    for (auto& [p, gr] : pairs) all_grads.push_back(gr);
+    std::optional<LossScaleStep> scaler = addLossScaleUpdate(g, all_grads, ctx.training.amp);
+    Value* inv_scale = nullptr;
+    if (scaler) {
+      next_step = g.add("where", {scaler->found_inf, step, next_step}, {}, kScope);  // a skipped step does not count
+      inv_scale = scaler->inv_scale;
+      if (inv_scale->dtype() != coef_dt) inv_scale = g.add("cast", {inv_scale}, {{"dtype", coef_dt}}, kScope);
+    }
 
     Value* grad_scale;
     Value* grad_norm = nullptr;
@@ -60,6 +74,7 @@ Result<PassResult> runOptimizer(Graph& g, PassContext& ctx) {
       for (auto& [p, gr] : pairs) grads.push_back(gr);
       grad_norm = g.add("global_norm", grads, {}, kScope);
       if (grad_norm->dtype() != coef_dt) grad_norm = g.add("cast", {grad_norm}, {{"dtype", coef_dt}}, kScope);
+      if (inv_scale) grad_norm = g.add("mul", {grad_norm, inv_scale}, {}, kScope);  // the unscaled gradients' norm
       // clip_coef = max_norm / (total_norm + 1e-6), clamped to at most 1.
       Value* denom = g.add("add", {grad_norm, constant(g, 1e-6, coef_dt)}, {}, kScope);
       Value* coef = g.add("div", {constant(g, opt.clip_grad_norm, coef_dt), denom}, {}, kScope);
@@ -67,6 +82,7 @@ Result<PassResult> runOptimizer(Graph& g, PassContext& ctx) {
     } else {
       grad_scale = constant(g, 1.0, coef_dt);
     }
+    if (inv_scale) grad_scale = g.add("mul", {grad_scale, inv_scale}, {}, kScope);
 
     std::vector<Value*> inputs = {lr, next_step, grad_scale};
     std::vector<std::pair<std::string, OutputRole>> out_names;
@@ -103,6 +119,7 @@ Result<PassResult> runOptimizer(Graph& g, PassContext& ctx) {
         out_names.emplace_back(v->name(), OutputRole::OptStateUpdate);
       }
     }
+    if (scaler) attrs["skip_nonfinite"] = int64_t{1};
     Node* update = g.create(op, inputs, attrs, kScope);
 
     auto& outs = g.mutableOutputs();

@@ -21,7 +21,11 @@ std::string optimizerStateName(const std::string& kind, const std::string& param
 ///    clipping coefficient min(1, max_norm / (norm + 1e-6)) as in
 ///    torch.nn.utils.clip_grad_norm_, and a Metric output `grad_norm`;
 ///  - ParamUpdate outputs named like each parameter, OptStateUpdate outputs
-///    named like each state input (and `step` + 1).
+///    named like each state input (and `step` + 1);
+///  - with amp's fp16 loss scale (passes/amp.h): the unscaling folded into
+///    grad_scale, GradScaler's scale update, and skip_nonfinite=1 on the
+///    update so a step with an inf/NaN gradient changes nothing (`step`
+///    does not advance either).
 /// The Gradient outputs are removed. Statistics: params_updated.
 Result<PassResult> runOptimizer(Graph& g, PassContext& ctx);
 

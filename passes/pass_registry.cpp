@@ -1,5 +1,6 @@
 #include "passes/pass_registry.h"
 
+#include "passes/amp.h"
 #include "passes/autodiff.h"
 #include "passes/cse.h"
 #include "passes/dce.h"
@@ -15,6 +16,12 @@ const std::vector<PassInfo>& allPasses() {
        "Needs a forward graph and PassContext::training.loss. Appends cross_entropy or mse of output 0 against a "
        "new `target` data input (or takes output 0 as the loss for `model`) and marks it the Loss output.",
        runLoss},
+      {"amp", "automatic mixed precision: bf16/fp16 compute with f32 master weights (torch.autocast)",
+       "Needs PassContext::training.amp; run after loss and before autodiff. Casts the inputs of matmul/linear/conv2d "
+       "to bf16/f16 and those of softmax, norms, reductions, losses and exp/log to f32 (passes/amp_policy.cpp), "
+       "re-infers the types in between; parameters and graph outputs keep their types. fp16 adds the loss-scale "
+       "state that autodiff seeds the backward with and the optimizer unscales and updates (sync-free).",
+       runAmp},
       {"autodiff", "reverse-mode gradients of the loss for every trainable parameter",
        "Needs a Loss output. Appends the backward from each op's gradient rule, only for values on a path "
        "from a trainable parameter to the loss; fan-out is summed, tied parameters get one summed gradient. "

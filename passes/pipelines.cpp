@@ -5,6 +5,7 @@ namespace kiln {
 const std::vector<PipelineEntry>& trainingPipeline(TrainingGraphKind kind) {
   static const std::vector<PipelineEntry> step = {
       {"loss", "defines the scalar that autodiff differentiates"},
+      {"amp", "after loss so the loss follows the policy; before autodiff so the backward goes through the casts"},
       {"autodiff", "its Gradient outputs are what the optimizer consumes"},
       {"optimizer", "turns the gradients into parameter and optimizer-state updates"},
       {"cse", "merges the equal constants and repeated subexpressions the loss, autodiff and optimizer emit"},
@@ -13,6 +14,7 @@ const std::vector<PipelineEntry>& trainingPipeline(TrainingGraphKind kind) {
   };
   static const std::vector<PipelineEntry> gradients = {
       {"loss", "defines the scalar that autodiff differentiates"},
+      {"amp", "after loss so the loss follows the policy; before autodiff so the backward goes through the casts"},
       {"autodiff", "the Gradient outputs are the result (kiln grad)"},
       {"cse", "merges the equal constants and repeated subexpressions the loss, autodiff and optimizer emit"},
       {"dce", "last: drops the forward outputs and branches nothing reads any more"},

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "core/tensor_type.h"
+#include "passes/amp_options.h"
 
 namespace kiln {
 
@@ -42,6 +43,8 @@ struct TrainingOptions {
   OptimizerOptions optimizer;
   /// Parameters (state_dict keys) that get no gradient and no update.
   std::set<std::string> frozen;
+  /// Mixed precision (passes/amp.h): off by default.
+  AmpOptions amp;
 };
 
 }  // namespace kiln

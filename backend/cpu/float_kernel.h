@@ -80,6 +80,20 @@ inline bool input0IsF32OrF64(const Node& n) {
   return t == DType::F32 || t == DType::F64;
 }
 
+/// Predicate: every floating input is bf16 or f16 (amp's low-precision
+/// ops). Their fast paths convert to f32, run the f32 BLAS/oneDNN kernel
+/// (f32 accumulation) and round the result back (viaComputeType): the op
+/// boundary where a GPU's low-precision GEMM rounds too.
+inline bool floatInputsLowp(const Node& n) {
+  bool any = false;
+  for (Value* v : n.inputs()) {
+    if (!isFloating(v->dtype())) continue;
+    if (v->dtype() != DType::BF16 && v->dtype() != DType::F16) return false;
+    any = true;
+  }
+  return any;
+}
+
 // The nn family is split over several files; kernels_nn.cpp registers them all.
 void registerCpuConvKernels(KernelRegistry& r);
 void registerCpuPoolKernels(KernelRegistry& r);

@@ -211,6 +211,12 @@ bool dnnlConvSupports(const Node& n) {
   return dnnlConvFor(convGeom(n)) != nullptr;
 }
 
+/// amp's bf16/f16 convolutions: oneDNN in f32 (see cpu::floatInputsLowp).
+bool dnnlConvSupportsLowp(const Node& n) {
+  if (!floatInputsLowp(n) || n.output()->type().numel() == 0) return false;
+  return dnnlConvFor(convGeom(n)) != nullptr;
+}
+
 void convDnnlKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
   const ConvGeom g = convGeom(n);
   const DnnlConv* c = dnnlConvFor(g);
@@ -245,6 +251,7 @@ void convDnnlKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor>
 
 void registerCpuConvKernels(KernelRegistry& r) {
   r.add({"conv2d", "cpu_dnnl", "cpu_dnnl.conv2d", 30, dnnlConvSupports, convDnnlKernel});
+  r.add({"conv2d", "cpu_dnnl", "cpu_dnnl.conv2d_lowp", 30, dnnlConvSupportsLowp, viaComputeType<convDnnlKernel>});
   r.add({"conv2d", "cpu_blas", "cpu_blas.conv2d", 20, nullptr, viaComputeType<convIm2colKernel>});
 }
 

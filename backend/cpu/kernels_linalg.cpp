@@ -164,6 +164,15 @@ bool fitsBlas(const Node& n) {
   return true;
 }
 
+/// amp's bf16/f16 GEMMs: through f32 SGEMM (see cpu::floatInputsLowp).
+bool fitsBlasLowp(const Node& n) {
+  if (!cpu::floatInputsLowp(n)) return false;
+  for (Value* v : n.inputs())
+    for (int64_t d : v->shape())
+      if (d > INT32_MAX / 2) return false;
+  return true;
+}
+
 }  // namespace
 
 void registerCpuLinalgKernels(KernelRegistry& r) {
@@ -171,6 +180,8 @@ void registerCpuLinalgKernels(KernelRegistry& r) {
   r.add({"matmul", "cpu_ref", "cpu_ref.matmul", 0, nullptr, cpu::viaComputeType<matmulKernel<false>>});
   r.add({"linear", "cpu_blas", "cpu_blas.linear", 20, fitsBlas, linearKernel<true>});
   r.add({"linear", "cpu_ref", "cpu_ref.linear", 0, nullptr, cpu::viaComputeType<linearKernel<false>>});
+  r.add({"matmul", "cpu_blas", "cpu_blas.matmul_lowp", 20, fitsBlasLowp, cpu::viaComputeType<matmulKernel<true>>});
+  r.add({"linear", "cpu_blas", "cpu_blas.linear_lowp", 20, fitsBlasLowp, cpu::viaComputeType<linearKernel<true>>});
 }
 
 }  // namespace kiln

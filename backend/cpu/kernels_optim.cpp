@@ -19,6 +19,20 @@ struct Scalars {
 
 Scalars readScalars(std::span<const Tensor> in) { return {in[0].at(0), in[1].at(0), in[2].at(0)}; }
 
+/// skip_nonfinite (amp's loss scaler): a non-finite grad_scale says a
+/// gradient overflowed; the step is skipped by copying each parameter and
+/// its state (the inputs after the gradient in a group of `per`) to the
+/// group's `out_per` outputs.
+bool skipStep(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, const Scalars& s, size_t per,
+              size_t out_per) {
+  if (!n.i("skip_nonfinite") || std::isfinite(s.grad_scale)) return false;
+  for (size_t g = kScalars, k = 0; g < in.size(); g += per, k += out_per) {
+    out[k] = in[g].clone();                                                   // the parameter
+    for (size_t j = 1; j < out_per; ++j) out[k + j] = in[g + 1 + j].clone();  // its state, after the gradient
+  }
+  return true;
+}
+
 template <typename T>
 void sgdGroup(const Node& n, const Scalars& s, const Tensor& p, const Tensor& g, const Tensor* buf, Tensor& p_out,
               Tensor* buf_out) {
@@ -84,6 +98,7 @@ void sgdKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out,
   Scalars s = readScalars(in);
   const bool momentum = n.f("momentum") != 0;
   const size_t per = momentum ? 3 : 2, out_per = momentum ? 2 : 1;
+  if (skipStep(n, in, out, s, per, out_per)) return;
   for (size_t g = kScalars, k = 0; g < in.size(); g += per, k += out_per) {
     Tensor& p_out = allocOutput(n, out, k);
     Tensor* buf_out = momentum ? &allocOutput(n, out, k + 1) : nullptr;
@@ -96,6 +111,7 @@ void sgdKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out,
 
 void adamKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
   Scalars s = readScalars(in);
+  if (skipStep(n, in, out, s, 4, 3)) return;
   for (size_t g = kScalars, k = 0; g < in.size(); g += 4, k += 3) {
     Tensor& p_out = allocOutput(n, out, k);
     Tensor& m_out = allocOutput(n, out, k + 1);

@@ -9,7 +9,10 @@
 //   global_norm(t0, t1, ...) -> sqrt(sum of all squares), 0-d
 //
 // `step` is the step being taken (1 on the first); `grad_scale` multiplies
-// every gradient first (1, or the clipping coefficient). The formulas are
+// every gradient first (1, the clipping coefficient, and/or 1/loss scale).
+// skip_nonfinite=1 (amp's fp16 loss scaler) makes a non-finite grad_scale
+// mean "some gradient was inf/NaN": every output is then its input, bit for
+// bit, decided inside the kernel without a host sync. The formulas are
 // torch.optim's single-tensor ones, in the same order (backend/cpu/
 // kernels_optim.cpp); decoupled=1 makes Adam AdamW.
 #include "core/ops/op_helpers.h"
@@ -86,11 +89,11 @@ Cost normCost(const Node& n) {
 void registerOptimizerOps(OpTable& t) {
   t.add({"sgd_update", "SGD over all parameters (momentum, dampening, Nesterov, weight decay)", 5, -1, 0,
          {optAttr("momentum", 0.0), optAttr("dampening", 0.0), optAttr("nesterov", int64_t{0}),
-          optAttr("weight_decay", 0.0)},
+          optAttr("weight_decay", 0.0), optAttr("skip_nonfinite", int64_t{0})},
          inferSgd, perElementCost<4>});
   t.add({"adam_update", "Adam / AdamW (decoupled=1) over all parameters", 7, -1, 0,
          {optAttr("beta1", 0.9), optAttr("beta2", 0.999), optAttr("eps", 1e-8), optAttr("weight_decay", 0.0),
-          optAttr("decoupled", int64_t{0})},
+          optAttr("decoupled", int64_t{0}), optAttr("skip_nonfinite", int64_t{0})},
          inferAdam, perElementCost<12>});
   t.add({"global_norm", "sqrt of the sum of squares of all inputs (gradient clipping)", 1, -1, kReduction,
          {}, inferGlobalNorm, normCost});
