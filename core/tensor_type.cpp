@@ -37,3 +37,28 @@ int64_t normalizeAxis(int64_t axis, int64_t rank) {
 }
 
 }  // namespace kiln
+
+namespace kiln {
+
+std::optional<int64_t> broadcastRunInner(const Shape& operand, const Shape& out) {
+  if (operand.size() > out.size()) return std::nullopt;
+  const size_t pad = out.size() - operand.size();
+  int64_t last = -1;    // out dim of the run's last non-1 operand dim
+  bool ended = false;   // a broadcast dim came after the run started
+  for (size_t d = 0; d < out.size(); ++d) {
+    const int64_t od = d < pad ? 1 : operand[d - pad];
+    if (out[d] == 1) continue;  // size-1 dims neither start nor end a run
+    if (od == 1) {
+      ended = ended || last >= 0;
+      continue;
+    }
+    if (od != out[d] || ended) return std::nullopt;
+    last = static_cast<int64_t>(d);
+  }
+  int64_t inner = 1;
+  if (last >= 0)
+    for (size_t d = static_cast<size_t>(last) + 1; d < out.size(); ++d) inner *= out[d];
+  return inner;
+}
+
+}  // namespace kiln

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,5 +33,12 @@ int64_t numelOf(const Shape& s);
 Shape contiguousStrides(const Shape& s);
 /// Normalize a possibly negative axis; throws KilnException if out of range.
 int64_t normalizeAxis(int64_t axis, int64_t rank);
+/// When `operand` broadcasts to `out` along one contiguous run of dims (its
+/// non-1 dims, right-aligned, are consecutive and equal `out`'s there: a
+/// bias [C] on [N, T, C], a mask [T, T] on [B, H, T, T], a [C, 1, 1] scale on
+/// [N, C, H, W]), the element of `operand` for flat index i of `out` is
+/// (i / inner) % numel(operand): returns inner. nullopt otherwise. A
+/// one-element operand gives inner 1 (i % 1 == 0), the same shape gives 1.
+std::optional<int64_t> broadcastRunInner(const Shape& operand, const Shape& out);
 
 }  // namespace kiln

@@ -5,8 +5,12 @@
 // floating dtype. A node joins the group of one of its producers when every
 // other operand is already in the group or was computed before the group's
 // first node; that keeps the graph acyclic when the group is placed at its
-// first node's position. One-element `full` constants are copied into the
-// body rather than passed in. Operands from outside must have the loop shape or
+// first node's position. Operands from outside must have the loop shape,
+// hold one element, or broadcast along one contiguous run of dims (a bias
+// [C] on [N, T, C], a mask [T, T] on [B, H, T, T], a [C, 1, 1] scale on
+// NCHW; core/tensor_type.h broadcastRunInner), which a flat index reaches
+// with one division and one modulo. One-element `full` constants are copied
+// into the body rather than passed in. Operands from outside must have the loop shape or
 // hold a single element. Each group of two or more nodes becomes a
 // fused_elementwise node (core/ops/fused.cpp) whose body is the group as
 // text IR; values that something outside the group reads (or the graph
@@ -86,7 +90,7 @@ Result<PassResult> runFuse(Graph& g, PassContext&) {
   std::vector<Group> groups;
   std::unordered_map<const Node*, size_t> group_of;
   auto operandOk = [](const Value* v, const Group& gr) {
-    return v->shape() == gr.shape || v->type().numel() == 1;
+    return v->shape() == gr.shape || broadcastRunInner(v->shape(), gr.shape).has_value();
   };
   for (Node* n : order) {
     auto t = fusibleDType(*n);

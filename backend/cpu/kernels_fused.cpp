@@ -137,30 +137,55 @@ void runFused(const Node& n, std::span<const Tensor> in, std::span<Tensor> out) 
   const int64_t total = n.output(0)->type().numel();
   for (size_t i = 0; i < n.numOutputs(); ++i) allocOutput(n, out, i);
   const size_t num_in = in.size();
+  // How each operand is read: in place (the output shape, not bool), as a
+  // splat (one element), or gathered from a broadcast run (element
+  // (i / inner) % numel) and converted from bool where needed.
+  struct Operand {
+    int64_t inner = 1, period = 1;
+    bool in_place = false, splat = false, is_bool = false;
+  };
+  std::vector<Operand> ops(num_in);
+  for (size_t k = 0; k < num_in; ++k) {
+    Operand& o = ops[k];
+    o.is_bool = in[k].dtype() == DType::Bool;
+    o.period = in[k].numel();
+    o.splat = o.period == 1;
+    o.in_place = o.period == total && !o.is_bool;
+    if (!o.splat && o.period != total) {
+      auto inner = broadcastRunInner(in[k].shape(), n.output(0)->shape());
+      if (!inner) opFail(n, "operand " + in[k].type().str() + " does not broadcast along one run of dims");
+      o.inner = *inner;
+    }
+  }
   parallelFor(total, kParallelGrain, [&](int64_t begin, int64_t end) {
     std::vector<T> scratch(static_cast<size_t>(prog->num_slots) * kBlock);
     std::vector<const T*> slots(prog->num_slots);
     auto block = [&](int k) { return scratch.data() + static_cast<size_t>(k) * kBlock; };
-    // Scalars and bool operands are expanded into their slot once per chunk
-    // (scalars) or per block (bools); full-size operands are read in place.
+    auto load = [&](size_t k, int64_t idx) -> T {
+      return ops[k].is_bool ? T(in[k].data<bool>()[idx]) : in[k].data<T>()[idx];
+    };
     for (size_t k = 0; k < num_in; ++k)
-      if (in[k].numel() == 1) {
-        const T v = in[k].dtype() == DType::Bool ? T(in[k].data<bool>()[0]) : in[k].data<T>()[0];
-        std::fill(block(k), block(k) + kBlock, v);
-      }
+      if (ops[k].splat) std::fill(block(k), block(k) + kBlock, load(k, 0));
     std::vector<const T*> args;
     for (int64_t b = begin; b < end; b += kBlock) {
       const int64_t cnt = std::min(kBlock, end - b);
       for (size_t k = 0; k < num_in; ++k) {
-        if (in[k].numel() == 1) {
+        const Operand& o = ops[k];
+        if (o.splat) {
           slots[k] = block(k);
-        } else if (in[k].dtype() == DType::Bool) {
-          const bool* src = in[k].data<bool>() + b;
-          T* dst = block(k);
-          for (int64_t i = 0; i < cnt; ++i) dst[i] = T(src[i]);
-          slots[k] = dst;
-        } else {
+        } else if (o.in_place) {
           slots[k] = in[k].data<T>() + b;
+        } else {
+          T* dst = block(k);
+          int64_t r = b % o.inner, j = (b / o.inner) % o.period;
+          for (int64_t i = 0; i < cnt; ++i) {
+            dst[i] = load(k, j);
+            if (++r == o.inner) {
+              r = 0;
+              if (++j == o.period) j = 0;
+            }
+          }
+          slots[k] = dst;
         }
       }
       for (const auto& ins : prog->instrs) {

@@ -5,8 +5,9 @@
 // A chain of elementwise ops computed in one pass over memory. `body` is the
 // text IR of the fused sub-graph (core/text_ir.h): one Data input per operand
 // of the node, in order, and its returns are the node's outputs. Every
-// operand has the outputs' shape or holds one element (a scalar), so the
-// kernel walks all of them with one flat index. Shape inference parses the
+// operand has the outputs' shape, holds one element, or broadcasts along one
+// contiguous run of dims (broadcastRunInner), so the kernel reaches all of
+// them from one flat index. Shape inference parses the
 // body and checks it against the operands, so the verifier checks fused
 // nodes as strictly as any other. Cost: the body's flops, but only the
 // operands and outputs as bytes moved, which is the point of fusing.
@@ -38,8 +39,9 @@ std::vector<TensorType> inferFused(const Node& n) {
   for (const TensorType& t : out)
     if (t.shape != shape) opFail(n, "body outputs differ in shape: " + t.str() + " vs " + out[0].str());
   for (const Value* v : n.inputs())
-    if (v->shape() != shape && v->type().numel() != 1)
-      opFail(n, "operand " + v->type().str() + " is neither the output shape " + shapeStr(shape) + " nor a scalar");
+    if (!broadcastRunInner(v->shape(), shape))
+      opFail(n, "operand " + v->type().str() + " does not broadcast to " + shapeStr(shape) +
+                    " along one run of dims (the output shape, a scalar, or e.g. a bias)");
   return out;
 }
 

@@ -94,5 +94,53 @@ TEST(FusedKernel, EveryFusibleOpMatchesTheOneOpKernelsBitForBit) {
   }
 }
 
+/// Broadcast operands (a bias, a [T, T] mask, a per-channel scale, a bool
+/// mask) read by index inside the fused loop, against the one-op kernels.
+TEST(FusedKernel, BroadcastRunOperandsMatchTheOneOpKernels) {
+  const char* text = R"(graph g(%x: f32[3,4,5,6] data, %bias: f32[6] data, %mask: bool[5,6] data, %s: f32[4,1,1] data) {
+  %z = full() {dtype=f32, shape=[], value=0.0} : f32[]
+  %0 = add(%x, %bias) : f32[3,4,5,6]
+  %1 = mul(%0, %s) : f32[3,4,5,6]
+  %2 = where(%mask, %1, %z) : f32[3,4,5,6]
+  %3 = gelu(%2) {approximate="none"} : f32[3,4,5,6]
+  return %3 "out"
+})";
+  for (int64_t batch : {3, 2000}) {  // one block; many blocks on several threads
+    std::string src = text;
+    const std::string from = "[3,4,5,6]", to = "[" + std::to_string(batch) + ",4,5,6]";
+    for (size_t at = 0; (at = src.find(from, at)) != std::string::npos; at += to.size()) src.replace(at, from.size(), to);
+    auto g = parseGraph(src);
+    ASSERT_TRUE(g) << g.error().message;
+    std::mt19937 rng(batch);
+    std::uniform_real_distribution<double> dist(-2, 2);
+    TensorMap in;
+    for (const Value* v : g->inputs()) {
+      Tensor t(v->type());
+      for (int64_t i = 0; i < t.numel(); ++i) t.set(i, v->dtype() == DType::Bool ? double(rng() % 2) : dist(rng));
+      in[v->name()] = t;
+    }
+    auto want = run(*g, in);
+    PassContext ctx;
+    ASSERT_TRUE(runFuse(*g, ctx));
+    ASSERT_EQ(g->numNodes(), 1u) << printGraph(*g);
+    auto got = run(*g, in);
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(std::memcmp(got[0].data<void>(), want[0].data<void>(), want[0].bytes()), 0);
+  }
+}
+
+TEST(BroadcastRunInner, WhichOperandsOneIndexDivisionReaches) {
+  EXPECT_EQ(broadcastRunInner({6}, {3, 4, 5, 6}), 1);
+  EXPECT_EQ(broadcastRunInner({5, 6}, {3, 4, 5, 6}), 1);
+  EXPECT_EQ(broadcastRunInner({4, 1, 1}, {3, 4, 5, 6}), 30);
+  EXPECT_EQ(broadcastRunInner({1, 4, 1, 1}, {3, 4, 5, 6}), 30);
+  EXPECT_EQ(broadcastRunInner({}, {3, 4}), 1);
+  EXPECT_EQ(broadcastRunInner({3, 4}, {3, 4}), 1);
+  EXPECT_EQ(broadcastRunInner({4, 1, 6}, {3, 4, 5, 6}), std::nullopt);  // two runs
+  EXPECT_EQ(broadcastRunInner({4}, {3, 4, 5, 6}), std::nullopt);        // not right-aligned
+  EXPECT_EQ(broadcastRunInner({3, 1, 4}, {3, 1, 4}), 1);                 // size-1 dims of the output are neutral
+  EXPECT_EQ(broadcastRunInner({2, 3, 4}, {3, 4}), std::nullopt);
+}
+
 }  // namespace
 }  // namespace kiln
