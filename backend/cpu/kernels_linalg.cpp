@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/float_kernel.h"
+#include "backend/cpu/unary_ops.h"
 
 namespace kiln {
 namespace {
@@ -129,6 +130,9 @@ void matmulKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> o
   dispatchFloat(in[0].dtype(), [&](auto t) { matmulImpl<decltype(t), kBlas>(n, in, out); });
 }
 
+/// linear: y = bias + x @ W^T, then the activation epilogue. With an
+/// epilogue the GEMM runs in row panels of about 256 KiB of output, each
+/// activated right after it is computed, while it is still in cache.
 template <typename T, bool kBlas>
 void linearImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
   const int64_t k = in[1].shape()[1], p = in[1].shape()[0];
@@ -137,17 +141,31 @@ void linearImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> out
   T* c = y.data<T>();
   T beta = T(0);
   if (in.size() == 3) {
-    // Pre-fill every row with the bias and let GEMM accumulate onto it.
+    // Pre-fill every row with the bias and let GEMM accumulate onto it (as
+    // addmm with beta = 1).
     const T* bias = in[2].data<T>();
 #pragma omp parallel for if (m * p > 65536)
     for (int64_t i = 0; i < m; ++i) std::copy(bias, bias + p, c + i * p);
     beta = T(1);
   }
-  if (m == 0 || p == 0 || k == 0) return;
-  if constexpr (kBlas)
-    gemm(true, m, p, k, in[0].data<T>(), in[1].data<T>(), c, beta);
-  else
-    refGemm(true, m, p, k, in[0].data<T>(), in[1].data<T>(), c, beta);
+  const bool relu = n.s("activation") == "relu";
+  if (m == 0 || p == 0) return;
+  const int64_t panel = relu ? std::max<int64_t>(16, (int64_t(256) << 10) / static_cast<int64_t>(sizeof(T) * p)) : m;
+  const T* x = in[0].data<T>();
+  for (int64_t r0 = 0; r0 < m; r0 += panel) {
+    const int64_t rows = std::min(panel, m - r0);
+    T* cp = c + r0 * p;
+    if (k > 0) {
+      if constexpr (kBlas)
+        gemm(true, rows, p, k, x + r0 * k, in[1].data<T>(), cp, beta);
+      else
+        refGemm(true, rows, p, k, x + r0 * k, in[1].data<T>(), cp, beta);
+    }
+    if (relu) {
+      const cpu::ReluOp op(n);
+      cpu::parallelFor(rows * p, cpu::kParallelGrain, [=](int64_t b, int64_t e) { cpu::unaryRun(cp + b, cp + b, e - b, op); });
+    }
+  }
 }
 
 template <bool kBlas>

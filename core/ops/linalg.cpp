@@ -43,6 +43,8 @@ std::vector<TensorType> inferLinear(const Node& n) {
   const Shape& w = n.input(1)->shape();
   if (w.size() != 2 || x.empty() || x.back() != w[1])
     opFail(n, "input " + n.input(0)->type().str() + " does not match weight " + n.input(1)->type().str());
+  if (const std::string& a = n.s("activation"); a != "none" && a != "relu")
+    opFail(n, "activation must be \"none\" or \"relu\" (the fused epilogues), got \"" + a + "\"");
   if (n.numInputs() == 3 && n.input(2)->shape() != Shape{w[0]})
     opFail(n, "bias " + n.input(2)->type().str() + " does not match weight " + n.input(1)->type().str());
   Shape out = x;
@@ -59,7 +61,11 @@ Cost linearCost(const Node& n) {
 
 void registerLinalgOps(OpTable& t) {
   t.add({"matmul", "torch.matmul (batched, broadcasting)", 2, 2, 0, {}, inferMatmul, matmulCost});
-  t.add({"linear", "x @ weight^T + bias (bias optional)", 2, 3, 0, {}, inferLinear, linearCost});
+  // `activation` is an epilogue the fuse pass sets (relu(linear(...)) ->
+  // linear {activation="relu"}): applied to the GEMM's output in the same
+  // kernel, before it leaves the cache.
+  t.add({"linear", "x @ weight^T + bias (bias optional), then the activation epilogue", 2, 3, 0,
+         {optAttr("activation", std::string("none"))}, inferLinear, linearCost});
 }
 
 }  // namespace kiln
