@@ -37,7 +37,10 @@ grep -q "IR after dce" <<<"$out" && fail "--print-ir-after-change printed the un
 ok "--print-ir-after-change"
 
 "$KILN" train "$M" --steps 1 --dump-dir "$W/dump" --verify-each >/dev/null 2>&1 || fail "--dump-dir exited $?"
-want="00-input.kir 01-loss.kir 02-autodiff.kir 03-optimizer.kir 04-cse.kir 05-dce.kir"
+# One file per pass of the default pipeline, as `kiln passes` lists it.
+want="00-input.kir$("$KILN" passes | awk '/default pipeline of kiln train/ {f = 1; next} /^$/ {f = 0}
+  f && /^ *[0-9]+\./ {printf " %02d-%s.kir", $1 + 0, $2}')"
+[[ "$want" == *"01-loss.kir"*"autodiff.kir"*"optimizer.kir"* ]] || fail "kiln passes: unexpected train pipeline '$want'"
 got=$(cd "$W/dump" 2>/dev/null && ls | tr '\n' ' ' | sed 's/ $//')
 [ "$got" = "$want" ] || fail "--dump-dir: files '$got', want '$want'"
 for f in "$W"/dump/*.kir; do
