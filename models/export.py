@@ -209,8 +209,8 @@ def main(argv=None) -> int:
         return 0
     if not args.name:
         p.error("give a model NAME or --list")
-    if args.name not in zoo.NAMES:
-        p.error(f"unknown model {args.name!r}; known: {', '.join(zoo.NAMES)}")
+    if args.name not in zoo._REGISTRY:
+        p.error(f"unknown model {args.name!r}; known: {', '.join(zoo._REGISTRY)}")
     formats = parse_formats(args.name, args.format)
     unsupported = [f for f in formats if f not in zoo.formats(args.name)]
     if unsupported:
