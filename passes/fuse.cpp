@@ -5,7 +5,9 @@
 // floating dtype. A node joins the group of one of its producers when every
 // other operand is already in the group or was computed before the group's
 // first node; that keeps the graph acyclic when the group is placed at its
-// first node's position. Operands from outside must have the loop shape,
+// first node's position. It must also sit within kMaxJoinDistance nodes of
+// the group's last node, so fusing never hoists work from the backward into
+// the forward. Operands from outside must have the loop shape,
 // hold one element, or broadcast along one contiguous run of dims (a bias
 // [C] on [N, T, C], a mask [T, T] on [B, H, T, T], a [C, 1, 1] scale on
 // NCHW; core/tensor_type.h broadcastRunInner), which a flat index reaches
@@ -75,9 +77,17 @@ std::optional<DType> fusibleDType(const Node& n) {
   return t;
 }
 
+/// How far after a group's last node a node may still join it. Joining
+/// moves the node's work up to where the group starts and keeps its result
+/// alive from there: for relu's backward mask that would be from the forward
+/// to the backward, longer than the values it saves. Chains that share data
+/// in cache sit next to each other.
+constexpr size_t kMaxJoinDistance = 16;
+
 struct Group {
   std::vector<Node*> nodes;
   size_t first = 0;  ///< position of nodes[0] in the graph
+  size_t last = 0;   ///< position of the last node that joined
   Shape shape;
   DType dtype;
 };
@@ -131,7 +141,7 @@ Result<PassResult> runFuse(Graph& g, PassContext&) {
       if (!p || !group_of.count(p)) continue;
       const size_t gi = group_of[p];
       const Group& gr = groups[gi];
-      if (gr.shape != shape || gr.dtype != *t) continue;
+      if (gr.shape != shape || gr.dtype != *t || pos[n] - gr.last > kMaxJoinDistance) continue;
       bool ok = true;
       for (const Value* w : n->inputs()) {
         const Node* q = w->producer();
@@ -146,10 +156,11 @@ Result<PassResult> runFuse(Graph& g, PassContext&) {
     }
     if (join) {
       groups[*join].nodes.push_back(n);
+      groups[*join].last = pos[n];
       group_of[n] = *join;
       continue;
     }
-    Group gr{{n}, pos[n], shape, *t};
+    Group gr{{n}, pos[n], pos[n], shape, *t};
     bool ok = true;
     for (const Value* w : n->inputs()) ok = ok && operandOk(w, gr);
     if (!ok) continue;
