@@ -45,7 +45,9 @@ const std::set<std::string, std::less<>>& fusibleOps() {
       "lt", "le", "gt", "ge", "eq", "ne",
       // activations and math
       "relu", "gelu", "tanh", "sigmoid", "silu", "exp", "log", "sqrt", "rsqrt", "abs", "erf", "leaky_relu",
-      "hardtanh", "clamp", "hardswish", "hardsigmoid", "reciprocal"};
+      "hardtanh", "clamp", "hardswish", "hardsigmoid", "reciprocal",
+      // the backward's elementwise gradients (gelu's, tanh's, ...)
+      "unary_backward"};
   return ops;
 }
 

@@ -15,6 +15,7 @@
 
 #include "backend/cpu/cpu_loops.h"
 #include "backend/cpu/cpu_math.h"
+#include "backend/cpu/unary_grad_block.h"
 #include "backend/kernel.h"
 #include "core/ops/op_helpers.h"
 
@@ -142,38 +143,54 @@ void unaryGradKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
   });
 }
 
+/// The block loop of one unary gradient functor, for the fused kernel.
+template <class T, class Op>
+UnaryGradBlock<T> unaryGradBlock(const Node& n) {
+  return [op = Op(n)](const T* g, const T* v, T* o, int64_t cnt) { unaryGradRun(g, v, o, cnt, op); };
+}
+
 struct UnaryGradKernel {
   const char* fn;
   KernelFn kernel;
+  UnaryGradBlock<float> (*block_f32)(const Node&);
+  UnaryGradBlock<double> (*block_f64)(const Node&);
 };
-constexpr UnaryGradKernel kUnaryGradKernels[] = {
-    {"abs", unaryGradKernel<AbsGrad>},
-    {"clamp", unaryGradKernel<ClampGrad>},
-    {"hardtanh", unaryGradKernel<ClampGrad>},
-    {"log1p", unaryGradKernel<Log1pGrad>},
-    {"sqrt", unaryGradKernel<SqrtGrad>},
-    {"rsqrt", unaryGradKernel<RsqrtGrad>},
-    {"reciprocal", unaryGradKernel<ReciprocalGrad>},
-    {"sin", unaryGradKernel<SinGrad>},
-    {"cos", unaryGradKernel<CosGrad>},
-    {"tanh", unaryGradKernel<TanhGrad>},
-    {"sigmoid", unaryGradKernel<SigmoidGrad>},
-    {"erf", unaryGradKernel<ErfGrad>},
-    {"silu", unaryGradKernel<SiluGrad>},
-    {"mish", unaryGradKernel<MishGrad>},
-    {"hardswish", unaryGradKernel<HardswishGrad>},
-    {"hardsigmoid", unaryGradKernel<HardsigmoidGrad>},
-    {"gelu", unaryGradKernel<GeluGrad>},
-    {"leaky_relu", unaryGradKernel<LeakyReluGrad>},
-    {"elu", unaryGradKernel<EluGrad>},
-    {"softplus", unaryGradKernel<SoftplusGrad>},
+#define KILN_UNARY_GRAD_ENTRY(FN, OP) \
+  { FN, unaryGradKernel<OP>, unaryGradBlock<float, OP>, unaryGradBlock<double, OP> }
+const UnaryGradKernel kUnaryGradKernels[] = {
+    KILN_UNARY_GRAD_ENTRY("abs", AbsGrad),
+    KILN_UNARY_GRAD_ENTRY("clamp", ClampGrad),
+    KILN_UNARY_GRAD_ENTRY("hardtanh", ClampGrad),
+    KILN_UNARY_GRAD_ENTRY("log1p", Log1pGrad),
+    KILN_UNARY_GRAD_ENTRY("sqrt", SqrtGrad),
+    KILN_UNARY_GRAD_ENTRY("rsqrt", RsqrtGrad),
+    KILN_UNARY_GRAD_ENTRY("reciprocal", ReciprocalGrad),
+    KILN_UNARY_GRAD_ENTRY("sin", SinGrad),
+    KILN_UNARY_GRAD_ENTRY("cos", CosGrad),
+    KILN_UNARY_GRAD_ENTRY("tanh", TanhGrad),
+    KILN_UNARY_GRAD_ENTRY("sigmoid", SigmoidGrad),
+    KILN_UNARY_GRAD_ENTRY("erf", ErfGrad),
+    KILN_UNARY_GRAD_ENTRY("silu", SiluGrad),
+    KILN_UNARY_GRAD_ENTRY("mish", MishGrad),
+    KILN_UNARY_GRAD_ENTRY("hardswish", HardswishGrad),
+    KILN_UNARY_GRAD_ENTRY("hardsigmoid", HardsigmoidGrad),
+    KILN_UNARY_GRAD_ENTRY("gelu", GeluGrad),
+    KILN_UNARY_GRAD_ENTRY("leaky_relu", LeakyReluGrad),
+    KILN_UNARY_GRAD_ENTRY("elu", EluGrad),
+    KILN_UNARY_GRAD_ENTRY("softplus", SoftplusGrad),
 };
+#undef KILN_UNARY_GRAD_ENTRY
 
-void unaryBackwardKernel(const Node& n, Inputs in, Outputs out, KernelContext& ctx) {
+const UnaryGradKernel* unaryGradEntry(const Node& n) {
   const std::string& fn = n.s("fn");
   for (const UnaryGradKernel& k : kUnaryGradKernels)
-    if (fn == k.fn) return k.kernel(n, in, out, ctx);
-  opFail(n, "no CPU kernel for fn \"" + fn + "\"");
+    if (fn == k.fn) return &k;
+  return nullptr;
+}
+
+void unaryBackwardKernel(const Node& n, Inputs in, Outputs out, KernelContext& ctx) {
+  if (const UnaryGradKernel* k = unaryGradEntry(n)) return k->kernel(n, in, out, ctx);
+  opFail(n, "no CPU kernel for fn \"" + n.s("fn") + "\"");
 }
 
 // ---- binary_backward: operator()(C g, C a, C b) for the input `input` -----
@@ -302,6 +319,18 @@ void add(KernelRegistry& r, const char* op, KernelFn fn) {
 }
 
 }  // namespace
+
+template <>
+UnaryGradBlock<float> unaryBackwardBlock<float>(const Node& n) {
+  const UnaryGradKernel* k = unaryGradEntry(n);
+  return k ? k->block_f32(n) : nullptr;
+}
+template <>
+UnaryGradBlock<double> unaryBackwardBlock<double>(const Node& n) {
+  const UnaryGradKernel* k = unaryGradEntry(n);
+  return k ? k->block_f64(n) : nullptr;
+}
+
 }  // namespace kiln::cpu
 
 namespace kiln {

@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "backend/cpu/cpu_loops.h"
+#include "backend/cpu/unary_grad_block.h"
 #include "backend/cpu/unary_ops.h"
 #include "backend/kernel.h"
 #include "core/text_ir.h"
@@ -76,6 +77,11 @@ std::function<void(const T* const*, T*, int64_t)> instruction(const Node& n) {
     return [v = convert<T>(n.f("value"))](const T* const*, T* __restrict out, int64_t cnt) {
       std::fill(out, out + cnt, v);
     };
+  if (op == "unary_backward") {
+    auto block = unaryBackwardBlock<T>(n);
+    if (!block) return nullptr;
+    return [block](const T* const* in, T* out, int64_t cnt) { block(in[0], in[1], out, cnt); };
+  }
   if (op == "neg") return unary<T, NegOp>(n);
   if (op == "relu") return unary<T, ReluOp>(n);
   if (op == "gelu") return unary<T, GeluOp>(n);

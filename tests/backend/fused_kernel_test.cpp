@@ -20,6 +20,7 @@ namespace {
 /// The node text of `op` applied to %a (and %b, %c for more operands).
 std::string opCall(const std::string& op) {
   if (op == "where") return "where(%c, %a, %b)";
+  if (op == "unary_backward") return "unary_backward(%a, %b) {approximate=\"tanh\", fn=\"gelu\"}";
   if (op == "gelu") return "gelu(%a) {approximate=\"tanh\"}";
   if (op == "leaky_relu") return "leaky_relu(%a) {negative_slope=0.1}";
   if (op == "hardtanh") return "hardtanh(%a) {min_val=-0.5, max_val=0.75}";
