@@ -4,9 +4,11 @@
 #include "passes/autodiff.h"
 #include "passes/cse.h"
 #include "passes/dce.h"
+#include "passes/fold.h"
 #include "passes/fuse.h"
 #include "passes/loss.h"
 #include "passes/optimizer.h"
+#include "passes/simplify.h"
 
 namespace kiln {
 
@@ -39,6 +41,16 @@ const std::vector<PassInfo>& allPasses() {
        "Removes every node none of whose outputs is used or a graph output (side-effecting ops stay). "
        "Graph inputs are kept: they are the model's state.",
        runDce},
+      {"fold", "constant folding of splat constants",
+       "Replaces a node whose inputs are all `full` constants by a `full` when the result is exact without a "
+       "kernel: +, -, *, /, sqrt, neg, abs, relu, max/min, comparisons, where, cast and layout ops; never "
+       "transcendental ops or reductions. Bit for bit the same values.",
+       runFold},
+      {"simplify", "algebraic rules and constant folding to a fixed point, then cse and dce",
+       "Runs the rule table of passes/algebraic_rules.cpp (permute of permute, reshape chains, x * 1, x + 0, "
+       "...) and fold until nothing changes, then cse and dce. Same values (bit for bit except -0.0 where a "
+       "rule says so); statistics per rule.",
+       runSimplify},
       {"fuse", "elementwise chains into one fused_elementwise kernel each",
        "Groups fusible elementwise nodes (passes/fuse.h) with one loop shape and one float dtype, operands of "
        "that shape or scalars, into fused_elementwise nodes whose body is the chain as text IR; intermediates "

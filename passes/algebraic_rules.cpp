@@ -1,0 +1,218 @@
+// The algebraic rule table of the simplify pass (passes/simplify.cpp).
+//
+// Needs: nothing beyond a verified graph. Each entry matches one node (and
+// looks at its producers), and gives the value that replaces its output; the
+// simplify driver does the replacing, erasing and counting. Every rule keeps
+// the node's output type exactly: a rule whose shortcut would broadcast or
+// change the dtype (x + 0 where 0 is bigger than x, f32 x * f64 1) does not
+// match. Guarantees: the replacement computes the same values; bit for bit
+// unless the rule's `why` says otherwise (the -0.0 cases, which still compare
+// equal). To add a rule: write a small function below and add one entry to
+// the table at the end, with the reason it is valid.
+#include "passes/algebraic_rules.h"
+
+#include <string_view>
+
+#include "passes/fold.h"
+
+namespace kiln {
+namespace {
+
+/// The node producing input `i` of `n` when its op is `op`, else nullptr.
+Node* producerOf(const Node& n, size_t i, std::string_view op) {
+  Node* p = n.input(i)->producer();
+  return p && p->op() == op ? p : nullptr;
+}
+
+/// `v` when it has exactly n's output type (so no broadcast and no dtype
+/// change is lost by using it), else nullptr.
+Value* sameType(Value* v, const Node& n) {
+  return v->type() == n.output()->type() ? v : nullptr;
+}
+
+/// Whether `v` is a splat constant whose elements, converted to the dtype
+/// the node computes in (its output dtype), equal `x` (+0.0 == -0.0).
+bool isSplat(const Value* v, const Node& n, double x) {
+  std::optional<double> e = splatValue(v);
+  if (!e) return false;
+  std::optional<double> c = splatElement(n.output()->dtype(), *e);
+  return c && *c == x;
+}
+
+/// A new node before `like` with its scope and provenance; returns its output.
+Value* emit(Graph& g, const Node& like, std::string_view op, std::vector<Value*> inputs, AttrMap attrs) {
+  return g.add(op, std::move(inputs), std::move(attrs), like.scope(), like.provenance());
+}
+
+std::vector<int64_t> permutation(const Node& n) {
+  std::vector<int64_t> dims = n.is("dims");
+  for (int64_t& d : dims) d = normalizeAxis(d, static_cast<int64_t>(dims.size()));
+  return dims;
+}
+
+bool isIdentity(const std::vector<int64_t>& dims) {
+  for (size_t d = 0; d < dims.size(); ++d)
+    if (dims[d] != static_cast<int64_t>(d)) return false;
+  return true;
+}
+
+// ---- layout ------------------------------------------------------------------
+
+Value* identityPermute(Graph&, Node& n) {
+  return isIdentity(permutation(n)) ? n.input(0) : nullptr;
+}
+
+Value* permuteOfPermute(Graph& g, Node& n) {
+  Node* inner = producerOf(n, 0, "permute");
+  if (!inner) return nullptr;
+  // out.dim[d] = mid.dim[outer[d]] = x.dim[inner[outer[d]]]
+  const std::vector<int64_t> a = permutation(*inner), b = permutation(n);
+  std::vector<int64_t> dims(b.size());
+  for (size_t d = 0; d < b.size(); ++d) dims[d] = a[b[d]];
+  Value* x = inner->input(0);
+  return isIdentity(dims) ? x : emit(g, n, "permute", {x}, {{"dims", dims}});
+}
+
+Value* permuteAsReshape(Graph& g, Node& n) {
+  // Only size-1 dims move when the other dims keep their relative order.
+  const std::vector<int64_t> dims = permutation(n);
+  const Shape& in = n.input(0)->shape();
+  int64_t last = -1;
+  for (int64_t d : dims) {
+    if (in[d] == 1) continue;
+    if (d < last) return nullptr;
+    last = d;
+  }
+  return emit(g, n, "reshape", {n.input(0)}, {{"shape", n.output()->shape()}});
+}
+
+Value* identityReshape(Graph&, Node& n) {
+  return sameType(n.input(0), n);
+}
+
+Value* reshapeOfReshape(Graph& g, Node& n) {
+  Node* inner = producerOf(n, 0, "reshape");
+  if (!inner) return nullptr;
+  Value* x = inner->input(0);
+  if (Value* same = sameType(x, n)) return same;
+  return emit(g, n, "reshape", {x}, {{"shape", n.output()->shape()}});
+}
+
+Value* identityExpand(Graph&, Node& n) {
+  return sameType(n.input(0), n);
+}
+
+Value* expandOfExpand(Graph& g, Node& n) {
+  Node* inner = producerOf(n, 0, "expand");
+  if (!inner) return nullptr;
+  Value* x = inner->input(0);
+  if (Value* same = sameType(x, n)) return same;
+  return emit(g, n, "expand", {x}, {{"shape", n.output()->shape()}});
+}
+
+Value* wholeSlice(Graph&, Node& n) {
+  return sameType(n.input(0), n);
+}
+
+Value* catOfOne(Graph&, Node& n) {
+  return n.numInputs() == 1 ? sameType(n.input(0), n) : nullptr;
+}
+
+// ---- casts -------------------------------------------------------------------
+
+Value* identityCast(Graph&, Node& n) {
+  return sameType(n.input(0), n);
+}
+
+// ---- arithmetic ----------------------------------------------------------------
+
+/// `binary(x, c)` or `binary(c, x)` with c a splat of `x`: the other operand.
+Value* otherOfSplat(Node& n, double c, bool commutes) {
+  if (isSplat(n.input(1), n, c)) return sameType(n.input(0), n);
+  if (commutes && isSplat(n.input(0), n, c)) return sameType(n.input(1), n);
+  return nullptr;
+}
+
+Value* mulByOne(Graph&, Node& n) {
+  return otherOfSplat(n, 1.0, true);
+}
+Value* divByOne(Graph&, Node& n) {
+  return otherOfSplat(n, 1.0, false);
+}
+Value* addZero(Graph&, Node& n) {
+  return otherOfSplat(n, 0.0, true);
+}
+Value* subZero(Graph&, Node& n) {
+  return otherOfSplat(n, 0.0, false);
+}
+
+Value* negOfNeg(Graph&, Node& n) {
+  Node* inner = producerOf(n, 0, "neg");
+  return inner ? sameType(inner->input(0), n) : nullptr;
+}
+
+// ---- selection -----------------------------------------------------------------
+
+Value* whereSameBranches(Graph&, Node& n) {
+  return n.input(1) == n.input(2) ? sameType(n.input(1), n) : nullptr;
+}
+
+Value* whereSplatCondition(Graph&, Node& n) {
+  std::optional<double> c = splatValue(n.input(0));
+  if (!c) return nullptr;
+  return sameType(n.input(*c != 0 ? 1 : 2), n);
+}
+
+}  // namespace
+
+const std::vector<AlgebraicRule>& algebraicRules() {
+  static const std::vector<AlgebraicRule> rules = {
+      // layout
+      {"identity_permute", "permute by (0, 1, ..., n-1) moves nothing; bit-exact", "permute", identityPermute},
+      {"permute_of_permute",
+       "permute(permute(x, a), b) reads x.dim[a[b[d]]] at dim d: one permute by the composition, none when that is "
+       "the identity; bit-exact",
+       "permute", permuteOfPermute},
+      {"permute_as_reshape",
+       "a permute that moves only size-1 dims keeps the row-major element order: a reshape, which moves no data "
+       "and merges with neighbouring reshapes; bit-exact",
+       "permute", permuteAsReshape},
+      {"identity_reshape", "reshape to x's own shape keeps the same elements in the same order; bit-exact", "reshape",
+       identityReshape},
+      {"reshape_of_reshape",
+       "reshape keeps the row-major element order, so two in a row are one to the final shape; bit-exact", "reshape",
+       reshapeOfReshape},
+      {"identity_expand", "expand to x's own shape broadcasts nothing; bit-exact", "expand", identityExpand},
+      {"expand_of_expand",
+       "every dim expand(x, s1) broadcast is 1 in x too, so x expands to the final shape directly; bit-exact", "expand",
+       expandOfExpand},
+      {"whole_slice", "a slice whose type equals its input's takes every element in order (start 0, step 1); bit-exact",
+       "slice", wholeSlice},
+      {"cat_of_one", "concatenating a single tensor copies it; bit-exact", "cat", catOfOne},
+      // casts
+      {"identity_cast", "a cast to the dtype x already has copies it (castTensor clones); bit-exact", "cast",
+       identityCast},
+      // arithmetic
+      {"mul_by_one", "x * 1 == x in IEEE arithmetic (-0.0, inf and NaN included) and for integers; bit-exact", "mul",
+       mulByOne},
+      {"div_by_one", "x / 1 == x in IEEE arithmetic (-0.0, inf and NaN included); bit-exact", "div", divByOne},
+      {"add_zero",
+       "x + 0 == x; for x = -0.0 and a +0.0 splat IEEE gives +0.0, equal to x but not bit-identical (bit-exact when "
+       "the splat is -0.0)",
+       "add", addZero},
+      {"sub_zero",
+       "x - (+0.0) == x bit for bit (-0.0 - +0.0 is -0.0); x - (-0.0) gives +0.0 for x = -0.0: equal, not "
+       "bit-identical",
+       "sub", subZero},
+      {"neg_of_neg", "-(-x) == x: negation flips the sign bit (integers wrap back); bit-exact", "neg", negOfNeg},
+      // selection
+      {"where_same_branches", "where(c, a, a) is a whatever c holds; bit-exact", "where", whereSameBranches},
+      {"where_splat_condition",
+       "where with a constant condition is the branch it picks, when that branch already has the result type; "
+       "bit-exact",
+       "where", whereSplatCondition},
+  };
+  return rules;
+}
+
+}  // namespace kiln
