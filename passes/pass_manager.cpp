@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "core/file_io.h"
+#include "core/graph_cost.h"
 #include "core/graph_hash.h"
 #include "core/text_ir.h"
 #include "core/verifier.h"
@@ -77,7 +78,14 @@ Status runPipeline(Graph& g, PassContext& ctx, const std::vector<const PassInfo*
       out << "// ---- IR after " << p.name << (r->changed ? "" : " (unchanged)") << " ----\n" << printGraph(g);
     if (!o.dump_dir.empty())
       if (Status s = dump(o, i + 1, p.name, g); !s) return s;
-    if (trace) trace->push_back({p.name, ms, std::move(*r), g.numNodes(), after});
+    if (trace)
+      trace->push_back({.pass = p.name,
+                        .millis = ms,
+                        .result = std::move(*r),
+                        .nodes_after = g.numNodes(),
+                        .hash_after = after,
+                        .flops_after = graphFlops(g),
+                        .peak_bytes_after = estimatePeakBytes(g)});
   }
   if (!o.verify_each && !pipeline.empty()) {
     Status ok = verify(g);

@@ -2,8 +2,9 @@
 // graph, and is where the debugging switches live: print the IR after a
 // pass or after every pass that changed something, verify after every
 // pass, dump the IR after every pass into a directory. Every pass run
-// becomes a trace entry (name, time, changed, node count, structural hash,
-// the pass's own statistics) for reports and `kiln train --verbose`.
+// becomes a trace entry (name, time, changed, node count, flops, estimated
+// peak memory, structural hash, the pass's own statistics) for reports
+// (`kiln compile --report`) and `kiln train --verbose`.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +24,9 @@ struct PassTraceEntry {
   double millis = 0;
   PassResult result;  ///< result.changed: the pass said so, or the hash moved
   size_t nodes_after = 0;
-  uint64_t hash_after = 0;  ///< structuralHash of the graph after the pass
+  uint64_t hash_after = 0;        ///< structuralHash of the graph after the pass
+  double flops_after = 0;         ///< graphFlops of the graph after the pass (core/graph_cost.h)
+  uint64_t peak_bytes_after = 0;  ///< estimatePeakBytes of the graph after the pass
 };
 
 struct PassManagerOptions {
