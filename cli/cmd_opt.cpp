@@ -2,7 +2,8 @@
 // given as text IR (or JSON) and print the result as text IR -- the tool
 // behind the FileCheck golden tests (tests/passes/filecheck/), like
 // mlir-opt. The PassManager switches (--print-ir-after, --verify-each,
-// --dump-dir) work as in kiln train.
+// --dump-dir) work as in kiln train; --freeze sets the frozen parameters
+// for the freeze pass.
 #include <iostream>
 #include <memory>
 
@@ -13,6 +14,7 @@
 #include "core/graph_json.h"
 #include "core/text_ir.h"
 #include "core/verifier.h"
+#include "passes/freeze.h"
 
 namespace kiln::cli {
 namespace {
@@ -21,6 +23,7 @@ struct OptArgs {
   std::string input;
   std::string output;
   PassFlags flags;
+  std::vector<std::string> freeze;  ///< --freeze patterns for the freeze pass
   std::string amp = "none";         ///< --amp for the amp pass
 };
 
@@ -34,6 +37,14 @@ int runOpt(const OptArgs& a) {
   if (!g) return reportError(g.error());
   if (Status s = verify(*g); !s) return reportError(Error{a.input + ": " + s.error().message});
   PassContext ctx;  // default training options: cross_entropy, AdamW
+  if (!a.freeze.empty()) {
+    std::vector<std::string> params;
+    for (const Value* v : g->inputs())
+      if (v->role() == ValueRole::Param) params.push_back(v->name());
+    auto frozen = resolveFreezePatterns(a.freeze, params);
+    if (!frozen) return reportError(Error{a.input + ": " + frozen.error().message});
+    ctx.training.frozen = std::move(*frozen);
+  }
   auto amp = parseAmpMode(a.amp);
   if (!amp) return reportError(Error{"unknown --amp '" + a.amp + "'; use none, bf16 or fp16"});
   ctx.training.amp.mode = *amp;
@@ -56,6 +67,7 @@ void addOptCommand(CLI::App& app) {
       app.add_subcommand("opt", "run passes over a text-IR graph and print the result (kiln passes lists them)");
   sub->add_option("graph", a->input, "a .kir text-IR file or a .json graph")->required();
   addPassFlags(sub, a->flags, "the passes to run, a,b,c")->required();
+  sub->add_option("--freeze", a->freeze, "parameters the freeze pass freezes: a glob or a name prefix (repeatable)");
   sub->add_option("--amp", a->amp, "mixed precision for the amp pass: none (default), bf16 or fp16 (with loss scaling)");
   sub->callback([a] {
     int rc = runOpt(*a);

@@ -1,5 +1,6 @@
 #include "cli/train_setup.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -7,6 +8,7 @@
 #include "core/import/loader/load_model.h"
 #include "core/safetensors.h"
 #include "core/verifier.h"
+#include "passes/freeze.h"
 
 namespace kiln::cli {
 namespace {
@@ -103,7 +105,9 @@ void addTrainOptions(CLI::App* sub, TrainArgs& a, bool with_optimizer) {
   sub->add_option("--input-shape", a.model.input_shapes,
                   "data input type for synthetic batches, e.g. 8x32 or i64[2,16]");
   sub->add_option("--loss", a.loss, "cross_entropy (class-index target), mse, or model (output 0 is the loss)");
-  sub->add_option("--freeze", a.freeze, "train no parameter whose name starts with this prefix (repeatable)");
+  sub->add_option("--freeze", a.freeze,
+                  "train no parameter matching this glob on state_dict names; without * ? [ a name or module "
+                  "prefix (layer1 freezes layer1.0.conv1.weight) (repeatable)");
   sub->add_option("--amp", a.amp,
                   "mixed precision: bf16 or fp16 (matmul/linear/conv in low precision, f32 master weights; fp16 "
                   "with dynamic loss scaling when training), or none (default)");
@@ -210,10 +214,18 @@ Result<TrainSetup> setUpTraining(const TrainArgs& a, TrainingGraphKind kind) {
   o.clip_grad_norm = a.clip_grad_norm;
   to.amp.mode = *parseAmpMode(a.amp);
   to.amp.loss_scaling = kind == TrainingGraphKind::Step;  // kiln grad has no optimizer to unscale
-  for (const Value* v : model->graph.inputs())
-    if (v->role() == ValueRole::Param)
-      for (const auto& prefix : a.freeze)
-        if (v->name().rfind(prefix, 0) == 0) to.frozen.insert(v->name());
+  if (!a.freeze.empty()) {
+    std::vector<std::string> params;
+    for (const Value* v : model->graph.inputs())
+      if (v->role() == ValueRole::Param) params.push_back(v->name());
+    auto frozen = resolveFreezePatterns(a.freeze, params, model->aliases);
+    if (!frozen) return Error{a.model.path + ": " + frozen.error().message};
+    to.frozen = std::move(*frozen);
+    // Autodiff differentiates every parameter; only the freeze pass drops the frozen ones' work.
+    auto isFreeze = [](const PassInfo* p) { return std::string_view(p->name) == "freeze"; };
+    if (!pipeline->empty() && std::ranges::none_of(*pipeline, isFreeze))
+      return Error{"--freeze needs the freeze pass in --passes (after autodiff, e.g. loss,autodiff,optimizer,freeze,dce)"};
+  }
   cfg.lr = a.lr;
   cfg.schedule.kind = *parseLrScheduleKind(a.lr_schedule);
   cfg.schedule.warmup_steps = a.warmup_steps;

@@ -33,7 +33,7 @@ struct TrainArgs {
   std::string lr_schedule = "constant";
   int64_t warmup_steps = 0;
   double min_lr = 0;
-  std::vector<std::string> freeze;  ///< parameter name prefixes
+  std::vector<std::string> freeze;  ///< --freeze patterns (passes/freeze.h)
   std::string amp = "none";         ///< --amp: none, bf16 or fp16 (passes/amp.h)
   int64_t steps = 10;
   uint64_t seed = 0;

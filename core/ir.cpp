@@ -221,6 +221,15 @@ size_t Graph::removeUnusedInputs() {
   return removed;
 }
 
+void Graph::removeInput(Value* v) {
+  auto it = std::find_if(inputs_.begin(), inputs_.end(), [&](const auto& p) { return p.get() == v; });
+  if (it == inputs_.end()) fail("removeInput: '" + v->name() + "' is not a graph input");
+  bool is_output = std::any_of(outputs_.begin(), outputs_.end(), [&](auto& o) { return o.value == v; });
+  if (!v->uses_.empty() || is_output) fail("cannot remove graph input '" + v->name() + "': it is still used");
+  input_ptrs_.erase(input_ptrs_.begin() + (it - inputs_.begin()));
+  inputs_.erase(it);
+}
+
 Graph Graph::clone() const {
   Graph g;
   g.name = name;

@@ -174,6 +174,8 @@ class Graph {
 
   /// Remove graph inputs that nothing uses (returns how many).
   size_t removeUnusedInputs();
+  /// Remove one graph input that nothing uses (throws KilnException if used).
+  void removeInput(Value* v);
   /// Deep copy (same value ids, names, scopes, provenance).
   Graph clone() const;
 

@@ -8,7 +8,8 @@
 // (fan-out, tied parameters). New nodes are appended after the forward and
 // keep the forward node's scope, with provenance "grad of <op @scope>".
 // Guarantees: the graph stays verified; every differentiated parameter has a
-// Gradient output; nothing is computed for frozen or unused parameters.
+// Gradient output; nothing is computed for unused parameters. Frozen
+// parameters are differentiated too: the freeze pass removes that work.
 #include "passes/autodiff.h"
 
 #include <unordered_map>
@@ -95,7 +96,7 @@ Result<std::vector<Value*>> differentiate(Graph& g, Value* loss, const std::vect
   });
 }
 
-Result<PassResult> runAutodiff(Graph& g, PassContext& ctx) {
+Result<PassResult> runAutodiff(Graph& g, PassContext&) {
   Value* loss = nullptr;
   for (const GraphOutput& o : g.outputs())
     if (o.role == OutputRole::Loss) {
@@ -104,7 +105,7 @@ Result<PassResult> runAutodiff(Graph& g, PassContext& ctx) {
     }
   std::vector<Value*> params;
   for (Value* v : g.inputs())
-    if (v->role() == ValueRole::Param && isDifferentiable(v->dtype()) && !ctx.training.frozen.count(v->name()))
+    if (v->role() == ValueRole::Param && isDifferentiable(v->dtype()))
       params.push_back(v);
   // fp16 loss scaling (passes/amp.h): the backward starts from the scale.
   Value* seed = nullptr;

@@ -21,8 +21,9 @@ Result<std::vector<Value*>> differentiate(Graph& g, Value* loss, const std::vect
                                           Value* seed = nullptr);
 
 /// The autodiff pass: differentiates the graph's Loss output w.r.t. every
-/// floating Param input not in ctx.training.frozen and adds one Gradient
-/// output per parameter that gets a gradient, named like the parameter.
+/// floating Param input (frozen ones too: the freeze pass removes what they
+/// do not need) and adds one Gradient output per parameter that gets a
+/// gradient, named like the parameter.
 /// Statistics: nodes_added, params_with_grad, params_without_grad.
 Result<PassResult> runAutodiff(Graph& g, PassContext& ctx);
 

@@ -4,6 +4,7 @@
 #include "passes/autodiff.h"
 #include "passes/cse.h"
 #include "passes/dce.h"
+#include "passes/freeze.h"
 #include "passes/fold.h"
 #include "passes/fuse.h"
 #include "passes/loss.h"
@@ -33,6 +34,11 @@ const std::vector<PassInfo>& allPasses() {
        "Needs Gradient outputs. Appends one multi-tensor SGD / Adam / AdamW update (optional global-norm "
        "clipping), with optimizer state as graph inputs and outputs, and the lr and step scalars as inputs.",
        runOptimizer},
+      {"freeze", "remove the gradients, updates and optimizer state of frozen parameters",
+       "Needs autodiff (and usually the optimizer) to have run, and PassContext::training.frozen. Drops the frozen "
+       "parameters' Gradient outputs and their entries in the multi-tensor update and in gradient clipping, their "
+       "ParamUpdate / OptStateUpdate outputs and OptState inputs, and every node that only fed them.",
+       runFreeze},
       {"cse", "common-subexpression elimination",
        "Merges nodes with the same op, input values, explicit attributes and output types (random and "
        "side-effecting ops excepted); the first one stays. Results are bit for bit the same.",

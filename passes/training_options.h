@@ -41,7 +41,8 @@ struct TrainingOptions {
   /// loss pass picks the natural one (see passes/loss.h).
   std::optional<TensorType> target;
   OptimizerOptions optimizer;
-  /// Parameters (state_dict keys) that get no gradient and no update.
+  /// Parameters (Param input names) that get no gradient and no update:
+  /// the freeze pass removes that work (passes/freeze.h).
   std::set<std::string> frozen;
   /// Mixed precision (passes/amp.h): off by default.
   AmpOptions amp;

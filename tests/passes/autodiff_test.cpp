@@ -62,7 +62,9 @@ TEST(Autodiff, PassAddsOneGradientOutputPerTrainedParameter) {
   EXPECT_EQ(r->statistics.at("params_with_grad"), 2);
 }
 
-TEST(Autodiff, FrozenAndUnusedParametersGetNoGradient) {
+TEST(Autodiff, UnusedParametersGetNoGradientFrozenOnesDo) {
+  // Autodiff differentiates every parameter; the freeze pass (passes/
+  // freeze.h, tests/passes/freeze_test.cpp) removes what frozen ones get.
   Graph g = parse(R"(graph g(%x: f64[3] data, %a: f64[3] param, %unused: f64[3] param, %frozen: f64[3] param) {
   %0 = mul(%x, %a) : f64[3]
   %1 = mul(%0, %frozen) : f64[3]
@@ -70,21 +72,15 @@ TEST(Autodiff, FrozenAndUnusedParametersGetNoGradient) {
   return %2 "loss" loss
 }
 )");
-  Value* x_times_a = g.nodes().front()->output();
   PassContext ctx;
   ctx.training.frozen = {"frozen"};
   auto r = runAutodiff(g, ctx);
   ASSERT_TRUE(r.ok()) << r.error().message;
-  int grads = 0;
+  std::vector<std::string> names;
   for (const GraphOutput& o : g.outputs())
-    if (o.role == OutputRole::Gradient) {
-      EXPECT_EQ(o.name, "a");
-      ++grads;
-    }
-  EXPECT_EQ(grads, 1);
+    if (o.role == OutputRole::Gradient) names.push_back(o.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"a", "frozen"}));
   EXPECT_EQ(r->statistics.at("params_without_grad"), 1);  // unused
-  // d loss / d frozen would be g * %0: nothing but the forward reads %0.
-  EXPECT_EQ(x_times_a->uses().size(), 1u);
 }
 
 TEST(Autodiff, NoGradientFlowsThroughIntegerResults) {
