@@ -1,6 +1,6 @@
 // kiln train MODEL [--input-file B | --data D] --loss L --optimizer O --lr X
 //                  --steps N [--save-weights W] [--log-file L.jsonl]
-//                  [--checkpoint DIR [--checkpoint-every K]] [--resume DIR]
+//                  [--checkpoint DIR [--checkpoint-every K]] [--resume DIR] [--report R.json]
 // Builds the whole training step (forward, loss, backward, optimizer) as one
 // graph and runs it N times. The loss is read back only every --log-every
 // steps (and for the progress line on a terminal), never inside a step.
@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/report.h"
 #include "cli/train_setup.h"
 #include "core/safetensors.h"
 
@@ -24,7 +25,7 @@ namespace {
 
 struct TrainCmd {
   TrainArgs train;
-  std::string save_weights, log_file, checkpoint, resume;
+  std::string save_weights, log_file, checkpoint, resume, report;
   int64_t checkpoint_every = 0;
   int64_t log_every = 1;
 };
@@ -40,8 +41,13 @@ int train(const TrainCmd& c) {
   if (c.checkpoint_every < 0) return reportError(Error{"--checkpoint-every must be >= 0"});
   if (c.checkpoint_every > 0 && c.checkpoint.empty())
     return reportError(Error{"--checkpoint-every needs --checkpoint DIR"});
+  if (!c.report.empty())
+    if (Status st = checkReportPath(c.report); !st) return reportError(st.error());
+  const auto t_start = std::chrono::steady_clock::now();
   auto setup = setUpTraining(c.train, TrainingGraphKind::Step);
   if (!setup) return reportError(setup.error(), c.train.verbose);
+  const double compile_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
   TrainingSession& s = *setup->session;
   if (!c.resume.empty()) {
     if (Status st = s.loadCheckpoint(c.resume); !st) return reportError(st.error());
@@ -70,6 +76,7 @@ int train(const TrainCmd& c) {
   using Clock = std::chrono::steady_clock;
   auto t0 = Clock::now(), last_print = t0;
   double last_loss = NAN;
+  std::vector<StepRecord> steps_done;  // for --report
   std::map<std::string, double> last_metrics;
   for (int64_t i = start; i < steps; ++i) {
     auto batch = setup->batches->batch(i);
@@ -78,11 +85,13 @@ int train(const TrainCmd& c) {
       if (Status st = s.checkBatch(*batch, setup->batch_where + " (step " + std::to_string(i) + ")"); !st)
         return reportError(st.error());
     double lr = s.nextLr();
+    auto step_t0 = Clock::now();
     if (Status st = s.step(*batch); !st) return reportError(st.error(), c.train.verbose);
+    const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - step_t0).count();
     bool log_now = (i - start) % c.log_every == 0 || i + 1 == steps;
     auto now = Clock::now();
     bool print_now = tty && (std::chrono::duration<double>(now - last_print).count() > 0.2 || i + 1 == steps);
-    if (log_now || print_now) {  // the only reads of device values
+    if (log_now || print_now || !c.report.empty()) {  // the only reads of device values
       auto loss = s.readLoss();
       if (!loss) return reportError(loss.error());
       last_loss = *loss;
@@ -90,6 +99,7 @@ int train(const TrainCmd& c) {
       if (!std::isfinite(last_loss))
         std::cerr << "kiln: warning: loss is " << last_loss << " at step " << i << "\n";
     }
+    if (!c.report.empty()) steps_done.push_back({i, last_loss, step_ms, lr});
     if (log_now && log) {
       nlohmann::json j{{"step", i}, {"loss", last_loss}, {"lr", lr}};
       for (const auto& [k, v] : last_metrics) j[k] = v;
@@ -112,6 +122,11 @@ int train(const TrainCmd& c) {
 
   if (!c.checkpoint.empty())
     if (Status st = s.saveCheckpoint(c.checkpoint); !st) return reportError(st.error());
+  if (!c.report.empty()) {
+    auto report = buildReport("train", c.train, *setup, compile_ms);
+    addSteps(report, steps_done);
+    if (Status st = writeReport(c.report, report); !st) return reportError(st.error());
+  }
   if (!c.save_weights.empty())
     if (Status st = writeSafetensors(c.save_weights, s.stateDict()); !st) return reportError(st.error());
 
@@ -123,6 +138,7 @@ int train(const TrainCmd& c) {
   }
   std::cout << "\n";
   if (!c.save_weights.empty()) std::cout << "wrote weights to " << c.save_weights << "\n";
+  if (!c.report.empty()) std::cout << "wrote report to " << c.report << "\n";
   if (!c.checkpoint.empty()) std::cout << "wrote checkpoint (step " << s.stepsDone() << ") to " << c.checkpoint << "\n";
   return 0;
 }
@@ -139,6 +155,9 @@ void addTrainCommand(CLI::App& app) {
   sub->add_option("--checkpoint", c->checkpoint, "save weights and optimizer state in this directory (at the end)");
   sub->add_option("--checkpoint-every", c->checkpoint_every, "also save every K steps");
   sub->add_option("--resume", c->resume, "continue from the latest checkpoint in this directory");
+  sub->add_option("--report", c->report,
+                  "write the compile report plus every step's loss and time (JSON, docs/report-schema.md); "
+                  "reads the loss back every step");
   sub->callback([c] {
     int rc = train(*c);
     if (rc) throw CLI::RuntimeError(rc);

@@ -15,6 +15,7 @@ void addTrainCommand(CLI::App& app);
 void addGradCommand(CLI::App& app);
 void addPassesCommand(CLI::App& app);
 void addOptCommand(CLI::App& app);
+void addCompileCommand(CLI::App& app);
 void addBenchCommand(CLI::App& app);
 
 }  // namespace kiln::cli

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   kiln::cli::addGradCommand(app);
   kiln::cli::addPassesCommand(app);
   kiln::cli::addOptCommand(app);
+  kiln::cli::addCompileCommand(app);
   kiln::cli::addBenchCommand(app);
   try {
     app.parse(argc, argv);

@@ -1,0 +1,165 @@
+// The compile report (docs/report-schema.md): what was compiled, with which
+// training options, what every pass did, which kernel runs each node, and
+// what compiling cost.
+#include "cli/report.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+
+#include "core/file_io.h"
+#include "core/graph_cost.h"
+#include "core/graph_hash.h"
+
+namespace kiln::cli {
+namespace {
+
+/// Counters are doubles; whole ones go out as JSON integers.
+nlohmann::ordered_json number(double v) {
+  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9.0e15) return static_cast<int64_t>(v);
+  return v;
+}
+
+std::string modelFormat(const std::string& path) {
+  auto ends = [&](const char* s) {
+    std::string_view p(path), e(s);
+    return p.size() >= e.size() && p.substr(p.size() - e.size()) == e;
+  };
+  return ends(".json") ? "fx" : "torchscript";
+}
+
+std::string fixed(double v, int decimals) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(decimals) << v;
+  return s.str();
+}
+
+}  // namespace
+
+uint64_t peakRssBytes() {
+  struct rusage ru {};
+  if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+  return static_cast<uint64_t>(ru.ru_maxrss) * 1024;  // Linux reports kilobytes
+}
+
+Status checkReportPath(const std::string& path) {
+  namespace fs = std::filesystem;
+  fs::path p(path);
+  fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return Error{"--report " + path + ": no such directory " + dir.string()};
+  if (fs::is_directory(p, ec)) return Error{"--report " + path + ": is a directory"};
+  if (::access(dir.c_str(), W_OK) != 0)
+    return Error{"--report " + path + ": directory " + dir.string() + " is not writable"};
+  return {};
+}
+
+nlohmann::ordered_json buildReport(const std::string& command, const TrainArgs& a, const TrainSetup& setup,
+                                   double compile_ms) {
+  const TrainingSession& s = *setup.session;
+  const TrainingOptions& to = s.config().passes.training;
+  nlohmann::ordered_json j;
+  j["schema"] = "kiln-report";
+  j["version"] = kReportVersion;
+  j["kiln_version"] = KILN_VERSION;
+  j["command"] = command;
+
+  // The model's parameters are the step graph's Param inputs (tied ones once).
+  int64_t params = 0, param_bytes = 0, trainable = 0, tensors = 0;
+  for (const Value* v : s.graph().inputs())
+    if (v->role() == ValueRole::Param) {
+      ++tensors;
+      params += v->type().numel();
+      param_bytes += static_cast<int64_t>(v->type().bytes());
+      if (!to.frozen.count(v->name())) trainable += v->type().numel();
+    }
+  j["model"] = {{"path", a.model.path}, {"format", modelFormat(a.model.path)}, {"param_tensors", tensors},
+                {"params", params},     {"param_bytes", param_bytes},          {"trainable_params", trainable}};
+
+  const OptimizerOptions& o = to.optimizer;
+  nlohmann::ordered_json batch = nlohmann::ordered_json::array();
+  for (const Value* v : s.batchInputs()) batch.push_back({{"name", v->name()}, {"type", v->type().str()}});
+  j["training"] = {{"loss", std::string(lossKindName(to.loss))},
+                   {"optimizer", std::string(optimizerKindName(o.kind))},
+                   {"lr", s.config().lr},
+                   {"lr_schedule", a.lr_schedule},
+                   {"weight_decay", o.weightDecay()},
+                   {"clip_grad_norm", o.clip_grad_norm},
+                   {"freeze", a.freeze},
+                   {"frozen", std::vector<std::string>(to.frozen.begin(), to.frozen.end())},
+                   {"batch", batch},
+                   {"batch_source", setup.batches ? setup.batches->describe() : std::string()}};
+
+  nlohmann::ordered_json passes = nlohmann::ordered_json::array();
+  double pass_ms = 0;
+  for (const PassTraceEntry& p : s.passTrace()) {
+    nlohmann::ordered_json stats = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : p.result.statistics) stats[k] = number(v);
+    passes.push_back({{"name", p.pass},
+                      {"millis", p.millis},
+                      {"changed", p.result.changed},
+                      {"nodes", p.nodes_after},
+                      {"flops", number(p.flops_after)},
+                      {"peak_bytes", p.peak_bytes_after},
+                      {"hash", hashHex(p.hash_after)},
+                      {"statistics", stats}});
+    pass_ms += p.millis;
+  }
+  j["passes"] = passes;
+  const Graph& g = s.graph();
+  j["graph"] = {{"nodes", g.numNodes()},
+                {"flops", number(graphFlops(g))},
+                {"peak_bytes", estimatePeakBytes(g)},
+                {"hash", hashHex(structuralHash(g))}};
+
+  nlohmann::ordered_json kernels = nlohmann::ordered_json::array();
+  for (const KernelChoice& k : s.kernelChoices()) kernels.push_back({{"node", k.node}, {"kernel", k.kernel}});
+  j["kernels"] = kernels;
+  j["compile"] = {{"millis", compile_ms},
+                  {"import_millis", setup.import_ms},
+                  {"passes_millis", pass_ms},
+                  {"build_millis", setup.compile_ms},
+                  {"peak_rss_bytes", peakRssBytes()}};
+  return j;
+}
+
+void addSteps(nlohmann::ordered_json& report, const std::vector<StepRecord>& steps) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const StepRecord& r : steps)
+    out.push_back({{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"millis", r.millis}});
+  report["steps"] = out;
+}
+
+Status writeReport(const std::string& path, const nlohmann::ordered_json& report) {
+  return writeFileAtomic(path, report.dump(2) + "\n");
+}
+
+void printPassTable(std::ostream& out, const std::vector<PassTraceEntry>& trace) {
+  out << std::left << std::setw(12) << "pass" << std::right << std::setw(9) << "ms" << std::setw(9) << "changed"
+      << std::setw(8) << "nodes" << std::setw(15) << "flops" << std::setw(12) << "est. peak"
+      << "  statistics\n";
+  for (const PassTraceEntry& p : trace) {
+    out << std::left << std::setw(12) << p.pass << std::right << std::setw(9) << fixed(p.millis, 2) << std::setw(9)
+        << (p.result.changed ? "yes" : "no") << std::setw(8) << p.nodes_after << std::setw(15)
+        << humanCount(p.flops_after, "FLOP") << std::setw(12)
+        << humanCount(static_cast<double>(p.peak_bytes_after), "B") << " ";
+    for (const auto& [k, v] : p.result.statistics) {
+      out << " " << k << "=";
+      if (k.find("flops") != std::string::npos)
+        out << humanCount(v, "FLOP");
+      else if (nlohmann::ordered_json n = number(v); n.is_number_integer())
+        out << n.get<int64_t>();
+      else
+        out << v;
+    }
+    out << "\n";
+  }
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# kiln compile and the report (docs/report-schema.md) on zoo models: the
+# pass table, the report's fields and versions, the passes it lists equal
+# the default pipeline, flops > 0, --freeze removes nodes and flops (and a
+# frozen parameter keeps its value through kiln train), kiln train --report
+# adds the steps, --dump-dir, and one-line errors with no file left behind
+# for bad input.
+# usage: compile_cli.sh KILN WORKDIR
+set -u
+KILN=$1
+W=$2
+PY=/usr/bin/python3
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+rm -rf "$W" && mkdir -p "$W"
+fails=0
+fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+ok() { echo "ok   $*"; }
+
+for m in mlp resnet_mini; do
+  "$PY" "$SRC/models/export.py" $m --format trace --train --out-dir "$W" >/dev/null || { echo "FAIL export $m"; exit 1; }
+done
+M="$W/resnet_mini.pt"
+
+# The default pipeline of kiln train, as kiln passes lists it.
+"$KILN" passes | awk '/^default pipeline of kiln train:/ { on = 1; next } on && NF == 0 { on = 0 } on { print $2 }' \
+  >"$W/pipeline.txt"
+[ -s "$W/pipeline.txt" ] || fail "could not read the default pipeline from kiln passes"
+
+out=$("$KILN" compile "$M" --report "$W/full.json" 2>&1) || fail "kiln compile exited $?: $out"
+for want in "pass" "changed" "flops" "est. peak" "total compile" "peak RSS" "freeze" "wrote report to"; do
+  [[ "$out" == *"$want"* ]] || fail "kiln compile output lacks '$want': $out"
+done
+ok "kiln compile prints the pass table"
+
+"$KILN" compile "$M" --freeze layer1 --freeze conv1 --report "$W/frozen.json" >/dev/null 2>&1 ||
+  fail "kiln compile --freeze exited $?"
+
+"$PY" - "$W" "$M" <<'EOF' || fail "report checks"
+import json, re, sys
+w, model = sys.argv[1], sys.argv[2]
+pipeline = [l.strip() for l in open(f"{w}/pipeline.txt") if l.strip()]
+bad = []
+def check(cond, what):
+    if not cond:
+        bad.append(what)
+def validate(r, name):
+    check(r.get("schema") == "kiln-report", f"{name}: schema")
+    check(r.get("version") == 1, f"{name}: version")
+    check(isinstance(r.get("kiln_version"), str) and r["kiln_version"], f"{name}: kiln_version")
+    m = r["model"]
+    check(m["path"] == model and m["format"] == "torchscript", f"{name}: model path/format {m}")
+    check(m["params"] > 0 and m["param_bytes"] == 4 * m["params"], f"{name}: params {m}")
+    t = r["training"]
+    for k in ("loss", "optimizer", "lr", "freeze", "frozen", "batch"):
+        check(k in t, f"{name}: training.{k}")
+    names = [p["name"] for p in r["passes"]]
+    check(names == pipeline, f"{name}: passes {names} != pipeline {pipeline}")
+    for p in r["passes"]:
+        for k in ("millis", "changed", "nodes", "flops", "peak_bytes", "hash", "statistics"):
+            check(k in p, f"{name}: pass {p.get('name')} lacks {k}")
+        check(re.fullmatch(r"[0-9a-f]{16}", p["hash"]) is not None, f"{name}: hash {p['hash']}")
+        check(p["flops"] > 0 and p["peak_bytes"] > 0 and p["nodes"] > 0, f"{name}: pass {p['name']} sizes")
+    check(r["graph"]["nodes"] == r["passes"][-1]["nodes"], f"{name}: graph.nodes")
+    check(r["graph"]["flops"] > 0, f"{name}: graph.flops")
+    check(len(r["kernels"]) == r["graph"]["nodes"], f"{name}: a kernel per node")
+    check(all(k["node"] and k["kernel"] for k in r["kernels"]), f"{name}: kernel entries")
+    c = r["compile"]
+    check(c["millis"] > 0 and c["peak_rss_bytes"] > 0, f"{name}: compile {c}")
+full = json.load(open(f"{w}/full.json"))
+frozen = json.load(open(f"{w}/frozen.json"))
+validate(full, "full")
+validate(frozen, "frozen")
+check("steps" not in full, "compile report has steps")
+f = [p for p in frozen["passes"] if p["name"] == "freeze"][0]
+s = f["statistics"]
+check(s["nodes_removed"] > 0 and s["flops_removed"] > 0 and s["params_frozen"] > 0, f"freeze statistics {s}")
+check(f["changed"], "freeze did not change the graph")
+check(frozen["graph"]["nodes"] < full["graph"]["nodes"], "freeze did not reduce the nodes")
+check(frozen["graph"]["flops"] < full["graph"]["flops"], "freeze did not reduce the flops")
+fr = frozen["training"]["frozen"]
+check(fr and all(n.startswith("layer1.") or n.startswith("conv1.") for n in fr), f"frozen {fr}")
+check(frozen["training"]["freeze"] == ["layer1", "conv1"], "freeze patterns")
+check(frozen["model"]["trainable_params"] < full["model"]["trainable_params"], "trainable params")
+g = full["graph"]
+print(f"full {g['nodes']} nodes {g['flops']:.3g} flops; frozen {frozen['graph']['nodes']} nodes "
+      f"{frozen['graph']['flops']:.3g} flops (freeze: {s})")
+if bad:
+    print("\n".join(bad))
+    sys.exit(1)
+EOF
+ok "report fields, pipeline, flops; --freeze removes nodes and flops"
+
+# kiln train --report: the same report plus the steps; frozen weights unchanged.
+"$KILN" train "$M" --steps 0 --save-weights "$W/w0.safetensors" >/dev/null 2>&1 || fail "train --steps 0 exited $?"
+"$KILN" train "$M" --steps 3 --freeze 'layer1.*' --report "$W/train.json" --save-weights "$W/w3.safetensors" \
+  >/dev/null 2>&1 || fail "train --report exited $?"
+PYTHONPATH="$SRC/models" "$PY" - "$W" <<'EOF' || fail "train report / frozen weights"
+import json, sys
+import st_io
+w = sys.argv[1]
+r = json.load(open(f"{w}/train.json"))
+assert r["schema"] == "kiln-report" and r["command"] == "train", r["command"]
+steps = r["steps"]
+assert [s["step"] for s in steps] == [0, 1, 2], steps
+assert all(s["loss"] > 0 and s["millis"] > 0 for s in steps), steps
+a, b = st_io.load(f"{w}/w0.safetensors"), st_io.load(f"{w}/w3.safetensors")
+frozen = set(r["training"]["frozen"])
+assert frozen and all(k.startswith("layer1.") for k in frozen), frozen
+for k in frozen:
+    assert (a[k] == b[k]).all(), f"frozen {k} changed"
+assert not (a["fc.weight"] == b["fc.weight"]).all(), "fc.weight did not train"
+EOF
+ok "kiln train --report (steps) and --freeze keeps frozen weights"
+
+"$KILN" compile "$W/mlp.pt" --dump-dir "$W/dump" >/dev/null 2>&1 || fail "--dump-dir exited $?"
+[ "$(ls "$W/dump" | wc -l)" = $(($(wc -l <"$W/pipeline.txt") + 1)) ] || fail "--dump-dir: $(ls "$W/dump")"
+ok "kiln compile --dump-dir"
+
+mkdir -p "$W/adir"
+for args in "$W/nope.pt|no such file" \
+            "$M --passes loss,autodif|unknown pass 'autodif'" \
+            "$M --report $W/missing/r.json|--report $W/missing/r.json: no such directory" \
+            "$M --report $W/adir|is a directory" \
+            "$M --freeze layer9|--freeze 'layer9' matches no parameter" \
+            "$M --passes loss,autodiff,optimizer --freeze layer1|--freeze needs the freeze pass"; do
+  a=${args%%|*}
+  want=${args#*|}
+  rm -f "$W/bad.json"
+  # shellcheck disable=SC2086
+  out=$("$KILN" compile $a --report "$W/bad.json" 2>&1 >/dev/null)
+  rc=$?
+  [[ "$a" == *--report* ]] && { out=$("$KILN" compile $a 2>&1 >/dev/null); rc=$?; }
+  if [ $rc -eq 0 ]; then fail "$a: exit 0"
+  elif [ "$(grep -c '' <<<"$out")" != 1 ] || [[ "$out" != "kiln: error: "*"$want"* ]]; then fail "$a: got '$out'"
+  elif [ -e "$W/bad.json" ] || [ -e "$W/missing" ] || ls "$W"/*.tmp* >/dev/null 2>&1; then fail "$a: left a file"
+  else ok "$a: $out"; fi
+done
+
+[ $fails -eq 0 ] && echo "all kiln compile checks passed" || { echo "$fails failed"; exit 1; }
