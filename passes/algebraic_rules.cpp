@@ -13,6 +13,7 @@
 
 #include <string_view>
 
+#include "core/op_table.h"
 #include "passes/fold.h"
 
 namespace kiln {
@@ -151,6 +152,28 @@ Value* negOfNeg(Graph&, Node& n) {
   return inner ? sameType(inner->input(0), n) : nullptr;
 }
 
+/// A binary elementwise op reading a splat constant of the full output shape
+/// reads a 0-d one instead: same elements, and no tensor to materialize (the
+/// folded gradient of mean, expand(full) -> full[N,M], is one).
+Value* splatOperandToScalar(Graph& g, Node& n) {
+  // Ops declared with exactly two inputs: a fused_elementwise body names its operand types, so it stays.
+  const OpDef& def = n.def();
+  if (!def.has(kElementwise) || def.min_inputs != 2 || def.max_inputs != 2) return nullptr;
+  for (size_t i = 0; i < 2; ++i) {
+    Value *c = n.input(i), *x = n.input(1 - i);
+    // Same dtype on both sides: promotion cannot depend on which one is 0-d.
+    if (!splatValue(c) || c->type().rank() == 0 || c->dtype() != x->dtype() || x->shape() != n.output()->shape())
+      continue;
+    Node* full = c->producer();
+    Value* scalar =
+        emit(g, *full, "full", {}, {{"dtype", c->dtype()}, {"shape", Shape{}}, {"value", full->f("value")}});
+    std::vector<Value*> inputs(n.inputs().begin(), n.inputs().end());
+    inputs[i] = scalar;
+    return emit(g, n, n.op(), inputs, n.attrs());
+  }
+  return nullptr;
+}
+
 // ---- selection -----------------------------------------------------------------
 
 Value* whereSameBranches(Graph&, Node& n) {
@@ -205,6 +228,10 @@ const std::vector<AlgebraicRule>& algebraicRules() {
        "bit-identical",
        "sub", subZero},
       {"neg_of_neg", "-(-x) == x: negation flips the sign bit (integers wrap back); bit-exact", "neg", negOfNeg},
+      {"splat_operand_to_scalar",
+       "a splat tensor operand of a binary elementwise op holds the same element at every index a 0-d one "
+       "broadcasts to; with both operands of one dtype the result type is unchanged; bit-exact",
+       "*", splatOperandToScalar},
       // selection
       {"where_same_branches", "where(c, a, a) is a whatever c holds; bit-exact", "where", whereSameBranches},
       {"where_splat_condition",

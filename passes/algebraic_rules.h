@@ -15,7 +15,7 @@ namespace kiln {
 struct AlgebraicRule {
   const char* name;  ///< short snake_case name; simplify reports hits as "rule.<name>"
   const char* why;   ///< one line: why the rewrite is valid, and how exact it is
-  const char* op;    ///< the op of the node the pattern is rooted at
+  const char* op;    ///< the op of the node the pattern is rooted at; "*": any op (the rule checks)
   /// Match at `n` (whose op is `op`). On a match, return the replacement: an
   /// existing value or one computed by new nodes inserted before `n` (the
   /// caller sets the insertion point). Its type must equal n's output type.

@@ -9,8 +9,7 @@ const std::vector<PipelineEntry>& trainingPipeline(TrainingGraphKind kind) {
       {"autodiff", "its Gradient outputs are what the optimizer consumes"},
       {"optimizer", "turns the gradients into parameter and optimizer-state updates"},
       {"freeze", "after the optimizer: drops a frozen parameter's gradient, update and state in one place"},
-      {"cse", "merges the equal constants and repeated subexpressions the loss, autodiff and optimizer emit"},
-      {"dce", "last: drops the forward outputs and branches nothing reads any more"},
+      {"simplify", "after all that emit nodes, before fuse: rules, folding, then cse and dce (subsumes them)"},
       {"fuse", "after everything that rewrites single ops: turns the final elementwise chains into fused kernels"},
   };
   static const std::vector<PipelineEntry> gradients = {
@@ -18,8 +17,7 @@ const std::vector<PipelineEntry>& trainingPipeline(TrainingGraphKind kind) {
       {"amp", "after loss so the loss follows the policy; before autodiff so the backward goes through the casts"},
       {"autodiff", "the Gradient outputs are the result (kiln grad)"},
       {"freeze", "after autodiff: drops the frozen parameters' gradients and the backward only they need"},
-      {"cse", "merges the equal constants and repeated subexpressions the loss, autodiff and optimizer emit"},
-      {"dce", "last: drops the forward outputs and branches nothing reads any more"},
+      {"simplify", "after all that emit nodes, before fuse: rules, folding, then cse and dce (subsumes them)"},
       {"fuse", "after everything that rewrites single ops: turns the final elementwise chains into fused kernels"},
   };
   return kind == TrainingGraphKind::Step ? step : gradients;

@@ -35,7 +35,7 @@ namespace {
 constexpr int kMaxSweeps = 32;
 constexpr int kMaxRounds = 4;
 
-/// The rules by the op they are rooted at.
+/// The rules by the op they are rooted at ("*": any op).
 const std::map<std::string, std::vector<const AlgebraicRule*>, std::less<>>& rulesByOp() {
   static const auto table = [] {
     std::map<std::string, std::vector<const AlgebraicRule*>, std::less<>> m;
@@ -51,12 +51,9 @@ void replaceNode(Graph& g, Node* n, const std::vector<Value*>& repl) {
   g.erase(n);
 }
 
-/// Try the rules on `n`; returns the rule that rewrote it, or nullptr.
-const AlgebraicRule* applyRules(Graph& g, Node* n) {
-  if (n->numOutputs() != 1) return nullptr;
-  auto it = rulesByOp().find(n->op());
-  if (it == rulesByOp().end()) return nullptr;
-  for (const AlgebraicRule* r : it->second) {
+/// Try `rules` on `n`; returns the rule that rewrote it, or nullptr.
+const AlgebraicRule* applyRules(Graph& g, Node* n, const std::vector<const AlgebraicRule*>& rules) {
+  for (const AlgebraicRule* r : rules) {
     g.setInsertPoint(n);
     Value* v = r->rewrite(g, *n);
     g.setInsertPoint(nullptr);
@@ -68,6 +65,16 @@ const AlgebraicRule* applyRules(Graph& g, Node* n) {
     return r;
   }
   return nullptr;
+}
+
+/// The rules rooted at n's op, then those for any op.
+const AlgebraicRule* applyRules(Graph& g, Node* n) {
+  if (n->numOutputs() != 1) return nullptr;
+  static const std::vector<const AlgebraicRule*> none;
+  auto it = rulesByOp().find(n->op());
+  if (const AlgebraicRule* r = applyRules(g, n, it == rulesByOp().end() ? none : it->second)) return r;
+  auto any = rulesByOp().find("*");
+  return applyRules(g, n, any == rulesByOp().end() ? none : any->second);
 }
 
 /// One sweep over the graph in order; returns how many nodes were rewritten.
