@@ -4,7 +4,7 @@ against PyTorch's.
 
     parity.py NAME --mode grad|adamw|adam|sgd --kiln PATH/TO/kiln
               [--work-dir DIR] [--cache-dir DIR] [--loss L] [--steps N] [--threads T]
-              [--dtype float32|float64] [--import trace|fx] [--verbose]
+              [--dtype float32|float64] [--import trace|fx] [--freeze PATTERN ...] [--verbose]
     parity.py NAME --mode M --self-check      (no kiln: checks this harness)
 
 1. export NAME in train mode as a TorchScript trace with every dropout
@@ -179,20 +179,24 @@ def run_kiln(kiln: str, args: List[str]) -> None:
         raise Failure(f"kiln exited with {p.returncode}: {' '.join(cmd)}\n{tail}")
 
 
-def kiln_grad(kiln, pt, batch, loss, work, threads) -> Dict[str, torch.Tensor]:
+def freeze_args(patterns) -> List[str]:
+    return [a for p in patterns or [] for a in ("--freeze", p)]
+
+
+def kiln_grad(kiln, pt, batch, loss, work, threads, freeze=None) -> Dict[str, torch.Tensor]:
     out = os.path.join(work, "kiln.grads.safetensors")
-    args = ["grad", pt, "--input-file", batch, "--loss", loss, "--output", out]
+    args = ["grad", pt, "--input-file", batch, "--loss", loss, "--output", out] + freeze_args(freeze)
     if threads:
         args += ["--threads", str(threads)]
     run_kiln(kiln, args)
     return st_io.load(out)
 
 
-def kiln_train(kiln, pt, batch, loss, cfg, steps, work, threads) -> Tuple[List[float], Dict[str, torch.Tensor], List[float]]:
+def kiln_train(kiln, pt, batch, loss, cfg, steps, work, threads, freeze=None) -> Tuple[List[float], Dict[str, torch.Tensor], List[float]]:
     w = os.path.join(work, "kiln.weights.safetensors")
     log = os.path.join(work, "kiln.losses.jsonl")
     args = ["train", pt, "--input-file", batch, "--loss", loss] + cfg.cli_args() + [
-        "--steps", str(steps), "--save-weights", w, "--log-file", log]
+        "--steps", str(steps), "--save-weights", w, "--log-file", log] + freeze_args(freeze)
     if threads:
         args += ["--threads", str(threads)]
     run_kiln(kiln, args)
@@ -290,11 +294,11 @@ def candidate(args, cfg, pt, batch, loss, work, dtype) -> Tuple[List[float], Dic
         return res.losses, res.state, res.lrs
     model = pt[:-len(".pt")] + ".fx.json" if args.importer == "fx" else pt
     if cfg is None:
-        k_tensors = kiln_grad(args.kiln, model, batch, loss, work, args.threads)
+        k_tensors = kiln_grad(args.kiln, model, batch, loss, work, args.threads, args.freeze)
         if "loss" not in k_tensors:
             raise Failure("kiln grad wrote no 'loss' tensor")
         return [float(k_tensors["loss"])], k_tensors, []
-    return kiln_train(args.kiln, model, batch, loss, cfg, args.steps, work, args.threads)
+    return kiln_train(args.kiln, model, batch, loss, cfg, args.steps, work, args.threads, args.freeze)
 
 
 def lr_checks(label, cfg, k_lrs, t_lrs, verbose) -> bool:
@@ -336,8 +340,11 @@ def run_exact(args, cfg, loss, work) -> int:
     else:
         model = ref.load_model(pt, f64)
     inputs, target = ref.load_batch(batch, f64)
+    frozen = ref.freeze(model, args.freeze) if args.freeze else []
     if cfg is None:
         t_loss, t_tensors = ref.grads(model, inputs, target, loss)
+        for k in frozen:  # .grad is None in PyTorch; kiln writes no gradient for them
+            t_tensors.pop(k, None)
         t_losses, t_lrs = [t_loss], []
     else:
         res = ref.train(model, inputs, target, loss, cfg, args.steps)
@@ -361,7 +368,8 @@ def run_exact(args, cfg, loss, work) -> int:
         floor = tol * cfg.lr * args.steps
     floors = {k: floor for k in t_tensors}
     what = "gradients" if cfg is None else f"state after {args.steps} {args.mode} steps"
-    label = f"{args.name} {args.mode} [{loss}, float64{', fx' if args.importer == 'fx' else ''}]"
+    label = f"{args.name} {args.mode} [{loss}, float64{', fx' if args.importer == 'fx' else ''}" + (
+        f", frozen {len(frozen)}: {' '.join(args.freeze)}]" if frozen else "]")
 
     def tensor_checks(cand):
         checks = compare.check_maps(cand, t_tensors, [], tol, floors=floors, noise_factor=0.0)
@@ -385,6 +393,8 @@ def run(args) -> int:
     os.makedirs(work, exist_ok=True)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.freeze and (args.dtype != "float64" or args.self_check):
+        raise Failure("--freeze is checked in float64 (--dtype float64) against kiln only")
     if args.dtype == "float64":
         return run_exact(args, cfg, loss, work)
     if args.importer == "fx":
@@ -468,6 +478,9 @@ def main(argv=None) -> int:
                    help="what kiln reads: the TorchScript trace (default) or an FX dump of the same "
                         "module (models/export.py --format fx; float64 only), checked against the eager module")
     p.add_argument("--threads", type=int, default=0, help="threads for kiln and torch (0: their defaults)")
+    p.add_argument("--freeze", action="append", metavar="PATTERN",
+                   help="kiln --freeze PATTERN against requires_grad=False on the same parameters "
+                        "(repeatable; float64 only)")
     p.add_argument("--verbose", "-v", action="store_true", help="a line per tensor, not only failures")
     args = p.parse_args(argv)
     if not args.self_check and not args.kiln:

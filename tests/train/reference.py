@@ -35,6 +35,7 @@ parity.py uses to tell real gradients from float32 rounding noise.
 
 import argparse
 import dataclasses
+import fnmatch
 import json
 import os
 import sys
@@ -164,6 +165,27 @@ def param_names(model: torch.nn.Module) -> Dict[str, str]:
         if id(v) in by_id:
             out[k] = by_id[id(v)]
     return out
+
+
+def freeze(model: torch.nn.Module, patterns: List[str]) -> List[str]:
+    """requires_grad=False on the parameters kiln's --freeze PATTERN selects
+    (passes/freeze.h): a glob on state_dict keys, or without * ? [ the key
+    itself or a module prefix. Returns every state_dict key frozen (tied
+    parameters under each name); a pattern selecting nothing is an error."""
+    keys = param_names(model)
+    params = dict(model.named_parameters())
+    names = set()
+    for pat in patterns:
+        if any(c in pat for c in "*?["):
+            hit = [k for k in keys if fnmatch.fnmatchcase(k, pat)]
+        else:
+            hit = [k for k in keys if k == pat or k.startswith(pat + ".")]
+        if not hit:
+            raise ValueError(f"--freeze {pat!r} matches no parameter")
+        names.update(keys[k] for k in hit)
+    for n in names:
+        params[n].requires_grad_(False)
+    return sorted(k for k, n in keys.items() if n in names)
 
 
 def state_dict(model: torch.nn.Module) -> Dict[str, torch.Tensor]:
