@@ -11,9 +11,10 @@
 // the table at the end, with the reason it is valid.
 #include "passes/algebraic_rules.h"
 
+#include <set>
+#include <string>
 #include <string_view>
 
-#include "core/op_table.h"
 #include "passes/fold.h"
 
 namespace kiln {
@@ -156,9 +157,13 @@ Value* negOfNeg(Graph&, Node& n) {
 /// reads a 0-d one instead: same elements, and no tensor to materialize (the
 /// folded gradient of mean, expand(full) -> full[N,M], is one).
 Value* splatOperandToScalar(Graph& g, Node& n) {
-  // Ops declared with exactly two inputs: a fused_elementwise body names its operand types, so it stays.
-  const OpDef& def = n.def();
-  if (!def.has(kElementwise) || def.min_inputs != 2 || def.max_inputs != 2) return nullptr;
+  // Only the broadcasting binary ops of core/ops/elementwise.cpp: other
+  // two-input elementwise ops (unary_backward) need equal shapes, and a
+  // fused_elementwise body names its operand types.
+  static const std::set<std::string, std::less<>> broadcasting = {
+      "add", "sub", "mul", "div", "floor_div", "remainder", "pow",         "maximum",    "minimum",
+      "eq",  "ne",  "lt",  "le",  "gt",        "ge",        "logical_and", "logical_or", "logical_xor"};
+  if (!broadcasting.count(n.op())) return nullptr;
   for (size_t i = 0; i < 2; ++i) {
     Value *c = n.input(i), *x = n.input(1 - i);
     // Same dtype on both sides: promotion cannot depend on which one is 0-d.
