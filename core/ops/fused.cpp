@@ -11,6 +11,7 @@
 // body and checks it against the operands, so the verifier checks fused
 // nodes as strictly as any other. Cost: the body's flops, but only the
 // operands and outputs as bytes moved, which is the point of fusing.
+#include "core/grad.h"
 #include "core/ops/op_helpers.h"
 #include "core/text_ir.h"
 
@@ -52,11 +53,18 @@ Cost fusedCost(const Node& n) {
   return {flops, ioBytes(n)};
 }
 
+/// Fusion runs after autodiff, so a gradient through a fused node means a
+/// pipeline in the wrong order: say so instead of differentiating the body.
+void fusedGrad(GradContext& c) {
+  opFail(c.node(), "fused_elementwise has no gradient: run the fuse pass after autodiff");
+}
+
 }  // namespace
 
 void registerFusedOps(OpTable& t) {
   t.add({"fused_elementwise", "elementwise chain in one pass over memory (made by the fuse pass)", 1, -1,
          kElementwise, {reqAttr("body", AttrKind::String)}, inferFused, fusedCost});
+  t.setGrad("fused_elementwise", fusedGrad);
 }
 
 }  // namespace kiln
