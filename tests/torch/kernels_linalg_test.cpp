@@ -105,16 +105,24 @@ TEST_F(KernelsLinalg, LinearF64) {
   expectClose(out[0], torch::linear(x, w, b), 1e-12);
 }
 
-TEST_F(KernelsLinalg, BlasKernelPreferredForF32AndReferenceForHalf) {
+// F32 goes to SGEMM; amp's half GEMMs to SGEMM through f32 (the _lowp
+// kernel); only what BLAS cannot index (int dimensions) falls back to the
+// reference loop.
+TEST_F(KernelsLinalg, BlasKernelPreferredForF32AndHalfReferenceForHugeDims) {
   Graph g;
   Value* a = g.addInput("a", {DType::F32, {2, 3}}, ValueRole::Data);
   Value* b = g.addInput("b", {DType::F32, {3, 4}}, ValueRole::Data);
   Value* ah = g.addInput("ah", {DType::F16, {2, 3}}, ValueRole::Data);
   Value* bh = g.addInput("bh", {DType::F16, {3, 4}}, ValueRole::Data);
+  const int64_t huge = int64_t{1} << 31;
+  Value* ax = g.addInput("ax", {DType::F32, {2, huge}}, ValueRole::Data);
+  Value* bx = g.addInput("bx", {DType::F32, {huge, 4}}, ValueRole::Data);
   Node* f32 = g.create("matmul", {a, b});
   Node* f16 = g.create("matmul", {ah, bh});
+  Node* big = g.create("matmul", {ax, bx});
   EXPECT_EQ(KernelRegistry::cpu().select(*f32)->name, "cpu_blas.matmul");
-  EXPECT_EQ(KernelRegistry::cpu().select(*f16)->name, "cpu_ref.matmul");
+  EXPECT_EQ(KernelRegistry::cpu().select(*f16)->name, "cpu_blas.matmul_lowp");
+  EXPECT_EQ(KernelRegistry::cpu().select(*big)->name, "cpu_ref.matmul");
 }
 
 }  // namespace
