@@ -41,14 +41,14 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::create(const Model& mo
 
   for (Value* v : s->graph_->inputs()) {
     if (!isState(v->role())) continue;
-    if (v->role() == ValueRole::OptState) {
-      s->state_[v->name()] = Tensor(v->type());  // zero-initialized, as torch.optim's lazy state
-      continue;
-    }
+    // Optimizer state starts as zeros, made at the first step (torch.optim's
+    // state is lazy too): compiling GPT-2-small must not fill 1 GB of moments.
+    if (v->role() == ValueRole::OptState) continue;
     auto it = model.weights.find(v->name());
     if (it == model.weights.end()) return Error{"model " + model.source + " has no tensor for '" + v->name() + "'"};
-    // The session owns its weights: updates must not alias the caller's model.
-    s->state_[v->name()] = it->second.clone();
+    // Shared, not copied: kernels never write their inputs and a step replaces
+    // state_ entries with new tensors, so the caller's model stays as it was.
+    s->state_[v->name()] = it->second;
   }
   for (const auto& [name, t] : model.weights) {
     const Value* v = s->graph_->findInput(name);
@@ -94,8 +94,15 @@ Status TrainingSession::checkBatch(const TensorMap& batch, const std::string& wh
   return {};
 }
 
+Tensor TrainingSession::optStateOrZeros(const Value* v) const {
+  auto it = state_.find(v->name());
+  return it != state_.end() ? it->second : Tensor(v->type());
+}
+
 Status TrainingSession::step(const TensorMap& batch) {
   TensorMap inputs = state_;
+  for (const Value* v : graph_->inputs())
+    if (v->role() == ValueRole::OptState) inputs[v->name()] = optStateOrZeros(v);
   for (const Value* v : batchInputs()) {
     auto it = batch.find(v->name());
     if (it == batch.end()) return Error{"batch has no tensor '" + v->name() + "'"};
@@ -151,7 +158,7 @@ TensorMap TrainingSession::stateDict() const {
 TensorMap TrainingSession::optimizerState() const {
   TensorMap opt;
   for (const Value* v : graph_->inputs())
-    if (v->role() == ValueRole::OptState) opt[v->name()] = state_.at(v->name());
+    if (v->role() == ValueRole::OptState) opt[v->name()] = optStateOrZeros(v);
   return opt;
 }
 

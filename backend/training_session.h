@@ -80,6 +80,8 @@ class TrainingSession {
 
  private:
   TrainingSession() = default;
+  /// The optimizer state for `v`, zeros before the first step writes it.
+  Tensor optStateOrZeros(const Value* v) const;
   std::unique_ptr<Graph> graph_;
   std::unique_ptr<CpuExecutor> exec_;
   TrainingConfig config_;
@@ -87,6 +89,7 @@ class TrainingSession {
   std::map<std::string, std::string> aliases_;  ///< tied parameters (Model::aliases)
   TensorMap untouched_;                         ///< state_dict entries the graph does not use
   TensorMap state_;                             ///< every graph input that is not Data or Scalar, by name
+                                                ///< (optimizer state only once a step has written it)
   std::vector<Tensor> last_;                    ///< outputs of the last step
   int64_t steps_ = 0;
   std::vector<PassTraceEntry> trace_;

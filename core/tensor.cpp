@@ -30,6 +30,15 @@ Tensor Tensor::empty(TensorType type) {
   return t;
 }
 
+Tensor Tensor::adopt(TensorType type, std::shared_ptr<unsigned char[]> buf) {
+  if (!buf) fail("Tensor::adopt: no buffer for " + type.str());
+  if (reinterpret_cast<uintptr_t>(buf.get()) % 64 != 0) fail("Tensor::adopt: buffer for " + type.str() + " is not 64-byte aligned");
+  Tensor t;
+  t.type_ = std::move(type);
+  t.buf_ = std::move(buf);
+  return t;
+}
+
 Tensor Tensor::fromFloats(Shape shape, const std::vector<float>& values) {
   Tensor t(DType::F32, std::move(shape));
   if (static_cast<int64_t>(values.size()) != t.numel()) fail("fromFloats: value count does not match shape");
@@ -51,7 +60,7 @@ Tensor Tensor::scalar(DType dtype, double value) {
 }
 
 Tensor Tensor::clone() const {
-  Tensor t(type_);
+  Tensor t = empty(type_);
   if (bytes()) std::memcpy(t.raw(), raw(), bytes());
   return t;
 }

@@ -22,6 +22,11 @@ class Tensor {
   /// every element. (With KILN_POISON_ALLOC=1 in the environment the bytes are
   /// set to 0xFF instead, so tests catch a kernel that reads them.)
   static Tensor empty(TensorType type);
+  /// Wraps storage someone else allocated (e.g. a libtorch tensor kept alive
+  /// by `buf`'s deleter) without copying. `buf` must hold type.bytes() bytes,
+  /// 64-byte aligned like Kiln's own buffers; the caller must not write it
+  /// afterwards (copies share the buffer).
+  static Tensor adopt(TensorType type, std::shared_ptr<unsigned char[]> buf);
 
   /// Build an f32 tensor from values (tests and small constants).
   static Tensor fromFloats(Shape shape, const std::vector<float>& values);
