@@ -104,6 +104,26 @@ TEST(TrainingSession, StepsChangeParametersAndKeepTheCallersModel) {
   EXPECT_TRUE((*s)->readMetrics().count("grad_norm"));
 }
 
+// Optimizer state is made at the first step (compiling must not fill the
+// moments of a big model); before it, the session reports zeros of the
+// graph's types, as a fresh torch.optim optimizer would start from.
+TEST(TrainingSession, OptimizerStateIsZerosBeforeTheFirstStep) {
+  Model m = tinyModel();
+  auto s = TrainingSession::create(m, adamwConfig());
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  TensorMap opt = (*s)->optimizerState();
+  size_t opt_inputs = 0;
+  for (const Value* v : (*s)->graph().inputs()) {
+    if (v->role() != ValueRole::OptState) continue;
+    ++opt_inputs;
+    ASSERT_TRUE(opt.count(v->name())) << v->name();
+    EXPECT_EQ(opt.at(v->name()).type(), v->type()) << v->name();
+    for (int64_t i = 0; i < opt.at(v->name()).numel(); ++i) EXPECT_EQ(opt.at(v->name()).at(i), 0.0) << v->name();
+  }
+  EXPECT_EQ(opt.size(), opt_inputs);
+  EXPECT_GE(opt_inputs, 7u);  // step + exp_avg and exp_avg_sq of w, b, v
+}
+
 TEST(TrainingSession, ResumeReproducesTheUninterruptedRunExactly) {
   TempDir dir;
   Model m = tinyModel();
