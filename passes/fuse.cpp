@@ -12,11 +12,17 @@
 // [C] on [N, T, C], a mask [T, T] on [B, H, T, T], a [C, 1, 1] scale on
 // NCHW; core/tensor_type.h broadcastRunInner), which a flat index reaches
 // with one division and one modulo. One-element `full` constants are copied
-// into the body rather than passed in. Operands from outside must have the loop shape or
-// hold a single element. Each group of two or more nodes becomes a
-// fused_elementwise node (core/ops/fused.cpp) whose body is the group as
-// text IR; values that something outside the group reads (or the graph
-// returns) become its outputs, everything else never reaches memory.
+// into the body rather than passed in. Each group of two or more nodes
+// becomes a fused_elementwise node (core/ops/fused.cpp) whose body is the
+// group as text IR; values that something outside the group reads (or the
+// graph returns) become its outputs, everything else never reaches memory.
+//
+// A float sum or mean of a group value (softmax's and layer norm's backward
+// sums, bias gradients, the loss's mean) ends that group's loop, when it
+// sits within kMaxJoinDistance: the group becomes a fused_reduction whose
+// output 0 is the reduction; the reduced value is written only if something
+// else reads it. One reduction per group; a lone elementwise node and its
+// reduction fuse too.
 //
 // First, GEMM epilogues: a relu whose input is a linear's only use moves
 // into the linear (activation="relu"), applied by the GEMM kernel to each
@@ -26,7 +32,9 @@
 // gradient rule) and after simplify (so rules see the plain ops).
 // Guarantees: the same results bit for bit — a body runs the same per-element
 // functors as the one-op kernels, in the same order, in the same dtype; bool
-// intermediates (comparisons feeding `where`) stay exact as 0/1.
+// intermediates (comparisons feeding `where`) stay exact as 0/1; a fused
+// reduction combines the same elements in the same order as the one-op one
+// (backend/cpu/reduce_loops.h).
 #include "passes/fuse.h"
 
 #include <map>
@@ -92,7 +100,15 @@ struct Group {
   size_t last = 0;   ///< position of the last node that joined
   Shape shape;
   DType dtype;
+  Node* reduction = nullptr;  ///< a sum or mean of a group value that ends the loop
 };
+
+/// A sum or mean the fused kernels can end a loop with (reduce_loops.h),
+/// computing in the dtype it returns.
+bool isFusibleReduction(const Node& n) {
+  return (n.op() == "sum" || n.op() == "mean") && isFloatType(n.input(0)->dtype()) &&
+         n.output()->dtype() == n.input(0)->dtype();
+}
 
 }  // namespace
 
@@ -133,6 +149,15 @@ Result<PassResult> runFuse(Graph& g, PassContext&) {
     return v->shape() == gr.shape || broadcastRunInner(v->shape(), gr.shape).has_value();
   };
   for (Node* n : order) {
+    if (isFusibleReduction(*n)) {  // ends the group computing its input, if near enough
+      const Node* p = n->input(0)->producer();
+      if (!p || !group_of.count(p)) continue;
+      Group& gr = groups[group_of[p]];
+      if (!gr.reduction && gr.shape == n->input(0)->shape() && gr.dtype == n->input(0)->dtype() &&
+          pos[n] - gr.last <= kMaxJoinDistance)
+        gr.reduction = n;
+      continue;
+    }
     auto t = fusibleDType(*n);
     if (!t) continue;
     const Shape& shape = n->output()->shape();
@@ -173,11 +198,12 @@ Result<PassResult> runFuse(Graph& g, PassContext&) {
   // Which values leave their group: used by another node or returned.
   std::unordered_map<const Value*, bool> returned;
   for (const GraphOutput& o : g.outputs()) returned[o.value] = true;
-  size_t fused_groups = 0, fused_nodes = 0;
+  size_t fused_groups = 0, fused_nodes = 0, reductions = 0;
   double bytes_saved = 0;
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     Group& gr = groups[gi];
-    if (gr.nodes.size() < 2) continue;
+    Node* red = gr.reduction;
+    if (gr.nodes.size() + (red ? 1 : 0) < 2) continue;
     Graph body;
     body.name = "fused";
     std::map<const Value*, Value*> inside;  // outer value -> body value
@@ -200,12 +226,14 @@ Result<PassResult> runFuse(Graph& g, PassContext&) {
       Node* b = body.createWithTypes(n->op(), ins, n->attrs(), {n->output()->type()});
       inside[n->output()] = b->output();
     }
+    // A reduction reads body output 0; the node's output 0 is its result.
+    if (red) body.addOutput(inside.at(red->input(0)), "r");
     std::vector<Value*> leaving;
     for (Node* n : gr.nodes) {
       Value* v = n->output();
       bool escapes = returned.count(v) > 0;
       for (const Use& u : v->uses())
-        if (!group_of.count(u.user) || group_of[u.user] != gi) escapes = true;
+        if (u.user != red && (!group_of.count(u.user) || group_of[u.user] != gi)) escapes = true;
       if (escapes) {
         body.addOutput(inside[v], "o" + std::to_string(leaving.size()));
         leaving.push_back(v);
@@ -216,24 +244,37 @@ Result<PassResult> runFuse(Graph& g, PassContext&) {
     PrintOptions po;
     po.scopes = false;
     po.provenance = false;
+    AttrMap attrs;
+    if (red) {
+      attrs = red->attrs();  // dims, keepdim
+      attrs["reduce"] = red->op();
+    }
+    attrs["body"] = printGraph(body, po);
+    const size_t count = gr.nodes.size() + (red ? 1 : 0);
     g.setInsertPoint(gr.nodes.front());
-    Node* f = g.create("fused_elementwise", operands, {{"body", printGraph(body, po)}}, gr.nodes.front()->scope(),
-                       "fuse(" + std::to_string(gr.nodes.size()) + " nodes from " + gr.nodes.front()->describe() + ")");
+    Node* f = g.create(red ? "fused_reduction" : "fused_elementwise", operands, std::move(attrs),
+                       gr.nodes.front()->scope(),
+                       "fuse(" + std::to_string(count) + " nodes from " + gr.nodes.front()->describe() + ")");
     g.setInsertPoint(nullptr);
-    for (size_t i = 0; i < leaving.size(); ++i) g.replaceAllUsesWith(leaving[i], f->output(i));
+    const size_t first = red ? 1 : 0;
+    if (red) g.replaceAllUsesWith(red->output(), f->output(0));
+    for (size_t i = 0; i < leaving.size(); ++i) g.replaceAllUsesWith(leaving[i], f->output(first + i));
     std::vector<Value*> constants;  // copied into the body; gone if nothing else reads them
     for (const auto& [outer, in_body] : inside)
       if (isScalarConstant(outer)) constants.push_back(const_cast<Value*>(outer));
+    if (red) g.erase(red);
     for (auto it = gr.nodes.rbegin(); it != gr.nodes.rend(); ++it) g.erase(*it);
     for (Value* c : constants)
       if (c->uses().empty() && !returned.count(c)) g.erase(c->producer());
     ++fused_groups;
-    fused_nodes += gr.nodes.size();
+    fused_nodes += count;
+    reductions += red ? 1 : 0;
   }
   return PassResult{fused_groups > 0 || epilogues > 0,
                     {{"groups", static_cast<double>(fused_groups)},
                      {"epilogues", static_cast<double>(epilogues)},
                      {"nodes_fused", static_cast<double>(fused_nodes)},
+                     {"reductions", static_cast<double>(reductions)},
                      {"bytes_saved", bytes_saved}}};
 }
 

@@ -1,4 +1,5 @@
-// The fuse pass: elementwise chains become one fused_elementwise node.
+// The fuse pass: elementwise chains become one fused_elementwise node, or
+// one fused_reduction node when a sum or mean ends the chain.
 #pragma once
 
 #include <set>
@@ -14,6 +15,7 @@ namespace kiln {
 const std::set<std::string, std::less<>>& fusibleOps();
 
 /// The fuse pass (see passes/fuse.cpp). Statistics: groups, nodes_fused,
+/// reductions (groups ending in a sum/mean), epilogues (GEMM + relu),
 /// bytes_saved (intermediate tensors no longer written and read back).
 Result<PassResult> runFuse(Graph& g, PassContext& ctx);
 

@@ -57,10 +57,12 @@ const std::vector<PassInfo>& allPasses() {
        "...) and fold until nothing changes, then cse and dce. Same values (bit for bit except -0.0 where a "
        "rule says so); statistics per rule.",
        runSimplify},
-      {"fuse", "elementwise chains into one fused_elementwise kernel each",
+      {"fuse", "elementwise chains (and a sum/mean ending one) into one fused kernel each",
        "Groups fusible elementwise nodes (passes/fuse.h) with one loop shape and one float dtype, operands of "
-       "that shape or scalars, into fused_elementwise nodes whose body is the chain as text IR; intermediates "
-       "used only inside a group are never written to memory. Run after autodiff. Bit for bit the same values.",
+       "that shape, scalars or broadcast runs, into fused_elementwise nodes whose body is the chain as text IR; "
+       "a sum or mean of a group value ends its loop (fused_reduction); relu(linear) becomes a GEMM epilogue. "
+       "Intermediates used only inside a group are never written to memory. Run after autodiff. Bit for bit "
+       "the same values.",
        runFuse},
   };
   return table;

@@ -1,4 +1,5 @@
-// CPU kernel of fused_elementwise (passes/fuse.cpp, core/ops/fused.cpp).
+// CPU kernels of fused_elementwise and fused_reduction (passes/fuse.cpp,
+// core/ops/fused.cpp).
 //
 // The body is compiled once per distinct body text into a program: one
 // instruction per body node, each a plain loop over a block of elements
@@ -9,15 +10,22 @@
 // functors (unary_ops.h) in the same dtype, so results are bit for bit
 // those of the unfused graph. Bool intermediates are held as 0/1 in the
 // compute type.
+//
+// fused_reduction runs reduce_loops.h, the one-op reductions' loops, on its
+// body's first output computed block by block as the loops ask for it: the
+// same elements combine in the same order, so the sum is the unfused one bit
+// for bit, and the reduced value never reaches memory.
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
 
 #include "backend/cpu/cpu_loops.h"
+#include "backend/cpu/reduce_loops.h"
 #include "backend/cpu/unary_grad_block.h"
 #include "backend/cpu/unary_ops.h"
 #include "backend/kernel.h"
+#include "core/ops/op_helpers.h"
 #include "core/text_ir.h"
 
 namespace kiln::cpu {
@@ -105,7 +113,7 @@ std::function<void(const T* const*, T*, int64_t)> instruction(const Node& n) {
 template <class T>
 std::shared_ptr<const Program<T>> compile(const Node& node) {
   auto p = std::make_shared<Program<T>>();
-  auto g = parseGraph(node.s("body"), "fused_elementwise body");
+  auto g = parseGraph(node.s("body"), node.op() + " body");
   if (!g) opFail(node, g.error().message);
   p->body = std::move(*g);
   std::unordered_map<const Value*, int> slot;
@@ -137,50 +145,62 @@ std::shared_ptr<const Program<T>> programFor(const Node& n) {
   return p;
 }
 
-template <class T>
-void runFused(const Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
-  auto prog = programFor<T>(n);
-  const int64_t total = n.output(0)->type().numel();
-  for (size_t i = 0; i < n.numOutputs(); ++i) allocOutput(n, out, i);
-  const size_t num_in = in.size();
-  // How each operand is read: in place (the output shape, not bool), as a
-  // splat (one element), or gathered from a broadcast run (element
-  // (i / inner) % numel) and converted from bool where needed.
-  struct Operand {
-    int64_t inner = 1, period = 1;
-    bool in_place = false, splat = false, is_bool = false;
-  };
-  std::vector<Operand> ops(num_in);
-  for (size_t k = 0; k < num_in; ++k) {
+/// How a body reads each operand: in place (the loop shape, not bool), as a
+/// splat (one element), or gathered from a broadcast run (element
+/// (i / inner) % numel) and converted from bool where needed.
+struct Operand {
+  int64_t inner = 1, period = 1;
+  bool in_place = false, splat = false, is_bool = false;
+};
+
+std::vector<Operand> operandsOf(const Node& n, std::span<const Tensor> in, const Shape& loop) {
+  const int64_t total = numelOf(loop);
+  std::vector<Operand> ops(in.size());
+  for (size_t k = 0; k < in.size(); ++k) {
     Operand& o = ops[k];
     o.is_bool = in[k].dtype() == DType::Bool;
     o.period = in[k].numel();
     o.splat = o.period == 1;
     o.in_place = o.period == total && !o.is_bool;
     if (!o.splat && o.period != total) {
-      auto inner = broadcastRunInner(in[k].shape(), n.output(0)->shape());
+      auto inner = broadcastRunInner(in[k].shape(), loop);
       if (!inner) opFail(n, "operand " + in[k].type().str() + " does not broadcast along one run of dims");
       o.inner = *inner;
     }
   }
-  parallelFor(total, kParallelGrain, [&](int64_t begin, int64_t end) {
-    std::vector<T> scratch(static_cast<size_t>(prog->num_slots) * kBlock);
-    std::vector<const T*> slots(prog->num_slots);
-    auto block = [&](int k) { return scratch.data() + static_cast<size_t>(k) * kBlock; };
-    auto load = [&](size_t k, int64_t idx) -> T {
-      return ops[k].is_bool ? T(in[k].data<bool>()[idx]) : in[k].data<T>()[idx];
-    };
-    for (size_t k = 0; k < num_in; ++k)
-      if (ops[k].splat) std::fill(block(k), block(k) + kBlock, load(k, 0));
-    std::vector<const T*> args;
-    for (int64_t b = begin; b < end; b += kBlock) {
-      const int64_t cnt = std::min(kBlock, end - b);
-      for (size_t k = 0; k < num_in; ++k) {
-        const Operand& o = ops[k];
+  return ops;
+}
+
+/// Runs a body over ranges of its flat loop index. One Cursor per thread: its
+/// scratch blocks (one per body value) stay in L1.
+template <class T>
+struct BodyEval {
+  std::shared_ptr<const Program<T>> prog;
+  std::span<const Tensor> in;
+  std::vector<Operand> ops;
+
+  struct Cursor {
+    const BodyEval* e;
+    std::vector<T> scratch;
+    std::vector<const T*> slots, args;
+
+    explicit Cursor(const BodyEval& ev)
+        : e(&ev), scratch(static_cast<size_t>(ev.prog->num_slots) * kBlock), slots(ev.prog->num_slots) {
+      for (size_t k = 0; k < ev.in.size(); ++k)
+        if (ev.ops[k].splat) std::fill(block(k), block(k) + kBlock, load(k, 0));
+    }
+    T* block(size_t k) { return scratch.data() + k * kBlock; }
+    T load(size_t k, int64_t idx) const {
+      return e->ops[k].is_bool ? T(e->in[k].data<bool>()[idx]) : e->in[k].data<T>()[idx];
+    }
+    /// Computes every body value for loop indices [b, b + cnt), cnt <= kBlock.
+    void eval(int64_t b, int64_t cnt) {
+      for (size_t k = 0; k < e->in.size(); ++k) {
+        const Operand& o = e->ops[k];
         if (o.splat) {
           slots[k] = block(k);
         } else if (o.in_place) {
-          slots[k] = in[k].data<T>() + b;
+          slots[k] = e->in[k].data<T>() + b;
         } else {
           T* dst = block(k);
           int64_t r = b % o.inner, j = (b / o.inner) % o.period;
@@ -194,35 +214,96 @@ void runFused(const Node& n, std::span<const Tensor> in, std::span<Tensor> out) 
           slots[k] = dst;
         }
       }
-      for (const auto& ins : prog->instrs) {
+      for (const auto& ins : e->prog->instrs) {
         args.clear();
         for (int s : ins.in) args.push_back(slots[s]);
         T* o = block(ins.out);
         ins.run(args.data(), o, cnt);
         slots[ins.out] = o;
       }
-      for (size_t k = 0; k < prog->output_slots.size(); ++k) {
-        const T* src = slots[prog->output_slots[k]];
-        if (prog->output_dtypes[k] == DType::Bool) {
-          bool* dst = out[k].data<bool>() + b;
-          for (int64_t i = 0; i < cnt; ++i) dst[i] = src[i] != T(0);
-        } else {
-          std::copy(src, src + cnt, out[k].data<T>() + b);
-        }
+    }
+    /// Body output k of the last eval().
+    const T* output(size_t k) const { return slots[e->prog->output_slots[k]]; }
+    /// Stores body output k of the last eval() at [b, b + cnt) of `dst`.
+    void store(size_t k, Tensor& dst, int64_t b, int64_t cnt) const {
+      const T* src = output(k);
+      if (e->prog->output_dtypes[k] == DType::Bool) {
+        bool* d = dst.data<bool>() + b;
+        for (int64_t i = 0; i < cnt; ++i) d[i] = src[i] != T(0);
+      } else {
+        std::copy(src, src + cnt, dst.data<T>() + b);
       }
+    }
+  };
+
+  BodyEval(const Node& n, std::span<const Tensor> inputs, const Shape& loop)
+      : prog(programFor<T>(n)), in(inputs), ops(operandsOf(n, inputs, loop)) {}
+};
+
+template <class T>
+void runFused(const Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
+  for (size_t i = 0; i < n.numOutputs(); ++i) allocOutput(n, out, i);
+  const BodyEval<T> ev(n, in, n.output(0)->shape());
+  parallelFor(n.output(0)->type().numel(), kParallelGrain, [&](int64_t begin, int64_t end) {
+    typename BodyEval<T>::Cursor cur(ev);
+    for (int64_t b = begin; b < end; b += kBlock) {
+      const int64_t cnt = std::min(kBlock, end - b);
+      cur.eval(b, cnt);
+      for (size_t k = 0; k < out.size(); ++k) cur.store(k, out[k], b, cnt);
     }
   });
 }
 
-void fusedKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
-  // The compute dtype: that of the first floating operand.
-  DType t = DType::F32;
-  for (const Tensor& x : in)
-    if (x.dtype() == DType::F32 || x.dtype() == DType::F64) {
-      t = x.dtype();
-      break;
+/// fused_reduction's input to reduceDims: body output 0 computed on demand,
+/// kBlock values at a time; each range is computed once (reduceDims reads
+/// every element once), and the other body outputs are stored as it goes.
+template <class T>
+struct FusedSource {
+  using Value = T;
+  const BodyEval<T>* ev;
+  std::span<Tensor> loop_outputs;  ///< node outputs 1.. = body outputs 1..
+  int64_t chunk() const { return kBlock; }
+  struct Cursor {
+    typename BodyEval<T>::Cursor c;
+    std::span<Tensor> outs;
+    const T* rows(int64_t off, int64_t n) {
+      c.eval(off, n);
+      for (size_t k = 0; k < outs.size(); ++k) c.store(k + 1, outs[k], off, n);
+      return c.output(0);
     }
-  if (t == DType::F64)
+  };
+  Cursor cursor() const { return {typename BodyEval<T>::Cursor(*ev), loop_outputs}; }
+};
+
+template <class T>
+void runFusedReduction(const Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
+  for (size_t i = 0; i < n.numOutputs(); ++i) allocOutput(n, out, i);
+  const Shape loop = programFor<T>(n)->body.outputs()[0].value->shape();
+  const BodyEval<T> ev(n, in, loop);
+  const std::vector<int64_t> axes = reductionAxes(n, n.is("dims"), static_cast<int64_t>(loop.size()));
+  const FusedSource<T> src{&ev, out.subspan(1)};
+  if (n.s("reduce") == "mean")
+    reduceDims(src, loop, axes, out[0].data<T>(), MeanRed<T>{});
+  else
+    reduceDims(src, loop, axes, out[0].data<T>(), SumRed<T, T>{});
+}
+
+/// The compute dtype of a fused node: that of its first floating operand.
+DType computeType(std::span<const Tensor> in) {
+  for (const Tensor& x : in)
+    if (x.dtype() == DType::F32 || x.dtype() == DType::F64) return x.dtype();
+  return DType::F32;
+}
+
+void fusedReductionKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
+  if (computeType(in) == DType::F64)
+    runFusedReduction<double>(n, in, out);
+  else
+    runFusedReduction<float>(n, in, out);
+}
+
+void fusedKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
+  if (computeType(in) == DType::F64)
     runFused<double>(n, in, out);
   else
     runFused<float>(n, in, out);
@@ -240,6 +321,7 @@ namespace kiln {
 
 void registerCpuFusedKernels(KernelRegistry& r) {
   r.add({"fused_elementwise", "cpu", "cpu.fused_elementwise", 10, nullptr, cpu::fusedKernel});
+  r.add({"fused_reduction", "cpu", "cpu.fused_reduction", 10, nullptr, cpu::fusedReductionKernel});
 }
 
 }  // namespace kiln

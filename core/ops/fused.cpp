@@ -1,6 +1,7 @@
 // Ops the optimizer creates (passes/fuse.cpp), not importers:
 //
 //   fused_elementwise(x0, x1, ...) {body}
+//   fused_reduction(x0, x1, ...) {body, reduce="sum"|"mean", dims, keepdim}
 //
 // A chain of elementwise ops computed in one pass over memory. `body` is the
 // text IR of the fused sub-graph (core/text_ir.h): one Data input per operand
@@ -11,6 +12,10 @@
 // body and checks it against the operands, so the verifier checks fused
 // nodes as strictly as any other. Cost: the body's flops, but only the
 // operands and outputs as bytes moved, which is the point of fusing.
+//
+// fused_reduction is the same loop ending in a sum or mean (attributes as
+// those ops') of the body's first output: node output 0 is that reduction,
+// outputs 1.. are the body's other outputs at the loop shape.
 #include "core/grad.h"
 #include "core/ops/op_helpers.h"
 #include "core/text_ir.h"
@@ -32,7 +37,9 @@ Graph parseBody(const Node& n) {
   return std::move(*g);
 }
 
-std::vector<TensorType> inferFused(const Node& n) {
+/// The body's output types, checked to share one loop shape that every
+/// operand broadcasts to.
+std::vector<TensorType> bodyOutputTypes(const Node& n) {
   Graph body = parseBody(n);
   std::vector<TensorType> out;
   for (const GraphOutput& o : body.outputs()) out.push_back(o.value->type());
@@ -46,17 +53,31 @@ std::vector<TensorType> inferFused(const Node& n) {
   return out;
 }
 
+std::vector<TensorType> inferFused(const Node& n) { return bodyOutputTypes(n); }
+
+std::vector<TensorType> inferFusedReduction(const Node& n) {
+  std::vector<TensorType> out = bodyOutputTypes(n);
+  const std::string& r = n.s("reduce");
+  if (r != "sum" && r != "mean") opFail(n, "reduce is '" + r + "', expected sum or mean");
+  if (out[0].dtype != DType::F32 && out[0].dtype != DType::F64)
+    opFail(n, "reduces " + out[0].str() + ", expected f32 or f64");
+  const auto axes = reductionAxes(n, n.is("dims"), out[0].rank());
+  out[0].shape = reducedShape(out[0].shape, axes, n.i("keepdim") != 0);
+  return out;
+}
+
 Cost fusedCost(const Node& n) {
   Graph body = parseBody(n);
   double flops = 0;
   for (const auto& b : body.nodes()) flops += nodeCost(*b).flops;
+  if (n.op() == "fused_reduction") flops += static_cast<double>(body.outputs()[0].value->type().numel());
   return {flops, ioBytes(n)};
 }
 
 /// Fusion runs after autodiff, so a gradient through a fused node means a
 /// pipeline in the wrong order: say so instead of differentiating the body.
 void fusedGrad(GradContext& c) {
-  opFail(c.node(), "fused_elementwise has no gradient: run the fuse pass after autodiff");
+  opFail(c.node(), c.node().op() + " has no gradient: run the fuse pass after autodiff");
 }
 
 }  // namespace
@@ -65,6 +86,13 @@ void registerFusedOps(OpTable& t) {
   t.add({"fused_elementwise", "elementwise chain in one pass over memory (made by the fuse pass)", 1, -1,
          kElementwise, {reqAttr("body", AttrKind::String)}, inferFused, fusedCost});
   t.setGrad("fused_elementwise", fusedGrad);
+  const std::vector<int64_t> all;
+  t.add({"fused_reduction", "elementwise chain ending in a sum or mean, in one pass (made by the fuse pass)", 1, -1,
+         kReduction,
+         {reqAttr("body", AttrKind::String), reqAttr("reduce", AttrKind::String), optAttr("dims", all),
+          optAttr("keepdim", int64_t{0})},
+         inferFusedReduction, fusedCost});
+  t.setGrad("fused_reduction", fusedGrad);
 }
 
 }  // namespace kiln

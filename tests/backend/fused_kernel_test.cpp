@@ -175,6 +175,73 @@ TEST(FusedKernel, LinearReluEpilogueMatchesLinearThenRelu) {
   }
 }
 
+std::string typeStr(const char* t, const Shape& s) { return std::string(t) + shapeStr(s); }
+
+/// A chain with a bias operand ending in a sum or mean over `dims`, with an
+/// intermediate also returned: tanh(x + b) * g -> reduce; tanh also "t".
+std::string reductionGraph(const char* t, const Shape& shape, const std::string& op, const std::string& dims,
+                           bool keepdim, const Shape& reduced) {
+  const std::string ty = typeStr(t, shape);
+  std::string s = "graph g(%x: " + ty + " data, %g: " + ty + " data, %b: " + typeStr(t, {shape.back()}) + " data) {\n";
+  s += "  %0 = add(%x, %b) : " + ty + "\n";
+  s += "  %1 = tanh(%0) : " + ty + "\n";
+  s += "  %2 = mul(%1, %g) : " + ty + "\n";
+  s += "  %3 = " + op + "(%2) {dims=" + dims + ", keepdim=" + (keepdim ? "1" : "0") + "} : " + typeStr(t, reduced) + "\n";
+  s += "  return %3 \"r\", %1 \"t\"\n}\n";
+  return s;
+}
+
+/// fused_reduction against the chain and the one-op sum/mean: every path of
+/// reduce_loops.h (long rows pulled in chunks, one row split in blocks,
+/// trailing plus strided reduced dims, strided only, all dims, keepdim,
+/// empty) must give the same bits, and the returned intermediate too.
+TEST(FusedKernel, ReductionEndingAChainMatchesTheOneOpKernelsBitForBit) {
+  struct Case {
+    Shape shape;
+    std::string dims;
+    bool keepdim;
+    Shape reduced;
+  };
+  const std::vector<Case> cases = {
+      {{4, 70001}, "[1]", false, {4}},           // long rows: chunks of one block
+      {{70001}, "[0]", false, {}},               // one row: parallel blocks
+      {{3, 5, 700}, "[0, 2]", false, {5}},       // trailing row sums, then strided
+      {{6, 1000}, "[0]", true, {1, 1000}},       // strided, two inner blocks
+      {{2, 3, 4, 5}, "[1, 3]", true, {2, 1, 4, 1}},
+      {{300, 301}, "[]", false, {}},             // every dim
+      {{37, 8}, "[-1]", false, {37}},            // short rows, a ragged tail per row
+      {{0, 5}, "[0]", false, {5}},               // empty: zeros / NaN means
+  };
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> dist(-2, 2);
+  for (const Case& c : cases)
+    for (const char* t : {"f32", "f64"})
+      for (const char* op : {"sum", "mean"}) {
+        SCOPED_TRACE(std::string(op) + " " + typeStr(t, c.shape) + " dims=" + c.dims);
+        auto g = parseGraph(reductionGraph(t, c.shape, op, c.dims, c.keepdim, c.reduced));
+        ASSERT_TRUE(g) << g.error().message;
+        TensorMap in;
+        for (const Value* v : g->inputs()) {
+          Tensor x(v->type());
+          for (int64_t i = 0; i < x.numel(); ++i) x.set(i, dist(rng));
+          in[v->name()] = x;
+        }
+        auto want = run(*g, in);
+        PassContext ctx;
+        auto r = runFuse(*g, ctx);
+        ASSERT_TRUE(r) << r.error().message;
+        ASSERT_EQ(r->statistics.at("reductions"), 1) << printGraph(*g);
+        ASSERT_EQ(g->numNodes(), 1u) << printGraph(*g);
+        auto got = run(*g, in);
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t k = 0; k < got.size(); ++k) {
+          ASSERT_EQ(got[k].type(), want[k].type());
+          EXPECT_EQ(std::memcmp(got[k].data<void>(), want[k].data<void>(), want[k].bytes()), 0)
+              << "output " << k << " differs";
+        }
+      }
+}
+
 TEST(BroadcastRunInner, WhichOperandsOneIndexDivisionReaches) {
   EXPECT_EQ(broadcastRunInner({6}, {3, 4, 5, 6}), 1);
   EXPECT_EQ(broadcastRunInner({5, 6}, {3, 4, 5, 6}), 1);
