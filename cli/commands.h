@@ -17,5 +17,6 @@ void addPassesCommand(CLI::App& app);
 void addOptCommand(CLI::App& app);
 void addCompileCommand(CLI::App& app);
 void addBenchCommand(CLI::App& app);
+void addMemoryCommand(CLI::App& app);
 
 }  // namespace kiln::cli

@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   kiln::cli::addOptCommand(app);
   kiln::cli::addCompileCommand(app);
   kiln::cli::addBenchCommand(app);
+  kiln::cli::addMemoryCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -13,6 +13,7 @@
 #include <ostream>
 #include <sstream>
 
+#include "cli/memory_report.h"
 #include "core/file_io.h"
 #include "core/graph_cost.h"
 #include "core/graph_hash.h"
@@ -117,6 +118,8 @@ nlohmann::ordered_json buildReport(const std::string& command, const TrainArgs& 
                 {"flops", number(graphFlops(g))},
                 {"peak_bytes", estimatePeakBytes(g)},
                 {"hash", hashHex(structuralHash(g))}};
+
+  j["memory"] = memoryJson(planMemory(g));
 
   nlohmann::ordered_json kernels = nlohmann::ordered_json::array();
   for (const KernelChoice& k : s.kernelChoices()) kernels.push_back({{"node", k.node}, {"kernel", k.kernel}});

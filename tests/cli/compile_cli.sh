@@ -4,7 +4,8 @@
 # the default pipeline, flops > 0, --freeze removes nodes and flops (and a
 # frozen parameter keeps its value through kiln train), kiln train --report
 # adds the steps, --dump-dir, and one-line errors with no file left behind
-# for bad input.
+# for bad input. kiln memory prints the peak, the arena and the tensors at
+# the peak, and its JSON is the report's memory object.
 # usage: compile_cli.sh KILN WORKDIR
 set -u
 KILN=$1
@@ -66,6 +67,25 @@ def validate(r, name):
     check(all(k["node"] and k["kernel"] for k in r["kernels"]), f"{name}: kernel entries")
     c = r["compile"]
     check(c["millis"] > 0 and c["peak_rss_bytes"] > 0, f"{name}: compile {c}")
+    mem = r["memory"]
+    check(mem["peak_bytes"] == r["graph"]["peak_bytes"], f"{name}: memory peak != graph peak")
+    check(len(mem["timeline"]) == r["graph"]["nodes"] and max(mem["timeline"]) == mem["peak_bytes"],
+          f"{name}: memory timeline")
+    check(mem["arena_lower_bound"] <= mem["arena_bytes"] <= mem["unshared_bytes"], f"{name}: arena sizes")
+    ts = mem["tensors"]
+    check(sum(t["bytes"] for t in ts if t["kind"] == "input") == mem["input_bytes"], f"{name}: input bytes")
+    check(sum(t["bytes"] for t in ts if t["kind"] == "returned") == mem["returned_bytes"], f"{name}: returned")
+    live = sum(t["bytes"] for t in ts if t["kind"] == "input" or t["first"] <= mem["peak_node"] <= t["last"])
+    check(live == mem["peak_bytes"], f"{name}: tensors alive at the peak add up to {live}, not the peak")
+    placed = [t for t in ts if t["kind"] == "intermediate"]
+    check(all(t["offset"] is not None and t["offset"] % 64 == 0 for t in placed), f"{name}: offsets")
+    check(all(t["offset"] is None for t in ts if t["kind"] != "intermediate"), f"{name}: unplaced offsets")
+    for i, a in enumerate(placed):  # alive together -> disjoint in the arena
+        for b in placed[i + 1:]:
+            if a["first"] <= b["last"] and b["first"] <= a["last"]:
+                sa, sb = (a["bytes"] + 63) // 64 * 64, (b["bytes"] + 63) // 64 * 64
+                check(a["offset"] + sa <= b["offset"] or b["offset"] + sb <= a["offset"],
+                      f"{name}: {a['value']} and {b['value']} overlap")
 full = json.load(open(f"{w}/full.json"))
 frozen = json.load(open(f"{w}/frozen.json"))
 validate(full, "full")
@@ -111,6 +131,20 @@ for k in frozen:
 assert not (a["fc.weight"] == b["fc.weight"]).all(), "fc.weight did not train"
 EOF
 ok "kiln train --report (steps) and --freeze keeps frozen weights"
+
+out=$("$KILN" memory "$M" --top 3 --json "$W/mem.json" 2>&1) || fail "kiln memory exited $?: $out"
+for want in "peak " "inputs (weights" "arena" "timeline (" "largest tensors alive at the peak" "wrote $W/mem.json"; do
+  [[ "$out" == *"$want"* ]] || fail "kiln memory output lacks '$want': $out"
+done
+"$PY" - "$W" <<'EOF' || fail "kiln memory --json is not the report's memory object"
+import json, sys
+w = sys.argv[1]
+m, r = json.load(open(f"{w}/mem.json")), json.load(open(f"{w}/full.json"))["memory"]
+assert m == r, "differs"
+EOF
+out=$("$KILN" memory "$M" --json "$W/missing/m.json" 2>&1 >/dev/null) && fail "memory --json into a missing dir exit 0"
+[[ "$out" == "kiln: error: "*"no such directory"* ]] || fail "memory --json missing dir: $out"
+ok "kiln memory (text and --json)"
 
 "$KILN" compile "$W/mlp.pt" --dump-dir "$W/dump" >/dev/null 2>&1 || fail "--dump-dir exited $?"
 [ "$(ls "$W/dump" | wc -l)" = $(($(wc -l <"$W/pipeline.txt") + 1)) ] || fail "--dump-dir: $(ls "$W/dump")"

@@ -1,0 +1,60 @@
+// kiln memory MODEL [training options] [--top N] [--width W] [--json F]
+// Builds the training step exactly as `kiln compile` does and prints its
+// memory: the peak and the node where it happens, what the weights,
+// optimizer state and batch take, what the step returns, the arena its
+// intermediates are planned into (passes/memory_plan.h), the largest tensors
+// alive at the peak, and the timeline as a sparkline. --json writes the
+// report's `memory` object (docs/report-schema.md).
+#include <iostream>
+#include <memory>
+
+#include "cli/commands.h"
+#include "cli/memory_report.h"
+#include "cli/report.h"
+#include "cli/train_setup.h"
+#include "core/file_io.h"
+
+namespace kiln::cli {
+namespace {
+
+struct MemoryCmd {
+  TrainArgs train;
+  size_t top = 10;
+  size_t width = 64;
+  std::string json;
+};
+
+int memory(const MemoryCmd& c) {
+  if (!c.json.empty())
+    if (Status s = checkReportPath(c.json); !s) return reportError(s.error());
+  auto setup = setUpTraining(c.train, TrainingGraphKind::Step);
+  if (!setup) return reportError(setup.error(), c.train.verbose);
+  const Graph& g = setup->session->graph();
+  const MemoryPlan plan = planMemory(g);
+  if (Status s = checkPlan(plan); !s) return reportError(s.error());
+  std::cout << "kiln memory " << c.train.model.path << ": step graph " << g.numNodes() << " nodes\n";
+  printMemorySummary(std::cout, plan, c.top, c.width);
+  if (!c.json.empty()) {
+    if (Status st = writeFileAtomic(c.json, memoryJson(plan).dump(2) + "\n"); !st) return reportError(st.error());
+    std::cout << "wrote " << c.json << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+void addMemoryCommand(CLI::App& app) {
+  auto c = std::make_shared<MemoryCmd>();
+  CLI::App* sub = app.add_subcommand(
+      "memory", "build the training step and print its memory: peak, planned arena, largest tensors, timeline");
+  addTrainOptions(sub, c->train, true);
+  sub->add_option("--top", c->top, "how many of the largest tensors alive at the peak to list (default 10)");
+  sub->add_option("--width", c->width, "sparkline width in characters (default 64)")->check(CLI::Range(1, 1000));
+  sub->add_option("--json", c->json, "write the memory timeline (the report's `memory` object) here");
+  sub->callback([c] {
+    int rc = memory(*c);
+    if (rc) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,95 @@
+#include "cli/memory_report.h"
+
+#include <algorithm>
+#include <iomanip>
+
+#include "cli/cli_common.h"
+
+namespace kiln::cli {
+namespace {
+
+const char* kindOf(const BufferLife& b) {
+  return b.graph_input ? "input" : b.escapes ? "returned" : "intermediate";
+}
+
+/// "conv2d @layer1.0.conv1" for what a node makes, the name for a graph input.
+std::string producerOf(const BufferLife& b) {
+  const Node* n = b.value->producer();
+  if (!n) return b.value->name();
+  return n->scope().empty() ? n->op() : n->op() + " @" + n->scope();
+}
+
+std::string bytesStr(uint64_t b) { return humanCount(static_cast<double>(b), "B"); }
+
+}  // namespace
+
+nlohmann::ordered_json memoryJson(const MemoryPlan& p) {
+  const Liveness& l = p.liveness;
+  nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < l.buffers.size(); ++i) {
+    const BufferLife& b = l.buffers[i];
+    nlohmann::ordered_json views = nlohmann::ordered_json::array();
+    for (const Value* v : b.views) views.push_back(v->name());
+    const Node* prod = b.value->producer();
+    tensors.push_back({{"value", b.value->name()},
+                       {"type", b.value->type().str()},
+                       {"bytes", b.bytes},
+                       {"kind", kindOf(b)},
+                       {"producer", producerOf(b)},
+                       {"scope", prod ? prod->scope() : std::string()},
+                       {"first", b.def},
+                       {"last", b.last},
+                       {"offset", p.offsets[i] < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(p.offsets[i])},
+                       {"views", views}});
+  }
+  return {{"schedule", "graph order"},
+          {"peak_bytes", p.peak_bytes},
+          {"peak_node", p.peak_node},
+          {"peak_at", l.order.empty() ? std::string() : l.order[p.peak_node]->describe()},
+          {"input_bytes", p.input_bytes},
+          {"returned_bytes", p.returned_bytes},
+          {"arena_bytes", p.arena_bytes},
+          {"arena_lower_bound", p.arena_lower_bound},
+          {"unshared_bytes", p.unshared_bytes},
+          {"timeline", p.timeline},
+          {"tensors", tensors}};
+}
+
+std::string sparkline(const std::vector<uint64_t>& values, size_t width) {
+  static const char* kBars[] = {"▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"};
+  if (values.empty() || width == 0) return {};
+  const size_t n = values.size(), cols = std::min(width, n);
+  const uint64_t top = *std::max_element(values.begin(), values.end());
+  std::string s;
+  for (size_t c = 0; c < cols; ++c) {
+    uint64_t m = 0;
+    for (size_t i = c * n / cols; i < (c + 1) * n / cols; ++i) m = std::max(m, values[i]);
+    const size_t level = top ? static_cast<size_t>(static_cast<double>(m) / static_cast<double>(top) * 7.0 + 0.5) : 0;
+    s += kBars[std::min<size_t>(level, 7)];
+  }
+  return s;
+}
+
+void printMemorySummary(std::ostream& os, const MemoryPlan& p, size_t top, size_t width) {
+  const Liveness& l = p.liveness;
+  os << "peak " << bytesStr(p.peak_bytes);
+  if (!l.order.empty()) os << " while node " << p.peak_node << " of " << l.order.size() << " runs: "
+                          << l.order[p.peak_node]->describe();
+  os << "\n"
+     << "  inputs (weights, optimizer state, batch)  " << bytesStr(p.input_bytes) << "\n"
+     << "  returned (updates, gradients, loss)       " << bytesStr(p.returned_bytes) << "\n"
+     << "  intermediates: arena " << bytesStr(p.arena_bytes) << " (most alive at once "
+     << bytesStr(p.arena_lower_bound) << "; a buffer each " << bytesStr(p.unshared_bytes) << ")\n";
+  os << "timeline (" << l.order.size() << " nodes, max per column): " << sparkline(p.timeline, width) << "\n";
+  const std::vector<size_t> live = buffersLiveAt(p, p.peak_node);
+  os << "largest tensors alive at the peak (" << live.size() << " in all):\n";
+  for (size_t k = 0; k < live.size() && k < top; ++k) {
+    const BufferLife& b = l.buffers[live[k]];
+    os << "  " << std::setw(10) << bytesStr(b.bytes) << "  " << std::left << std::setw(13) << kindOf(b)
+       << std::right << b.value->type().str() << "  " << producerOf(b);
+    if (!b.graph_input) os << "  (nodes " << b.def << ".." << b.last << ")";
+    os << "\n";
+  }
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,63 @@
+#include "core/liveness.h"
+
+#include <algorithm>
+
+#include "core/graph_cost.h"
+
+namespace kiln {
+
+Liveness analyzeLiveness(const Graph& g) {
+  Liveness l;
+  for (const auto& n : g.nodes()) l.order.push_back(n.get());
+  const size_t end = l.order.empty() ? 0 : l.order.size() - 1;
+  for (const Value* v : g.inputs()) {
+    l.buffer_of[v] = l.buffers.size();
+    l.buffers.push_back({.value = v, .bytes = v->type().bytes(), .def = 0, .last = end, .graph_input = true});
+  }
+  for (size_t i = 0; i < l.order.size(); ++i) {
+    const Node* n = l.order[i];
+    for (const Value* v : n->inputs()) {
+      BufferLife& b = l.buffers[l.buffer_of.at(v)];
+      b.last = std::max(b.last, i);
+    }
+    const bool alias = mayAliasInput(*n);
+    for (const Value* o : n->outputs()) {
+      if (alias) {
+        const size_t src = l.buffer_of.at(n->input(0));
+        l.buffer_of[o] = src;
+        l.buffers[src].views.push_back(o);
+        l.buffers[src].last = std::max(l.buffers[src].last, i);
+        continue;
+      }
+      l.buffer_of[o] = l.buffers.size();
+      l.buffers.push_back({.value = o, .bytes = o->type().bytes(), .def = i, .last = i});
+    }
+  }
+  for (const GraphOutput& o : g.outputs()) {
+    BufferLife& b = l.buffers[l.buffer_of.at(o.value)];
+    b.escapes = !b.graph_input;
+    b.last = end;
+  }
+  return l;
+}
+
+std::vector<uint64_t> liveBytesTimeline(const Liveness& l) {
+  std::vector<uint64_t> made(l.order.size()), freed(l.order.size()), timeline(l.order.size());
+  uint64_t live = 0;
+  for (const BufferLife& b : l.buffers) {
+    if (b.graph_input) {
+      live += b.bytes;
+      continue;
+    }
+    made[b.def] += b.bytes;
+    freed[b.last] += b.bytes;
+  }
+  for (size_t i = 0; i < l.order.size(); ++i) {
+    live += made[i];
+    timeline[i] = live;
+    live -= freed[i];
+  }
+  return timeline;
+}
+
+}  // namespace kiln

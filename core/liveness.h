@@ -1,0 +1,53 @@
+// Buffer liveness of a graph run in node order: which buffer holds each
+// value, when that buffer is created and when it is last needed. The peak
+// estimate (graph_cost.h), the memory plan (passes/memory_plan.h) and the
+// memory timeline of the report all read the same analysis.
+//
+// Rules:
+//  - a node's outputs come to life when it runs, while its inputs are still
+//    live (a buffer is never reused by the node that reads it last);
+//  - outputs of mayAliasInput() nodes (reshape, permute, ... : the views
+//    PyTorch makes) have no buffer of their own: they keep their source's
+//    buffer alive until their own last use;
+//  - graph inputs live for the whole step and are not the step's to place;
+//    buffers the graph returns (or whose views it returns) live to the end
+//    and leave the step, so they are not placed in a reusable arena either;
+//  - an output nobody reads dies right after its producer.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/ir.h"
+
+namespace kiln {
+
+/// One buffer: a value that owns storage, with the views that share it.
+struct BufferLife {
+  const Value* value = nullptr;      ///< the owner (a node output or a graph input)
+  std::vector<const Value*> views;   ///< values aliasing it (mayAliasInput chains)
+  uint64_t bytes = 0;
+  size_t def = 0;                    ///< index in `order` of the producer (0 for graph inputs)
+  size_t last = 0;                   ///< index of the last node that needs it (inclusive)
+  bool graph_input = false;          ///< bound by the caller; live for the whole step
+  bool escapes = false;              ///< returned by the graph (itself or a view): lives past the step
+  /// Whether the step may place it in a reusable arena.
+  bool planned() const { return !graph_input && !escapes; }
+};
+
+struct Liveness {
+  std::vector<const Node*> order;  ///< the schedule analysed (graph order)
+  std::vector<BufferLife> buffers;  ///< graph inputs first, then node outputs in order
+  std::unordered_map<const Value*, size_t> buffer_of;  ///< every value -> index into buffers
+};
+
+/// Liveness of `g` run in its node order.
+Liveness analyzeLiveness(const Graph& g);
+
+/// Bytes live while each node of `l.order` runs: every graph input, every
+/// buffer made earlier and still needed, and the node's own outputs.
+std::vector<uint64_t> liveBytesTimeline(const Liveness& l);
+
+}  // namespace kiln

@@ -1,0 +1,112 @@
+// memory_plan (see memory_plan.h for what it does, needs and guarantees).
+#include "passes/memory_plan.h"
+
+#include <algorithm>
+
+namespace kiln {
+namespace {
+
+bool overlapInTime(const BufferLife& a, const BufferLife& b) { return a.def <= b.last && b.def <= a.last; }
+
+}  // namespace
+
+MemoryPlan planMemory(const Graph& g) {
+  MemoryPlan p;
+  p.liveness = analyzeLiveness(g);
+  const std::vector<BufferLife>& bufs = p.liveness.buffers;
+  p.offsets.assign(bufs.size(), -1);
+  p.timeline = liveBytesTimeline(p.liveness);
+
+  std::vector<size_t> planned;
+  for (size_t i = 0; i < bufs.size(); ++i) {
+    if (bufs[i].graph_input)
+      p.input_bytes += bufs[i].bytes;
+    else if (bufs[i].escapes)
+      p.returned_bytes += bufs[i].bytes;
+    else
+      planned.push_back(i);
+  }
+  p.peak_bytes = p.input_bytes;
+  if (!p.timeline.empty()) {
+    auto top = std::max_element(p.timeline.begin(), p.timeline.end());  // the first peak
+    p.peak_node = static_cast<size_t>(top - p.timeline.begin());
+    p.peak_bytes = std::max(p.peak_bytes, *top);
+  }
+
+  // Lower bound: the planned bytes alive at the busiest node.
+  std::vector<uint64_t> made(p.liveness.order.size() + 1), freed(p.liveness.order.size() + 1);
+  for (size_t i : planned) {
+    made[bufs[i].def] += arenaSize(bufs[i].bytes);
+    freed[bufs[i].last] += arenaSize(bufs[i].bytes);
+    p.unshared_bytes += arenaSize(bufs[i].bytes);
+  }
+  for (size_t i = 0, live = 0; i < p.liveness.order.size(); ++i) {
+    live += made[i];
+    p.arena_lower_bound = std::max<uint64_t>(p.arena_lower_bound, live);
+    live -= freed[i];
+  }
+
+  // Greedy by size: largest first (ties: earlier first, so plans are
+  // deterministic), each at the lowest gap between the placed buffers whose
+  // lifetimes overlap its own.
+  std::stable_sort(planned.begin(), planned.end(), [&](size_t a, size_t b) {
+    if (bufs[a].bytes != bufs[b].bytes) return bufs[a].bytes > bufs[b].bytes;
+    return bufs[a].def < bufs[b].def;
+  });
+  std::vector<size_t> placed;
+  std::vector<std::pair<uint64_t, uint64_t>> busy;  // [offset, end) of overlapping placed buffers
+  for (size_t i : planned) {
+    const uint64_t size = arenaSize(bufs[i].bytes);
+    busy.clear();
+    for (size_t j : placed)
+      if (overlapInTime(bufs[i], bufs[j]))
+        busy.emplace_back(p.offsets[j], p.offsets[j] + arenaSize(bufs[j].bytes));
+    std::sort(busy.begin(), busy.end());
+    uint64_t at = 0;
+    for (const auto& [lo, hi] : busy) {
+      if (lo >= at + size) break;  // fits in the gap before this one
+      at = std::max(at, hi);
+    }
+    p.offsets[i] = static_cast<int64_t>(at);
+    p.arena_bytes = std::max(p.arena_bytes, at + size);
+    placed.push_back(i);
+  }
+  return p;
+}
+
+Status checkPlan(const MemoryPlan& p) {
+  const std::vector<BufferLife>& bufs = p.liveness.buffers;
+  std::vector<size_t> placed;
+  for (size_t i = 0; i < bufs.size(); ++i) {
+    if (p.offsets[i] < 0) {
+      if (bufs[i].planned()) return Error{"memory plan: " + bufs[i].value->name() + " has no offset"};
+      continue;
+    }
+    const uint64_t at = static_cast<uint64_t>(p.offsets[i]);
+    if (at % kArenaAlignment != 0 || at + arenaSize(bufs[i].bytes) > p.arena_bytes)
+      return Error{"memory plan: " + bufs[i].value->name() + " at offset " + std::to_string(at) +
+                   " is unaligned or outside the arena of " + std::to_string(p.arena_bytes) + " bytes"};
+    placed.push_back(i);
+  }
+  for (size_t x = 0; x < placed.size(); ++x)
+    for (size_t y = x + 1; y < placed.size(); ++y) {
+      const BufferLife &a = bufs[placed[x]], &b = bufs[placed[y]];
+      if (!overlapInTime(a, b)) continue;
+      const uint64_t ao = p.offsets[placed[x]], bo = p.offsets[placed[y]];
+      if (ao < bo + arenaSize(b.bytes) && bo < ao + arenaSize(a.bytes))
+        return Error{"memory plan: " + a.value->name() + " and " + b.value->name() +
+                     " are alive together but overlap in the arena"};
+    }
+  return {};
+}
+
+std::vector<size_t> buffersLiveAt(const MemoryPlan& p, size_t at) {
+  std::vector<size_t> live;
+  const std::vector<BufferLife>& bufs = p.liveness.buffers;
+  for (size_t i = 0; i < bufs.size(); ++i)
+    if (bufs[i].graph_input || (bufs[i].def <= at && at <= bufs[i].last)) live.push_back(i);
+  std::stable_sort(live.begin(), live.end(), [&](size_t a, size_t b) { return bufs[a].bytes > bufs[b].bytes; });
+  return live;
+}
+
+}  // namespace kiln

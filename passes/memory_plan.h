@@ -1,0 +1,59 @@
+// memory_plan: where each intermediate of a step lives in one arena.
+//
+// What it does: takes the buffer liveness of the graph in its node order
+// (core/liveness.h) and gives every buffer the step makes and drops (not
+// graph inputs, not what the step returns) an offset in one arena, so that
+// two buffers alive at the same node never overlap. Offsets are assigned
+// greedily by size, largest first, each at the lowest offset that fits
+// between the buffers already placed whose lifetimes overlap its own (the
+// "greedy by size" heuristic of TFLite's and RAF's planners); the arena
+// comes out close to its lower bound, the most bytes ever live at once.
+// Buffers are 64-byte aligned.
+//
+// Needs: a verified graph in the order it will run. Guarantees: a plan
+// checkPlan() accepts; the graph is not changed. The plan also carries the
+// memory timeline (live bytes at every node) that the report and
+// `kiln memory` show.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/liveness.h"
+#include "core/result.h"
+
+namespace kiln {
+
+constexpr uint64_t kArenaAlignment = 64;
+
+struct MemoryPlan {
+  Liveness liveness;
+  /// Per buffer of liveness.buffers: its offset in the arena, or -1 when the
+  /// step does not place it (graph inputs, returned buffers).
+  std::vector<int64_t> offsets;
+  uint64_t arena_bytes = 0;        ///< size of the arena
+  uint64_t arena_lower_bound = 0;  ///< most planned bytes (aligned) alive at one node
+  uint64_t unshared_bytes = 0;     ///< planned bytes with a buffer of their own each (no reuse)
+  uint64_t input_bytes = 0;        ///< graph inputs: weights, optimizer state, the batch
+  uint64_t returned_bytes = 0;     ///< buffers the step returns (updates, gradients, loss)
+  std::vector<uint64_t> timeline;  ///< live bytes while each node runs (liveBytesTimeline)
+  uint64_t peak_bytes = 0;         ///< max of timeline (inputs only when there are no nodes)
+  size_t peak_node = 0;            ///< index into liveness.order of the first peak
+};
+
+/// The arena size a buffer of `bytes` takes.
+inline uint64_t arenaSize(uint64_t bytes) {
+  return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+}
+
+/// Plans `g` run in its node order.
+MemoryPlan planMemory(const Graph& g);
+
+/// Checks that no two buffers alive at one node overlap in the arena and that
+/// every placed buffer is aligned and inside it; the error names the pair.
+Status checkPlan(const MemoryPlan& plan);
+
+/// The buffers alive while node `at` runs, largest first.
+std::vector<size_t> buffersLiveAt(const MemoryPlan& plan, size_t at);
+
+}  // namespace kiln

@@ -1,0 +1,176 @@
+// memory_plan (passes/memory_plan.h) and the liveness it reads
+// (core/liveness.h): lifetimes of buffers and views, what is not placed,
+// arena sizes on hand-checkable chains, and on random graphs and a whole
+// training step that no two buffers alive together overlap.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "core/graph_cost.h"
+#include "core/text_ir.h"
+#include "passes/memory_plan.h"
+#include "passes/training_graph.h"
+
+namespace kiln {
+namespace {
+
+Graph parse(const char* text) {
+  auto g = parseGraph(text, "test");
+  EXPECT_TRUE(g.ok()) << g.error().message;
+  return g.ok() ? std::move(*g) : Graph();
+}
+
+/// The output of the k-th node (text IR numbers node outputs itself).
+const Value* out(const Graph& g, size_t k) { return (*std::next(g.nodes().begin(), static_cast<long>(k)))->output(); }
+
+const BufferLife& bufferOf(const MemoryPlan& p, const Graph& g, size_t k) {
+  return p.liveness.buffers[p.liveness.buffer_of.at(out(g, k))];
+}
+
+int64_t offsetOf(const MemoryPlan& p, const Graph& g, size_t k) {
+  return p.offsets[p.liveness.buffer_of.at(out(g, k))];
+}
+
+// A chain of equal-size tensors: a buffer dies at the node that reads it
+// last, but that node's output is made while it is alive, so two slots
+// alternate: a and c share one, b the other.
+TEST(MemoryPlan, ChainAlternatesBetweenTwoSlots) {
+  Graph g = parse(R"(graph chain(%x: f32[1000] data) {
+  %a = relu(%x) : f32[1000]
+  %b = exp(%a) : f32[1000]
+  %c = neg(%b) : f32[1000]
+  %d = tanh(%c) : f32[1000]
+  return %d "out"
+})");
+  MemoryPlan p = planMemory(g);
+  ASSERT_TRUE(checkPlan(p).ok()) << checkPlan(p).error().message;
+  EXPECT_EQ(bufferOf(p, g, 0).def, 0u);
+  EXPECT_EQ(bufferOf(p, g, 0).last, 1u);
+  EXPECT_TRUE(bufferOf(p, g, 3).escapes);
+  EXPECT_EQ(offsetOf(p, g, 3), -1) << "returned buffers leave the step: not in the arena";
+  EXPECT_EQ(offsetOf(p, g, 0), offsetOf(p, g, 2));
+  EXPECT_NE(offsetOf(p, g, 0), offsetOf(p, g, 1));
+  EXPECT_EQ(p.arena_bytes, 2 * arenaSize(4000));
+  EXPECT_EQ(p.arena_lower_bound, p.arena_bytes);
+  EXPECT_EQ(p.unshared_bytes, 3 * arenaSize(4000));
+  EXPECT_EQ(p.input_bytes, 4000u);
+  EXPECT_EQ(p.returned_bytes, 4000u);
+  // x, one intermediate dying and the next being made: 3 tensors at once.
+  EXPECT_EQ(p.peak_bytes, 3 * 4000u);
+  EXPECT_EQ(p.peak_bytes, estimatePeakBytes(g));
+}
+
+// A view (reshape) has no buffer: it keeps its source alive until the view's
+// own last use, and returning a view keeps the source out of the arena.
+TEST(MemoryPlan, ViewsExtendTheirSourcesLife) {
+  Graph g = parse(R"(graph views(%x: f32[4,8] data) {
+  %a = exp(%x) : f32[4,8]
+  %r = reshape(%a) {shape=[32]} : f32[32]
+  %b = neg(%x) : f32[4,8]
+  %c = relu(%b) : f32[4,8]
+  %s = sum(%r) : f32[]
+  %e = exp(%x) : f32[4,8]
+  %v = reshape(%e) {shape=[32]} : f32[32]
+  return %s "s", %c "c", %v "v"
+})");
+  MemoryPlan p = planMemory(g);
+  ASSERT_TRUE(checkPlan(p).ok()) << checkPlan(p).error().message;
+  const BufferLife& a = bufferOf(p, g, 0);
+  EXPECT_EQ(a.last, 4u) << "a lives while its view %r is read by the sum (node 4)";
+  ASSERT_EQ(a.views.size(), 1u);
+  EXPECT_EQ(a.views[0], out(g, 1));
+  EXPECT_EQ(p.liveness.buffer_of.at(a.views[0]), p.liveness.buffer_of.at(a.value));
+  EXPECT_TRUE(bufferOf(p, g, 5).escapes) << "returned through its view";
+  EXPECT_EQ(offsetOf(p, g, 5), -1);
+  EXPECT_GE(offsetOf(p, g, 0), 0);
+  EXPECT_NE(offsetOf(p, g, 0), offsetOf(p, g, 2)) << "a and b are alive together";
+}
+
+// Random DAGs of elementwise ops and reductions over a few sizes: every
+// plan is valid, between its lower bound and one buffer each, and the timeline
+// agrees with the peak estimate.
+TEST(MemoryPlan, RandomGraphsGetValidPlans) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 60; ++trial) {
+    Graph g;
+    std::vector<Value*> pool;
+    for (int i = 0; i < 3; ++i) pool.push_back(g.addInput("in" + std::to_string(i), {DType::F32, {64, 16}}, ValueRole::Data));
+    const int nodes = 5 + static_cast<int>(rng() % 60);
+    for (int i = 0; i < nodes; ++i) {
+      Value* a = pool[rng() % pool.size()];
+      Value* b = pool[rng() % pool.size()];
+      Node* n;
+      switch (rng() % 5) {
+        case 0: n = g.create("add", {a, b}); break;
+        case 1: n = g.create("mul", {a, b}); break;
+        case 2: n = g.create("tanh", {a}); break;
+        case 3: n = g.create("reshape", {a}, {{"shape", std::vector<int64_t>{1024}}}); break;
+        default: n = g.create("sum", {a}, {{"dims", std::vector<int64_t>{1}}, {"keepdim", int64_t{1}}}); break;
+      }
+      Value* o = n->output();
+      if (o->shape() == Shape{1024}) o = g.create("reshape", {o}, {{"shape", std::vector<int64_t>{64, 16}}})->output();
+      if (o->shape() == Shape{64, 1}) o = g.create("add", {o, a})->output();
+      pool.push_back(o);
+    }
+    for (int k = 0; k < 3; ++k) g.addOutput(pool[rng() % pool.size()], "out" + std::to_string(k));
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    MemoryPlan p = planMemory(g);
+    Status st = checkPlan(p);
+    ASSERT_TRUE(st.ok()) << st.error().message << "\n" << printGraph(g);
+    EXPECT_GE(p.arena_bytes, p.arena_lower_bound);
+    EXPECT_LE(p.arena_bytes, p.unshared_bytes);
+    EXPECT_EQ(p.peak_bytes, estimatePeakBytes(g));
+  }
+}
+
+// checkPlan is what the tests above rely on: it must reject a plan that puts
+// two buffers alive together at the same offset.
+TEST(MemoryPlan, CheckPlanRejectsOverlappingBuffers) {
+  Graph g = parse(R"(graph two(%x: f32[100] data) {
+  %a = exp(%x) : f32[100]
+  %b = neg(%x) : f32[100]
+  %c = add(%a, %b) : f32[100]
+  return %c "out"
+})");
+  MemoryPlan p = planMemory(g);
+  ASSERT_TRUE(checkPlan(p).ok());
+  const size_t a = p.liveness.buffer_of.at(out(g, 0));
+  const size_t b = p.liveness.buffer_of.at(out(g, 1));
+  p.offsets[b] = p.offsets[a];
+  Status st = checkPlan(p);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find("overlap"), std::string::npos) << st.error().message;
+  p.offsets[b] = 3;  // unaligned
+  EXPECT_FALSE(checkPlan(p).ok());
+}
+
+// A whole AdamW training step: valid plan, and sharing slots saves memory.
+TEST(MemoryPlan, TrainingStepPlanSharesSlots) {
+  auto fwd = parseGraph(R"(graph mlp(%input0: f32[64,32] data, %w1: f32[128,32] param, %b1: f32[128] param, %w2: f32[10,128] param, %b2: f32[10] param) {
+  %0 = linear(%input0, %w1, %b1) : f32[64,128] @fc1
+  %1 = relu(%0) : f32[64,128] @act
+  %2 = linear(%1, %w2, %b2) : f32[64,10] @fc2
+  return %2 "output0"
+})",
+                        "mlp");
+  ASSERT_TRUE(fwd.ok()) << fwd.error().message;
+  PassContext ctx;
+  ctx.training.loss = LossKind::CrossEntropy;
+  ctx.training.target = TensorType{DType::I64, {64}};
+  auto g = buildTrainingGraph(*fwd, ctx, TrainingGraphKind::Step);
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  MemoryPlan p = planMemory(*g);
+  ASSERT_TRUE(checkPlan(p).ok()) << checkPlan(p).error().message;
+  EXPECT_GT(p.input_bytes, 0u);
+  EXPECT_GT(p.returned_bytes, 0u) << "updated parameters and moments leave the step";
+  EXPECT_LT(p.arena_bytes, p.unshared_bytes);
+  EXPECT_EQ(p.peak_bytes, estimatePeakBytes(*g));
+  const std::vector<size_t> at_peak = buffersLiveAt(p, p.peak_node);
+  ASSERT_FALSE(at_peak.empty());
+  uint64_t sum = 0;
+  for (size_t i : at_peak) sum += p.liveness.buffers[i].bytes;
+  EXPECT_EQ(sum, p.peak_bytes) << "the buffers listed at the peak add up to it";
+}
+
+}  // namespace
+}  // namespace kiln
