@@ -25,9 +25,12 @@ struct KernelContext {
   int num_threads = 1;
 };
 
-/// Kernel entry point. `outputs` arrives sized to the node's outputs with
-/// undefined tensors; the kernel allocates each (Tensor(type)) or aliases an
-/// input's buffer for views (Tensor::reshaped). Inputs are contiguous.
+/// Kernel entry point. `outputs` arrives sized to the node's outputs, each
+/// undefined or bound by the executor to a planned buffer of the output's
+/// type; the kernel fills each through allocOutput (which keeps a planned
+/// buffer), assigns a tensor of its own, or aliases input 0's buffer for a
+/// view (Tensor::reshaped; register with output_views_input0). A kernel
+/// must not return any other input's buffer. Inputs are contiguous.
 /// Errors (e.g. an index out of range in the data) throw KilnException.
 using KernelFn = void (*)(const Node& n, std::span<const Tensor> inputs, std::span<Tensor> outputs,
                           KernelContext& ctx);
@@ -41,6 +44,9 @@ struct KernelDef {
   int priority = 0;     ///< higher wins
   KernelPredicate supports = nullptr;  ///< nullptr: all nodes of `op`
   KernelFn fn = nullptr;
+  /// The output is a view of input 0's buffer (reshape): the memory plan
+  /// gives it no buffer of its own and keeps the input's alive.
+  bool output_views_input0 = false;
 };
 
 class KernelRegistry {
@@ -59,8 +65,9 @@ class KernelRegistry {
   std::map<std::string, std::vector<KernelDef>, std::less<>> by_op_;
 };
 
-/// Allocate output `i` of `n` with its inferred type and return it. The memory
-/// is NOT cleared: the kernel must write every element.
+/// Allocate output `i` of `n` with its inferred type and return it, or return
+/// the buffer the executor placed there (its memory plan) when it has that
+/// type. The memory is NOT cleared: the kernel must write every element.
 Tensor& allocOutput(const Node& n, std::span<Tensor> outputs, size_t i);
 
 // Family registration (backend/cpu/kernels_*.cpp).

@@ -1,5 +1,6 @@
 #include "core/buffer_pool.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <new>
@@ -28,6 +29,11 @@ Pool& pool() {
   return *p;
 }
 
+std::atomic<int64_t>& allocationCount() {
+  static std::atomic<int64_t> n{0};
+  return n;
+}
+
 void* rawAlloc(size_t bytes) {
   void* p = std::aligned_alloc(64, (bytes + 63) & ~size_t(63));
   if (!p) throw std::bad_alloc();
@@ -50,6 +56,7 @@ void giveBack(size_t bytes, void* p) {
 }  // namespace
 
 std::shared_ptr<unsigned char[]> allocateBuffer(size_t bytes) {
+  allocationCount().fetch_add(1, std::memory_order_relaxed);
   if (bytes < kPooledMinBytes)
     return std::shared_ptr<unsigned char[]>(static_cast<unsigned char*>(rawAlloc(bytes ? bytes : 1)),
                                             [](unsigned char* p) { std::free(p); });
@@ -75,7 +82,9 @@ std::shared_ptr<unsigned char[]> allocateBuffer(size_t bytes) {
 BufferPoolStats bufferPoolStats() {
   Pool& pl = pool();
   std::lock_guard<std::mutex> lock(pl.mu);
-  return pl.stats;
+  BufferPoolStats s = pl.stats;
+  s.allocations = allocationCount().load(std::memory_order_relaxed);
+  return s;
 }
 
 void releaseIdleBuffers() {

@@ -3,8 +3,9 @@
 // same size avoids the mmap/munmap and page-fault cost glibc pays for every
 // large block (for an 11M-parameter AdamW update, most of the update's time).
 // PyTorch's CUDA caching allocator does the same for the same reason. The
-// memory planner (an arena for the whole step) will replace this for planned
-// graphs; until then it serves every Tensor.
+// CPU executor places a step's intermediates in one planned arena
+// (passes/memory_plan.h); the pool serves what the plan leaves out (what a
+// step returns, kernel temporaries) and everything outside executors.
 #pragma once
 
 #include <cstddef>
@@ -22,6 +23,7 @@ std::shared_ptr<unsigned char[]> allocateBuffer(size_t bytes);
 inline constexpr size_t kPooledMinBytes = 64 * 1024;
 
 struct BufferPoolStats {
+  int64_t allocations = 0;  ///< every allocateBuffer call, small blocks included
   int64_t hits = 0, misses = 0;
   int64_t idle_bytes = 0;  ///< held by the pool, ready for reuse
 };

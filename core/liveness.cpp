@@ -6,7 +6,7 @@
 
 namespace kiln {
 
-Liveness analyzeLiveness(const Graph& g) {
+Liveness analyzeLiveness(const Graph& g, const ViewPredicate& is_view) {
   Liveness l;
   for (const auto& n : g.nodes()) l.order.push_back(n.get());
   const size_t end = l.order.empty() ? 0 : l.order.size() - 1;
@@ -20,7 +20,7 @@ Liveness analyzeLiveness(const Graph& g) {
       BufferLife& b = l.buffers[l.buffer_of.at(v)];
       b.last = std::max(b.last, i);
     }
-    const bool alias = mayAliasInput(*n);
+    const bool alias = n->numInputs() > 0 && (is_view ? is_view(*n) : mayAliasInput(*n));
     for (const Value* o : n->outputs()) {
       if (alias) {
         const size_t src = l.buffer_of.at(n->input(0));

@@ -6,9 +6,9 @@
 // Rules:
 //  - a node's outputs come to life when it runs, while its inputs are still
 //    live (a buffer is never reused by the node that reads it last);
-//  - outputs of mayAliasInput() nodes (reshape, permute, ... : the views
-//    PyTorch makes) have no buffer of their own: they keep their source's
-//    buffer alive until their own last use;
+//  - outputs of view nodes (by default mayAliasInput(): reshape, permute,
+//    ... the views PyTorch makes) have no buffer of their own: they keep
+//    their source's buffer alive until their own last use;
 //  - graph inputs live for the whole step and are not the step's to place;
 //    buffers the graph returns (or whose views it returns) live to the end
 //    and leave the step, so they are not placed in a reusable arena either;
@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -43,8 +44,13 @@ struct Liveness {
   std::unordered_map<const Value*, size_t> buffer_of;  ///< every value -> index into buffers
 };
 
-/// Liveness of `g` run in its node order.
-Liveness analyzeLiveness(const Graph& g);
+/// Which nodes' outputs share their first input's buffer.
+using ViewPredicate = std::function<bool(const Node&)>;
+
+/// Liveness of `g` run in its node order. `is_view` says which nodes make
+/// views: by default mayAliasInput (PyTorch's views); an executor passes
+/// what its bound kernels actually do.
+Liveness analyzeLiveness(const Graph& g, const ViewPredicate& is_view = {});
 
 /// Bytes live while each node of `l.order` runs: every graph input, every
 /// buffer made earlier and still needed, and the node's own outputs.

@@ -1,6 +1,7 @@
 #include "backend/cpu/cpu_executor.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <unordered_map>
 
 #include <omp.h>
@@ -24,6 +25,19 @@ Result<CpuExecutor> CpuExecutor::create(const Graph& graph, CpuExecutorOptions o
     ex.choices_.push_back({n->describe(), k->name});
   }
   if (!missing.empty()) return Error{"no CPU kernel for: " + missing};
+  std::unordered_map<const Node*, const KernelDef*> kernel_of;
+  for (size_t i = 0; i < ex.nodes_.size(); ++i) kernel_of[ex.nodes_[i]] = ex.kernels_[i];
+  ex.plan_ = std::make_shared<const MemoryPlan>(
+      planMemory(graph, [&](const Node& n) { return kernel_of.at(&n)->output_views_input0; }));
+  const MemoryPlan& plan = *ex.plan_;
+  for (const Node* n : ex.nodes_) {
+    std::vector<int64_t> offsets;
+    for (const Value* o : n->outputs()) {
+      const size_t b = plan.liveness.buffer_of.at(o);
+      offsets.push_back(plan.liveness.buffers[b].value == o ? plan.offsets[b] : -1);  // views: none of their own
+    }
+    ex.out_offsets_.push_back(std::move(offsets));
+  }
   return ex;
 }
 
@@ -43,6 +57,15 @@ Result<std::vector<Tensor>> CpuExecutor::run(const TensorMap& inputs) {
     for (size_t i = 0; i < nodes_.size(); ++i)
       for (Value* v : nodes_[i]->inputs()) last_use[v] = i;
     for (const GraphOutput& o : graph_->outputs()) last_use[o.value] = SIZE_MAX;
+    if (!arena_ && plan_->arena_bytes > 0) {
+      arena_ = std::shared_ptr<unsigned char[]>(
+          static_cast<unsigned char*>(std::aligned_alloc(kArenaAlignment, plan_->arena_bytes)), [](unsigned char* p) {
+            std::free(p);
+          });
+      if (!arena_) fail("cannot allocate the " + std::to_string(plan_->arena_bytes) + "-byte arena of the step");
+    }
+    const unsigned char* arena_end = arena_.get() + plan_->arena_bytes;
+    auto inArena = [&](const void* p) { return arena_ && p >= arena_.get() && p < arena_end; };
 
     KernelContext ctx;
     ctx.seed = options_.seed + runs_++ * 0x9E3779B97F4A7C15ull;
@@ -53,6 +76,9 @@ Result<std::vector<Tensor>> CpuExecutor::run(const TensorMap& inputs) {
       ins.clear();
       for (Value* v : n.inputs()) ins.push_back(env.at(v));
       outs.assign(n.numOutputs(), Tensor());
+      for (size_t o = 0; o < n.numOutputs(); ++o)
+        if (const int64_t at = out_offsets_[i][o]; at >= 0 && n.output(o)->type().bytes() > 0)
+          outs[o] = Tensor::adopt(n.output(o)->type(), std::shared_ptr<unsigned char[]>(arena_, arena_.get() + at));
       ctx.node_index = i;
       const bool timed = !node_ms_.empty();
       auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
@@ -68,6 +94,12 @@ Result<std::vector<Tensor>> CpuExecutor::run(const TensorMap& inputs) {
           fail(n.describe() + ": kernel " + kernels_[i]->name + " produced " +
                (outs[o].defined() ? outs[o].type().str() : std::string("nothing")) + " for output " +
                std::to_string(o) + ", expected " + n.output(o)->type().str());
+        // A buffer in the arena must be this output's own slot, or its input's for a view.
+        const void* p = outs[o].raw();
+        const int64_t at = out_offsets_[i][o];
+        if (inArena(p) && p != arena_.get() + at && !(kernels_[i]->output_views_input0 && p == ins[0].raw()))
+          fail(n.describe() + ": kernel " + kernels_[i]->name + " returned output " + std::to_string(o) +
+               " in another value's planned buffer (a view of an input? register it with output_views_input0)");
         env[n.output(o)] = std::move(outs[o]);
       }
       for (Value* v : n.inputs()) {

@@ -1,14 +1,21 @@
 // Reference CPU executor: runs a Graph node by node in its order with the
-// kernels the registry selects, freeing each intermediate after its last use.
-// Multi-threading happens inside kernels (OpenMP, OpenBLAS, oneDNN).
+// kernels the registry selects. Intermediates live in one arena laid out by
+// the memory plan (passes/memory_plan.h, with the views the bound kernels
+// really make): a steady-state run allocates no buffer for them, only for
+// what it returns and what kernels convert. Multi-threading happens inside
+// kernels (OpenMP, OpenBLAS, oneDNN). One run at a time per executor: runs
+// share the arena.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include <memory>
+
 #include "backend/kernel.h"
 #include "core/model.h"
 #include "core/result.h"
+#include "passes/memory_plan.h"
 
 namespace kiln {
 
@@ -44,6 +51,8 @@ class CpuExecutor {
   /// profiling was switched on; empty when it is off.
   const std::vector<double>& nodeMillis() const { return node_ms_; }
   const std::vector<const Node*>& nodes() const { return nodes_; }
+  /// The plan the runs follow (arena offsets of the intermediates).
+  const MemoryPlan& memoryPlan() const { return *plan_; }
 
  private:
   const Graph* graph_ = nullptr;
@@ -53,6 +62,9 @@ class CpuExecutor {
   std::vector<KernelChoice> choices_;
   uint64_t runs_ = 0;
   std::vector<double> node_ms_;
+  std::shared_ptr<const MemoryPlan> plan_;
+  std::vector<std::vector<int64_t>> out_offsets_;  ///< per node, per output: arena offset or -1
+  std::shared_ptr<unsigned char[]> arena_;           ///< allocated at the first run
 };
 
 }  // namespace kiln

@@ -24,10 +24,15 @@ Shape broadcastStrides(const Shape& in, const Shape& out) {
 }
 
 Tensor castTensor(const Tensor& t, DType dtype) {
-  Tensor out(dtype, t.shape());
+  Tensor out = Tensor::empty({dtype, t.shape()});
+  castInto(t, out);
+  return out;
+}
+
+void castInto(const Tensor& t, Tensor& out) {
   dispatchAll(t.dtype(), [&](auto in_tag) {
     using From = typename decltype(in_tag)::type;
-    dispatchAll(dtype, [&](auto out_tag) {
+    dispatchAll(out.dtype(), [&](auto out_tag) {
       using To = typename decltype(out_tag)::type;
       const From* src = t.data<From>();
       To* dst = out.data<To>();
@@ -36,7 +41,6 @@ Tensor castTensor(const Tensor& t, DType dtype) {
       });
     });
   });
-  return out;
 }
 
 namespace {
@@ -78,15 +82,18 @@ void copyStrided(Tensor& out, const Tensor& in, int64_t in_offset, const Shape& 
 }
 
 Tensor permuteCopy(const Tensor& t, const std::vector<int64_t>& dims) {
-  Shape shape, strides;
-  const Shape contig = contiguousStrides(t.shape());
-  for (int64_t d : dims) {
-    shape.push_back(t.shape()[d]);
-    strides.push_back(contig[d]);
-  }
-  Tensor out(t.dtype(), shape);
-  copyStrided(out, t, 0, strides);
+  Shape shape;
+  for (int64_t d : dims) shape.push_back(t.shape()[d]);
+  Tensor out = Tensor::empty({t.dtype(), shape});
+  permuteInto(t, dims, out);
   return out;
+}
+
+void permuteInto(const Tensor& t, const std::vector<int64_t>& dims, Tensor& out) {
+  Shape strides;
+  const Shape contig = contiguousStrides(t.shape());
+  for (int64_t d : dims) strides.push_back(contig[d]);
+  copyStrided(out, t, 0, strides);
 }
 
 namespace detail {

@@ -155,6 +155,8 @@ inline To convert(From v) {
 
 /// A fresh contiguous copy of `t` converted to `dtype` (a plain clone when equal).
 Tensor castTensor(const Tensor& t, DType dtype);
+/// Converts `t` elementwise into `out` (same shape, out's dtype).
+void castInto(const Tensor& t, Tensor& out);
 /// `t` itself when it already has `dtype`, else castTensor (no copy in the common case).
 inline Tensor asDType(const Tensor& t, DType dtype) {
   return t.dtype() == dtype ? t : castTensor(t, dtype);
@@ -171,6 +173,8 @@ Shape broadcastStrides(const Shape& in, const Shape& out);
 void copyStrided(Tensor& out, const Tensor& in, int64_t in_offset, const Shape& in_strides);
 /// A contiguous copy of `t` with its dims reordered: result.shape[d] = t.shape[dims[d]].
 Tensor permuteCopy(const Tensor& t, const std::vector<int64_t>& dims);
+/// permuteCopy into `out` (shaped as the permuted `t`).
+void permuteInto(const Tensor& t, const std::vector<int64_t>& dims, Tensor& out);
 
 /// Put on a hot loop function (a free function or function template, not a
 /// lambda) to compile it twice, for x86-64-v3 (AVX2 + FMA) and for the

@@ -24,9 +24,11 @@ inline DType computeDType(DType t) {
   return t == DType::F64 ? DType::F64 : DType::F32;
 }
 
-/// Allocate output `i` with the node's shape but dtype `dt`.
+/// Allocate output `i` with the node's shape but dtype `dt` (the planned
+/// buffer when `dt` is the node's dtype). Write every element.
 inline Tensor& allocAs(const Node& n, std::span<Tensor> outputs, size_t i, DType dt) {
-  outputs[i] = Tensor(dt, n.output(i)->shape());
+  if (dt == n.output(i)->dtype()) return allocOutput(n, outputs, i);
+  outputs[i] = Tensor::empty({dt, n.output(i)->shape()});
   return outputs[i];
 }
 

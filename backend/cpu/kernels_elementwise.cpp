@@ -325,7 +325,7 @@ void logicalNotKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
 }
 
 void castKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
-  out[0] = castTensor(in[0], n.dt("dtype"));
+  castInto(in[0], allocOutput(n, out, 0));
 }
 
 void add(KernelRegistry& r, const char* op, KernelFn fn) {

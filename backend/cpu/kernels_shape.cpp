@@ -54,7 +54,7 @@ void reshapeKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
 void permuteKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
   std::vector<int64_t> dims;
   for (int64_t d : n.is("dims")) dims.push_back(normalizeAxis(d, in[0].rank()));
-  out[0] = permuteCopy(in[0], dims);
+  permuteInto(in[0], dims, allocOutput(n, out, 0));
 }
 
 void expandKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
@@ -334,7 +334,7 @@ namespace kiln {
 
 void registerCpuShapeKernels(KernelRegistry& r) {
   using namespace cpu;
-  add(r, "reshape", reshapeKernel);
+  r.add({"reshape", "cpu_ref", "cpu_ref.reshape", 0, nullptr, reshapeKernel, /*output_views_input0=*/true});
   add(r, "permute", permuteKernel);
   add(r, "expand", expandKernel);
   add(r, "slice", sliceKernel);
