@@ -77,6 +77,7 @@ class TrainingSession {
   const std::vector<KernelChoice>& kernelChoices() const { return exec_->kernelChoices(); }
   const TrainingConfig& config() const { return config_; }
   CpuExecutor& executor() { return *exec_; }
+  const CpuExecutor& executor() const { return *exec_; }
 
  private:
   TrainingSession() = default;

@@ -1,8 +1,8 @@
 // kiln memory MODEL [training options] [--top N] [--width W] [--json F]
 // Builds the training step exactly as `kiln compile` does and prints its
 // memory: the peak and the node where it happens, what the weights,
-// optimizer state and batch take, what the step returns, the arena its
-// intermediates are planned into (passes/memory_plan.h), the largest tensors
+// optimizer state and batch take, what the step returns, the arena the CPU
+// executor runs its intermediates from (passes/memory_plan.h), the largest tensors
 // alive at the peak, and the timeline as a sparkline. --json writes the
 // report's `memory` object (docs/report-schema.md).
 #include <iostream>
@@ -30,7 +30,7 @@ int memory(const MemoryCmd& c) {
   auto setup = setUpTraining(c.train, TrainingGraphKind::Step);
   if (!setup) return reportError(setup.error(), c.train.verbose);
   const Graph& g = setup->session->graph();
-  const MemoryPlan plan = planMemory(g);
+  const MemoryPlan& plan = setup->session->executor().memoryPlan();  // what the CPU executor runs
   if (Status s = checkPlan(plan); !s) return reportError(s.error());
   std::cout << "kiln memory " << c.train.model.path << ": step graph " << g.numNodes() << " nodes\n";
   printMemorySummary(std::cout, plan, c.top, c.width);

@@ -119,7 +119,7 @@ nlohmann::ordered_json buildReport(const std::string& command, const TrainArgs& 
                 {"peak_bytes", estimatePeakBytes(g)},
                 {"hash", hashHex(structuralHash(g))}};
 
-  j["memory"] = memoryJson(planMemory(g));
+  j["memory"] = memoryJson(s.executor().memoryPlan());  // the plan the executor runs
 
   nlohmann::ordered_json kernels = nlohmann::ordered_json::array();
   for (const KernelChoice& k : s.kernelChoices()) kernels.push_back({{"node", k.node}, {"kernel", k.kernel}});

@@ -68,7 +68,7 @@ def validate(r, name):
     c = r["compile"]
     check(c["millis"] > 0 and c["peak_rss_bytes"] > 0, f"{name}: compile {c}")
     mem = r["memory"]
-    check(mem["peak_bytes"] == r["graph"]["peak_bytes"], f"{name}: memory peak != graph peak")
+    check(mem["peak_bytes"] >= r["graph"]["peak_bytes"], f"{name}: executor's peak below the estimate")
     check(len(mem["timeline"]) == r["graph"]["nodes"] and max(mem["timeline"]) == mem["peak_bytes"],
           f"{name}: memory timeline")
     check(mem["arena_lower_bound"] <= mem["arena_bytes"] <= mem["unshared_bytes"], f"{name}: arena sizes")
