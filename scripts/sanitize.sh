@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the unit tests with AddressSanitizer + UndefinedBehaviorSanitizer in
 # build-asan/ and run the parser suites (safetensors, text IR, FX import,
-# JSON) under them. Any sanitizer report fails the run.
+# JSON) and the executor's memory suites (arena, plan, fused kernels) under
+# them. Any sanitizer report fails the run.
 #
 #   scripts/sanitize.sh                       # parser suites
 #   KILN_SANITIZE_FILTER='*' scripts/sanitize.sh   # every unit test
@@ -9,7 +10,7 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${KILN_ASAN_BUILD_DIR:-$root/build-asan}"
-filter="${KILN_SANITIZE_FILTER:-*Safetensors*:*TextIr*:*FxImport*:*Json*:*Verifier*:*Hash*:*Ir*:Autodiff*:Training*:ZeroDim*}"
+filter="${KILN_SANITIZE_FILTER:-*Safetensors*:*TextIr*:*FxImport*:*Json*:*Verifier*:*Hash*:*Ir*:Autodiff*:Training*:ZeroDim*:ExecutorArena*:MemoryPlan*:FusedKernel*}"
 jobs="$(nproc 2>/dev/null || echo 2)"
 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_SANITIZE=ON \
