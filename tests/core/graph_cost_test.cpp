@@ -5,15 +5,12 @@
 #include "core/graph_cost.h"
 #include "core/op_table.h"
 #include "core/text_ir.h"
+#include "tests/parse_or_fail.h"
 
 namespace kiln {
 namespace {
 
-Graph parse(const char* text) {
-  auto g = parseGraph(text, "test");
-  EXPECT_TRUE(g.ok()) << g.error().message;
-  return g.ok() ? std::move(*g) : Graph();
-}
+using test::parse;
 
 TEST(GraphCost, FlopsAreTheSumOfTheOpTableCosts) {
   Graph g = parse(R"(graph g(%x: f32[8,16] data, %w: f32[16,4] param) {

@@ -8,15 +8,12 @@
 #include "core/text_ir.h"
 #include "passes/autodiff.h"
 #include "tests/passes/grad_check.h"
+#include "tests/parse_or_fail.h"
 
 namespace kiln {
 namespace {
 
-Graph parse(const char* text) {
-  auto g = parseGraph(text, "test");
-  EXPECT_TRUE(g.ok()) << g.error().message;
-  return g.ok() ? std::move(*g) : Graph();
-}
+using test::parse;
 
 TensorMap randomInputs(const Graph& g, uint64_t seed) {
   std::mt19937_64 rng(seed);

@@ -16,6 +16,7 @@
 #include "passes/loss.h"
 #include "passes/optimizer.h"
 #include "passes/training_graph.h"
+#include "tests/parse_or_fail.h"
 
 namespace kiln {
 namespace {
@@ -32,11 +33,7 @@ const char* kMlp =
 }
 )";
 
-Graph parse(const char* text) {
-  auto g = parseGraph(text, "test");
-  EXPECT_TRUE(g.ok()) << g.error().message;
-  return g.ok() ? std::move(*g) : Graph();
-}
+using test::parse;
 
 TrainingOptions options(OptimizerKind kind, double clip, std::set<std::string> frozen) {
   TrainingOptions o;

@@ -10,15 +10,12 @@
 #include "core/text_ir.h"
 #include "passes/memory_plan.h"
 #include "passes/training_graph.h"
+#include "tests/parse_or_fail.h"
 
 namespace kiln {
 namespace {
 
-Graph parse(const char* text) {
-  auto g = parseGraph(text, "test");
-  EXPECT_TRUE(g.ok()) << g.error().message;
-  return g.ok() ? std::move(*g) : Graph();
-}
+using test::parse;
 
 /// The output of the k-th node (text IR numbers node outputs itself).
 const Value* out(const Graph& g, size_t k) { return (*std::next(g.nodes().begin(), static_cast<long>(k)))->output(); }

@@ -20,15 +20,12 @@
 #include "passes/pass_manager.h"
 #include "passes/simplify.h"
 #include "passes/training_graph.h"
+#include "tests/parse_or_fail.h"
 
 namespace kiln {
 namespace {
 
-Graph parse(const std::string& text) {
-  auto g = parseGraph(text, "test");
-  EXPECT_TRUE(g.ok()) << g.error().message;
-  return g.ok() ? std::move(*g) : Graph();
-}
+using test::parse;
 
 TensorMap randomInputs(const Graph& g, uint64_t seed) {
   std::mt19937_64 rng(seed);
