@@ -47,6 +47,11 @@ struct KernelDef {
   /// The output is a view of input 0's buffer (reshape): the memory plan
   /// gives it no buffer of its own and keeps the input's alive.
   bool output_views_input0 = false;
+  /// Each element of every input is read before the same element of any
+  /// output is written (optimizer updates): the executor may bind an output
+  /// to the buffer of the graph input it replaces (TrainingSession donates
+  /// parameters and optimizer state it alone holds), updating in place.
+  bool updates_in_place = false;
 };
 
 class KernelRegistry {
@@ -66,8 +71,9 @@ class KernelRegistry {
 };
 
 /// Allocate output `i` of `n` with its inferred type and return it, or return
-/// the buffer the executor placed there (its memory plan) when it has that
-/// type. The memory is NOT cleared: the kernel must write every element.
+/// the buffer the executor placed there (a planned arena slot, or a donated
+/// input for updates_in_place kernels) when it has that type. The memory is
+/// NOT cleared: the kernel must write every element.
 Tensor& allocOutput(const Node& n, std::span<Tensor> outputs, size_t i);
 
 // Family registration (backend/cpu/kernels_*.cpp).

@@ -1,5 +1,7 @@
 #include "backend/training_session.h"
 
+#include <set>
+
 #include "backend/checkpoint.h"
 #include "passes/optimizer.h"
 
@@ -100,9 +102,23 @@ Tensor TrainingSession::optStateOrZeros(const Value* v) const {
 }
 
 Status TrainingSession::step(const TensorMap& batch) {
-  TensorMap inputs = state_;
-  for (const Value* v : graph_->inputs())
-    if (v->role() == ValueRole::OptState) inputs[v->name()] = optStateOrZeros(v);
+  // State this session alone holds is donated: the optimizer updates it in
+  // place (no second copy of parameters and moments at the step's peak). A
+  // tensor the caller still holds (its model's weights at the first step, a
+  // stateDict() it kept) is shared, so it is not donated and stays as it was.
+  std::set<std::string> donated;
+  TensorMap inputs;
+  for (const Value* v : graph_->inputs()) {
+    if (!isState(v->role())) continue;
+    auto it = state_.find(v->name());
+    if (it == state_.end()) {  // optimizer state before the first step: fresh zeros
+      inputs[v->name()] = optStateOrZeros(v);
+      donated.insert(v->name());
+      continue;
+    }
+    if (it->second.uniquelyOwned()) donated.insert(v->name());
+    inputs[v->name()] = it->second;
+  }
   for (const Value* v : batchInputs()) {
     auto it = batch.find(v->name());
     if (it == batch.end()) return Error{"batch has no tensor '" + v->name() + "'"};
@@ -110,11 +126,13 @@ Status TrainingSession::step(const TensorMap& batch) {
   }
   if (graph_->findInput(kLearningRateInput)) inputs[kLearningRateInput] = Tensor::scalar(DType::F64, nextLr());
   exec_->setRunIndex(static_cast<uint64_t>(steps_));
-  auto out = exec_->run(inputs);
+  auto out = exec_->run(inputs, donated);
   if (!out) return Error{"step " + std::to_string(steps_) + ": " + out.error().message};
+  inputs.clear();
   const auto& outs = graph_->outputs();
+  // State moves out of the outputs so that the session is again its only holder.
   for (size_t i = 0; i < outs.size(); ++i)
-    if (updatesState(outs[i].role)) state_[outs[i].name] = (*out)[i];
+    if (updatesState(outs[i].role)) state_[outs[i].name] = std::move((*out)[i]);
   last_ = std::move(*out);
   ++steps_;
   return {};

@@ -6,7 +6,7 @@
 
 namespace kiln {
 
-Liveness analyzeLiveness(const Graph& g, const ViewPredicate& is_view) {
+Liveness analyzeLiveness(const Graph& g, const ViewPredicate& is_view, const InPlaceUpdates* in_place) {
   Liveness l;
   for (const auto& n : g.nodes()) l.order.push_back(n.get());
   const size_t end = l.order.empty() ? 0 : l.order.size() - 1;
@@ -22,8 +22,9 @@ Liveness analyzeLiveness(const Graph& g, const ViewPredicate& is_view) {
     }
     const bool alias = n->numInputs() > 0 && (is_view ? is_view(*n) : mayAliasInput(*n));
     for (const Value* o : n->outputs()) {
-      if (alias) {
-        const size_t src = l.buffer_of.at(n->input(0));
+      const auto upd = in_place ? in_place->find(o) : InPlaceUpdates::const_iterator();
+      if (alias || (in_place && upd != in_place->end())) {
+        const size_t src = l.buffer_of.at(alias ? n->input(0) : upd->second);
         l.buffer_of[o] = src;
         l.buffers[src].views.push_back(o);
         l.buffers[src].last = std::max(l.buffers[src].last, i);

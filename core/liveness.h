@@ -28,7 +28,7 @@ namespace kiln {
 /// One buffer: a value that owns storage, with the views that share it.
 struct BufferLife {
   const Value* value = nullptr;      ///< the owner (a node output or a graph input)
-  std::vector<const Value*> views;   ///< values aliasing it (mayAliasInput chains)
+  std::vector<const Value*> views;   ///< values sharing it: views, and updates written in place
   uint64_t bytes = 0;
   size_t def = 0;                    ///< index in `order` of the producer (0 for graph inputs)
   size_t last = 0;                   ///< index of the last node that needs it (inclusive)
@@ -47,10 +47,15 @@ struct Liveness {
 /// Which nodes' outputs share their first input's buffer.
 using ViewPredicate = std::function<bool(const Node&)>;
 
+/// Node outputs written into the buffer of the graph input they replace
+/// (optimizer updates in place) -> that input.
+using InPlaceUpdates = std::unordered_map<const Value*, const Value*>;
+
 /// Liveness of `g` run in its node order. `is_view` says which nodes make
 /// views: by default mayAliasInput (PyTorch's views); an executor passes
-/// what its bound kernels actually do.
-Liveness analyzeLiveness(const Graph& g, const ViewPredicate& is_view = {});
+/// what its bound kernels actually do. Outputs in `in_place` take no buffer
+/// of their own: they share the input's.
+Liveness analyzeLiveness(const Graph& g, const ViewPredicate& is_view = {}, const InPlaceUpdates* in_place = nullptr);
 
 /// Bytes live while each node of `l.order` runs: every graph input, every
 /// buffer made earlier and still needed, and the node's own outputs.

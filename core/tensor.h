@@ -47,6 +47,9 @@ class Tensor {
   template <typename T> T* data() { return static_cast<T*>(raw()); }
   template <typename T> const T* data() const { return static_cast<const T*>(raw()); }
 
+  /// No other Tensor shares this buffer (so writing it changes nothing
+  /// anyone else can see).
+  bool uniquelyOwned() const { return buf_.use_count() == 1; }
   /// Deep copy.
   Tensor clone() const;
   /// Same buffer, new shape with equal numel (throws KilnException otherwise).

@@ -10,9 +10,9 @@ bool overlapInTime(const BufferLife& a, const BufferLife& b) { return a.def <= b
 
 }  // namespace
 
-MemoryPlan planMemory(const Graph& g, const ViewPredicate& is_view) {
+MemoryPlan planMemory(const Graph& g, const ViewPredicate& is_view, const InPlaceUpdates* in_place) {
   MemoryPlan p;
-  p.liveness = analyzeLiveness(g, is_view);
+  p.liveness = analyzeLiveness(g, is_view, in_place);
   const std::vector<BufferLife>& bufs = p.liveness.buffers;
   p.offsets.assign(bufs.size(), -1);
   p.timeline = liveBytesTimeline(p.liveness);

@@ -46,8 +46,9 @@ inline uint64_t arenaSize(uint64_t bytes) {
   return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
 }
 
-/// Plans `g` run in its node order (views as analyzeLiveness takes them).
-MemoryPlan planMemory(const Graph& g, const ViewPredicate& is_view = {});
+/// Plans `g` run in its node order (views and in-place updates as
+/// analyzeLiveness takes them).
+MemoryPlan planMemory(const Graph& g, const ViewPredicate& is_view = {}, const InPlaceUpdates* in_place = nullptr);
 
 /// Checks that no two buffers alive at one node overlap in the arena and that
 /// every placed buffer is aligned and inside it; the error names the pair.

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <unordered_map>
 
 #include <omp.h>
@@ -27,8 +28,14 @@ Result<CpuExecutor> CpuExecutor::create(const Graph& graph, CpuExecutorOptions o
   if (!missing.empty()) return Error{"no CPU kernel for: " + missing};
   std::unordered_map<const Node*, const KernelDef*> kernel_of;
   for (size_t i = 0; i < ex.nodes_.size(); ++i) kernel_of[ex.nodes_[i]] = ex.kernels_[i];
-  ex.plan_ = std::make_shared<const MemoryPlan>(
-      planMemory(graph, [&](const Node& n) { return kernel_of.at(&n)->output_views_input0; }));
+  const ViewPredicate is_view = [&](const Node& n) { return kernel_of.at(&n)->output_views_input0; };
+  ex.findDonors(analyzeLiveness(graph, is_view));
+  // The plan of the steady state: donated updates share their input's buffer.
+  InPlaceUpdates in_place;
+  for (size_t i = 0; i < ex.nodes_.size(); ++i)
+    for (size_t k = 0; k < ex.donors_[i].size(); ++k)
+      if (ex.donors_[i][k]) in_place[ex.nodes_[i]->output(k)] = ex.donors_[i][k];
+  ex.plan_ = std::make_shared<const MemoryPlan>(planMemory(graph, is_view, &in_place));
   const MemoryPlan& plan = *ex.plan_;
   for (const Node* n : ex.nodes_) {
     std::vector<int64_t> offsets;
@@ -41,7 +48,35 @@ Result<CpuExecutor> CpuExecutor::create(const Graph& graph, CpuExecutorOptions o
   return ex;
 }
 
-Result<std::vector<Tensor>> CpuExecutor::run(const TensorMap& inputs) {
+void CpuExecutor::findDonors(const Liveness& l) {
+  // The last node that reads each graph input's buffer, itself or through a view.
+  std::unordered_map<const Value*, size_t> last_read;
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    for (const Value* v : nodes_[i]->inputs()) last_read[l.buffers[l.buffer_of.at(v)].value] = i;
+  // A graph input the step returns (itself or a view) is not overwritten.
+  for (const GraphOutput& o : graph_->outputs()) last_read[l.buffers[l.buffer_of.at(o.value)].value] = SIZE_MAX;
+  std::unordered_map<const Value*, const Value*> replaces;  // update output -> the graph input it replaces
+  for (const GraphOutput& o : graph_->outputs()) {
+    if (o.role != OutputRole::ParamUpdate && o.role != OutputRole::BufferUpdate &&
+        o.role != OutputRole::OptStateUpdate)
+      continue;
+    const Value* in = graph_->findInput(o.name);
+    if (in && in->type() == o.value->type()) replaces[o.value] = in;
+  }
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    std::vector<const Value*> d;
+    for (size_t k = 0; k < nodes_[i]->numOutputs(); ++k) {
+      const Value* o = nodes_[i]->output(k);
+      auto it = replaces.find(o);
+      const bool ok = kernels_[i]->updates_in_place && it != replaces.end() && last_read.count(it->second) &&
+                      last_read.at(it->second) == i;
+      d.push_back(ok ? it->second : nullptr);
+    }
+    donors_.push_back(std::move(d));
+  }
+}
+
+Result<std::vector<Tensor>> CpuExecutor::run(const TensorMap& inputs, const std::set<std::string>& donated) {
   return catchErrors([&]() -> std::vector<Tensor> {
     if (options_.num_threads > 0) omp_set_num_threads(options_.num_threads);
     std::unordered_map<const Value*, Tensor> env;
@@ -65,6 +100,10 @@ Result<std::vector<Tensor>> CpuExecutor::run(const TensorMap& inputs) {
       if (!arena_) fail("cannot allocate the " + std::to_string(plan_->arena_bytes) + "-byte arena of the step");
     }
     const unsigned char* arena_end = arena_.get() + plan_->arena_bytes;
+    static const bool poison = [] {
+      const char* e = std::getenv("KILN_POISON_ALLOC");
+      return e && *e == '1';
+    }();
     auto inArena = [&](const void* p) { return arena_ && p >= arena_.get() && p < arena_end; };
 
     KernelContext ctx;
@@ -76,9 +115,16 @@ Result<std::vector<Tensor>> CpuExecutor::run(const TensorMap& inputs) {
       ins.clear();
       for (Value* v : n.inputs()) ins.push_back(env.at(v));
       outs.assign(n.numOutputs(), Tensor());
-      for (size_t o = 0; o < n.numOutputs(); ++o)
-        if (const int64_t at = out_offsets_[i][o]; at >= 0 && n.output(o)->type().bytes() > 0)
+      for (size_t o = 0; o < n.numOutputs(); ++o) {
+        if (const Value* d = donors_[i][o]; d && donated.count(d->name())) {
+          outs[o] = env.at(d);  // updated in place
+        } else if (const int64_t at = out_offsets_[i][o]; at >= 0 && n.output(o)->type().bytes() > 0) {
           outs[o] = Tensor::adopt(n.output(o)->type(), std::shared_ptr<unsigned char[]>(arena_, arena_.get() + at));
+          // The slot holds whatever the arena held last: poison it like a fresh
+          // buffer so tests catch a kernel that reads before it writes.
+          if (poison) std::memset(outs[o].raw(), 0xFF, outs[o].bytes());
+        }
+      }
       ctx.node_index = i;
       const bool timed = !node_ms_.empty();
       auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <memory>
+#include <set>
 
 #include "backend/kernel.h"
 #include "core/model.h"
@@ -35,8 +36,13 @@ class CpuExecutor {
   /// Bind a kernel to every node; an error names each node without a kernel.
   static Result<CpuExecutor> create(const Graph& graph, CpuExecutorOptions options = {});
   /// Run once. `inputs` binds every graph input by name (data inputs and
-  /// weights alike); returns the graph outputs in order.
-  Result<std::vector<Tensor>> run(const TensorMap& inputs);
+  /// weights alike); returns the graph outputs in order. Inputs named in
+  /// `donated` may be overwritten: an updates_in_place kernel (the
+  /// optimizer) writes the graph output that replaces such an input (same
+  /// name, a param/buffer/opt-state update) into the input's buffer, when it
+  /// is the input's last reader. The caller must hold no other view of them
+  /// that it still needs.
+  Result<std::vector<Tensor>> run(const TensorMap& inputs, const std::set<std::string>& donated = {});
   /// Convenience: bind weights from the model and data inputs input0.. in order.
   Result<std::vector<Tensor>> runModel(const Model& model, const std::vector<Tensor>& data);
 
@@ -51,10 +57,15 @@ class CpuExecutor {
   /// profiling was switched on; empty when it is off.
   const std::vector<double>& nodeMillis() const { return node_ms_; }
   const std::vector<const Node*>& nodes() const { return nodes_; }
-  /// The plan the runs follow (arena offsets of the intermediates).
+  /// The plan the runs follow (arena offsets of the intermediates), as in
+  /// the steady state where every update that may be written in place is.
   const MemoryPlan& memoryPlan() const { return *plan_; }
 
  private:
+  /// Which outputs may overwrite which graph inputs (see run()), from the
+  /// liveness of the graph with the kernels' views.
+  void findDonors(const Liveness& l);
+
   const Graph* graph_ = nullptr;
   CpuExecutorOptions options_;
   std::vector<const Node*> nodes_;
@@ -64,6 +75,7 @@ class CpuExecutor {
   std::vector<double> node_ms_;
   std::shared_ptr<const MemoryPlan> plan_;
   std::vector<std::vector<int64_t>> out_offsets_;  ///< per node, per output: arena offset or -1
+  std::vector<std::vector<const Value*>> donors_;   ///< per node, per output: the graph input it may overwrite
   std::shared_ptr<unsigned char[]> arena_;           ///< allocated at the first run
 };
 

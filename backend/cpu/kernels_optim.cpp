@@ -175,8 +175,11 @@ bool floatInputs(const Node& n) {
 }  // namespace
 
 void registerCpuOptimizerKernels(KernelRegistry& r) {
-  r.add({"sgd_update", "cpu_ref", "cpu_ref.sgd_update", 0, floatParams, sgdKernel});
-  r.add({"adam_update", "cpu_ref", "cpu_ref.adam_update", 0, floatParams, adamKernel});
+  // In place: sgdGroup and adamRun read every input element before writing
+  // the same element of the outputs.
+  r.add({"sgd_update", "cpu_ref", "cpu_ref.sgd_update", 0, floatParams, sgdKernel, false, /*updates_in_place=*/true});
+  r.add({"adam_update", "cpu_ref", "cpu_ref.adam_update", 0, floatParams, adamKernel, false,
+         /*updates_in_place=*/true});
   r.add({"global_norm", "cpu_ref", "cpu_ref.global_norm", 0, floatInputs, globalNormKernel});
 }
 

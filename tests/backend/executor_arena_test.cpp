@@ -1,12 +1,14 @@
 // The CPU executor runs a step's intermediates from the planned arena
-// (passes/memory_plan.h): in the steady state the only tensor buffers a run
-// allocates are the ones it returns (counted with the buffer allocator's
-// counter); results equal a run without reuse; a kernel that hands back
-// another value's planned buffer is caught.
+// (passes/memory_plan.h) and writes donated optimizer updates into their
+// inputs: in the steady state the only tensor buffers a run allocates are
+// the ones it returns that are not updates (the loss, the step counter),
+// counted with the buffer allocator's counter; runs through one arena are
+// bit-identical.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <random>
+#include <set>
 
 #include "backend/cpu/cpu_executor.h"
 #include "core/buffer_pool.h"
@@ -63,14 +65,25 @@ TEST(ExecutorArena, SteadyStateAllocatesOnlyWhatTheStepReturns) {
     planned += b.planned();
   }
   ASSERT_GT(planned, 10u);
+  std::set<std::string> donated;  // parameters and moments, as TrainingSession donates them
+  size_t updates = 0;
+  for (const GraphOutput& o : g.outputs())
+    if (o.role == OutputRole::ParamUpdate || o.role == OutputRole::OptStateUpdate) {
+      donated.insert(o.name);
+      ++updates;
+    }
+  ASSERT_GT(updates, returned) << "the moments and parameters should be updated in place, not returned anew";
   TensorMap in = inputsFor(g, 1);
-  ASSERT_TRUE(ex->run(in).ok());  // the first run allocates the arena
+  const void* w1 = in.at("w1").raw();
+  ASSERT_TRUE(ex->run(in, donated).ok());  // the first run allocates the arena
   const int64_t before = bufferPoolStats().allocations;
-  auto out = ex->run(in);
+  auto out = ex->run(in, donated);
   ASSERT_TRUE(out.ok()) << out.error().message;
   const int64_t allocated = bufferPoolStats().allocations - before;
   EXPECT_EQ(allocated, static_cast<int64_t>(returned))
-      << planned << " planned intermediates; " << returned << " returned buffers";
+      << planned << " planned intermediates; " << returned << " returned buffers of their own";
+  for (size_t k = 0; k < g.outputs().size(); ++k)
+    if (g.outputs()[k].name == "w1") EXPECT_EQ((*out)[k].raw(), w1) << "w1 was not updated in place";
 }
 
 TEST(ExecutorArena, RunsFromTheArenaEqualFreshBuffersBitForBit) {

@@ -124,6 +124,28 @@ TEST(TrainingSession, OptimizerStateIsZerosBeforeTheFirstStep) {
   EXPECT_GE(opt_inputs, 7u);  // step + exp_avg and exp_avg_sq of w, b, v
 }
 
+// Parameters and moments the session alone holds are updated in place; a
+// state_dict the caller keeps is not (it stays the values it had).
+TEST(TrainingSession, UpdatesInPlaceOnlyWhatTheSessionAloneHolds) {
+  Model m = tinyModel();
+  auto s = TrainingSession::create(m, adamwConfig());
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  TrainingSession& t = **s;
+  run(t, 1);  // the first step reads the caller's weights: new buffers
+  EXPECT_NE(t.stateDict().at("w").raw(), m.weights.at("w").raw());
+  const void* w = t.stateDict().at("w").raw();
+  const void* mw = t.optimizerState().at("exp_avg.w").raw();
+  run(t, 2);
+  EXPECT_EQ(t.stateDict().at("w").raw(), w) << "w was not updated in place";
+  EXPECT_EQ(t.optimizerState().at("exp_avg.w").raw(), mw) << "exp_avg.w was not updated in place";
+  TensorMap kept = t.stateDict();
+  const Tensor before = kept.at("w").clone();
+  run(t, 3);
+  EXPECT_TRUE(sameBits(kept.at("w"), before)) << "a state_dict the caller holds changed under it";
+  EXPECT_NE(t.stateDict().at("w").raw(), kept.at("w").raw());
+  EXPECT_FALSE(sameBits(t.stateDict().at("w"), before));
+}
+
 TEST(TrainingSession, ResumeReproducesTheUninterruptedRunExactly) {
   TempDir dir;
   Model m = tinyModel();

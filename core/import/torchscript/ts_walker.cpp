@@ -106,9 +106,12 @@ Tensor kilnTensor(const at::Tensor& src) {
   if (!dt) fail(std::string("tensors of dtype ") + c10::toString(t.scalar_type()) + " are not supported by Kiln");
   TensorType type{*dt, Shape(t.sizes().begin(), t.sizes().end())};
   // Share the storage libtorch just read from the archive (GPT-2-small: 500 MB
-  // not copied, not page-faulted twice). Nothing writes it: kernels never
-  // write their inputs. Unaligned views (storage offsets) are copied.
-  if (type.bytes() && reinterpret_cast<uintptr_t>(t.data_ptr()) % 64 == 0) {
+  // not copied, not page-faulted twice) when the tensor is all of it, aligned:
+  // a training session may update such a buffer in place once it alone holds
+  // it, which must not show through another tensor's view of the storage.
+  // Views (storage offsets, partial storages) are copied.
+  if (type.bytes() && reinterpret_cast<uintptr_t>(t.data_ptr()) % 64 == 0 && t.storage_offset() == 0 &&
+      t.storage().nbytes() == type.bytes()) {
     auto keep = std::make_shared<at::Tensor>(t);
     return Tensor::adopt(std::move(type),
                          std::shared_ptr<unsigned char[]>(keep, static_cast<unsigned char*>(keep->data_ptr())));
