@@ -48,8 +48,9 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::create(const Model& mo
     if (v->role() == ValueRole::OptState) continue;
     auto it = model.weights.find(v->name());
     if (it == model.weights.end()) return Error{"model " + model.source + " has no tensor for '" + v->name() + "'"};
-    // Shared, not copied: kernels never write their inputs and a step replaces
-    // state_ entries with new tensors, so the caller's model stays as it was.
+    // Shared, not copied: while the caller's model also holds a tensor, step()
+    // does not donate it, so the update goes to a new buffer and the model
+    // stays as it was.
     s->state_[v->name()] = it->second;
   }
   for (const auto& [name, t] : model.weights) {

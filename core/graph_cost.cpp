@@ -3,10 +3,7 @@
 #include "core/graph_cost.h"
 
 #include <algorithm>
-#include <limits>
 #include <string_view>
-#include <unordered_map>
-#include <vector>
 
 #include "core/liveness.h"
 #include "core/op_table.h"

@@ -21,13 +21,17 @@ Tensor::Tensor(TensorType type) : Tensor(std::move(type), NoInit{}) {
 }
 
 Tensor Tensor::empty(TensorType type) {
+  Tensor t(std::move(type), NoInit{});
+  t.poisonForTests();
+  return t;
+}
+
+void Tensor::poisonForTests() {
   static const bool poison = [] {
     const char* e = std::getenv("KILN_POISON_ALLOC");
     return e && *e == '1';
   }();
-  Tensor t(std::move(type), NoInit{});
-  if (poison && t.bytes()) std::memset(t.raw(), 0xFF, t.bytes());
-  return t;
+  if (poison && bytes()) std::memset(raw(), 0xFF, bytes());
 }
 
 Tensor Tensor::adopt(TensorType type, std::shared_ptr<unsigned char[]> buf) {

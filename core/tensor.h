@@ -22,10 +22,14 @@ class Tensor {
   /// every element. (With KILN_POISON_ALLOC=1 in the environment the bytes are
   /// set to 0xFF instead, so tests catch a kernel that reads them.)
   static Tensor empty(TensorType type);
+  /// Under KILN_POISON_ALLOC=1, sets every byte to 0xFF (NaN for floats), as
+  /// empty() does: for buffers reused without allocating (the executor's
+  /// arena). Otherwise does nothing.
+  void poisonForTests();
   /// Wraps storage someone else allocated (e.g. a libtorch tensor kept alive
-  /// by `buf`'s deleter) without copying. `buf` must hold type.bytes() bytes,
-  /// 64-byte aligned like Kiln's own buffers; the caller must not write it
-  /// afterwards (copies share the buffer).
+  /// by `buf`'s deleter, or a slot of an arena) without copying. `buf` must
+  /// hold type.bytes() bytes, 64-byte aligned like Kiln's own buffers; no one
+  /// else may write it while Kiln uses it (copies share the buffer).
   static Tensor adopt(TensorType type, std::shared_ptr<unsigned char[]> buf);
 
   /// Build an f32 tensor from values (tests and small constants).

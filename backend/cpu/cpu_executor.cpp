@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <unordered_map>
 
 #include <omp.h>
@@ -37,6 +36,15 @@ Result<CpuExecutor> CpuExecutor::create(const Graph& graph, CpuExecutorOptions o
       if (ex.donors_[i][k]) in_place[ex.nodes_[i]->output(k)] = ex.donors_[i][k];
   ex.plan_ = std::make_shared<const MemoryPlan>(planMemory(graph, is_view, &in_place));
   const MemoryPlan& plan = *ex.plan_;
+  // Each intermediate is dropped after the last node that reads it (the
+  // arena slot is reused by the plan; a fresh buffer goes back to the pool).
+  std::unordered_map<const Value*, size_t> last_use;
+  for (size_t i = 0; i < ex.nodes_.size(); ++i)
+    for (const Value* v : ex.nodes_[i]->inputs()) last_use[v] = i;
+  for (const GraphOutput& o : graph.outputs()) last_use[o.value] = SIZE_MAX;
+  ex.frees_after_.resize(ex.nodes_.size());
+  for (const auto& [v, i] : last_use)
+    if (i != SIZE_MAX && !v->isGraphInput()) ex.frees_after_[i].push_back(v);
   for (const Node* n : ex.nodes_) {
     std::vector<int64_t> offsets;
     for (const Value* o : n->outputs()) {
@@ -87,11 +95,6 @@ Result<std::vector<Tensor>> CpuExecutor::run(const TensorMap& inputs, const std:
         fail("graph input '" + v->name() + "' expects " + v->type().str() + ", got " + it->second.type().str());
       env[v] = it->second;
     }
-    // Last node index that reads each value; graph outputs are kept.
-    std::unordered_map<const Value*, size_t> last_use;
-    for (size_t i = 0; i < nodes_.size(); ++i)
-      for (Value* v : nodes_[i]->inputs()) last_use[v] = i;
-    for (const GraphOutput& o : graph_->outputs()) last_use[o.value] = SIZE_MAX;
     if (!arena_ && plan_->arena_bytes > 0) {
       arena_ = std::shared_ptr<unsigned char[]>(
           static_cast<unsigned char*>(std::aligned_alloc(kArenaAlignment, plan_->arena_bytes)), [](unsigned char* p) {
@@ -100,10 +103,6 @@ Result<std::vector<Tensor>> CpuExecutor::run(const TensorMap& inputs, const std:
       if (!arena_) fail("cannot allocate the " + std::to_string(plan_->arena_bytes) + "-byte arena of the step");
     }
     const unsigned char* arena_end = arena_.get() + plan_->arena_bytes;
-    static const bool poison = [] {
-      const char* e = std::getenv("KILN_POISON_ALLOC");
-      return e && *e == '1';
-    }();
     auto inArena = [&](const void* p) { return arena_ && p >= arena_.get() && p < arena_end; };
 
     KernelContext ctx;
@@ -122,7 +121,7 @@ Result<std::vector<Tensor>> CpuExecutor::run(const TensorMap& inputs, const std:
           outs[o] = Tensor::adopt(n.output(o)->type(), std::shared_ptr<unsigned char[]>(arena_, arena_.get() + at));
           // The slot holds whatever the arena held last: poison it like a fresh
           // buffer so tests catch a kernel that reads before it writes.
-          if (poison) std::memset(outs[o].raw(), 0xFF, outs[o].bytes());
+          outs[o].poisonForTests();
         }
       }
       ctx.node_index = i;
@@ -148,10 +147,7 @@ Result<std::vector<Tensor>> CpuExecutor::run(const TensorMap& inputs, const std:
                " in another value's planned buffer (a view of an input? register it with output_views_input0)");
         env[n.output(o)] = std::move(outs[o]);
       }
-      for (Value* v : n.inputs()) {
-        auto it = last_use.find(v);
-        if (it != last_use.end() && it->second == i && !v->isGraphInput()) env.erase(v);
-      }
+      for (const Value* v : frees_after_[i]) env.erase(v);
     }
     std::vector<Tensor> result;
     for (const GraphOutput& o : graph_->outputs()) result.push_back(env.at(o.value));

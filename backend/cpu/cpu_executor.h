@@ -7,11 +7,10 @@
 // share the arena.
 #pragma once
 
-#include <string>
-#include <vector>
-
 #include <memory>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "backend/kernel.h"
 #include "core/model.h"
@@ -76,6 +75,7 @@ class CpuExecutor {
   std::shared_ptr<const MemoryPlan> plan_;
   std::vector<std::vector<int64_t>> out_offsets_;  ///< per node, per output: arena offset or -1
   std::vector<std::vector<const Value*>> donors_;   ///< per node, per output: the graph input it may overwrite
+  std::vector<std::vector<const Value*>> frees_after_;  ///< per node: intermediates it reads last
   std::shared_ptr<unsigned char[]> arena_;           ///< allocated at the first run
 };
 
