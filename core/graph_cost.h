@@ -27,7 +27,9 @@ bool mayAliasInput(const Node& n);
 ///    still live; an intermediate is freed after its last use, a graph
 ///    output stays to the end, an output nobody reads is freed at once;
 ///  - outputs of mayAliasInput() nodes take no memory of their own: they
-///    keep their source buffer alive until their own last use.
+///    keep their source buffer alive until their own last use;
+///  - an update whose node reads the state it replaces last is written over
+///    that state (inPlaceCandidates, core/liveness.h), as executors do.
 /// Not modelled: kernel workspaces, allocator rounding and fragmentation,
 /// in-place reuse of a dying input (a memory plan can do better), and
 /// backends that copy where a view would do.

@@ -192,6 +192,23 @@ void Graph::erase(Node* n) {
   nodes_.erase(n->pos_);
 }
 
+void Graph::reorder(const std::vector<Node*>& order) {
+  if (order.size() != nodes_.size())
+    fail("reorder: " + std::to_string(order.size()) + " nodes given for a graph of " + std::to_string(nodes_.size()));
+  std::unordered_map<const Node*, bool> placed;  // node of this graph -> already in the new order
+  for (const auto& n : nodes_) placed[n.get()] = false;
+  for (Node* n : order) {
+    auto it = placed.find(n);
+    if (it == placed.end()) fail("reorder: a node that is not in this graph");
+    if (it->second) fail("reorder: " + n->describe() + " appears twice");
+    for (Value* in : n->inputs_)
+      if (in->producer_ && !placed.at(in->producer_))
+        fail("reorder: " + n->describe() + " would run before the producer of its input " + in->name());
+    it->second = true;
+  }
+  for (Node* n : order) nodes_.splice(nodes_.end(), nodes_, n->pos_);  // splice keeps pos_ valid
+}
+
 void Graph::replaceAllUsesWith(Value* from, Value* to) {
   if (from == to) return;
   auto uses = from->uses_;

@@ -165,6 +165,10 @@ class Graph {
   void setInsertPoint(Node* before);
   /// Remove a node whose outputs have no uses (throws otherwise).
   void erase(Node* n);
+  /// Run the nodes in `order`: a permutation of nodes() in which every node
+  /// comes after the producers of its inputs (throws KilnException otherwise,
+  /// leaving the graph as it was).
+  void reorder(const std::vector<Node*>& order);
   /// Point every use of `from` (nodes and graph outputs) at `to`.
   void replaceAllUsesWith(Value* from, Value* to);
 

@@ -42,6 +42,29 @@ Liveness analyzeLiveness(const Graph& g, const ViewPredicate& is_view, const InP
   return l;
 }
 
+InPlaceUpdates inPlaceCandidates(const Graph& g, const Liveness& l, const std::function<bool(const Node&)>& can_write) {
+  // The last node that reads each graph input's buffer, itself or through a view.
+  std::unordered_map<const Value*, size_t> last_read;
+  for (size_t i = 0; i < l.order.size(); ++i)
+    for (const Value* v : l.order[i]->inputs()) last_read[l.buffers[l.buffer_of.at(v)].value] = i;
+  // A graph input the step returns (itself or a view) is not overwritten.
+  for (const GraphOutput& o : g.outputs()) last_read[l.buffers[l.buffer_of.at(o.value)].value] = SIZE_MAX;
+  std::unordered_map<const Node*, size_t> index;
+  for (size_t i = 0; i < l.order.size(); ++i) index[l.order[i]] = i;
+  InPlaceUpdates out;
+  for (const GraphOutput& o : g.outputs()) {
+    if (o.role != OutputRole::ParamUpdate && o.role != OutputRole::BufferUpdate &&
+        o.role != OutputRole::OptStateUpdate)
+      continue;
+    const Value* in = g.findInput(o.name);
+    const Node* n = o.value->producer();
+    if (!in || !n || in->type() != o.value->type() || (can_write && !can_write(*n))) continue;
+    auto last = last_read.find(in);
+    if (last != last_read.end() && last->second == index.at(n)) out[o.value] = in;
+  }
+  return out;
+}
+
 std::vector<uint64_t> liveBytesTimeline(const Liveness& l) {
   std::vector<uint64_t> made(l.order.size()), freed(l.order.size()), timeline(l.order.size());
   uint64_t live = 0;

@@ -57,6 +57,15 @@ using InPlaceUpdates = std::unordered_map<const Value*, const Value*>;
 /// of their own: they share the input's.
 Liveness analyzeLiveness(const Graph& g, const ViewPredicate& is_view = {}, const InPlaceUpdates* in_place = nullptr);
 
+/// Updates that can be written over the graph input they replace in this
+/// order: an update output (ParamUpdate, BufferUpdate, OptStateUpdate) of the
+/// input's name and type whose node is the last to read that input (itself
+/// or through a view), the input not being returned. `can_write` says which
+/// nodes may (an executor: the bound kernel's flag); by default all. `l` is
+/// the liveness without updates in place.
+InPlaceUpdates inPlaceCandidates(const Graph& g, const Liveness& l,
+                                 const std::function<bool(const Node&)>& can_write = {});
+
 /// Bytes live while each node of `l.order` runs: every graph input, every
 /// buffer made earlier and still needed, and the node's own outputs.
 std::vector<uint64_t> liveBytesTimeline(const Liveness& l);

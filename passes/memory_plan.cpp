@@ -74,6 +74,20 @@ MemoryPlan planMemory(const Graph& g, const ViewPredicate& is_view, const InPlac
   return p;
 }
 
+Result<PassResult> runMemoryPlan(Graph& g, PassContext&) {
+  return catchErrors([&]() -> PassResult {
+    const InPlaceUpdates in_place = inPlaceCandidates(g, analyzeLiveness(g));
+    const MemoryPlan plan = planMemory(g, {}, &in_place);
+    PassResult r;
+    r.statistics = {{"arena_bytes", static_cast<double>(plan.arena_bytes)},
+                    {"arena_lower_bound", static_cast<double>(plan.arena_lower_bound)},
+                    {"unshared_bytes", static_cast<double>(plan.unshared_bytes)},
+                    {"peak_bytes", static_cast<double>(plan.peak_bytes)},
+                    {"updates_in_place", static_cast<double>(in_place.size())}};
+    return r;
+  });
+}
+
 Status checkPlan(const MemoryPlan& p) {
   const std::vector<BufferLife>& bufs = p.liveness.buffers;
   std::vector<size_t> placed;

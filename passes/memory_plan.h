@@ -21,6 +21,7 @@
 
 #include "core/liveness.h"
 #include "core/result.h"
+#include "passes/pass.h"
 
 namespace kiln {
 
@@ -53,6 +54,10 @@ MemoryPlan planMemory(const Graph& g, const ViewPredicate& is_view = {}, const I
 /// Checks that no two buffers alive at one node overlap in the arena and that
 /// every placed buffer is aligned and inside it; the error names the pair.
 Status checkPlan(const MemoryPlan& plan);
+
+/// The registered pass: plans `g` (default views, updates in place where the
+/// order allows) and reports the plan's numbers; the graph is not changed.
+Result<PassResult> runMemoryPlan(Graph& g, PassContext& ctx);
 
 /// The buffers alive while node `at` runs, largest first.
 std::vector<size_t> buffersLiveAt(const MemoryPlan& plan, size_t at);

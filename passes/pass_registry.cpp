@@ -8,8 +8,11 @@
 #include "passes/fold.h"
 #include "passes/fuse.h"
 #include "passes/loss.h"
+#include "passes/memory_plan.h"
 #include "passes/optimizer.h"
+#include "passes/schedule.h"
 #include "passes/simplify.h"
+#include "passes/split_updates.h"
 
 namespace kiln {
 
@@ -64,6 +67,21 @@ const std::vector<PassInfo>& allPasses() {
        "Intermediates used only inside a group are never written to memory. Run after autodiff. Bit for bit "
        "the same values.",
        runFuse},
+      {"split_updates", "one optimizer update per parameter, so each runs right after its gradient",
+       "Needs the optimizer. Replaces a multi-tensor sgd_update / adam_update by one node per parameter when its "
+       "scalars (lr, step, gradient scale) do not depend on the gradients (no clipping, no fp16 loss scaling); "
+       "schedule then frees each gradient as soon as it is applied. Bit for bit the same values.",
+       runSplitUpdates},
+      {"schedule", "order the step for a low memory peak (frees as early as possible)",
+       "List scheduling over the data dependences: the ready node that frees the most runs first, else the one "
+       "earliest in the current order; an update that can write over its state waits for that state's other "
+       "readers. Kept only if the estimated peak (updates in place) goes down. Same nodes, same values.",
+       runSchedule},
+      {"memory_plan", "analysis: the arena offsets of every intermediate and the memory timeline",
+       "Plans the graph in its order (passes/memory_plan.h): liveness, greedy-by-size offsets in one arena, "
+       "views sharing their source, updates in place. Does not change the graph; reports arena_bytes, "
+       "arena_lower_bound, peak_bytes and unshared_bytes. Executors plan again with their own kernels' views.",
+       runMemoryPlan},
   };
   return table;
 }

@@ -11,6 +11,9 @@ const std::vector<PipelineEntry>& trainingPipeline(TrainingGraphKind kind) {
       {"freeze", "after the optimizer: drops a frozen parameter's gradient, update and state in one place"},
       {"simplify", "after all that emit nodes, before fuse: rules, folding, then cse and dce (subsumes them)"},
       {"fuse", "after everything that rewrites single ops: turns the final elementwise chains into fused kernels"},
+      {"split_updates", "after the last pass that edits the update's inputs (freeze, simplify)"},
+      {"schedule", "once the node set is final: only the order changes from here on"},
+      {"memory_plan", "last: plans the order that runs (analysis only)"},
   };
   static const std::vector<PipelineEntry> gradients = {
       {"loss", "defines the scalar that autodiff differentiates"},
@@ -19,6 +22,8 @@ const std::vector<PipelineEntry>& trainingPipeline(TrainingGraphKind kind) {
       {"freeze", "after autodiff: drops the frozen parameters' gradients and the backward only they need"},
       {"simplify", "after all that emit nodes, before fuse: rules, folding, then cse and dce (subsumes them)"},
       {"fuse", "after everything that rewrites single ops: turns the final elementwise chains into fused kernels"},
+      {"schedule", "once the node set is final: only the order changes from here on"},
+      {"memory_plan", "last: plans the order that runs (analysis only)"},
   };
   return kind == TrainingGraphKind::Step ? step : gradients;
 }

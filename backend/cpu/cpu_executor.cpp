@@ -57,28 +57,15 @@ Result<CpuExecutor> CpuExecutor::create(const Graph& graph, CpuExecutorOptions o
 }
 
 void CpuExecutor::findDonors(const Liveness& l) {
-  // The last node that reads each graph input's buffer, itself or through a view.
-  std::unordered_map<const Value*, size_t> last_read;
-  for (size_t i = 0; i < nodes_.size(); ++i)
-    for (const Value* v : nodes_[i]->inputs()) last_read[l.buffers[l.buffer_of.at(v)].value] = i;
-  // A graph input the step returns (itself or a view) is not overwritten.
-  for (const GraphOutput& o : graph_->outputs()) last_read[l.buffers[l.buffer_of.at(o.value)].value] = SIZE_MAX;
-  std::unordered_map<const Value*, const Value*> replaces;  // update output -> the graph input it replaces
-  for (const GraphOutput& o : graph_->outputs()) {
-    if (o.role != OutputRole::ParamUpdate && o.role != OutputRole::BufferUpdate &&
-        o.role != OutputRole::OptStateUpdate)
-      continue;
-    const Value* in = graph_->findInput(o.name);
-    if (in && in->type() == o.value->type()) replaces[o.value] = in;
-  }
-  for (size_t i = 0; i < nodes_.size(); ++i) {
+  std::unordered_map<const Node*, size_t> index;
+  for (size_t i = 0; i < nodes_.size(); ++i) index[nodes_[i]] = i;
+  const InPlaceUpdates in_place =
+      inPlaceCandidates(*graph_, l, [&](const Node& n) { return kernels_[index.at(&n)]->updates_in_place; });
+  for (const Node* n : nodes_) {
     std::vector<const Value*> d;
-    for (size_t k = 0; k < nodes_[i]->numOutputs(); ++k) {
-      const Value* o = nodes_[i]->output(k);
-      auto it = replaces.find(o);
-      const bool ok = kernels_[i]->updates_in_place && it != replaces.end() && last_read.count(it->second) &&
-                      last_read.at(it->second) == i;
-      d.push_back(ok ? it->second : nullptr);
+    for (const Value* o : n->outputs()) {
+      auto it = in_place.find(o);
+      d.push_back(it == in_place.end() ? nullptr : it->second);
     }
     donors_.push_back(std::move(d));
   }

@@ -59,6 +59,30 @@ TEST(IrTest, InsertPointPlacesNodesBefore) {
   EXPECT_EQ(g.nodes().front()->op(), "neg");
 }
 
+TEST(IrTest, ReorderAcceptsTopologicalOrdersOnly) {
+  Graph g;
+  Value* x = g.addInput("input0", {DType::F32, {4}}, ValueRole::Data);
+  Node* a = g.add("relu", {x})->producer();
+  Node* b = g.add("neg", {x})->producer();
+  Node* c = g.add("add", {a->output(), b->output()})->producer();
+  g.addOutput(c->output(), "output0");
+  g.reorder({b, a, c});
+  EXPECT_EQ(g.nodes().front().get(), b);
+  EXPECT_EQ(g.nodes().back().get(), c);
+  for (const auto& bad : std::vector<std::vector<Node*>>{{c, a, b}, {a, b}, {a, a, c}, {a, b, c, c}}) {
+    try {
+      g.reorder(bad);
+      ADD_FAILURE() << "accepted an invalid order of " << bad.size() << " nodes";
+    } catch (const KilnException& e) {
+      EXPECT_NE(std::string(e.what()), "");
+    }
+  }
+  // A rejected order leaves the graph as it was.
+  std::vector<const Node*> now;
+  for (const auto& n : g.nodes()) now.push_back(n.get());
+  EXPECT_EQ(now, (std::vector<const Node*>{b, a, c}));
+}
+
 TEST(IrTest, SplitHasOneOutputPerPiece) {
   Graph g;
   Value* x = g.addInput("input0", {DType::F32, {2, 6}}, ValueRole::Data);

@@ -156,10 +156,12 @@ TEST(MemoryPlan, TrainingStepPlanSharesSlots) {
   ctx.training.target = TensorType{DType::I64, {64}};
   auto g = buildTrainingGraph(*fwd, ctx, TrainingGraphKind::Step);
   ASSERT_TRUE(g.ok()) << g.error().message;
-  MemoryPlan p = planMemory(*g);
+  const InPlaceUpdates in_place = inPlaceCandidates(*g, analyzeLiveness(*g));
+  EXPECT_EQ(in_place.size(), 13u) << "4 parameters and their 8 moments, and the step counter, in place";
+  MemoryPlan p = planMemory(*g, {}, &in_place);
   ASSERT_TRUE(checkPlan(p).ok()) << checkPlan(p).error().message;
   EXPECT_GT(p.input_bytes, 0u);
-  EXPECT_GT(p.returned_bytes, 0u) << "updated parameters and moments leave the step";
+  EXPECT_GT(p.returned_bytes, 0u) << "the loss leaves the step";
   EXPECT_LT(p.arena_bytes, p.unshared_bytes);
   EXPECT_EQ(p.peak_bytes, estimatePeakBytes(*g));
   const std::vector<size_t> at_peak = buffersLiveAt(p, p.peak_node);
