@@ -46,6 +46,7 @@ nlohmann::ordered_json memoryJson(const MemoryPlan& p) {
           {"peak_bytes", p.peak_bytes},
           {"peak_node", p.peak_node},
           {"peak_at", l.order.empty() ? std::string() : l.order[p.peak_node]->describe()},
+          {"op_by_op_peak_bytes", p.op_by_op_peak_bytes},
           {"input_bytes", p.input_bytes},
           {"returned_bytes", p.returned_bytes},
           {"arena_bytes", p.arena_bytes},
@@ -78,6 +79,10 @@ void printMemorySummary(std::ostream& os, const MemoryPlan& p, size_t top, size_
   os << "\n"
      << "  inputs (weights, optimizer state, batch)  " << bytesStr(p.input_bytes) << "\n"
      << "  returned (updates, gradients, loss)       " << bytesStr(p.returned_bytes) << "\n"
+     << "  op by op, a fresh buffer per tensor, no update in place: peak " << bytesStr(p.op_by_op_peak_bytes)
+     << " (planned: " << std::fixed << std::setprecision(2)
+     << static_cast<double>(p.peak_bytes) / static_cast<double>(std::max<uint64_t>(p.op_by_op_peak_bytes, 1))
+     << "x)\n" << std::defaultfloat
      << "  intermediates: arena " << bytesStr(p.arena_bytes) << " (most alive at once "
      << bytesStr(p.arena_lower_bound) << "; a buffer each " << bytesStr(p.unshared_bytes) << ")\n";
   os << "timeline (" << l.order.size() << " nodes, max per column): " << sparkline(p.timeline, width) << "\n";

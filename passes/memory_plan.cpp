@@ -33,6 +33,10 @@ MemoryPlan planMemory(const Graph& g, const ViewPredicate& is_view, const InPlac
     p.peak_bytes = std::max(p.peak_bytes, *top);
   }
 
+  p.op_by_op_peak_bytes = p.input_bytes;
+  for (uint64_t live : liveBytesTimeline(analyzeLiveness(g, is_view)))
+    p.op_by_op_peak_bytes = std::max(p.op_by_op_peak_bytes, live);
+
   // Lower bound: the planned bytes alive at the busiest node.
   std::vector<uint64_t> made(p.liveness.order.size() + 1), freed(p.liveness.order.size() + 1);
   for (size_t i : planned) {
@@ -83,6 +87,7 @@ Result<PassResult> runMemoryPlan(Graph& g, PassContext&) {
                     {"arena_lower_bound", static_cast<double>(plan.arena_lower_bound)},
                     {"unshared_bytes", static_cast<double>(plan.unshared_bytes)},
                     {"peak_bytes", static_cast<double>(plan.peak_bytes)},
+                    {"op_by_op_peak_bytes", static_cast<double>(plan.op_by_op_peak_bytes)},
                     {"updates_in_place", static_cast<double>(in_place.size())}};
     return r;
   });

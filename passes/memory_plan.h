@@ -39,6 +39,10 @@ struct MemoryPlan {
   uint64_t returned_bytes = 0;     ///< buffers the step returns (updates, gradients, loss)
   std::vector<uint64_t> timeline;  ///< live bytes while each node runs (liveBytesTimeline)
   uint64_t peak_bytes = 0;         ///< max of timeline (inputs only when there are no nodes)
+  /// The peak of the same order run op by op with a fresh buffer per tensor,
+  /// freed after its last reader, and no update written in place: what the
+  /// plan is measured against.
+  uint64_t op_by_op_peak_bytes = 0;
   size_t peak_node = 0;            ///< index into liveness.order of the first peak
 };
 
