@@ -29,18 +29,24 @@ const Node* crossEntropyOf(const Value* target) {
 }  // namespace
 
 Result<std::unique_ptr<TrainingSession>> TrainingSession::create(const Model& model, TrainingConfig config,
-                                                                 TrainingGraphKind kind) {
+                                                                 TrainingGraphKind kind, CompiledStep* compiled) {
   std::unique_ptr<TrainingSession> s(new TrainingSession());
   s->config_ = std::move(config);
   s->kind_ = kind;
-  auto g = buildTrainingGraph(model.graph, s->config_.passes, kind, &s->trace_, s->config_.pass_options,
-                              s->config_.pipeline);
-  if (!g) return g.error();
-  s->graph_ = std::make_unique<Graph>(std::move(*g));
+  if (compiled) {
+    s->graph_ = std::make_unique<Graph>(std::move(compiled->graph));
+    s->trace_ = std::move(compiled->trace);
+  } else {
+    auto g = buildTrainingGraph(model.graph, s->config_.passes, kind, &s->trace_, s->config_.pass_options,
+                                s->config_.pipeline);
+    if (!g) return g.error();
+    s->graph_ = std::make_unique<Graph>(std::move(*g));
+  }
   auto ex = CpuExecutor::create(*s->graph_, {.seed = s->config_.seed, .num_threads = s->config_.num_threads});
   if (!ex) return ex.error();
   s->exec_ = std::make_unique<CpuExecutor>(std::move(*ex));
 
+  if (s->config_.compile_only) return s;
   for (Value* v : s->graph_->inputs()) {
     if (!isState(v->role())) continue;
     // Optimizer state starts as zeros, made at the first step (torch.optim's
@@ -103,6 +109,7 @@ Tensor TrainingSession::optStateOrZeros(const Value* v) const {
 }
 
 Status TrainingSession::step(const TensorMap& batch) {
+  if (config_.compile_only) return Error{"this session was built to compile only (it holds no weights)"};
   // State this session alone holds is donated: the optimizer updates it in
   // place (no second copy of parameters and moments at the step's peak). A
   // tensor the caller still holds (its model's weights at the first step, a

@@ -32,14 +32,26 @@ struct TrainingConfig {
   std::vector<const PassInfo*> pipeline;
   /// PassManager switches (IR printing, dumps, verification).
   PassManagerOptions pass_options{.verify_each = true};
+  /// Only compile and bind kernels (kiln compile, kiln memory): the session
+  /// takes no weights and cannot step.
+  bool compile_only = false;
+};
+
+/// A step graph compiled earlier (the compile cache): the session binds it
+/// instead of running the passes, and reports `trace` as its pass trace.
+struct CompiledStep {
+  Graph graph;
+  std::vector<PassTraceEntry> trace;
 };
 
 class TrainingSession {
  public:
   /// Build the graph of `kind` for `model` and bind kernels. The session keeps
   /// its own copy of the weights; the optimizer state starts at zero.
+  /// With `compiled`, its graph is taken as it is (no passes run).
   static Result<std::unique_ptr<TrainingSession>> create(const Model& model, TrainingConfig config,
-                                                         TrainingGraphKind kind = TrainingGraphKind::Step);
+                                                         TrainingGraphKind kind = TrainingGraphKind::Step,
+                                                         CompiledStep* compiled = nullptr);
 
   /// The graph's Data inputs (input0.., target): what a batch must hold.
   std::vector<const Value*> batchInputs() const;

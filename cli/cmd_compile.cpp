@@ -27,7 +27,9 @@ int compile(const CompileCmd& c) {
   const auto t0 = Clock::now();
   if (!c.report.empty())
     if (Status s = checkReportPath(c.report); !s) return reportError(s.error());  // before minutes of compiling
-  auto setup = setUpTraining(c.train, TrainingGraphKind::Step);
+  TrainArgs args = c.train;
+  args.compile_only = true;
+  auto setup = setUpTraining(args, TrainingGraphKind::Step);
   if (!setup) return reportError(setup.error(), c.train.verbose);
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   const TrainingSession& s = *setup->session;
@@ -36,15 +38,21 @@ int compile(const CompileCmd& c) {
             << " trainable parameters, step graph " << s.graph().numNodes() << " nodes\n";
   printPassTable(std::cout, s.passTrace());
   double pass_ms = 0;
-  for (const PassTraceEntry& p : s.passTrace()) pass_ms += p.millis;
+  if (setup->cache.status != "hit")  // on a hit no pass ran (the table is the one recorded)
+    for (const PassTraceEntry& p : s.passTrace()) pass_ms += p.millis;
   std::cout << std::fixed << std::setprecision(1) << "total compile " << ms << " ms (import " << setup->import_ms
             << " ms, passes " << pass_ms << " ms, passes + kernel binding " << setup->compile_ms << " ms), "
             << s.kernelChoices().size() << " kernels bound; peak RSS "
             << humanCount(static_cast<double>(peakRssBytes()), "B") << "\n";
+  std::cout << "compile cache: " << setup->cache.status;
+  if (setup->cache.status == "hit")
+    std::cout << " (entry read and checked in " << setup->cache.load_ms << " ms; the pass table is the one recorded)";
+  if (setup->cache.status != "off") std::cout << ", " << setup->cache.entry;
+  std::cout << "\n";
   if (c.train.verbose)
     for (const KernelChoice& k : s.kernelChoices()) std::cout << "  " << k.node << " -> " << k.kernel << "\n";
   if (!c.report.empty()) {
-    if (Status st = writeReport(c.report, buildReport("compile", c.train, *setup, ms)); !st)
+    if (Status st = writeReport(c.report, buildReport("compile", args, *setup, ms)); !st)
       return reportError(st.error());
     std::cout << "wrote report to " << c.report << "\n";
   }

@@ -27,7 +27,9 @@ struct MemoryCmd {
 int memory(const MemoryCmd& c) {
   if (!c.json.empty())
     if (Status s = checkReportPath(c.json); !s) return reportError(s.error());
-  auto setup = setUpTraining(c.train, TrainingGraphKind::Step);
+  TrainArgs args = c.train;
+  args.compile_only = true;  // the memory plan needs no weights
+  auto setup = setUpTraining(args, TrainingGraphKind::Step);
   if (!setup) return reportError(setup.error(), c.train.verbose);
   const Graph& g = setup->session->graph();
   const MemoryPlan& plan = setup->session->executor().memoryPlan();  // what the CPU executor runs

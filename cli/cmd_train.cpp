@@ -57,7 +57,7 @@ int train(const TrainCmd& c) {
 
   std::cout << "kiln train " << c.train.model.path << ": " << setup->num_params << " trainable parameters, step graph "
             << s.graph().numNodes() << " nodes (import " << fmt(setup->import_ms, 3) << " ms, compile "
-            << fmt(setup->compile_ms, 3) << " ms); data: " << setup->batches->describe() << "\n";
+            << fmt(setup->compile_ms, 3) << " ms, compile cache " << setup->cache.status << "); data: " << setup->batches->describe() << "\n";
   if (c.train.verbose)
     for (const PassTraceEntry& p : s.passTrace()) {
       std::cout << "  pass " << std::left << std::setw(10) << p.pass << fmt(p.millis, 3) << " ms, " << p.nodes_after

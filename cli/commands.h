@@ -18,5 +18,6 @@ void addOptCommand(CLI::App& app);
 void addCompileCommand(CLI::App& app);
 void addBenchCommand(CLI::App& app);
 void addMemoryCommand(CLI::App& app);
+void addCacheCommand(CLI::App& app);
 
 }  // namespace kiln::cli

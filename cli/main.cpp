@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   kiln::cli::addCompileCommand(app);
   kiln::cli::addBenchCommand(app);
   kiln::cli::addMemoryCommand(app);
+  kiln::cli::addCacheCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

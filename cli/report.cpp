@@ -124,9 +124,16 @@ nlohmann::ordered_json buildReport(const std::string& command, const TrainArgs& 
   nlohmann::ordered_json kernels = nlohmann::ordered_json::array();
   for (const KernelChoice& k : s.kernelChoices()) kernels.push_back({{"node", k.node}, {"kernel", k.kernel}});
   j["kernels"] = kernels;
+  const CacheUse& c = setup.cache;
+  j["cache"] = {{"status", c.status},
+                {"dir", c.dir},
+                {"key", c.key},
+                {"entry", c.entry},
+                {"load_millis", c.load_ms},
+                {"problem", c.problem}};
   j["compile"] = {{"millis", compile_ms},
                   {"import_millis", setup.import_ms},
-                  {"passes_millis", pass_ms},
+                  {"passes_millis", c.status == "hit" ? 0.0 : pass_ms},
                   {"build_millis", setup.compile_ms},
                   {"peak_rss_bytes", peakRssBytes()}};
   return j;

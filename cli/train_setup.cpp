@@ -4,7 +4,10 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <iostream>
+#include <optional>
 
+#include "cli/step_cache.h"
 #include "core/import/loader/load_model.h"
 #include "core/safetensors.h"
 #include "core/verifier.h"
@@ -115,6 +118,9 @@ void addTrainOptions(CLI::App* sub, TrainArgs& a, bool with_optimizer) {
   sub->add_option("--threads", a.threads, "CPU threads (0: all cores)");
   sub->add_flag("--verbose,-v", a.verbose, "print the passes and full error messages");
   addPassFlags(sub, a.pass_flags, "run these passes (a,b,c) instead of the default pipeline (kiln passes)");
+  sub->add_flag("--no-cache", a.no_cache, "neither read nor write the compile cache (kiln cache)");
+  sub->add_option("--cache-dir", a.cache_dir,
+                  "compile cache directory (default: $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln)");
   if (!with_optimizer) return;
   sub->add_option("--data", a.data,
                   "a directory of safetensors batches (cycled), or a flat binary token file (language models)");
@@ -137,17 +143,42 @@ void addTrainOptions(CLI::App* sub, TrainArgs& a, bool with_optimizer) {
   sub->add_option("--steps", a.steps, "train until this many steps are done (default 10)");
 }
 
-Result<TrainSetup> setUpTraining(const TrainArgs& a, TrainingGraphKind kind) {
+namespace {
+
+/// Whether this run reads and writes the compile cache: not with --no-cache,
+/// nor when the user asked to watch the passes run (IR printing, dumps).
+bool cacheEnabled(const TrainArgs& a) {
+  const PassFlags& f = a.pass_flags;
+  return !a.no_cache && f.print_ir_after.empty() && !f.print_ir_after_change && f.dump_dir.empty();
+}
+
+void warnOnce(TrainSetup& setup, const std::string& problem) {
+  if (!setup.cache.problem.empty()) return;
+  setup.cache.problem = problem;
+  std::cerr << "kiln: warning: " << problem << "\n";
+}
+
+/// The Data inputs of a compiled step but the target, in order (input0, ...).
+std::vector<TensorType> modelInputTypes(const Graph& g) {
+  std::vector<TensorType> out;
+  for (const Value* v : g.inputs())
+    if (v->role() == ValueRole::Data && v->name() != "target") out.push_back(v->type());
+  return out;
+}
+
+Result<TrainSetup> setUp(const TrainArgs& a, TrainingGraphKind kind, bool lookup, std::string problem) {
   if (Status s = validate(a); !s) return s.error();
   auto pipeline = checkPassFlags(a.pass_flags);  // before the import: a typo fails fast
   if (!pipeline) return pipeline.error();
   TrainSetup setup;
+  setup.cache.problem = std::move(problem);
   auto t0 = Clock::now();
 
-  // 1. Where batches come from, and the data types they imply.
+  // 1. Batches read from files, and the data types they imply.
   TensorMap first;
   std::vector<TensorType> types;
   std::string token_file;
+  bool types_from_batch = false;
   if (!a.model.input_file.empty()) {
     auto f = readSafetensors(a.model.input_file);
     if (!f) return f.error();
@@ -157,6 +188,7 @@ Result<TrainSetup> setUpTraining(const TrainArgs& a, TrainingGraphKind kind) {
       return Error{a.model.input_file + ": holds no tensor named input0 (inputs are keyed input0, input1, ...)"};
     setup.batches = fixedBatchSource(first, a.model.input_file);
     setup.batch_where = a.model.input_file;
+    types_from_batch = true;
   } else if (!a.data.empty() && std::filesystem::is_directory(a.data)) {
     auto src = safetensorsDirSource(a.data);
     if (!src) return src.error();
@@ -167,24 +199,69 @@ Result<TrainSetup> setUpTraining(const TrainArgs& a, TrainingGraphKind kind) {
     if (types.empty()) return Error{a.data + ": the first batch holds no tensor named input0"};
     setup.batches = std::move(*src);
     setup.batch_where = a.data;
-  } else {
-    if (!a.data.empty()) {
-      if (!std::filesystem::exists(a.data)) return Error{a.data + ": no such file or directory"};
-      token_file = a.data;
+    types_from_batch = true;
+  } else if (!a.data.empty()) {
+    if (!std::filesystem::exists(a.data)) return Error{a.data + ": no such file or directory"};
+    token_file = a.data;
+  }
+
+  // 2. The compile cache: a step compiled before with the same inputs.
+  std::optional<CachedStep> cached;
+  std::string material;
+  std::optional<CompileCache> cache;
+  if (cacheEnabled(a)) {
+    auto m = stepCacheKeyMaterial(a, kind, types_from_batch ? types : std::vector<TensorType>{});
+    if (m) {  // else an unreadable model: the import below says why
+      cache.emplace(a.cache_dir.empty() ? CompileCache::defaultDir() : a.cache_dir);
+      material = std::move(*m);
     }
-    auto declared = declaredTypes(a);
-    if (!declared) return declared.error();
-    types = std::move(*declared);
-    if (types.empty()) return Error{a.model.path + ": the model has no data inputs to feed"};
-    if (a.batch > 0)
-      for (auto& t : types)
-        if (!t.shape.empty()) t.shape[0] = a.batch;
+  }
+  if (cache) {
+    setup.cache.dir = cache->dir();
+    setup.cache.key = stepCacheKey(material);
+    setup.cache.entry = cache->entryPath(setup.cache.key);
+    if (lookup) {
+      auto t = Clock::now();
+      CacheLookup found = cache->load(setup.cache.key);
+      if (!found.problem.empty()) {
+        warnOnce(setup, found.problem);
+        cache->count("corrupt");
+      }
+      if (found.payload) {
+        auto step = decodeStep(*found.payload);
+        if (step) {
+          cached = std::move(*step);
+        } else {
+          std::error_code ec;
+          std::filesystem::remove(setup.cache.entry, ec);
+          warnOnce(setup, "cache entry " + setup.cache.entry + " is unusable (" + step.error().message +
+                              "); removed, rebuilding");
+          cache->count("corrupt");
+        }
+      }
+      setup.cache.load_ms = msSince(t);
+    }
+  }
+
+  // 3. Types of synthetic and token batches: the compiled step's, else the model's.
+  if (!types_from_batch) {
+    if (cached) {
+      types = modelInputTypes(cached->step.graph);
+    } else {
+      auto declared = declaredTypes(a);
+      if (!declared) return declared.error();
+      types = std::move(*declared);
+      if (types.empty()) return Error{a.model.path + ": the model has no data inputs to feed"};
+      if (a.batch > 0)
+        for (auto& t : types)
+          if (!t.shape.empty()) t.shape[0] = a.batch;
+    }
     if (!token_file.empty()) {
       if (types.size() != 1 || types[0].shape.size() != 2 || !isIntegral(types[0].dtype))
         return Error{"--data " + token_file + ": token files feed models with one integer input [batch, seq]; " +
                      a.model.path + " takes " + std::to_string(types.size()) + " input(s), the first " +
                      types[0].str()};
-      if (a.seq_len > 0) types[0].shape[1] = a.seq_len;
+      if (a.seq_len > 0 && !cached) types[0].shape[1] = a.seq_len;
       types[0].dtype = DType::I64;
       auto src = tokenFileSource(token_file, a.token_type, types[0].shape[0], types[0].shape[1]);
       if (!src) return src.error();
@@ -192,11 +269,18 @@ Result<TrainSetup> setUpTraining(const TrainArgs& a, TrainingGraphKind kind) {
       setup.batch_where = token_file;
     }
   }
-  auto model = importWith(a, types);
-  if (!model) return model.error();
+
+  // 4. The model: its weights (not needed to only compile from the cache).
+  Model model;
+  model.source = a.model.path;
+  if (!(cached && a.compile_only)) {
+    auto m = importWith(a, types);
+    if (!m) return m.error();
+    model = std::move(*m);
+  }
   setup.import_ms = msSince(t0);
 
-  // 2. The training configuration.
+  // 5. The training configuration.
   TrainingConfig cfg;
   TrainingOptions& to = cfg.passes.training;
   to.loss = *parseLossKind(a.loss);
@@ -214,11 +298,13 @@ Result<TrainSetup> setUpTraining(const TrainArgs& a, TrainingGraphKind kind) {
   o.clip_grad_norm = a.clip_grad_norm;
   to.amp.mode = *parseAmpMode(a.amp);
   to.amp.loss_scaling = kind == TrainingGraphKind::Step;  // kiln grad has no optimizer to unscale
-  if (!a.freeze.empty()) {
+  if (cached) {
+    to.frozen = cached->frozen;
+  } else if (!a.freeze.empty()) {
     std::vector<std::string> params;
-    for (const Value* v : model->graph.inputs())
+    for (const Value* v : model.graph.inputs())
       if (v->role() == ValueRole::Param) params.push_back(v->name());
-    auto frozen = resolveFreezePatterns(a.freeze, params, model->aliases);
+    auto frozen = resolveFreezePatterns(a.freeze, params, model.aliases);
     if (!frozen) return Error{a.model.path + ": " + frozen.error().message};
     to.frozen = std::move(*frozen);
     // Autodiff differentiates every parameter; only the freeze pass drops the frozen ones' work.
@@ -235,16 +321,40 @@ Result<TrainSetup> setUpTraining(const TrainArgs& a, TrainingGraphKind kind) {
   cfg.num_threads = a.threads;
   cfg.pipeline = std::move(*pipeline);
   cfg.pass_options = passManagerOptions(a.pass_flags, &std::cout);
+  cfg.compile_only = a.compile_only;
 
-  // 3. Compile the step and bind kernels.
+  // 6. Compile the step (or take the cached one) and bind kernels.
   auto t1 = Clock::now();
-  auto session = TrainingSession::create(*model, cfg, kind);
+  auto session = TrainingSession::create(model, cfg, kind, cached ? &cached->step : nullptr);
+  if (cached) {
+    Status bound = session ? checkBinding(**session, *cached) : Status(session.error());
+    if (!bound) {  // a stale entry: compile afresh and replace it
+      std::error_code ec;
+      std::filesystem::remove(setup.cache.entry, ec);
+      cache->count("corrupt");
+      std::string why = "cache entry " + setup.cache.entry + " is stale (" + bound.error().message +
+                        "); removed, rebuilding";
+      std::cerr << "kiln: warning: " << why << "\n";
+      return setUp(a, kind, false, setup.cache.problem.empty() ? why : setup.cache.problem);
+    }
+  }
   if (!session) return Error{a.model.path + ": " + session.error().message};
   setup.session = std::move(*session);
   setup.compile_ms = msSince(t1);
-  for (const Value* v : model->graph.inputs())
+  for (const Value* v : setup.session->graph().inputs())
     if (v->role() == ValueRole::Param && !to.frozen.count(v->name()))
       setup.num_params += static_cast<size_t>(v->type().numel());
+  if (cache) {
+    if (cached) {
+      setup.cache.status = "hit";
+      cache->count("hit");
+    } else {
+      setup.cache.status = setup.cache.problem.empty() ? "miss" : "rebuilt";
+      cache->count("miss");
+      if (Status st = cache->store(setup.cache.key, encodeStep(*setup.session, a.model.path, material)); !st)
+        std::cerr << "kiln: warning: could not write the compile cache (" << st.error().message << ")\n";
+    }
+  }
 
   if (!setup.batches) {
     std::vector<SyntheticSpec> specs;
@@ -257,5 +367,9 @@ Result<TrainSetup> setUpTraining(const TrainArgs& a, TrainingGraphKind kind) {
   if (Status s = setup.session->checkBatch(*b0, setup.batch_where); !s) return s.error();
   return setup;
 }
+
+}  // namespace
+
+Result<TrainSetup> setUpTraining(const TrainArgs& a, TrainingGraphKind kind) { return setUp(a, kind, true, {}); }
 
 }  // namespace kiln::cli

@@ -40,6 +40,19 @@ struct TrainArgs {
   int threads = 0;
   bool verbose = false;
   PassFlags pass_flags;  ///< --passes (instead of the default pipeline), IR printing, dumps
+  bool no_cache = false;  ///< --no-cache: neither read nor write the compile cache
+  std::string cache_dir;  ///< --cache-dir (default: CompileCache::defaultDir())
+  /// kiln compile / memory: build and bind the step only; on a cache hit the
+  /// model is not even imported.
+  bool compile_only = false;
+};
+
+/// What the compile cache did for this run (the report's `cache` object).
+struct CacheUse {
+  std::string status = "off";  ///< off, hit, miss, or rebuilt (a corrupt or stale entry replaced)
+  std::string dir, key, entry;
+  std::string problem;  ///< the corrupt or stale entry's story, when there was one
+  double load_ms = 0;   ///< reading and decoding the entry
 };
 
 /// Register the shared options on a subcommand.
@@ -52,6 +65,7 @@ struct TrainSetup {
   std::string batch_where;  ///< for error messages ("batch.safetensors", "step 3 of data/")
   size_t num_params = 0;    ///< trainable parameter elements
   double import_ms = 0, compile_ms = 0;
+  CacheUse cache;
 };
 
 /// Validate the options, import the model, build the session and the batch

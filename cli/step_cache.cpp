@@ -1,0 +1,164 @@
+#include "cli/step_cache.h"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <xxhash.h>
+
+#include "core/file_fingerprint.h"
+#include "core/graph_hash.h"
+#include "core/text_ir.h"
+
+namespace kiln::cli {
+namespace fs = std::filesystem;
+namespace {
+
+/// This build of Kiln: a rebuilt binary never reads another build's entries
+/// (its passes or kernels may differ even at the same version number).
+std::string buildId() {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return "unknown";
+  const auto size = fs::file_size(exe, ec);
+  const auto mtime = fs::last_write_time(exe, ec).time_since_epoch().count();
+  return std::to_string(size) + "-" + std::to_string(mtime);
+}
+
+/// The CPU features kernel selection depends on (a cache directory may be
+/// shared between machines).
+std::string cpuTarget() {
+  std::string t = "cpu";
+  if (__builtin_cpu_supports("avx2")) t += "+avx2";
+  if (__builtin_cpu_supports("fma")) t += "+fma";
+  if (__builtin_cpu_supports("avx512f")) t += "+avx512f";
+  return t;
+}
+
+nlohmann::ordered_json traceJson(const std::vector<PassTraceEntry>& trace) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const PassTraceEntry& p : trace)
+    out.push_back({{"pass", p.pass},
+                   {"millis", p.millis},
+                   {"changed", p.result.changed},
+                   {"statistics", p.result.statistics},
+                   {"nodes", p.nodes_after},
+                   {"hash", p.hash_after},
+                   {"flops", p.flops_after},
+                   {"peak_bytes", p.peak_bytes_after}});
+  return out;
+}
+
+std::vector<PassTraceEntry> traceFrom(const nlohmann::json& j) {
+  std::vector<PassTraceEntry> out;
+  for (const auto& p : j) {
+    PassTraceEntry e;
+    e.pass = p.at("pass").get<std::string>();
+    e.millis = p.at("millis").get<double>();
+    e.result.changed = p.at("changed").get<bool>();
+    e.result.statistics = p.at("statistics").get<std::map<std::string, double>>();
+    e.nodes_after = p.at("nodes").get<size_t>();
+    e.hash_after = p.at("hash").get<uint64_t>();
+    e.flops_after = p.at("flops").get<double>();
+    e.peak_bytes_after = p.at("peak_bytes").get<uint64_t>();
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::string> stepCacheKeyMaterial(const TrainArgs& a, TrainingGraphKind kind,
+                                         const std::vector<TensorType>& batch_types) {
+  auto model = fileFingerprint(a.model.path);
+  if (!model) return model.error();
+  nlohmann::ordered_json j;
+  j["kiln"] = std::string(KILN_VERSION) + " " + buildId();
+  j["target"] = cpuTarget();
+  j["graph"] = kind == TrainingGraphKind::Step ? "step" : "gradients";
+  j["model"] = *model;
+  // An FX dump's weights file (its shapes; its values change nothing compiled).
+  if (const std::string p = a.model.path; p.size() > 8 && p.ends_with(".fx.json")) {
+    const std::string weights = p.substr(0, p.size() - 8) + ".safetensors";
+    if (fs::exists(weights)) {
+      auto w = fileFingerprint(weights);
+      if (!w) return w.error();
+      j["weights"] = *w;
+    }
+  }
+  nlohmann::ordered_json types = nlohmann::ordered_json::array();
+  for (const TensorType& t : batch_types) types.push_back(t.str());
+  j["batch_types"] = types;
+  j["input_shapes"] = a.model.input_shapes;
+  j["token_data"] = !a.data.empty() && !fs::is_directory(a.data);
+  j["batch"] = a.batch;
+  j["seq_len"] = a.seq_len;
+  j["loss"] = a.loss;
+  j["optimizer"] = {{"kind", a.optimizer}, {"momentum", a.momentum}, {"dampening", a.dampening},
+                    {"nesterov", a.nesterov}, {"weight_decay", a.weight_decay ? *a.weight_decay : -1.0},
+                    {"beta1", a.beta1},       {"beta2", a.beta2},         {"eps", a.eps},
+                    {"clip_grad_norm", a.clip_grad_norm}};
+  j["freeze"] = a.freeze;
+  j["amp"] = a.amp;
+  j["passes"] = a.pass_flags.passes;
+  return j.dump();
+}
+
+std::string stepCacheKey(const std::string& material) {
+  const XXH128_hash_t h = XXH3_128bits(material.data(), material.size());
+  char buf[33];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(h.high64),
+                static_cast<unsigned long long>(h.low64));
+  return buf;
+}
+
+std::string encodeStep(const TrainingSession& s, const std::string& model_path, const std::string& material) {
+  nlohmann::ordered_json j;
+  j["model"] = model_path;
+  j["created"] = std::chrono::duration_cast<std::chrono::seconds>(
+                     std::chrono::system_clock::now().time_since_epoch())
+                     .count();
+  j["key_material"] = nlohmann::json::parse(material);
+  j["nodes"] = s.graph().numNodes();
+  j["hash"] = structuralHash(s.graph());
+  j["frozen"] = s.config().passes.training.frozen;
+  std::vector<std::string> kernels;
+  for (const KernelChoice& k : s.kernelChoices()) kernels.push_back(k.kernel);
+  j["kernels"] = kernels;
+  j["arena_bytes"] = s.executor().memoryPlan().arena_bytes;
+  j["trace"] = traceJson(s.passTrace());
+  j["graph"] = printGraph(s.graph());
+  return j.dump();
+}
+
+Result<CachedStep> decodeStep(const std::string& payload) {
+  try {
+    const nlohmann::json j = nlohmann::json::parse(payload);
+    CachedStep c;
+    auto g = parseGraph(j.at("graph").get<std::string>(), "cache entry");
+    if (!g) return g.error();
+    if (structuralHash(*g) != j.at("hash").get<uint64_t>()) return Error{"the graph does not read back the same"};
+    c.step.graph = std::move(*g);
+    c.step.trace = traceFrom(j.at("trace"));
+    c.frozen = j.at("frozen").get<std::set<std::string>>();
+    c.kernels = j.at("kernels").get<std::vector<std::string>>();
+    c.arena_bytes = j.at("arena_bytes").get<uint64_t>();
+    return c;
+  } catch (const std::exception& e) {
+    return Error{std::string("malformed entry: ") + e.what()};
+  }
+}
+
+Status checkBinding(const TrainingSession& s, const CachedStep& cached) {
+  const auto& choices = s.kernelChoices();
+  if (choices.size() != cached.kernels.size())
+    return Error{"it binds " + std::to_string(choices.size()) + " kernels, the entry " +
+                 std::to_string(cached.kernels.size())};
+  for (size_t i = 0; i < choices.size(); ++i)
+    if (choices[i].kernel != cached.kernels[i])
+      return Error{"node " + std::to_string(i) + " binds " + choices[i].kernel + ", the entry " + cached.kernels[i]};
+  if (s.executor().memoryPlan().arena_bytes != cached.arena_bytes) return Error{"the memory plan differs"};
+  return {};
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,45 @@
+// The compile cache as `kiln train`, `compile`, `memory` and `bench` use it:
+// the key of a training step (what it depends on: the model file's
+// fingerprint, the batch's types or the shape options, every option that
+// changes the step, the target CPU and the Kiln build), and the entry that
+// holds the compiled step: the optimized graph in its scheduled order, the
+// pass trace, the frozen parameters, the kernel chosen for each node and the
+// memory plan's arena size. A hit is checked before use: the graph must
+// parse to the same structural hash, and binding it must choose the same
+// kernels and plan the same arena; anything else is a stale entry, rebuilt.
+#pragma once
+
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "backend/cache/compile_cache.h"
+#include "backend/training_session.h"
+#include "cli/train_setup.h"
+
+namespace kiln::cli {
+
+/// Everything the step depends on, as canonical JSON text; `batch_types` are
+/// the types read from --input-file / --data (empty when the model's
+/// declared shapes or --input-shape decide them).
+Result<std::string> stepCacheKeyMaterial(const TrainArgs& a, TrainingGraphKind kind,
+                                         const std::vector<TensorType>& batch_types);
+/// The key: XXH3-128 of the material, 32 hex digits.
+std::string stepCacheKey(const std::string& material);
+
+/// A compiled step read back from an entry.
+struct CachedStep {
+  CompiledStep step;
+  std::set<std::string> frozen;
+  std::vector<std::string> kernels;  ///< kernel name per node, in order
+  uint64_t arena_bytes = 0;
+};
+
+/// The entry's payload for a compiled session, and back.
+std::string encodeStep(const TrainingSession& s, const std::string& model_path, const std::string& material);
+Result<CachedStep> decodeStep(const std::string& payload);
+/// Whether the session bound from a cached step chose what the entry says.
+Status checkBinding(const TrainingSession& s, const CachedStep& cached);
+
+}  // namespace kiln::cli

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# The compile cache end to end (backend/cache/compile_cache.h, cli/step_cache.h):
+# a second kiln compile is a hit that binds the same graph, kernels and
+# memory plan; kiln train from a hit computes the same losses bit for bit as
+# --no-cache; a corrupt, truncated or foreign entry is reported once,
+# removed and rebuilt, never used; the key follows the model's content (not
+# its path or mtime) and the options that change the step (not the learning
+# rate); kiln cache list / stats / clear.
+# usage: cache_cli.sh KILN WORKDIR
+set -u
+KILN=$1
+W=$2
+PY=/usr/bin/python3
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+rm -rf "$W" && mkdir -p "$W"
+fails=0
+fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+ok() { echo "ok   $*"; }
+export KILN_CACHE_DIR="$W/cache"
+
+"$PY" "$SRC/models/export.py" gpt2_mini --format trace --train --out-dir "$W" >/dev/null || { echo "FAIL export"; exit 1; }
+M="$W/gpt2_mini.pt"
+status() { "$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['cache']['status'])" "$1"; }
+
+"$KILN" compile "$M" --report "$W/c1.json" >"$W/c1.out" 2>&1 || fail "first compile exited $?"
+"$KILN" compile "$M" --report "$W/c2.json" >"$W/c2.out" 2>&1 || fail "second compile exited $?"
+[ "$(status "$W/c1.json")" = miss ] || fail "first compile: cache $(status "$W/c1.json"), want miss"
+[ "$(status "$W/c2.json")" = hit ] || fail "second compile: cache $(status "$W/c2.json"), want hit"
+grep -q "compile cache: hit" "$W/c2.out" || fail "kiln compile does not print the hit: $(cat "$W/c2.out")"
+"$PY" - "$W/c1.json" "$W/c2.json" <<'PYEOF' || fail "a hit differs from the compile it cached"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+for k in ("graph", "kernels", "memory", "passes", "model", "training"):
+    assert a[k] == b[k], k
+assert b["compile"]["passes_millis"] == 0, b["compile"]
+PYEOF
+ok "second compile is a hit with the same graph, kernels, memory plan and pass trace"
+
+# Same content under another path and mtime: a hit. Another option: a miss;
+# the learning rate is an input of the step, not part of it: a hit.
+cp "$M" "$W/copy.pt" && touch -d "2001-01-01" "$W/copy.pt"
+"$KILN" compile "$W/copy.pt" --report "$W/c3.json" >/dev/null 2>&1
+[ "$(status "$W/c3.json")" = hit ] || fail "a copy of the model: cache $(status "$W/c3.json"), want hit"
+"$KILN" compile "$M" --weight-decay 0.05 --report "$W/c4.json" >/dev/null 2>&1
+[ "$(status "$W/c4.json")" = miss ] || fail "--weight-decay 0.05: cache $(status "$W/c4.json"), want miss"
+"$KILN" compile "$M" --lr 0.5 --report "$W/c5.json" >/dev/null 2>&1
+[ "$(status "$W/c5.json")" = hit ] || fail "--lr 0.5: cache $(status "$W/c5.json"), want hit"
+# One weight changed (the archive's CRC of that entry changes): a miss.
+"$PY" - "$M" "$W/changed.pt" <<'PYEOF'
+import sys, zipfile
+zin, zout = zipfile.ZipFile(sys.argv[1]), zipfile.ZipFile(sys.argv[2], "w", zipfile.ZIP_STORED)
+done = False
+for info in zin.infolist():
+    data = zin.read(info.filename)
+    if not done and "/data/" in info.filename and len(data) >= 4:
+        data, done = data[:-4] + b"\0\0\0\0", True
+    zout.writestr(info, data)
+zout.close()
+PYEOF
+"$KILN" compile "$W/changed.pt" --report "$W/c6.json" >/dev/null 2>&1
+[ "$(status "$W/c6.json")" = miss ] || fail "a changed weight: cache $(status "$W/c6.json"), want miss"
+ok "the key follows content and step options, not paths, mtimes or the learning rate"
+
+# kiln train from a hit: the same losses, bit for bit, as without the cache.
+"$KILN" train "$M" --steps 4 --report "$W/t1.json" >/dev/null 2>&1 || fail "train (cache) exited $?"
+"$KILN" train "$M" --steps 4 --no-cache --report "$W/t2.json" >/dev/null 2>&1 || fail "train --no-cache exited $?"
+[ "$(status "$W/t1.json")" = hit ] || fail "train: cache $(status "$W/t1.json"), want hit"
+[ "$(status "$W/t2.json")" = off ] || fail "train --no-cache: cache $(status "$W/t2.json"), want off"
+"$PY" - "$W/t1.json" "$W/t2.json" <<'PYEOF' || fail "losses from a cached step differ"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+la, lb = [s["loss"] for s in a["steps"]], [s["loss"] for s in b["steps"]]
+assert len(la) == 4 and la == lb, (la, lb)
+PYEOF
+ok "kiln train from a cached step: the same losses as --no-cache"
+
+# Corrupt entries: reported once, removed, rebuilt; the next run hits.
+entry=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['cache']['entry'])" "$W/c2.json")
+[ -f "$entry" ] || fail "no entry at $entry"
+for how in flip truncate foreign empty; do
+  case $how in
+    flip) "$PY" -c "import sys; p=sys.argv[1]; b=bytearray(open(p,'rb').read()); b[len(b)//2]^=1; open(p,'wb').write(b)" "$entry" ;;
+    truncate) truncate -s -100 "$entry" ;;
+    foreign) echo "not a cache entry" >"$entry" ;;
+    empty) : >"$entry" ;;
+  esac
+  out=$("$KILN" compile "$M" --report "$W/k.json" 2>&1) || fail "$how: compile exited $?"
+  [ "$(grep -c "warning: cache entry" <<<"$out")" = 1 ] || fail "$how: want one warning, got: $out"
+  [ "$(status "$W/k.json")" = rebuilt ] || fail "$how: cache $(status "$W/k.json"), want rebuilt"
+  "$KILN" compile "$M" --report "$W/k2.json" >/dev/null 2>&1
+  [ "$(status "$W/k2.json")" = hit ] || fail "$how: the rebuilt entry is not a hit"
+done
+ok "corrupt, truncated, foreign and empty entries are reported once and rebuilt"
+
+# --no-cache writes nothing; kiln cache list / stats / clear.
+before=$(ls "$KILN_CACHE_DIR"/*.kce | wc -l)
+"$KILN" compile "$M" --no-cache --amp bf16 >/dev/null 2>&1 || fail "compile --no-cache exited $?"
+[ "$(ls "$KILN_CACHE_DIR"/*.kce | wc -l)" = "$before" ] || fail "--no-cache wrote an entry"
+out=$("$KILN" cache list) || fail "cache list exited $?"
+[[ "$out" == "$before entries in $KILN_CACHE_DIR"* ]] || fail "cache list: $out"
+grep -q "gpt2_mini.pt" <<<"$out" || fail "cache list does not name the model: $out"
+out=$("$KILN" cache stats) || fail "cache stats exited $?"
+grep -Eq "^hits +[1-9]" <<<"$out" || fail "cache stats counts no hit: $out"
+grep -Eq "^corrupt or stale entries replaced 4" <<<"$out" || fail "cache stats: want 4 replaced: $out"
+out=$("$KILN" cache clear) || fail "cache clear exited $?"
+[ "$out" = "removed $before entries from $KILN_CACHE_DIR" ] || fail "cache clear: $out"
+[ -z "$(ls -A "$KILN_CACHE_DIR")" ] || fail "cache clear left: $(ls -A "$KILN_CACHE_DIR")"
+"$KILN" cache >/dev/null 2>&1 && fail "kiln cache without a subcommand exited 0"
+ok "kiln cache list, stats, clear; --no-cache writes nothing"
+
+# An unwritable cache directory: a warning, the compile still succeeds.
+out=$(KILN_CACHE_DIR=/proc/kiln-cache "$KILN" compile "$M" 2>&1) || fail "unwritable cache dir: exited $?"
+grep -q "warning: could not write the compile cache" <<<"$out" || fail "unwritable cache dir: no warning: $out"
+ok "an unwritable cache directory is a warning"
+
+[ $fails = 0 ] && echo "all cache checks passed" || { echo "$fails failed"; exit 1; }
