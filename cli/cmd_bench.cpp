@@ -25,7 +25,7 @@
 #include "core/file_io.h"
 
 #ifdef KILN_HAVE_TORCH
-#include "backend/aten/torch_eager_trainer.h"
+#include "backend/aten/torch_plugin.h"
 #endif
 
 namespace kiln::cli {
@@ -140,12 +140,16 @@ int bench(const BenchCmd& c) {
   kiln_stats.resident = heapInUse() - h0;
   TrainingSession& s = *setup->session;
 
+  std::string torch_version;
 #ifdef KILN_HAVE_TORCH
-  std::unique_ptr<TorchEagerTrainer> torch_tr;
+  std::unique_ptr<EagerTrainer> torch_tr;
   if (!c.compare.empty()) {
     h0 = heapInUse();
     t0 = std::chrono::steady_clock::now();
-    auto tr = TorchEagerTrainer::create({args.model.path, s.config().passes.training, threads});
+    auto plugin = torchPlugin();
+    if (!plugin) return reportError(plugin.error());
+    torch_version = (*plugin)->torchVersion();
+    auto tr = (*plugin)->createEagerTrainer({args.model.path, s.config().passes.training, threads});
     if (!tr) return reportError(tr.error());
     torch_tr = std::move(*tr);
     torch_stats.setup_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -160,7 +164,7 @@ int bench(const BenchCmd& c) {
             << args.loss << " loss, " << args.optimizer << " lr " << args.lr << ", " << threads << " threads, "
             << c.warmup << " warm-up + " << args.steps << " measured steps"
             << (compare ? ", alternating Kiln and libtorch" : "") << "\n";
-  if (compare) std::cout << "  libtorch " << TorchEagerTrainer::torchVersion() << " eager (torch::optim)\n";
+  if (compare) std::cout << "  libtorch " << torch_version << " eager (torch::optim)\n";
 
   const int64_t total = c.warmup + args.steps;
   const bool tty = ::isatty(STDERR_FILENO);
@@ -235,7 +239,7 @@ int bench(const BenchCmd& c) {
     j["torch"] = torch_stats.toJson();
     j["torch"]["last_loss"] = torch_loss;
 #ifdef KILN_HAVE_TORCH
-    j["torch"]["version"] = TorchEagerTrainer::torchVersion();
+    j["torch"]["version"] = torch_version;
 #endif
     j["speedup"] = speedup;
     j["first_loss_rel_diff"] = loss_rel;

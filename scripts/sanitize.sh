@@ -10,7 +10,7 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${KILN_ASAN_BUILD_DIR:-$root/build-asan}"
-filter="${KILN_SANITIZE_FILTER:-*Safetensors*:*TextIr*:*FxImport*:*Json*:*Verifier*:*Hash*:*Ir*:Autodiff*:Training*:ZeroDim*:ExecutorArena*:MemoryPlan*:FusedKernel*}"
+filter="${KILN_SANITIZE_FILTER:-*Safetensors*:*TextIr*:*FxImport*:*Json*:*Verifier*:*Hash*:*Ir*:Autodiff*:Training*:ZeroDim*:ExecutorArena*:MemoryPlan*:FusedKernel*:Schedule*:SplitUpdates*:CompileCache*:FileFingerprint*}"
 jobs="$(nproc 2>/dev/null || echo 2)"
 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_SANITIZE=ON \

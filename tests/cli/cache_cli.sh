@@ -5,7 +5,7 @@
 # --no-cache; a corrupt, truncated or foreign entry is reported once,
 # removed and rebuilt, never used; the key follows the model's content (not
 # its path or mtime) and the options that change the step (not the learning
-# rate); kiln cache list / stats / clear.
+# rate); kiln cache list / stats / clear; a hit never loads libtorch.
 # usage: cache_cli.sh KILN WORKDIR
 set -u
 KILN=$1
@@ -107,6 +107,17 @@ out=$("$KILN" cache clear) || fail "cache clear exited $?"
 [ -z "$(ls -A "$KILN_CACHE_DIR")" ] || fail "cache clear left: $(ls -A "$KILN_CACHE_DIR")"
 "$KILN" cache >/dev/null 2>&1 && fail "kiln cache without a subcommand exited 0"
 ok "kiln cache list, stats, clear; --no-cache writes nothing"
+
+# A hit needs no libtorch: with a broken plugin a cached compile still
+# works, and an import fails with one line that names the plugin.
+"$KILN" compile "$M" >/dev/null 2>&1
+echo "not a shared library" >"$W/bad_plugin.so"
+out=$(KILN_TORCH_PLUGIN="$W/bad_plugin.so" "$KILN" compile "$M" 2>&1) || fail "hit with a broken plugin exited $?: $out"
+grep -q "compile cache: hit" <<<"$out" || fail "hit with a broken plugin: $out"
+out=$(KILN_TORCH_PLUGIN="$W/bad_plugin.so" "$KILN" compile "$M" --no-cache 2>&1) && fail "import with a broken plugin exited 0"
+[ "$(wc -l <<<"$out")" = 1 ] && grep -q "cannot load the libtorch plugin $W/bad_plugin.so" <<<"$out" ||
+  fail "import with a broken plugin: $out"
+ok "a cache hit loads no libtorch; a broken plugin is one clear error"
 
 # An unwritable cache directory: a warning, the compile still succeeds.
 out=$(KILN_CACHE_DIR=/proc/kiln-cache "$KILN" compile "$M" 2>&1) || fail "unwritable cache dir: exited $?"

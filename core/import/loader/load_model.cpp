@@ -1,8 +1,10 @@
 #include "core/import/loader/load_model.h"
 
 #include "core/import/fx/fx_importer.h"
-#ifdef KILN_HAVE_TORCH
+#if defined(KILN_TORCH_DIRECT)
 #include "core/import/torchscript/torchscript_importer.h"
+#elif defined(KILN_TORCH_PLUGIN)
+#include "backend/aten/torch_plugin.h"
 #endif
 
 namespace kiln {
@@ -16,8 +18,12 @@ bool endsWith(const std::string& s, const std::string& suffix) {
 Result<Model> loadModel(const std::string& path, const ImportOptions& options) {
   if (endsWith(path, ".fx.json") || endsWith(path, ".json")) return importFx(path, options);
   if (endsWith(path, ".pt") || endsWith(path, ".pth") || endsWith(path, ".zip") || endsWith(path, ".ts")) {
-#ifdef KILN_HAVE_TORCH
+#if defined(KILN_TORCH_DIRECT)
     return importTorchScript(path, options);
+#elif defined(KILN_TORCH_PLUGIN)
+    auto plugin = torchPlugin();
+    if (!plugin) return Error{path + ": " + plugin.error().message};
+    return (*plugin)->importTorchScript(path, options);
 #else
     return Error{path + ": this kiln was built without libtorch (KILN_WITH_TORCH=OFF), so it cannot read "
                         "TorchScript archives; export an FX dump with models/export.py --format fx instead"};
