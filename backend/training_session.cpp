@@ -37,6 +37,11 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::create(const Model& mo
     s->graph_ = std::make_unique<Graph>(std::move(compiled->graph));
     s->trace_ = std::move(compiled->trace);
   } else {
+    // Memory-counting passes see the views the CPU kernels really make.
+    s->config_.passes.is_view = [](const Node& n) {
+      const KernelDef* k = KernelRegistry::cpu().select(n);
+      return k && k->output_views_input0;
+    };
     auto g = buildTrainingGraph(model.graph, s->config_.passes, kind, &s->trace_, s->config_.pass_options,
                                 s->config_.pipeline);
     if (!g) return g.error();

@@ -44,12 +44,18 @@ def export(model: str, out_dir: str, batch: int) -> str:
     return path
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def zoo_arguments(doc: str) -> argparse.ArgumentParser:
+    """The options every zoo benchmark takes: the kiln binary, where to write, which models, the batch."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--kiln", required=True)
     p.add_argument("--out-dir", required=True)
     p.add_argument("--models", default="", help="comma-separated subset (default: the whole zoo)")
     p.add_argument("--batch", type=int, default=0, help="examples per batch (default: the zoo's)")
+    return p
+
+
+def main() -> int:
+    p = zoo_arguments(__doc__)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--threads", type=int, default=0)

@@ -19,7 +19,6 @@ the intermediates alone (the arena vs the baseline's peak less the inputs).
 Writes OUT_DIR/memory_zoo.md (and stdout).
 """
 
-import argparse
 import json
 import math
 import os
@@ -30,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "models"))
 import zoo  # noqa: E402
-from cpu_zoo import export  # noqa: E402
+from cpu_zoo import export, zoo_arguments  # noqa: E402
 
 EMITTED = "loss,amp,autodiff,optimizer,freeze,simplify,fuse"
 
@@ -47,11 +46,7 @@ def mib(b):
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--kiln", required=True)
-    p.add_argument("--out-dir", required=True)
-    p.add_argument("--models", default="", help="comma-separated subset (default: the whole zoo)")
-    p.add_argument("--batch", type=int, default=0, help="examples per batch (default: the zoo's)")
+    p = zoo_arguments(__doc__)
     args = p.parse_args()
 
     models = [m for m in args.models.split(",") if m] or list(zoo.NAMES)

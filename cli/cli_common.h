@@ -28,5 +28,8 @@ Result<Model> loadAndVerify(const ModelArgs& args);
 int reportError(const Error& e, bool verbose = false);
 /// "12.3 MFLOP", "1.2 GB".
 std::string humanCount(double v, const char* unit);
+/// A size in bytes: "1500000000", "512MiB", "2GiB", "1.5GB", "64 KiB"
+/// (K/M/G/T powers of 1000, Ki/Mi/Gi/Ti of 1024; the B and case optional).
+Result<uint64_t> parseByteSize(const std::string& text);
 
 }  // namespace kiln::cli

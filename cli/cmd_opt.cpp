@@ -25,6 +25,7 @@ struct OptArgs {
   PassFlags flags;
   std::vector<std::string> freeze;  ///< --freeze patterns for the freeze pass
   std::string amp = "none";         ///< --amp for the amp pass
+  std::string memory_budget;        ///< --memory-budget for the remat pass
 };
 
 int runOpt(const OptArgs& a) {
@@ -48,6 +49,11 @@ int runOpt(const OptArgs& a) {
   auto amp = parseAmpMode(a.amp);
   if (!amp) return reportError(Error{"unknown --amp '" + a.amp + "'; use none, bf16 or fp16"});
   ctx.training.amp.mode = *amp;
+  if (!a.memory_budget.empty()) {
+    auto b = parseByteSize(a.memory_budget);
+    if (!b) return reportError(Error{"--memory-budget: " + b.error().message});
+    ctx.training.memory_budget = *b;
+  }
   PassManagerOptions o = passManagerOptions(a.flags, &std::cerr);
   if (Status s = runPipeline(*g, ctx, *pipeline, o); !s) return reportError(Error{a.input + ": " + s.error().message});
   std::string result = printGraph(*g);
@@ -69,6 +75,7 @@ void addOptCommand(CLI::App& app) {
   addPassFlags(sub, a->flags, "the passes to run, a,b,c")->required();
   sub->add_option("--freeze", a->freeze, "parameters the freeze pass freezes: a glob or a name prefix (repeatable)");
   sub->add_option("--amp", a->amp, "mixed precision for the amp pass: none (default), bf16 or fp16 (with loss scaling)");
+  sub->add_option("--memory-budget", a->memory_budget, "peak bytes for the remat pass, e.g. 512MiB or 2GiB");
   sub->callback([a] {
     int rc = runOpt(*a);
     if (rc) throw CLI::RuntimeError(rc);

@@ -68,8 +68,7 @@ std::vector<PassTraceEntry> traceFrom(const nlohmann::json& j) {
 
 }  // namespace
 
-Result<std::string> stepCacheKeyMaterial(const TrainArgs& a, TrainingGraphKind kind,
-                                         const std::vector<TensorType>& batch_types) {
+Result<std::string> stepCacheKeyMaterial(const TrainArgs& a, TrainingGraphKind kind, const TensorMap& first_batch) {
   auto model = fileFingerprint(a.model.path);
   if (!model) return model.error();
   nlohmann::ordered_json j;
@@ -86,8 +85,8 @@ Result<std::string> stepCacheKeyMaterial(const TrainArgs& a, TrainingGraphKind k
       j["weights"] = *w;
     }
   }
-  nlohmann::ordered_json types = nlohmann::ordered_json::array();
-  for (const TensorType& t : batch_types) types.push_back(t.str());
+  nlohmann::ordered_json types = nlohmann::ordered_json::object();
+  for (const auto& [name, t] : first_batch) types[name] = t.type().str();
   j["batch_types"] = types;
   j["input_shapes"] = a.model.input_shapes;
   j["token_data"] = !a.data.empty() && !fs::is_directory(a.data);
@@ -100,6 +99,7 @@ Result<std::string> stepCacheKeyMaterial(const TrainArgs& a, TrainingGraphKind k
                     {"clip_grad_norm", a.clip_grad_norm}};
   j["freeze"] = a.freeze;
   j["amp"] = a.amp;
+  j["memory_budget"] = a.memory_budget;
   j["passes"] = a.pass_flags.passes;
   return j.dump();
 }

@@ -20,11 +20,11 @@
 
 namespace kiln::cli {
 
-/// Everything the step depends on, as canonical JSON text; `batch_types` are
-/// the types read from --input-file / --data (empty when the model's
-/// declared shapes or --input-shape decide them).
-Result<std::string> stepCacheKeyMaterial(const TrainArgs& a, TrainingGraphKind kind,
-                                         const std::vector<TensorType>& batch_types);
+/// Everything the step depends on, as canonical JSON text; `first_batch` is
+/// the batch read from --input-file / --data, whose tensors' names and types
+/// (inputs and target) shape the step (empty when the model's declared
+/// shapes or --input-shape decide them).
+Result<std::string> stepCacheKeyMaterial(const TrainArgs& a, TrainingGraphKind kind, const TensorMap& first_batch);
 /// The key: XXH3-128 of the material, 32 hex digits.
 std::string stepCacheKey(const std::string& material);
 

@@ -48,6 +48,8 @@ Status validate(const TrainArgs& a) {
   if (a.steps < 0 || a.warmup_steps < 0 || a.batch < 0 || a.seq_len < 0)
     return bad("--steps, --warmup-steps, --batch and --seq-len must be >= 0");
   if (!a.model.input_file.empty() && !a.data.empty()) return bad("give either --input-file or --data, not both");
+  if (!a.memory_budget.empty())
+    if (auto b = parseByteSize(a.memory_budget); !b) return bad("--memory-budget: " + b.error().message);
   return {};
 }
 
@@ -118,6 +120,9 @@ void addTrainOptions(CLI::App* sub, TrainArgs& a, bool with_optimizer) {
   sub->add_option("--threads", a.threads, "CPU threads (0: all cores)");
   sub->add_flag("--verbose,-v", a.verbose, "print the passes and full error messages");
   addPassFlags(sub, a.pass_flags, "run these passes (a,b,c) instead of the default pipeline (kiln passes)");
+  sub->add_option("--memory-budget", a.memory_budget,
+                  "fit the step's peak memory (weights, optimizer state, batch and intermediates) in this many "
+                  "bytes, e.g. 2GiB or 512MiB, by recomputing activations in the backward (remat)");
   sub->add_flag("--no-cache", a.no_cache, "neither read nor write the compile cache (kiln cache)");
   sub->add_option("--cache-dir", a.cache_dir,
                   "compile cache directory (default: $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln)");
@@ -210,7 +215,7 @@ Result<TrainSetup> setUp(const TrainArgs& a, TrainingGraphKind kind, bool lookup
   std::string material;
   std::optional<CompileCache> cache;
   if (cacheEnabled(a)) {
-    auto m = stepCacheKeyMaterial(a, kind, types_from_batch ? types : std::vector<TensorType>{});
+    auto m = stepCacheKeyMaterial(a, kind, first);
     if (m) {  // else an unreadable model: the import below says why
       cache.emplace(a.cache_dir.empty() ? CompileCache::defaultDir() : a.cache_dir);
       material = std::move(*m);
@@ -298,6 +303,7 @@ Result<TrainSetup> setUp(const TrainArgs& a, TrainingGraphKind kind, bool lookup
   o.clip_grad_norm = a.clip_grad_norm;
   to.amp.mode = *parseAmpMode(a.amp);
   to.amp.loss_scaling = kind == TrainingGraphKind::Step;  // kiln grad has no optimizer to unscale
+  if (!a.memory_budget.empty()) to.memory_budget = *parseByteSize(a.memory_budget);
   if (cached) {
     to.frozen = cached->frozen;
   } else if (!a.freeze.empty()) {

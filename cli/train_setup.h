@@ -35,6 +35,7 @@ struct TrainArgs {
   double min_lr = 0;
   std::vector<std::string> freeze;  ///< --freeze patterns (passes/freeze.h)
   std::string amp = "none";         ///< --amp: none, bf16 or fp16 (passes/amp.h)
+  std::string memory_budget;        ///< --memory-budget: peak bytes for remat ("2GiB"); empty: none
   int64_t steps = 10;
   uint64_t seed = 0;
   int threads = 0;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/ir.h"
+#include "core/liveness.h"
 #include "core/result.h"
 #include "passes/training_options.h"
 
@@ -15,6 +16,10 @@ namespace kiln {
 struct PassContext {
   /// Loss, optimizer and what to train; read by the training passes.
   TrainingOptions training;
+  /// Which nodes' outputs share their input's buffer on the target: the
+  /// executor's kernels (TrainingSession sets it), so passes that count
+  /// memory (remat) count what will run. Empty: mayAliasInput.
+  ViewPredicate is_view;
 };
 
 struct PassResult {

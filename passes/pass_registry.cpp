@@ -10,6 +10,7 @@
 #include "passes/loss.h"
 #include "passes/memory_plan.h"
 #include "passes/optimizer.h"
+#include "passes/remat.h"
 #include "passes/schedule.h"
 #include "passes/simplify.h"
 #include "passes/split_updates.h"
@@ -77,6 +78,12 @@ const std::vector<PassInfo>& allPasses() {
        "earliest in the current order; an update that can write over its state waits for that state's other "
        "readers. Kept only if the estimated peak (updates in place) goes down. Same nodes, same values.",
        runSchedule},
+      {"remat", "recompute activations in the backward until the peak fits --memory-budget",
+       "Needs the final order (after schedule) and PassContext::training.memory_budget (nothing to do without one). "
+       "At the peak, an activation kept for the backward is computed again right before its next reader, with the "
+       "producers it needs, best bytes-per-flop first, kept only if the peak goes down; a clear error with the "
+       "smallest peak reached when the budget cannot be met. Bit for bit the same values.",
+       runRemat},
       {"memory_plan", "analysis: the arena offsets of every intermediate and the memory timeline",
        "Plans the graph in its order (passes/memory_plan.h): liveness, greedy-by-size offsets in one arena, "
        "views sharing their source, updates in place. Does not change the graph; reports arena_bytes, "

@@ -46,6 +46,9 @@ struct TrainingOptions {
   std::set<std::string> frozen;
   /// Mixed precision (passes/amp.h): off by default.
   AmpOptions amp;
+  /// Peak memory (bytes) the step must fit in; remat recomputes activations
+  /// to get there (passes/remat.h). 0: no budget.
+  uint64_t memory_budget = 0;
 };
 
 }  // namespace kiln

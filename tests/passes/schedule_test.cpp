@@ -18,6 +18,7 @@
 #include "passes/split_updates.h"
 #include "passes/training_graph.h"
 #include "tests/parse_or_fail.h"
+#include "tests/passes/random_graph.h"
 
 namespace kiln {
 namespace {
@@ -26,23 +27,7 @@ TEST(Schedule, RandomGraphsStayValidAndNeverPeakHigher) {
   std::mt19937 rng(11);
   int reordered = 0;
   for (int trial = 0; trial < 80; ++trial) {
-    Graph g;
-    std::vector<Value*> pool;
-    for (int i = 0; i < 3; ++i) pool.push_back(g.addInput("in" + std::to_string(i), {DType::F32, {64, 16}}, ValueRole::Data));
-    const int nodes = 5 + static_cast<int>(rng() % 60);
-    for (int i = 0; i < nodes; ++i) {
-      Value* a = pool[rng() % pool.size()];
-      Value* b = pool[rng() % pool.size()];
-      Value* o;
-      switch (rng() % 4) {
-        case 0: o = g.add("add", {a, b}); break;
-        case 1: o = g.add("mul", {a, b}); break;
-        case 2: o = g.add("tanh", {a}); break;
-        default: o = g.add("add", {g.add("sum", {a}, {{"dims", std::vector<int64_t>{1}}, {"keepdim", int64_t{1}}}), b}); break;
-      }
-      pool.push_back(o);
-    }
-    for (int k = 0; k < 3; ++k) g.addOutput(pool[rng() % pool.size()], "out" + std::to_string(k));
+    Graph g = test::randomGraph(rng);
     SCOPED_TRACE("trial " + std::to_string(trial));
     std::unordered_map<const Value*, const Node*> producer_before;
     for (const auto& n : g.nodes())

@@ -1,0 +1,29 @@
+// remat: rematerialization under a memory budget.
+//
+// What it does: while the estimated peak of the step (core/graph_cost.h,
+// updates in place) is over PassContext::training.memory_budget, it takes
+// the intermediates alive at the peak node but not read there (activations
+// kept for the backward), and for each works out how to compute it again
+// right before its first reader after the peak: its producer, and the
+// producers of those of its inputs that are not alive then anyway (a few
+// levels deep; random and side-effecting ops never). It applies the
+// candidate that frees the most bytes per recomputed flop (RAF's greedy
+// heuristic), keeps it if the peak (then the area under the timeline) went
+// down, else undoes it, and goes on at the new peak. Recomputation is the
+// same kernels on the same inputs, so the values are bit for bit the same.
+// If the budget cannot be met, the error gives the smallest peak reached
+// and what the graph inputs (weights, optimizer state, batch) alone take.
+//
+// Needs: the final node set in its final order (after schedule). Does
+// nothing without a budget or when the peak is within it.
+#pragma once
+
+#include "passes/pass.h"
+
+namespace kiln {
+
+/// Statistics: budget, peak_before, peak_after (bytes), values_recomputed,
+/// nodes_added, flops_added.
+Result<PassResult> runRemat(Graph& g, PassContext& ctx);
+
+}  // namespace kiln
