@@ -84,6 +84,8 @@ class TrainingSession {
   Status loadCheckpoint(const std::string& dir);
 
   const Graph& graph() const { return *graph_; }
+  /// Trace every node the following steps run (kiln train --trace).
+  void setTrace(TraceRecorder* trace) { exec_->setTrace(trace); }
   const std::vector<PassTraceEntry>& passTrace() const { return trace_; }
   /// The kernel bound to each node of graph(), in node order (for reports).
   const std::vector<KernelChoice>& kernelChoices() const { return exec_->kernelChoices(); }

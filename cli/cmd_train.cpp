@@ -25,7 +25,8 @@ namespace {
 
 struct TrainCmd {
   TrainArgs train;
-  std::string save_weights, log_file, checkpoint, resume, report;
+  std::string save_weights, log_file, checkpoint, resume, report, trace;
+  int64_t trace_steps = 3;
   int64_t checkpoint_every = 0;
   int64_t log_every = 1;
 };
@@ -43,8 +44,17 @@ int train(const TrainCmd& c) {
     return reportError(Error{"--checkpoint-every needs --checkpoint DIR"});
   if (!c.report.empty())
     if (Status st = checkReportPath(c.report); !st) return reportError(st.error());
+  if (c.trace_steps < 1) return reportError(Error{"--trace-steps must be at least 1"});
+  std::unique_ptr<TraceRecorder> trace;
+  TrainArgs args = c.train;
+  if (!c.trace.empty()) {
+    if (Status st = checkReportPath(c.trace); !st) return reportError(Error{"--trace: " + st.error().message});
+    trace = std::make_unique<TraceRecorder>();
+    trace->nameThread("main (executor)");
+    args.trace = trace.get();
+  }
   const auto t_start = std::chrono::steady_clock::now();
-  auto setup = setUpTraining(c.train, TrainingGraphKind::Step);
+  auto setup = setUpTraining(args, TrainingGraphKind::Step);
   if (!setup) return reportError(setup.error(), c.train.verbose);
   const double compile_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
@@ -54,6 +64,7 @@ int train(const TrainCmd& c) {
   }
   const int64_t start = s.stepsDone();
   const int64_t steps = c.train.steps;
+  s.setTrace(trace.get());
 
   std::cout << "kiln train " << c.train.model.path << ": " << setup->num_params << " trainable parameters, step graph "
             << s.graph().numNodes() << " nodes (import " << fmt(setup->import_ms, 3) << " ms, compile "
@@ -79,6 +90,8 @@ int train(const TrainCmd& c) {
   std::vector<StepRecord> steps_done;  // for --report
   std::map<std::string, double> last_metrics;
   for (int64_t i = start; i < steps; ++i) {
+    if (trace && i - start == c.trace_steps) trace->stop();  // a few steps are enough to see where time goes
+    TraceScope step_slice(trace.get(), "step " + std::to_string(i), "step");
     auto batch = setup->batches->batch(i);
     if (!batch) return reportError(batch.error());
     if (i > 0 && setup->batch_where != c.train.model.input_file)
@@ -129,6 +142,12 @@ int train(const TrainCmd& c) {
   }
   if (!c.save_weights.empty())
     if (Status st = writeSafetensors(c.save_weights, s.stateDict()); !st) return reportError(st.error());
+  if (trace) {
+    trace->stop();
+    if (Status st = trace->write(c.trace); !st) return reportError(st.error());
+    std::cout << "wrote a trace of " << std::min(c.trace_steps, steps - start) << " steps (" << trace->size()
+              << " slices) to " << c.trace << " (open it in https://ui.perfetto.dev or chrome://tracing)\n";
+  }
 
   std::cout << "trained " << (steps - start) << " steps in " << fmt(secs, 3) << " s ("
             << fmt(static_cast<double>(steps - start) / std::max(secs, 1e-9), 3) << " steps/s)";
@@ -155,6 +174,10 @@ void addTrainCommand(CLI::App& app) {
   sub->add_option("--checkpoint", c->checkpoint, "save weights and optimizer state in this directory (at the end)");
   sub->add_option("--checkpoint-every", c->checkpoint_every, "also save every K steps");
   sub->add_option("--resume", c->resume, "continue from the latest checkpoint in this directory");
+  sub->add_option("--trace", c->trace,
+                  "write a Chrome trace-event file (Perfetto, chrome://tracing) of the first steps: a slice per "
+                  "node with its op, kernel and bytes, the data loading on its own row");
+  sub->add_option("--trace-steps", c->trace_steps, "how many steps --trace records (default 3)");
   sub->add_option("--report", c->report,
                   "write the compile report plus every step's loss and time (JSON, docs/report-schema.md); "
                   "reads the loss back every step");

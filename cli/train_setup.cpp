@@ -45,8 +45,8 @@ Status validate(const TrainArgs& a) {
     return bad("--beta1 and --beta2 must be in [0, 1)");
   if (a.nesterov && (a.momentum <= 0 || a.dampening != 0))
     return bad("--nesterov needs --momentum > 0 and --dampening 0 (as torch.optim.SGD)");
-  if (a.steps < 0 || a.warmup_steps < 0 || a.batch < 0 || a.seq_len < 0)
-    return bad("--steps, --warmup-steps, --batch and --seq-len must be >= 0");
+  if (a.steps < 0 || a.warmup_steps < 0 || a.batch < 0 || a.seq_len < 0 || a.prefetch < 0)
+    return bad("--steps, --warmup-steps, --batch, --seq-len and --prefetch must be >= 0");
   if (!a.model.input_file.empty() && !a.data.empty()) return bad("give either --input-file or --data, not both");
   if (!a.memory_budget.empty())
     if (auto b = parseByteSize(a.memory_budget); !b) return bad("--memory-budget: " + b.error().message);
@@ -146,6 +146,8 @@ void addTrainOptions(CLI::App* sub, TrainArgs& a, bool with_optimizer) {
   sub->add_option("--warmup-steps", a.warmup_steps, "linear warm-up steps of warmup_cosine");
   sub->add_option("--min-lr", a.min_lr, "learning rate at the end of the cosine decay");
   sub->add_option("--steps", a.steps, "train until this many steps are done (default 10)");
+  sub->add_option("--prefetch", a.prefetch,
+                  "read this many batches ahead on a thread of their own (default 2; 0: in the step's thread)");
 }
 
 namespace {
@@ -368,6 +370,8 @@ Result<TrainSetup> setUp(const TrainArgs& a, TrainingGraphKind kind, bool lookup
     setup.batches = syntheticSource(std::move(specs), a.seed);
     setup.batch_where = "synthetic batch";
   }
+  if (a.prefetch > 0 && !a.compile_only)
+    setup.batches = prefetchingSource(std::move(setup.batches), a.prefetch, a.trace);
   auto b0 = setup.batches->batch(0);
   if (!b0) return b0.error();
   if (Status s = setup.session->checkBatch(*b0, setup.batch_where); !s) return s.error();

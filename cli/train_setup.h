@@ -13,6 +13,8 @@
 #include "cli/cli_common.h"
 #include "cli/pass_flags.h"
 #include "core/data/batch_source.h"
+#include "core/data/prefetch_source.h"
+#include "core/trace.h"
 
 namespace kiln::cli {
 
@@ -46,6 +48,9 @@ struct TrainArgs {
   /// kiln compile / memory: build and bind the step only; on a cache hit the
   /// model is not even imported.
   bool compile_only = false;
+  int prefetch = 2;  ///< --prefetch: batches read ahead on their own thread (0: read in the step's thread)
+  /// Where the prefetch thread's data-loading slices go (kiln train --trace).
+  TraceRecorder* trace = nullptr;
 };
 
 /// What the compile cache did for this run (the report's `cache` object).

@@ -1,5 +1,7 @@
 #include "backend/cpu/cpu_executor.h"
 
+#include "core/trace.h"
+
 #include <chrono>
 #include <cstdlib>
 #include <unordered_map>
@@ -112,12 +114,22 @@ Result<std::vector<Tensor>> CpuExecutor::run(const TensorMap& inputs, const std:
         }
       }
       ctx.node_index = i;
-      const bool timed = !node_ms_.empty();
+      const bool traced = trace_ && trace_->recording();
+      const bool timed = !node_ms_.empty() || traced;
       auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
       try {
         kernels_[i]->fn(n, ins, outs, ctx);
-        if (timed)
-          node_ms_[i] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        if (timed) {
+          const auto t1 = std::chrono::steady_clock::now();
+          if (!node_ms_.empty()) node_ms_[i] += std::chrono::duration<double, std::milli>(t1 - t0).count();
+          if (traced) {
+            uint64_t bytes = 0;
+            for (const Value* v : n.outputs()) bytes += v->type().bytes();
+            trace_->slice(n.op(), "node", t0, t1,
+                          {{"node", n.describe()}, {"kernel", kernels_[i]->name}, {"bytes", std::to_string(bytes)},
+                           {"index", std::to_string(i)}});
+          }
+        }
       } catch (const KilnException& e) {
         fail(std::string(e.what()).rfind(n.op(), 0) == 0 ? e.what() : n.describe() + ": " + e.what());
       }

@@ -18,6 +18,10 @@
 #include "passes/memory_plan.h"
 
 namespace kiln {
+class TraceRecorder;
+}
+
+namespace kiln {
 
 struct CpuExecutorOptions {
   uint64_t seed = 0;
@@ -50,6 +54,9 @@ class CpuExecutor {
   /// runs unless set here (training sets it to the step number so a resumed
   /// run draws the same numbers as one that never stopped).
   void setRunIndex(uint64_t index) { runs_ = index; }
+  /// Record a trace slice per node of the following runs (kiln train
+  /// --trace) while `trace` is recording; nullptr: off.
+  void setTrace(TraceRecorder* trace) { trace_ = trace; }
   /// Time every node of the following runs (`kiln bench --profile`).
   void setProfiling(bool on) { node_ms_.assign(on ? nodes_.size() : 0, 0.0); }
   /// Milliseconds spent in each node (in graph order) over the runs since
@@ -72,6 +79,7 @@ class CpuExecutor {
   std::vector<KernelChoice> choices_;
   uint64_t runs_ = 0;
   std::vector<double> node_ms_;
+  TraceRecorder* trace_ = nullptr;
   std::shared_ptr<const MemoryPlan> plan_;
   std::vector<std::vector<int64_t>> out_offsets_;  ///< per node, per output: arena offset or -1
   std::vector<std::vector<const Value*>> donors_;   ///< per node, per output: the graph input it may overwrite

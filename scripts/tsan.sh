@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# ThreadSanitizer run of the tests that exercise Kiln's own threads: the
+# data prefetch thread, the trace recorder, the compile cache (files shared
+# between processes), the executor and the training session. Builds
+# build-tsan/ (about as long as the main build) and fails on any report.
+#
+#   scripts/tsan.sh
+#   KILN_TSAN_FILTER='*' scripts/tsan.sh     # every unit test
+#
+# OpenMP's runtime (libgomp) is not built with TSan, so its worker threads
+# would show as false races; the kernels run on one thread here
+# (OMP_NUM_THREADS=1) and the races under test are Kiln's own.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${KILN_TSAN_BUILD_DIR:-$root/build-tsan}"
+filter="${KILN_TSAN_FILTER:-Prefetch*:Trace*:CompileCache*:ExecutorArena*:TrainingSession*:Schedule*:RematStep*}"
+jobs="$(nproc 2>/dev/null || echo 2)"
+
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_TSAN=ON \
+  -DKILN_WITH_TORCH=OFF -DKILN_WITH_GUI=OFF -DKILN_WITH_CUDA=OFF
+cmake --build "$build" -j "$jobs" --target kiln_unit_tests
+
+export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}"
+OMP_NUM_THREADS=1 "$build/tests/kiln_unit_tests" --gtest_filter="$filter" --gtest_brief=1
+echo "tsan: kiln_unit_tests ($filter) passed under ThreadSanitizer"
