@@ -14,6 +14,7 @@
 #include "core/buffer_pool.h"
 #include "core/text_ir.h"
 #include "passes/training_graph.h"
+#include "tests/backend/random_inputs.h"
 
 namespace kiln {
 namespace {
@@ -40,18 +41,7 @@ Graph mlpStep(int64_t batch) {
   return std::move(*g);
 }
 
-TensorMap inputsFor(const Graph& g, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<double> d(0, 1);
-  TensorMap in;
-  for (const Value* v : g.inputs()) {
-    Tensor t(v->type());
-    for (int64_t i = 0; i < t.numel(); ++i)
-      t.set(i, v->dtype() == DType::I64 ? double(rng() % 10) : v->role() == ValueRole::OptState ? 0.0 : d(rng));
-    in[v->name()] = t;
-  }
-  return in;
-}
+TensorMap inputsFor(const Graph& g, uint32_t seed) { return test::randomInputs(g, seed); }
 
 TEST(ExecutorArena, SteadyStateAllocatesOnlyWhatTheStepReturns) {
   Graph g = mlpStep(256);

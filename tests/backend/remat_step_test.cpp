@@ -5,12 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <random>
 
 #include "backend/cpu/cpu_executor.h"
 #include "core/graph_cost.h"
 #include "core/text_ir.h"
 #include "passes/training_graph.h"
+#include "tests/backend/random_inputs.h"
 
 namespace kiln {
 namespace {
@@ -36,19 +36,6 @@ Result<Graph> deepStep(uint64_t budget) {
   return buildTrainingGraph(*fwd, ctx, TrainingGraphKind::Step);
 }
 
-TensorMap randomInputs(const Graph& g) {
-  std::mt19937 rng(3);
-  std::normal_distribution<double> d(0, 1);
-  TensorMap in;
-  for (const Value* v : g.inputs()) {
-    Tensor t(v->type());
-    for (int64_t i = 0; i < t.numel(); ++i)
-      t.set(i, v->dtype() == DType::I64 ? double(rng() % 10) : v->role() == ValueRole::OptState ? 0.0 : d(rng));
-    in[v->name()] = t;
-  }
-  return in;
-}
-
 TEST(RematStep, FitsTheBudgetWithTheSameResults) {
   auto plain = deepStep(0);
   ASSERT_TRUE(plain.ok()) << plain.error().message;
@@ -65,7 +52,7 @@ TEST(RematStep, FitsTheBudgetWithTheSameResults) {
   auto ex_remat = CpuExecutor::create(*remat);
   ASSERT_TRUE(ex_plain.ok() && ex_remat.ok());
   EXPECT_LT(ex_remat->memoryPlan().peak_bytes, ex_plain->memoryPlan().peak_bytes);
-  const TensorMap in = randomInputs(*plain);
+  const TensorMap in = test::randomInputs(*plain, 3);
   auto a = ex_plain->run(in);
   auto b = ex_remat->run(in);
   ASSERT_TRUE(a.ok() && b.ok());

@@ -6,15 +6,7 @@
 # thing). Bad options give one-line errors and write no JSON.
 # Timings are reported, never asserted.
 # usage: bench_cli.sh KILN WORKDIR
-set -u
-KILN=$1
-W=$2
-PY=/usr/bin/python3
-SRC=$(cd "$(dirname "$0")/../.." && pwd)
-rm -rf "$W" && mkdir -p "$W"
-fails=0
-fail() { echo "FAIL $*"; fails=$((fails + 1)); }
-ok() { echo "ok   $*"; }
+source "$(dirname "$0")/lib/common.sh"
 
 "$PY" "$SRC/models/export.py" mlp --format trace --format fx --train --out-dir "$W" >/dev/null 2>&1 ||
   "$PY" "$SRC/models/export.py" mlp --format trace --train --out-dir "$W" >/dev/null || { echo "FAIL export"; exit 1; }

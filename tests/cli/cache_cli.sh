@@ -7,15 +7,7 @@
 # its path or mtime) and the options that change the step (not the learning
 # rate); kiln cache list / stats / clear; a hit never loads libtorch.
 # usage: cache_cli.sh KILN WORKDIR
-set -u
-KILN=$1
-W=$2
-PY=/usr/bin/python3
-SRC=$(cd "$(dirname "$0")/../.." && pwd)
-rm -rf "$W" && mkdir -p "$W"
-fails=0
-fail() { echo "FAIL $*"; fails=$((fails + 1)); }
-ok() { echo "ok   $*"; }
+source "$(dirname "$0")/lib/common.sh"
 export KILN_CACHE_DIR="$W/cache"
 
 "$PY" "$SRC/models/export.py" gpt2_mini --format trace --train --out-dir "$W" >/dev/null || { echo "FAIL export"; exit 1; }

@@ -7,15 +7,7 @@
 # for bad input. kiln memory prints the peak, the arena and the tensors at
 # the peak, and its JSON is the report's memory object.
 # usage: compile_cli.sh KILN WORKDIR
-set -u
-KILN=$1
-W=$2
-PY=/usr/bin/python3
-SRC=$(cd "$(dirname "$0")/../.." && pwd)
-rm -rf "$W" && mkdir -p "$W"
-fails=0
-fail() { echo "FAIL $*"; fails=$((fails + 1)); }
-ok() { echo "ok   $*"; }
+source "$(dirname "$0")/lib/common.sh"
 
 for m in mlp resnet_mini; do
   "$PY" "$SRC/models/export.py" $m --format trace --train --out-dir "$W" >/dev/null || { echo "FAIL export $m"; exit 1; }

@@ -5,15 +5,7 @@
 # custom pipeline, and one-line errors for unknown pass names; `kiln passes`
 # lists every pass and the default pipelines.
 # usage: pass_manager_cli.sh KILN WORKDIR
-set -u
-KILN=$1
-W=$2
-PY=/usr/bin/python3
-SRC=$(cd "$(dirname "$0")/../.." && pwd)
-rm -rf "$W" && mkdir -p "$W"
-fails=0
-fail() { echo "FAIL $*"; fails=$((fails + 1)); }
-ok() { echo "ok   $*"; }
+source "$(dirname "$0")/lib/common.sh"
 
 "$PY" "$SRC/models/export.py" mlp --format trace --train --out-dir "$W" >/dev/null || { echo "FAIL export"; exit 1; }
 M="$W/mlp.pt"

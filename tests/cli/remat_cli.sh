@@ -4,15 +4,7 @@
 # executor plan) and computes the same losses bit for bit; an impossible
 # budget and a malformed size are one-line errors.
 # usage: remat_cli.sh KILN WORKDIR
-set -u
-KILN=$1
-W=$2
-PY=/usr/bin/python3
-SRC=$(cd "$(dirname "$0")/../.." && pwd)
-rm -rf "$W" && mkdir -p "$W"
-fails=0
-fail() { echo "FAIL $*"; fails=$((fails + 1)); }
-ok() { echo "ok   $*"; }
+source "$(dirname "$0")/lib/common.sh"
 
 "$PY" "$SRC/models/export.py" gpt2_mini --format trace --train --out-dir "$W" >/dev/null || { echo "FAIL export"; exit 1; }
 M="$W/gpt2_mini.pt"

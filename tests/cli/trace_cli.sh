@@ -4,15 +4,7 @@
 # a slice per node carrying its op, kernel and bytes, a slice per step and
 # per batch read; bad paths and counts are one-line errors that leave no file.
 # usage: trace_cli.sh KILN WORKDIR
-set -u
-KILN=$1
-W=$2
-PY=/usr/bin/python3
-SRC=$(cd "$(dirname "$0")/../.." && pwd)
-rm -rf "$W" && mkdir -p "$W"
-fails=0
-fail() { echo "FAIL $*"; fails=$((fails + 1)); }
-ok() { echo "ok   $*"; }
+source "$(dirname "$0")/lib/common.sh"
 
 "$PY" "$SRC/models/export.py" gpt2_mini --format trace --train --out-dir "$W" >/dev/null || { echo "FAIL export"; exit 1; }
 M="$W/gpt2_mini.pt"

@@ -4,14 +4,7 @@
 # logs exactly the losses of an uninterrupted one; logs, weights and
 # checkpoints have the documented shape.
 # usage: train_cli.sh KILN WORKDIR
-set -u
-KILN=$1
-W=$2
-PY=/usr/bin/python3
-SRC=$(cd "$(dirname "$0")/../.." && pwd)
-rm -rf "$W" && mkdir -p "$W"
-fails=0
-fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+source "$(dirname "$0")/lib/common.sh"
 
 expect_error() {  # NAME SUBSTRING CMD...
   local name=$1 want=$2
