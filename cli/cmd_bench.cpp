@@ -131,6 +131,12 @@ int bench(const BenchCmd& c) {
   const int threads = args.threads > 0 ? args.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   args.threads = threads;
 
+#ifdef KILN_HAVE_TORCH
+  // libtorch is a plugin loaded on first use; its start-up allocations belong
+  // to neither side, so it is loaded before anything is measured (as when
+  // kiln linked it). A load error is reported by the import itself.
+  if (!c.compare.empty() || !args.model.path.ends_with(".json")) (void)torchPlugin();
+#endif
   SideStats kiln_stats, torch_stats;
   int64_t h0 = heapInUse();
   auto t0 = std::chrono::steady_clock::now();
