@@ -52,13 +52,13 @@ class Prefetcher final : public PrefetchSource {
     return out;
   }
 
-  std::string describe() const override {
-    return inner_->describe() + ", read " + std::to_string(depth_) + " ahead";
-  }
+  std::string describe() const override { return inner_->describe() + ", read " + std::to_string(depth_) + " ahead"; }
 
   PrefetchStats stats() const override {
     std::lock_guard<std::mutex> lock(mu_);
-    return stats_;
+    PrefetchStats out = stats_;
+    out.ready_now = static_cast<int64_t>(ready_.size());
+    return out;
   }
 
  private:
@@ -92,9 +92,9 @@ class Prefetcher final : public PrefetchSource {
   TraceRecorder* trace_;
   mutable std::mutex mu_;
   std::condition_variable wake_, done_;
-  std::set<int64_t> wanted_;                 // steps to read, lowest first
+  std::set<int64_t> wanted_;  // steps to read, lowest first
   std::map<int64_t, Result<TensorMap>> ready_;
-  int64_t busy_ = -1;                        // the step being read now
+  int64_t busy_ = -1;  // the step being read now
   bool stop_ = false;
   PrefetchStats stats_;
   std::thread worker_;
@@ -102,8 +102,7 @@ class Prefetcher final : public PrefetchSource {
 
 }  // namespace
 
-std::unique_ptr<PrefetchSource> prefetchingSource(std::unique_ptr<BatchSource> inner, int depth,
-                                                  TraceRecorder* trace) {
+std::unique_ptr<PrefetchSource> prefetchingSource(std::unique_ptr<BatchSource> inner, int depth, TraceRecorder* trace) {
   return std::make_unique<Prefetcher>(std::move(inner), depth, trace);
 }
 

@@ -18,6 +18,7 @@ struct PrefetchStats {
   int64_t served_ready = 0;   ///< batch() calls answered without waiting
   int64_t served_waited = 0;  ///< calls that waited for the thread (or read inline)
   double waited_ms = 0;       ///< time batch() spent waiting
+  int64_t ready_now = 0;      ///< batches read and not yet asked for, at the time of stats()
 };
 
 class PrefetchSource : public BatchSource {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -41,7 +42,9 @@ class CountingSource final : public BatchSource {
   int reads = 0;
 };
 
-double valueOf(const Result<TensorMap>& b) { return b->at("input0").at(0); }
+double valueOf(const Result<TensorMap>& b) {
+  return b->at("input0").at(0);
+}
 
 TEST(Prefetch, ServesTheInnerBatchesInAnyOrder) {
   auto inner = std::make_unique<CountingSource>();
@@ -64,6 +67,13 @@ TEST(Prefetch, ABatchReadAheadIsServedWithoutWaiting) {
   auto src = prefetchingSource(std::move(owned), 3);
   ASSERT_TRUE(src->batch(0).ok());
   inner->waitForReads(4);  // steps 0..3: the one asked for and three ahead
+  // The inner source has started the fourth read; wait until the prefetch
+  // thread has stored it too (a read started is not yet a batch ready).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (src->stats().ready_now < 3) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "steps 1..3 never became ready";
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   const PrefetchStats before = src->stats();
   for (int64_t s = 1; s <= 3; ++s) EXPECT_EQ(valueOf(src->batch(s)), static_cast<double>(s));
   const PrefetchStats after = src->stats();
@@ -74,9 +84,7 @@ TEST(Prefetch, ABatchReadAheadIsServedWithoutWaiting) {
 TEST(Trace, WritesChromeTraceEventsWithThreadRows) {
   TraceRecorder trace;
   trace.nameThread("main");
-  {
-    TraceScope s(&trace, "step 0", "step", {{"bytes", "4096"}, {"kernel", "cpu_ref.add"}});
-  }
+  { TraceScope s(&trace, "step 0", "step", {{"bytes", "4096"}, {"kernel", "cpu_ref.add"}}); }
   std::thread([&] {
     trace.nameThread("data prefetch");
     TraceScope s(&trace, "batch 1", "data");
