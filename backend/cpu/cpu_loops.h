@@ -207,6 +207,13 @@ void parallelFor(int64_t n, int64_t grain, Fn&& fn);
 template <size_t N, class Fn>
 void forEachStrided(const Shape& shape, std::array<Shape, N> strides, Fn&& fn, int64_t grain = kParallelGrain);
 
+/// Sum in double of term(i) for i in [0, n), the same on any number of
+/// threads: fixed blocks of kSumBlock terms are summed in order, each block
+/// on some thread, then the block sums in order.
+inline constexpr int64_t kSumBlock = 8192;
+template <class Term>
+double blockedSum(int64_t n, Term&& term);
+
 // ---- implementation --------------------------------------------------------
 
 namespace detail {
@@ -268,6 +275,25 @@ void forEachStrided(const Shape& shape_in, std::array<Shape, N> strides, Fn&& fn
       }
     }
   });
+}
+
+template <class Term>
+double blockedSum(int64_t n, Term&& term) {
+  if (n <= 0) return 0.0;
+  const int64_t blocks = (n + kSumBlock - 1) / kSumBlock;
+  std::vector<double> partial(static_cast<size_t>(blocks));
+  double* pp = partial.data();
+  parallelFor(blocks, std::max<int64_t>(1, kParallelGrain / kSumBlock), [&term, pp, n](int64_t b, int64_t e) {
+    for (int64_t blk = b; blk < e; ++blk) {
+      double acc = 0;
+      const int64_t end = std::min(n, (blk + 1) * kSumBlock);
+      for (int64_t i = blk * kSumBlock; i < end; ++i) acc += term(i);
+      pp[blk] = acc;
+    }
+  });
+  double total = 0;
+  for (double v : partial) total += v;
+  return total;
 }
 
 }  // namespace kiln::cpu

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <limits>
 
+#include "backend/cpu/cpu_loops.h"
 #include "backend/cpu/float_kernel.h"
 #include "core/ops/op_helpers.h"
 
@@ -136,9 +137,7 @@ void mseImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
       for (int64_t i = 0; i < count; ++i) yp[i] = sq(a[i], b[i]);
       return;
     }
-    double total = 0;
-#pragma omp parallel for reduction(+ : total) if (count > 65536)
-    for (int64_t i = 0; i < count; ++i) total += sq(a[i], b[i]);
+    const double total = blockedSum(count, [&](int64_t i) { return static_cast<double>(sq(a[i], b[i])); });
     yp[0] = static_cast<T>(red == Reduction::Sum ? total : total / static_cast<double>(count));
     return;
   }

@@ -51,7 +51,7 @@ void batchNormImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> 
     new_var = allocAs(n, out, 2, dt).template data<T>();
   }
   const int64_t count = batch * inner;
-#pragma omp parallel for
+#pragma omp parallel for if (channels * count > 16384)
   for (int64_t c = 0; c < channels; ++c) {
     double mean, var;
     if (training) {
@@ -86,7 +86,7 @@ void layerNormImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> 
   const T* weight = in[1].data<T>();
   const T* bias = in[2].data<T>();
   T* y = yt.data<T>();
-#pragma omp parallel for
+#pragma omp parallel for if (rows * row > 16384)
   for (int64_t r = 0; r < rows; ++r) {
     const T* src = x + r * row;
     auto [mean, var] = moments(src, 1, row, row);
@@ -108,7 +108,7 @@ void groupNormImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> 
   const T* weight = in[1].data<T>();
   const T* bias = in[2].data<T>();
   T* y = yt.data<T>();
-#pragma omp parallel for
+#pragma omp parallel for if (in[0].numel() > 16384)
   for (int64_t bg = 0; bg < batch * groups; ++bg) {
     // A group's channels are contiguous: one run of per_group * inner.
     const int64_t off = bg * per_group * inner;

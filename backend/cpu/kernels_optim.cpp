@@ -18,7 +18,9 @@ struct Scalars {
   double lr, step, grad_scale;
 };
 
-Scalars readScalars(std::span<const Tensor> in) { return {in[0].at(0), in[1].at(0), in[2].at(0)}; }
+Scalars readScalars(std::span<const Tensor> in) {
+  return {in[0].at(0), in[1].at(0), in[2].at(0)};
+}
 
 /// skip_nonfinite (amp's loss scaler): a non-finite grad_scale says a
 /// gradient overflowed; the step is skipped by copying each parameter and
@@ -83,7 +85,7 @@ KILN_SIMD_CLONES void adamRun(const T* pp, const T* gp, const T* mp, const T* vp
     if (k.decoupled)
       param = param * k.decay;
     else if (k.twd != 0)
-      grad = grad + k.twd * param;  // grad.add(param, alpha=weight_decay)
+      grad = grad + k.twd * param;                   // grad.add(param, alpha=weight_decay)
     T mi = mp[i] * k.tb1 + k.c1 * grad;              // exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
     T vi = vp[i] * k.tb2 + k.c2 * grad * grad;       // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
     T denom = std::sqrt(vi) / k.bias2_sqrt + k.eps;  // (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
@@ -102,9 +104,8 @@ void adamGroup(const Node& n, const Scalars& s, const Tensor& p, const Tensor& g
   const T step_size = static_cast<T>(-(s.lr / bias1));
   const T bias2_sqrt = static_cast<T>(std::sqrt(bias2));
   const T decay = static_cast<T>(1 - s.lr * wd);  // AdamW: param.mul_(1 - lr * weight_decay)
-  const T tb1 = static_cast<T>(b1), tb2 = static_cast<T>(b2), c1 = static_cast<T>(1 - b1),
-          c2 = static_cast<T>(1 - b2), eps = static_cast<T>(n.f("eps")), twd = static_cast<T>(wd),
-          scale = static_cast<T>(s.grad_scale);
+  const T tb1 = static_cast<T>(b1), tb2 = static_cast<T>(b2), c1 = static_cast<T>(1 - b1), c2 = static_cast<T>(1 - b2),
+          eps = static_cast<T>(n.f("eps")), twd = static_cast<T>(wd), scale = static_cast<T>(s.grad_scale);
   const int64_t count = p.numel();
   const T *pp = p.data<T>(), *gp = g.data<T>(), *mp = m.data<T>(), *vp = v.data<T>();
   T *po = p_out.data<T>(), *mo = m_out.data<T>(), *vo = v_out.data<T>();
@@ -123,9 +124,8 @@ void sgdKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out,
     Tensor& p_out = allocOutput(n, out, k);
     Tensor* buf_out = momentum ? &allocOutput(n, out, k + 1) : nullptr;
     const Tensor* buf = momentum ? &in[g + 2] : nullptr;
-    cpu::dispatchFloat(in[g].dtype(), [&](auto t) {
-      sgdGroup<decltype(t)>(n, s, in[g], in[g + 1], buf, p_out, buf_out);
-    });
+    cpu::dispatchFloat(in[g].dtype(),
+                       [&](auto t) { sgdGroup<decltype(t)>(n, s, in[g], in[g + 1], buf, p_out, buf_out); });
   }
 }
 
@@ -148,11 +148,8 @@ void globalNormKernel(const Node& n, std::span<const Tensor> in, std::span<Tenso
     cpu::dispatchFloat(t.dtype(), [&](auto z) {
       using T = decltype(z);
       const T* p = t.data<T>();
-      double acc = 0;
-      const int64_t count = t.numel();
-#pragma omp parallel for reduction(+ : acc) if (count > 65536)
-      for (int64_t i = 0; i < count; ++i) acc += static_cast<double>(p[i]) * static_cast<double>(p[i]);
-      sum += acc;
+      sum +=
+          cpu::blockedSum(t.numel(), [p](int64_t i) { return static_cast<double>(p[i]) * static_cast<double>(p[i]); });
     });
   allocOutput(n, out, 0).set(0, std::sqrt(sum));
 }

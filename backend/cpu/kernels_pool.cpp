@@ -44,7 +44,7 @@ void maxPoolImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> ou
   Tensor& yt = allocAs(n, out, 0, in[0].dtype());
   const T* x = in[0].data<T>();
   T* y = yt.data<T>();
-#pragma omp parallel for
+#pragma omp parallel for if (in[0].numel() > 16384)
   for (int64_t p = 0; p < g.planes; ++p) {
     const T* src = x + p * g.h * g.w;
     T* dst = y + p * g.oh * g.ow;
@@ -77,7 +77,7 @@ void avgPoolImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> ou
   Tensor& yt = allocAs(n, out, 0, in[0].dtype());
   const T* x = in[0].data<T>();
   T* y = yt.data<T>();
-#pragma omp parallel for
+#pragma omp parallel for if (in[0].numel() > 16384)
   for (int64_t p = 0; p < g.planes; ++p) {
     const T* src = x + p * g.h * g.w;
     T* dst = y + p * g.oh * g.ow;
@@ -118,7 +118,7 @@ void adaptivePoolImpl(const Node& n, std::span<const Tensor> in, std::span<Tenso
   Tensor& yt = allocAs(n, out, 0, in[0].dtype());
   const T* x = in[0].data<T>();
   T* y = yt.data<T>();
-#pragma omp parallel for
+#pragma omp parallel for if (in[0].numel() > 16384)
   for (int64_t p = 0; p < g.planes; ++p) {
     const T* src = x + p * g.h * g.w;
     T* dst = y + p * g.oh * g.ow;
