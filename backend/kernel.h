@@ -32,16 +32,15 @@ struct KernelContext {
 /// view (Tensor::reshaped; register with output_views_input0). A kernel
 /// must not return any other input's buffer. Inputs are contiguous.
 /// Errors (e.g. an index out of range in the data) throw KilnException.
-using KernelFn = void (*)(const Node& n, std::span<const Tensor> inputs, std::span<Tensor> outputs,
-                          KernelContext& ctx);
+using KernelFn = void (*)(const Node& n, std::span<const Tensor> inputs, std::span<Tensor> outputs, KernelContext& ctx);
 /// Whether a kernel can run this node (dtypes, attributes).
 using KernelPredicate = bool (*)(const Node& n);
 
 struct KernelDef {
   std::string op;
-  std::string dialect;  ///< "cpu_ref", "cpu_blas", "cpu_dnnl", ...
-  std::string name;     ///< unique, e.g. "cpu_ref.add"
-  int priority = 0;     ///< higher wins
+  std::string dialect;                 ///< "cpu_ref", "cpu_blas", "cpu_dnnl", ...
+  std::string name;                    ///< unique, e.g. "cpu_ref.add"
+  int priority = 0;                    ///< higher wins
   KernelPredicate supports = nullptr;  ///< nullptr: all nodes of `op`
   KernelFn fn = nullptr;
   /// The output is a view of input 0's buffer (reshape): the memory plan
@@ -52,6 +51,10 @@ struct KernelDef {
   /// to the buffer of the graph input it replaces (TrainingSession donates
   /// parameters and optimizer state it alone holds), updating in place.
   bool updates_in_place = false;
+  /// May run on one thread beside other nodes (node_stages.h): computes the
+  /// same on one thread as on many and keeps no unlocked state. Not oneDNN's
+  /// kernels: their reductions split by the thread count.
+  bool runs_beside_others = true;
 };
 
 class KernelRegistry {

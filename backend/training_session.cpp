@@ -47,7 +47,10 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::create(const Model& mo
     if (!g) return g.error();
     s->graph_ = std::make_unique<Graph>(std::move(*g));
   }
-  auto ex = CpuExecutor::create(*s->graph_, {.seed = s->config_.seed, .num_threads = s->config_.num_threads});
+  auto ex = CpuExecutor::create(*s->graph_, {.seed = s->config_.seed,
+                                             .num_threads = s->config_.num_threads,
+                                             .concurrent_nodes = s->config_.concurrent_nodes,
+                                             .min_beside_micros = s->config_.min_beside_micros});
   if (!ex) return ex.error();
   s->exec_ = std::make_unique<CpuExecutor>(std::move(*ex));
 

@@ -28,6 +28,9 @@ struct TrainingConfig {
   LrSchedule schedule;
   uint64_t seed = 0;    ///< random ops (dropout) draw from (seed, step)
   int num_threads = 0;  ///< 0: all cores
+  /// Run independent small nodes at the same time (CpuExecutorOptions).
+  bool concurrent_nodes = true;
+  double min_beside_micros = -1;  ///< CpuExecutorOptions::min_beside_micros
   /// Passes to build the graph with instead of the default pipeline.
   std::vector<const PassInfo*> pipeline;
   /// PassManager switches (IR printing, dumps, verification).

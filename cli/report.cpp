@@ -121,16 +121,27 @@ nlohmann::ordered_json buildReport(const std::string& command, const TrainArgs& 
 
   j["memory"] = memoryJson(s.executor().memoryPlan());  // the plan the executor runs
 
+  const NodeStages& stages = s.executor().stages();
+  std::vector<size_t> stage_of(s.kernelChoices().size());
+  size_t shared = 0, beside = 0, widest = 0;
+  for (size_t k = 0; k < stages.size(); ++k) {
+    const auto [first, end] = stages[k];
+    for (size_t i = first; i < end && i < stage_of.size(); ++i) stage_of[i] = k;
+    widest = std::max(widest, end - first);
+    if (end - first > 1) ++shared, beside += end - first;
+  }
   nlohmann::ordered_json kernels = nlohmann::ordered_json::array();
-  for (const KernelChoice& k : s.kernelChoices()) kernels.push_back({{"node", k.node}, {"kernel", k.kernel}});
+  for (size_t i = 0; i < s.kernelChoices().size(); ++i) {
+    const KernelChoice& k = s.kernelChoices()[i];
+    kernels.push_back({{"node", k.node}, {"kernel", k.kernel}, {"stage", stage_of[i]}});
+  }
   j["kernels"] = kernels;
+  j["execution"] = {{"threads", s.executor().threads()}, {"concurrent_nodes", s.config().concurrent_nodes},
+                    {"stages", stages.size()},           {"shared_stages", shared},
+                    {"nodes_in_shared_stages", beside},  {"widest_stage", widest}};
   const CacheUse& c = setup.cache;
-  j["cache"] = {{"status", c.status},
-                {"dir", c.dir},
-                {"key", c.key},
-                {"entry", c.entry},
-                {"load_millis", c.load_ms},
-                {"problem", c.problem}};
+  j["cache"] = {{"status", c.status},       {"dir", c.dir},        {"key", c.key}, {"entry", c.entry},
+                {"load_millis", c.load_ms}, {"problem", c.problem}};
   j["compile"] = {{"millis", compile_ms},
                   {"import_millis", setup.import_ms},
                   {"passes_millis", c.status == "hit" ? 0.0 : pass_ms},

@@ -118,6 +118,8 @@ void addTrainOptions(CLI::App* sub, TrainArgs& a, bool with_optimizer) {
                   "with dynamic loss scaling when training), or none (default)");
   sub->add_option("--seed", a.seed, "seed for synthetic batches and random ops (dropout)");
   sub->add_option("--threads", a.threads, "CPU threads (0: all cores)");
+  sub->add_flag("--serial-nodes", a.serial_nodes,
+                "run one node at a time, threads only inside ops (default: small independent nodes run side by side)");
   sub->add_flag("--verbose,-v", a.verbose, "print the passes and full error messages");
   addPassFlags(sub, a.pass_flags, "run these passes (a,b,c) instead of the default pipeline (kiln passes)");
   sub->add_option("--memory-budget", a.memory_budget,
@@ -318,7 +320,8 @@ Result<TrainSetup> setUp(const TrainArgs& a, TrainingGraphKind kind, bool lookup
     // Autodiff differentiates every parameter; only the freeze pass drops the frozen ones' work.
     auto isFreeze = [](const PassInfo* p) { return std::string_view(p->name) == "freeze"; };
     if (!pipeline->empty() && std::ranges::none_of(*pipeline, isFreeze))
-      return Error{"--freeze needs the freeze pass in --passes (after autodiff, e.g. loss,autodiff,optimizer,freeze,dce)"};
+      return Error{
+          "--freeze needs the freeze pass in --passes (after autodiff, e.g. loss,autodiff,optimizer,freeze,dce)"};
   }
   cfg.lr = a.lr;
   cfg.schedule.kind = *parseLrScheduleKind(a.lr_schedule);
@@ -327,6 +330,7 @@ Result<TrainSetup> setUp(const TrainArgs& a, TrainingGraphKind kind, bool lookup
   cfg.schedule.min_lr = a.min_lr;
   cfg.seed = a.seed;
   cfg.num_threads = a.threads;
+  cfg.concurrent_nodes = !a.serial_nodes;
   cfg.pipeline = std::move(*pipeline);
   cfg.pass_options = passManagerOptions(a.pass_flags, &std::cout);
   cfg.compile_only = a.compile_only;
@@ -340,8 +344,8 @@ Result<TrainSetup> setUp(const TrainArgs& a, TrainingGraphKind kind, bool lookup
       std::error_code ec;
       std::filesystem::remove(setup.cache.entry, ec);
       cache->count("corrupt");
-      std::string why = "cache entry " + setup.cache.entry + " is stale (" + bound.error().message +
-                        "); removed, rebuilding";
+      std::string why =
+          "cache entry " + setup.cache.entry + " is stale (" + bound.error().message + "); removed, rebuilding";
       std::cerr << "kiln: warning: " << why << "\n";
       return setUp(a, kind, false, setup.cache.problem.empty() ? why : setup.cache.problem);
     }
@@ -380,6 +384,8 @@ Result<TrainSetup> setUp(const TrainArgs& a, TrainingGraphKind kind, bool lookup
 
 }  // namespace
 
-Result<TrainSetup> setUpTraining(const TrainArgs& a, TrainingGraphKind kind) { return setUp(a, kind, true, {}); }
+Result<TrainSetup> setUpTraining(const TrainArgs& a, TrainingGraphKind kind) {
+  return setUp(a, kind, true, {});
+}
 
 }  // namespace kiln::cli

@@ -41,8 +41,9 @@ struct TrainArgs {
   int64_t steps = 10;
   uint64_t seed = 0;
   int threads = 0;
+  bool serial_nodes = false;  ///< --serial-nodes: one node at a time, threads only inside ops
   bool verbose = false;
-  PassFlags pass_flags;  ///< --passes (instead of the default pipeline), IR printing, dumps
+  PassFlags pass_flags;   ///< --passes (instead of the default pipeline), IR printing, dumps
   bool no_cache = false;  ///< --no-cache: neither read nor write the compile cache
   std::string cache_dir;  ///< --cache-dir (default: CompileCache::defaultDir())
   /// kiln compile / memory: build and bind the step only; on a cache hit the

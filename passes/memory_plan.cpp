@@ -6,13 +6,30 @@
 namespace kiln {
 namespace {
 
-bool overlapInTime(const BufferLife& a, const BufferLife& b) { return a.def <= b.last && b.def <= a.last; }
+bool overlapInTime(const BufferLife& a, const BufferLife& b) {
+  return a.def <= b.last && b.def <= a.last;
+}
+
+/// Each buffer lives from the start of its producer's stage to the end of
+/// its last reader's.
+void widenToStages(Liveness& l, const NodeStages& stages) {
+  std::vector<std::pair<size_t, size_t>> span(l.order.size());
+  for (const auto& [first, end] : stages)
+    for (size_t i = first; i < end && i < span.size(); ++i) span[i] = {first, end - 1};
+  for (BufferLife& b : l.buffers) {
+    if (b.graph_input || b.def >= span.size()) continue;
+    b.def = span[b.def].first;
+    if (b.last < span.size()) b.last = span[b.last].second;
+  }
+}
 
 }  // namespace
 
-MemoryPlan planMemory(const Graph& g, const ViewPredicate& is_view, const InPlaceUpdates* in_place) {
+MemoryPlan planMemory(const Graph& g, const ViewPredicate& is_view, const InPlaceUpdates* in_place,
+                      const NodeStages* stages) {
   MemoryPlan p;
   p.liveness = analyzeLiveness(g, is_view, in_place);
+  if (stages) widenToStages(p.liveness, *stages);
   const std::vector<BufferLife>& bufs = p.liveness.buffers;
   p.offsets.assign(bufs.size(), -1);
   p.timeline = liveBytesTimeline(p.liveness);
@@ -63,8 +80,7 @@ MemoryPlan planMemory(const Graph& g, const ViewPredicate& is_view, const InPlac
     const uint64_t size = arenaSize(bufs[i].bytes);
     busy.clear();
     for (size_t j : placed)
-      if (overlapInTime(bufs[i], bufs[j]))
-        busy.emplace_back(p.offsets[j], p.offsets[j] + arenaSize(bufs[j].bytes));
+      if (overlapInTime(bufs[i], bufs[j])) busy.emplace_back(p.offsets[j], p.offsets[j] + arenaSize(bufs[j].bytes));
     std::sort(busy.begin(), busy.end());
     uint64_t at = 0;
     for (const auto& [lo, hi] : busy) {

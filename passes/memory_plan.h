@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/liveness.h"
@@ -43,7 +44,7 @@ struct MemoryPlan {
   /// freed after its last reader, and no update written in place: what the
   /// plan is measured against.
   uint64_t op_by_op_peak_bytes = 0;
-  size_t peak_node = 0;            ///< index into liveness.order of the first peak
+  size_t peak_node = 0;  ///< index into liveness.order of the first peak
 };
 
 /// The arena size a buffer of `bytes` takes.
@@ -51,9 +52,16 @@ inline uint64_t arenaSize(uint64_t bytes) {
   return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
 }
 
+/// Runs of consecutive nodes, [first, end) indices in node order, whose
+/// nodes an executor runs at the same time (backend/cpu/node_stages.h).
+using NodeStages = std::vector<std::pair<size_t, size_t>>;
+
 /// Plans `g` run in its node order (views and in-place updates as
-/// analyzeLiveness takes them).
-MemoryPlan planMemory(const Graph& g, const ViewPredicate& is_view = {}, const InPlaceUpdates* in_place = nullptr);
+/// analyzeLiveness takes them). With `stages`, a buffer made or last read by
+/// a node of a stage is alive for that whole stage, so nodes that run
+/// together never share arena bytes.
+MemoryPlan planMemory(const Graph& g, const ViewPredicate& is_view = {}, const InPlaceUpdates* in_place = nullptr,
+                      const NodeStages* stages = nullptr);
 
 /// Checks that no two buffers alive at one node overlap in the arena and that
 /// every placed buffer is aligned and inside it; the error names the pair.

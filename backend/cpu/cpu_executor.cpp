@@ -1,6 +1,8 @@
 #include "backend/cpu/cpu_executor.h"
 
+#include "backend/cpu/node_stages.h"
 #include "core/trace.h"
+#include "core/tsan_sync.h"
 
 #include <chrono>
 #include <cstdlib>
@@ -31,12 +33,19 @@ Result<CpuExecutor> CpuExecutor::create(const Graph& graph, CpuExecutorOptions o
   for (size_t i = 0; i < ex.nodes_.size(); ++i) kernel_of[ex.nodes_[i]] = ex.kernels_[i];
   const ViewPredicate is_view = [&](const Node& n) { return kernel_of.at(&n)->output_views_input0; };
   ex.findDonors(analyzeLiveness(graph, is_view));
-  // The plan of the steady state: donated updates share their input's buffer.
+  if (options.concurrent_nodes) {
+    ex.stages_ = groupIndependentNodes(ex.nodes_, ex.kernels_, ex.donors_,
+                                       options.min_beside_micros >= 0 ? options.min_beside_micros : kMinBesideMicros);
+  } else {
+    for (size_t i = 0; i < ex.nodes_.size(); ++i) ex.stages_.emplace_back(i, i + 1);
+  }
+  // The plan of the steady state: donated updates share their input's
+  // buffer; nodes that run together share no bytes.
   InPlaceUpdates in_place;
   for (size_t i = 0; i < ex.nodes_.size(); ++i)
     for (size_t k = 0; k < ex.donors_[i].size(); ++k)
       if (ex.donors_[i][k]) in_place[ex.nodes_[i]->output(k)] = ex.donors_[i][k];
-  ex.plan_ = std::make_shared<const MemoryPlan>(planMemory(graph, is_view, &in_place));
+  ex.plan_ = std::make_shared<const MemoryPlan>(planMemory(graph, is_view, &in_place, &ex.stages_));
   const MemoryPlan& plan = *ex.plan_;
   // Each intermediate is dropped after the last node that reads it (the
   // arena slot is reused by the plan; a fresh buffer goes back to the pool).
@@ -73,85 +82,142 @@ void CpuExecutor::findDonors(const Liveness& l) {
   }
 }
 
+/// What one run keeps while it walks the stages.
+struct CpuExecutor::RunState {
+  const std::set<std::string>& donated;
+  std::unordered_map<const Value*, Tensor> env;
+  bool inArena(const void* p) const { return arena && p >= arena && p < arena_end; }
+  const unsigned char* arena = nullptr;
+  const unsigned char* arena_end = nullptr;
+};
+
+void CpuExecutor::bindNode(size_t i, RunState& st, NodeRun& r) const {
+  const Node& n = *nodes_[i];
+  r.ins.clear();
+  for (Value* v : n.inputs()) r.ins.push_back(st.env.at(v));
+  r.outs.assign(n.numOutputs(), Tensor());
+  r.error = nullptr;
+  for (size_t o = 0; o < n.numOutputs(); ++o) {
+    if (const Value* d = donors_[i][o]; d && st.donated.count(d->name())) {
+      r.outs[o] = st.env.at(d);  // updated in place
+    } else if (const int64_t at = out_offsets_[i][o]; at >= 0 && n.output(o)->type().bytes() > 0) {
+      r.outs[o] = Tensor::adopt(n.output(o)->type(), std::shared_ptr<unsigned char[]>(arena_, arena_.get() + at));
+      // The slot holds whatever the arena held last: poison it like a fresh
+      // buffer so tests catch a kernel that reads before it writes.
+      r.outs[o].poisonForTests();
+    }
+  }
+}
+
+void CpuExecutor::runKernel(size_t i, NodeRun& r, KernelContext& ctx) {
+  const Node& n = *nodes_[i];
+  ctx.node_index = i;
+  const bool traced = trace_ && trace_->recording();
+  const bool timed = !node_ms_.empty() || traced;
+  const auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+  try {
+    kernels_[i]->fn(n, r.ins, r.outs, ctx);
+  } catch (const KilnException& e) {
+    fail(std::string(e.what()).rfind(n.op(), 0) == 0 ? e.what() : n.describe() + ": " + e.what());
+  }
+  if (!timed) return;
+  const auto t1 = std::chrono::steady_clock::now();
+  if (!node_ms_.empty()) node_ms_[i] += std::chrono::duration<double, std::milli>(t1 - t0).count();
+  if (traced) {
+    uint64_t bytes = 0;
+    for (const Value* v : n.outputs()) bytes += v->type().bytes();
+    trace_->slice(n.op(), "node", t0, t1,
+                  {{"node", n.describe()},
+                   {"kernel", kernels_[i]->name},
+                   {"bytes", std::to_string(bytes)},
+                   {"index", std::to_string(i)}});
+  }
+}
+
+void CpuExecutor::storeNode(size_t i, RunState& st, NodeRun& r) const {
+  const Node& n = *nodes_[i];
+  for (size_t o = 0; o < n.numOutputs(); ++o) {
+    Tensor& t = r.outs[o];
+    if (!t.defined() || t.type() != n.output(o)->type())
+      fail(n.describe() + ": kernel " + kernels_[i]->name + " produced " +
+           (t.defined() ? t.type().str() : std::string("nothing")) + " for output " + std::to_string(o) +
+           ", expected " + n.output(o)->type().str());
+    // A buffer in the arena must be this output's own slot, or its input's for a view.
+    const void* p = t.raw();
+    const int64_t at = out_offsets_[i][o];
+    if (st.inArena(p) && p != arena_.get() + at && !(kernels_[i]->output_views_input0 && p == r.ins[0].raw()))
+      fail(n.describe() + ": kernel " + kernels_[i]->name + " returned output " + std::to_string(o) +
+           " in another value's planned buffer (a view of an input? register it with output_views_input0)");
+    st.env[n.output(o)] = std::move(t);
+  }
+  r.ins.clear();  // hold no input past its last reader
+}
+
 Result<std::vector<Tensor>> CpuExecutor::run(const TensorMap& inputs, const std::set<std::string>& donated) {
   return catchErrors([&]() -> std::vector<Tensor> {
     if (options_.num_threads > 0) omp_set_num_threads(options_.num_threads);
-    std::unordered_map<const Value*, Tensor> env;
+    // Loops inside a node that runs beside others stay on its thread.
+    omp_set_max_active_levels(1);
+    RunState st{donated, {}};
     for (Value* v : graph_->inputs()) {
       auto it = inputs.find(v->name());
       if (it == inputs.end()) fail("no tensor bound to graph input '" + v->name() + "'");
       if (it->second.type() != v->type())
         fail("graph input '" + v->name() + "' expects " + v->type().str() + ", got " + it->second.type().str());
-      env[v] = it->second;
+      st.env[v] = it->second;
     }
     if (!arena_ && plan_->arena_bytes > 0) {
       arena_ = std::shared_ptr<unsigned char[]>(
-          static_cast<unsigned char*>(std::aligned_alloc(kArenaAlignment, plan_->arena_bytes)), [](unsigned char* p) {
-            std::free(p);
-          });
+          static_cast<unsigned char*>(std::aligned_alloc(kArenaAlignment, plan_->arena_bytes)),
+          [](unsigned char* p) { std::free(p); });
       if (!arena_) fail("cannot allocate the " + std::to_string(plan_->arena_bytes) + "-byte arena of the step");
     }
-    const unsigned char* arena_end = arena_.get() + plan_->arena_bytes;
-    auto inArena = [&](const void* p) { return arena_ && p >= arena_.get() && p < arena_end; };
+    st.arena = arena_.get();
+    st.arena_end = arena_.get() + plan_->arena_bytes;
 
     KernelContext ctx;
     ctx.seed = options_.seed + runs_++ * 0x9E3779B97F4A7C15ull;
-    ctx.num_threads = options_.num_threads > 0 ? options_.num_threads : omp_get_max_threads();
-    std::vector<Tensor> ins, outs;
-    for (size_t i = 0; i < nodes_.size(); ++i) {
-      const Node& n = *nodes_[i];
-      ins.clear();
-      for (Value* v : n.inputs()) ins.push_back(env.at(v));
-      outs.assign(n.numOutputs(), Tensor());
-      for (size_t o = 0; o < n.numOutputs(); ++o) {
-        if (const Value* d = donors_[i][o]; d && donated.count(d->name())) {
-          outs[o] = env.at(d);  // updated in place
-        } else if (const int64_t at = out_offsets_[i][o]; at >= 0 && n.output(o)->type().bytes() > 0) {
-          outs[o] = Tensor::adopt(n.output(o)->type(), std::shared_ptr<unsigned char[]>(arena_, arena_.get() + at));
-          // The slot holds whatever the arena held last: poison it like a fresh
-          // buffer so tests catch a kernel that reads before it writes.
-          outs[o].poisonForTests();
-        }
-      }
-      ctx.node_index = i;
-      const bool traced = trace_ && trace_->recording();
-      const bool timed = !node_ms_.empty() || traced;
-      auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
-      try {
-        kernels_[i]->fn(n, ins, outs, ctx);
-        if (timed) {
-          const auto t1 = std::chrono::steady_clock::now();
-          if (!node_ms_.empty()) node_ms_[i] += std::chrono::duration<double, std::milli>(t1 - t0).count();
-          if (traced) {
-            uint64_t bytes = 0;
-            for (const Value* v : n.outputs()) bytes += v->type().bytes();
-            trace_->slice(n.op(), "node", t0, t1,
-                          {{"node", n.describe()}, {"kernel", kernels_[i]->name}, {"bytes", std::to_string(bytes)},
-                           {"index", std::to_string(i)}});
+    ctx.num_threads = threads();
+    std::vector<NodeRun> runs(1);
+    for (const auto& [first, end] : stages_) {
+      const size_t count = end - first;
+      if (runs.size() < count) runs.resize(count);
+      for (size_t i = first; i < end; ++i) bindNode(i, st, runs[i - first]);
+      if (count == 1 || ctx.num_threads <= 1) {
+        for (size_t i = first; i < end; ++i) runKernel(i, runs[i - first], ctx);
+      } else {
+        const int team = static_cast<int>(std::min<size_t>(count, static_cast<size_t>(ctx.num_threads)));
+        kilnTsanRelease(runs.data());  // fork
+#pragma omp parallel for schedule(dynamic, 1) num_threads(team)
+        for (size_t k = 0; k < count; ++k) {
+          kilnTsanAcquire(runs.data());
+          KernelContext own = ctx;
+          own.num_threads = 1;
+          try {
+            if (trace_ && trace_->recording() && omp_get_thread_num() > 0)
+              trace_->nameThread("cpu pool " + std::to_string(omp_get_thread_num()));
+            runKernel(first + k, runs[k], own);
+          } catch (...) {
+            runs[k].error = std::current_exception();
           }
+          kilnTsanRelease(runs.data());
         }
-      } catch (const KilnException& e) {
-        fail(std::string(e.what()).rfind(n.op(), 0) == 0 ? e.what() : n.describe() + ": " + e.what());
+        kilnTsanAcquire(runs.data());       // join
+        for (size_t k = 0; k < count; ++k)  // the first failing node in order
+          if (runs[k].error) std::rethrow_exception(runs[k].error);
       }
-      for (size_t o = 0; o < n.numOutputs(); ++o) {
-        if (!outs[o].defined() || outs[o].type() != n.output(o)->type())
-          fail(n.describe() + ": kernel " + kernels_[i]->name + " produced " +
-               (outs[o].defined() ? outs[o].type().str() : std::string("nothing")) + " for output " +
-               std::to_string(o) + ", expected " + n.output(o)->type().str());
-        // A buffer in the arena must be this output's own slot, or its input's for a view.
-        const void* p = outs[o].raw();
-        const int64_t at = out_offsets_[i][o];
-        if (inArena(p) && p != arena_.get() + at && !(kernels_[i]->output_views_input0 && p == ins[0].raw()))
-          fail(n.describe() + ": kernel " + kernels_[i]->name + " returned output " + std::to_string(o) +
-               " in another value's planned buffer (a view of an input? register it with output_views_input0)");
-        env[n.output(o)] = std::move(outs[o]);
-      }
-      for (const Value* v : frees_after_[i]) env.erase(v);
+      for (size_t i = first; i < end; ++i) storeNode(i, st, runs[i - first]);
+      for (size_t i = first; i < end; ++i)
+        for (const Value* v : frees_after_[i]) st.env.erase(v);
     }
     std::vector<Tensor> result;
-    for (const GraphOutput& o : graph_->outputs()) result.push_back(env.at(o.value));
+    for (const GraphOutput& o : graph_->outputs()) result.push_back(st.env.at(o.value));
     return result;
   });
+}
+
+int CpuExecutor::threads() const {
+  return options_.num_threads > 0 ? options_.num_threads : omp_get_max_threads();
 }
 
 Result<std::vector<Tensor>> CpuExecutor::runModel(const Model& model, const std::vector<Tensor>& data) {

@@ -1,12 +1,19 @@
-// Reference CPU executor: runs a Graph node by node in its order with the
-// kernels the registry selects. Intermediates live in one arena laid out by
-// the memory plan (passes/memory_plan.h, with the views the bound kernels
-// really make): a steady-state run allocates no buffer for them, only for
-// what it returns and what kernels convert. Multi-threading happens inside
-// kernels (OpenMP, OpenBLAS, oneDNN). One run at a time per executor: runs
-// share the arena.
+// Reference CPU executor: runs a Graph in its order with the kernels the
+// registry selects. Intermediates live in one arena laid out by the memory
+// plan (passes/memory_plan.h, with the views the bound kernels really make):
+// a steady-state run allocates no buffer for them, only for what it returns
+// and what kernels convert.
+//
+// Threads: one OpenMP pool does everything. A big node runs alone with the
+// pool inside its kernel (OpenMP loops, oneDNN); runs of small independent
+// nodes (node_stages.h) run side by side, one node per pool thread, with the
+// parallel loops inside them single-threaded, so the pool is never asked for
+// more threads than it has. Results are the same either way: every kernel
+// that may run beside others computes the same on one thread as on many.
+// One run at a time per executor: runs share the arena.
 #pragma once
 
+#include <exception>
 #include <memory>
 #include <set>
 #include <string>
@@ -26,6 +33,13 @@ namespace kiln {
 struct CpuExecutorOptions {
   uint64_t seed = 0;
   int num_threads = 0;  ///< 0: the library default (all cores)
+  /// Run independent small nodes at the same time (node_stages.h); false:
+  /// one node at a time, threads only inside ops.
+  bool concurrent_nodes = true;
+  /// Nodes estimated shorter than this do not make a stage worth waking the
+  /// pool for (node_stages.h); < 0: kMinBesideMicros. Tests set 0 to run
+  /// every independent run of small nodes side by side.
+  double min_beside_micros = -1;
 };
 
 /// Which kernel runs each node (for reports and `kiln run --verbose`).
@@ -66,11 +80,28 @@ class CpuExecutor {
   /// The plan the runs follow (arena offsets of the intermediates), as in
   /// the steady state where every update that may be written in place is.
   const MemoryPlan& memoryPlan() const { return *plan_; }
+  /// The stages the runs follow: [first, end) node indices, in order; a
+  /// stage of more than one node runs its nodes at the same time.
+  const NodeStages& stages() const { return stages_; }
+  /// Threads of the pool the runs use (the option, else all cores).
+  int threads() const;
 
  private:
   /// Which outputs may overwrite which graph inputs (see run()), from the
   /// liveness of the graph with the kernels' views.
   void findDonors(const Liveness& l);
+  /// One node's inputs, outputs and error while its stage runs.
+  struct NodeRun {
+    std::vector<Tensor> ins, outs;
+    std::exception_ptr error;
+  };
+  struct RunState;
+  /// Gathers node i's inputs and binds its outputs to their planned slots.
+  void bindNode(size_t i, RunState& st, NodeRun& r) const;
+  /// Runs node i's kernel (timed and traced when asked); throws with the node named.
+  void runKernel(size_t i, NodeRun& r, KernelContext& ctx);
+  /// Checks node i's outputs and puts them where its readers find them.
+  void storeNode(size_t i, RunState& st, NodeRun& r) const;
 
   const Graph* graph_ = nullptr;
   CpuExecutorOptions options_;
@@ -81,10 +112,11 @@ class CpuExecutor {
   std::vector<double> node_ms_;
   TraceRecorder* trace_ = nullptr;
   std::shared_ptr<const MemoryPlan> plan_;
-  std::vector<std::vector<int64_t>> out_offsets_;  ///< per node, per output: arena offset or -1
-  std::vector<std::vector<const Value*>> donors_;   ///< per node, per output: the graph input it may overwrite
+  std::vector<std::vector<int64_t>> out_offsets_;       ///< per node, per output: arena offset or -1
+  std::vector<std::vector<const Value*>> donors_;       ///< per node, per output: the graph input it may overwrite
   std::vector<std::vector<const Value*>> frees_after_;  ///< per node: intermediates it reads last
-  std::shared_ptr<unsigned char[]> arena_;           ///< allocated at the first run
+  std::shared_ptr<unsigned char[]> arena_;              ///< allocated at the first run
+  NodeStages stages_;
 };
 
 }  // namespace kiln

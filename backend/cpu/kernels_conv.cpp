@@ -15,8 +15,8 @@
 //
 // "cpu_blas" (f32/f64, and f16/bf16 computed in f32): im2col + GEMM per
 // image and group; a 1x1, stride-1, unpadded convolution skips im2col.
-#include <dnnl.hpp>
 #include <omp.h>
+#include <dnnl.hpp>
 
 #include <map>
 #include <memory>
@@ -250,8 +250,10 @@ void convDnnlKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor>
 }  // namespace
 
 void registerCpuConvKernels(KernelRegistry& r) {
-  r.add({"conv2d", "cpu_dnnl", "cpu_dnnl.conv2d", 30, dnnlConvSupports, convDnnlKernel});
-  r.add({"conv2d", "cpu_dnnl", "cpu_dnnl.conv2d_lowp", 30, dnnlConvSupportsLowp, viaComputeType<convDnnlKernel>});
+  // oneDNN splits its work by the thread count: never beside other nodes.
+  r.add({"conv2d", "cpu_dnnl", "cpu_dnnl.conv2d", 30, dnnlConvSupports, convDnnlKernel, false, false, false});
+  r.add({"conv2d", "cpu_dnnl", "cpu_dnnl.conv2d_lowp", 30, dnnlConvSupportsLowp, viaComputeType<convDnnlKernel>, false,
+         false, false});
   r.add({"conv2d", "cpu_blas", "cpu_blas.conv2d", 20, nullptr, viaComputeType<convIm2colKernel>});
 }
 

@@ -341,7 +341,8 @@ void dnnlBackwardKernel(const Node& n, std::span<const Tensor> in, std::span<Ten
 void registerCpuConvGradKernels(KernelRegistry& r) {
   for (const char* op : {"conv2d_input_backward", "conv2d_weight_backward"}) {
     const std::string name(op);
-    r.add({name, "cpu_dnnl", "cpu_dnnl." + name, 30, dnnlSupports, dnnlBackwardKernel});
+    // oneDNN splits its work by the thread count: never beside other nodes.
+    r.add({name, "cpu_dnnl", "cpu_dnnl." + name, 30, dnnlSupports, dnnlBackwardKernel, false, false, false});
     r.add({name, "cpu_blas", "cpu_blas." + name, 20, nullptr,
            name == "conv2d_input_backward" ? viaComputeType<inputBackwardGemmKernel>
                                            : viaComputeType<weightBackwardGemmKernel>});

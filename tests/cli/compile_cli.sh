@@ -57,6 +57,13 @@ def validate(r, name):
     check(r["graph"]["flops"] > 0, f"{name}: graph.flops")
     check(len(r["kernels"]) == r["graph"]["nodes"], f"{name}: a kernel per node")
     check(all(k["node"] and k["kernel"] for k in r["kernels"]), f"{name}: kernel entries")
+    ex = r["execution"]
+    stages = [k["stage"] for k in r["kernels"]]
+    check(stages == sorted(stages) and stages[0] == 0 and stages[-1] == ex["stages"] - 1, f"{name}: stages {ex}")
+    check(ex["threads"] >= 1 and ex["concurrent_nodes"] is True, f"{name}: execution {ex}")
+    check(max(stages.count(k) for k in set(stages)) == ex["widest_stage"], f"{name}: widest stage {ex}")
+    check(sum(stages.count(k) for k in set(stages) if stages.count(k) > 1) == ex["nodes_in_shared_stages"],
+          f"{name}: nodes in shared stages {ex}")
     c = r["compile"]
     check(c["millis"] > 0 and c["peak_rss_bytes"] > 0, f"{name}: compile {c}")
     mem = r["memory"]

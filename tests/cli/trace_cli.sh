@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # kiln train --trace: a Chrome trace-event file of the first --trace-steps
-# steps with a row per thread (the executor's, the data prefetch thread's),
-# a slice per node carrying its op, kernel and bytes, a slice per step and
+# steps with a row per thread (the executor's, the data prefetch thread's,
+# the pool threads that run nodes side by side), a slice per node
+# carrying its op, kernel and bytes, a slice per step and
 # per batch read; bad paths and counts are one-line errors that leave no file.
 # usage: trace_cli.sh KILN WORKDIR
 source "$(dirname "$0")/lib/common.sh"
@@ -21,7 +22,9 @@ steps = [e for e in slices if e["cat"] == "step"]
 assert [e["name"] for e in steps] == ["step 0", "step 1"], [e["name"] for e in steps]
 nodes = [e for e in slices if e["cat"] == "node"]
 assert nodes and all({"node", "kernel", "bytes"} <= set(e["args"]) for e in nodes), nodes[:1]
-assert all(rows[e["tid"]] == "main (executor)" for e in nodes)
+# Nodes run on the executor's thread, or beside others on a thread of the pool.
+assert all(rows[e["tid"]] == "main (executor)" or rows[e["tid"]].startswith("cpu pool ") for e in nodes), \
+    {rows[e["tid"]] for e in nodes}
 data = [e for e in slices if e["cat"] == "data" and e["name"].startswith("batch ")]
 assert data and all(rows[e["tid"]] == "data prefetch" for e in data), data[:2]
 # Every node slice lies inside a step slice, and each step ran every node once.

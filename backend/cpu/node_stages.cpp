@@ -1,0 +1,87 @@
+// Grouping of independent nodes into stages (see node_stages.h).
+#include "backend/cpu/node_stages.h"
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/op_table.h"
+
+namespace kiln {
+
+double estimatedMicros(const Node& n) {
+  const Cost c = nodeCost(n);
+  const std::string_view op = n.op();
+  const bool gemm = op.find("matmul") != op.npos || op.find("linear") != op.npos || op.find("bmm") != op.npos ||
+                    op.find("conv") != op.npos;
+  return std::max(c.flops / (gemm ? kGemmFlopsPerMicro : kFlopsPerMicro), ioBytes(n) / kBytesPerMicro);
+}
+
+std::vector<std::pair<size_t, size_t>> groupIndependentNodes(const std::vector<const Node*>& nodes,
+                                                             const std::vector<const KernelDef*>& kernels,
+                                                             const std::vector<std::vector<const Value*>>& donors,
+                                                             double min_beside_micros) {
+  std::unordered_map<const Node*, size_t> index;
+  for (size_t i = 0; i < nodes.size(); ++i) index[nodes[i]] = i;
+  // The buffer a value lives in: a view's is its source's.
+  auto root = [&](const Value* v) {
+    while (const Node* p = v->producer()) {
+      auto it = index.find(p);
+      if (it == index.end() || !kernels[it->second]->output_views_input0 || p->numInputs() == 0) break;
+      v = p->input(0);
+    }
+    return v;
+  };
+  auto small = [&](size_t i) {
+    if (!kernels[i]->runs_beside_others) return false;
+    const Cost c = nodeCost(*nodes[i]);
+    return c.flops <= kSmallNodeFlops && ioBytes(*nodes[i]) <= kSmallNodeBytes;
+  };
+
+  std::vector<std::pair<size_t, size_t>> stages;
+  std::unordered_set<const Node*> members;         // of the open stage
+  std::unordered_set<const Value*> read, written;  // buffers (roots) it reads and writes over
+  size_t first = 0;
+  bool open_is_small = false;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = *nodes[i];
+    std::vector<const Value*> reads, writes;
+    for (const Value* v : n.inputs()) reads.push_back(root(v));
+    for (const Value* d : donors[i])
+      if (d) writes.push_back(d);
+    bool joins = i > first && open_is_small && small(i) && i - first < kMaxStageNodes;
+    for (const Value* v : n.inputs())
+      if (joins && v->producer() && members.count(v->producer())) joins = false;
+    for (const Value* w : writes)
+      if (joins && (read.count(w) || written.count(w))) joins = false;
+    for (const Value* r : reads)
+      if (joins && written.count(r)) joins = false;
+    if (!joins && i > first) {
+      stages.emplace_back(first, i);
+      first = i;
+      members.clear();
+      read.clear();
+      written.clear();
+    }
+    if (i == first) open_is_small = small(i);
+    members.insert(&n);
+    read.insert(reads.begin(), reads.end());
+    written.insert(writes.begin(), writes.end());
+  }
+  if (first < nodes.size()) stages.emplace_back(first, nodes.size());
+  // A stage pays for waking the pool only when two of its nodes have work
+  // worth a thread each; else its nodes run one by one.
+  std::vector<std::pair<size_t, size_t>> kept;
+  for (const auto& [b, e] : stages) {
+    int worthy = 0;
+    for (size_t i = b; i < e; ++i) worthy += estimatedMicros(*nodes[i]) >= min_beside_micros;
+    if (e - b > 1 && worthy >= 2) {
+      kept.emplace_back(b, e);
+    } else {
+      for (size_t i = b; i < e; ++i) kept.emplace_back(i, i + 1);
+    }
+  }
+  return kept;
+}
+
+}  // namespace kiln

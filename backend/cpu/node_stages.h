@@ -1,0 +1,58 @@
+// Which nodes of a step the CPU executor runs at the same time.
+//
+// A stage is a run of consecutive nodes (in the step's order) that do not
+// depend on each other: the executor runs a stage's nodes side by side on
+// the one OpenMP pool, each on one thread, and a stage of one node alone
+// with every thread inside the op. Only small nodes share a stage: a big op
+// already keeps every core busy by itself, and small ones are where a step
+// of many little tensors (per-parameter optimizer updates, bias gradients,
+// layer norms of a narrow model) leaves cores idle.
+//
+// A node joins the current stage when
+//  - its kernel may run beside others (KernelDef::runs_beside_others: same
+//    result on one thread as on many, no unlocked state) and it is small
+//    (kSmallNodeFlops, kSmallNodeBytes), like every node already there;
+//  - it reads no output of the stage's nodes;
+//  - it writes no buffer the stage reads and reads none the stage writes,
+//    where an optimizer update written in place writes the graph input it
+//    replaces and reading a view reads the buffer underneath;
+//  - the stage holds fewer than kMaxStageNodes.
+// The memory plan then keeps every buffer a stage touches alive for the
+// whole stage (planMemory's spans), so no two nodes running together share
+// arena bytes. Results are those of running the nodes one by one: each
+// node's kernel computes the same on one thread as on all of them.
+#pragma once
+
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+#include "backend/kernel.h"
+#include "core/ir.h"
+
+namespace kiln {
+
+constexpr double kSmallNodeFlops = 1 << 19;  ///< OpenBLAS runs a GEMM this small on the caller's thread
+constexpr double kSmallNodeBytes = 4 << 20;  ///< inputs plus outputs
+constexpr size_t kMaxStageNodes = 32;
+/// One thread's speed for the estimate below (deliberately low: small
+/// kernels run far from peak).
+constexpr double kFlopsPerMicro = 2000, kGemmFlopsPerMicro = 30000, kBytesPerMicro = 4000;
+/// A stage runs side by side only when two of its nodes are estimated at
+/// least this long: waking a sleeping pool thread costs tens of microseconds.
+constexpr double kMinBesideMicros = 40;
+
+/// Estimated microseconds of `n` on one thread, from its flops and bytes.
+double estimatedMicros(const Node& n);
+
+/// [first, end) node indices of each stage, covering `nodes` in order.
+/// `kernels[i]` runs `nodes[i]`; `donors[i][k]` is the graph input output k
+/// of node i may be written over (nullptr: none). A stage is kept only when
+/// two of its nodes are estimated at `min_beside_micros` or more; else its
+/// nodes run one by one (stages of one).
+std::vector<std::pair<size_t, size_t>> groupIndependentNodes(const std::vector<const Node*>& nodes,
+                                                             const std::vector<const KernelDef*>& kernels,
+                                                             const std::vector<std::vector<const Value*>>& donors,
+                                                             double min_beside_micros = kMinBesideMicros);
+
+}  // namespace kiln

@@ -1,0 +1,30 @@
+// Happens-before edges ThreadSanitizer cannot see by itself. OpenMP's
+// runtime (libgomp) is not built with TSan, so the fork and join of a
+// parallel region are invisible to it and every read after the join of what
+// a worker wrote would be reported as a race. Code that hands data to pool
+// threads marks the hand-over: kilnTsanRelease(&x) before (fork, end of a
+// worker's part) and kilnTsanAcquire(&x) after (start of a worker's part,
+// join). Both compile to nothing without TSan.
+#pragma once
+
+#if defined(__SANITIZE_THREAD__)
+#define KILN_HAS_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define KILN_HAS_TSAN 1
+#endif
+#endif
+
+#ifdef KILN_HAS_TSAN
+extern "C" void __tsan_acquire(void* addr);
+extern "C" void __tsan_release(void* addr);
+inline void kilnTsanAcquire(void* addr) {
+  __tsan_acquire(addr);
+}
+inline void kilnTsanRelease(void* addr) {
+  __tsan_release(addr);
+}
+#else
+inline void kilnTsanAcquire(void*) {}
+inline void kilnTsanRelease(void*) {}
+#endif
