@@ -23,6 +23,6 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_T
   -DKILN_WITH_TORCH=OFF -DKILN_WITH_GUI=OFF -DKILN_WITH_CUDA=OFF
 cmake --build "$build" -j "$jobs" --target kiln_unit_tests
 
-export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}"
+export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$root/scripts/tsan.supp}"
 OMP_NUM_THREADS=1 "$build/tests/kiln_unit_tests" --gtest_filter="$filter" --gtest_brief=1
 echo "tsan: kiln_unit_tests ($filter) passed under ThreadSanitizer"

@@ -187,10 +187,10 @@ Result<std::vector<Tensor>> CpuExecutor::run(const TensorMap& inputs, const std:
         for (size_t i = first; i < end; ++i) runKernel(i, runs[i - first], ctx);
       } else {
         const int team = static_cast<int>(std::min<size_t>(count, static_cast<size_t>(ctx.num_threads)));
-        kilnTsanRelease(runs.data());  // fork
+        kilnTsanRelease(this);  // fork
 #pragma omp parallel for schedule(dynamic, 1) num_threads(team)
         for (size_t k = 0; k < count; ++k) {
-          kilnTsanAcquire(runs.data());
+          kilnTsanAcquire(this);
           KernelContext own = ctx;
           own.num_threads = 1;
           try {
@@ -200,9 +200,9 @@ Result<std::vector<Tensor>> CpuExecutor::run(const TensorMap& inputs, const std:
           } catch (...) {
             runs[k].error = std::current_exception();
           }
-          kilnTsanRelease(runs.data());
+          kilnTsanRelease(this);
         }
-        kilnTsanAcquire(runs.data());       // join
+        kilnTsanAcquire(this);  // join
         for (size_t k = 0; k < count; ++k)  // the first failing node in order
           if (runs[k].error) std::rethrow_exception(runs[k].error);
       }
