@@ -18,13 +18,14 @@
 #ifdef KILN_HAS_TSAN
 extern "C" void __tsan_acquire(void* addr);
 extern "C" void __tsan_release(void* addr);
-inline void kilnTsanAcquire(void* addr) {
-  __tsan_acquire(addr);
+// The address only names the hand-over; nothing is read or written there.
+inline void kilnTsanAcquire(const void* addr) {
+  __tsan_acquire(const_cast<void*>(addr));
 }
-inline void kilnTsanRelease(void* addr) {
-  __tsan_release(addr);
+inline void kilnTsanRelease(const void* addr) {
+  __tsan_release(const_cast<void*>(addr));
 }
 #else
-inline void kilnTsanAcquire(void*) {}
-inline void kilnTsanRelease(void*) {}
+inline void kilnTsanAcquire(const void*) {}
+inline void kilnTsanRelease(const void*) {}
 #endif

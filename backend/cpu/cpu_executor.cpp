@@ -18,13 +18,36 @@ Result<CpuExecutor> CpuExecutor::create(const Graph& graph, CpuExecutorOptions o
   ex.options_ = options;
   std::string missing;
   const KernelRegistry& reg = KernelRegistry::cpu();
-  for (const auto& n : graph.nodes()) {
-    const KernelDef* k = reg.select(*n);
+  // Selecting a kernel builds what it compiles (oneDNN JITs a convolution's
+  // primitives in its predicate): independent per node, so on the pool,
+  // with the thread count the runs will have (primitives bake it in).
+  if (options.num_threads > 0) omp_set_num_threads(options.num_threads);
+  std::vector<const Node*> all;
+  for (const auto& n : graph.nodes()) all.push_back(n.get());
+  std::vector<const KernelDef*> chosen(all.size());
+  std::vector<std::exception_ptr> errors(all.size());
+  kilnTsanRelease(&reg);
+#pragma omp parallel for schedule(dynamic, 1) if (all.size() > 1)
+  for (size_t i = 0; i < all.size(); ++i) {
+    kilnTsanAcquire(&reg);
+    try {
+      chosen[i] = reg.select(*all[i]);
+    } catch (...) {
+      errors[i] = std::current_exception();
+    }
+    kilnTsanRelease(&reg);
+  }
+  kilnTsanAcquire(&reg);
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  for (size_t i = 0; i < all.size(); ++i) {
+    const Node* n = all[i];
+    const KernelDef* k = chosen[i];
     if (!k) {
       missing += (missing.empty() ? "" : "; ") + n->describe();
       continue;
     }
-    ex.nodes_.push_back(n.get());
+    ex.nodes_.push_back(n);
     ex.kernels_.push_back(k);
     ex.choices_.push_back({n->describe(), k->name});
   }
@@ -202,7 +225,7 @@ Result<std::vector<Tensor>> CpuExecutor::run(const TensorMap& inputs, const std:
           }
           kilnTsanRelease(this);
         }
-        kilnTsanAcquire(this);  // join
+        kilnTsanAcquire(this);              // join
         for (size_t k = 0; k < count; ++k)  // the first failing node in order
           if (runs[k].error) std::rethrow_exception(runs[k].error);
       }

@@ -25,6 +25,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/cpu/build_once_cache.h"
 #include "backend/cpu/float_kernel.h"
 #include "core/ops/op_helpers.h"
 
@@ -189,19 +190,14 @@ std::unique_ptr<DnnlConv> buildDnnlConv(const ConvGeom& g) {
 /// The cached primitive for `g`, building it on first use; nullptr when
 /// oneDNN has no implementation for the config (remembered too).
 const DnnlConv* dnnlConvFor(const ConvGeom& g) {
-  static std::mutex mu;
-  static std::map<std::string, std::unique_ptr<DnnlConv>> cache;
-  std::string key = convKey(g);
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(key);
-  if (it != cache.end()) return it->second.get();
-  std::unique_ptr<DnnlConv> built;
-  try {
-    built = buildDnnlConv(g);
-  } catch (const dnnl::error&) {
-    built = nullptr;
-  }
-  return cache.emplace(std::move(key), std::move(built)).first->second.get();
+  static BuildOnceCache<DnnlConv> cache;
+  return cache.get(convKey(g), [&]() -> std::unique_ptr<DnnlConv> {
+    try {
+      return buildDnnlConv(g);
+    } catch (const dnnl::error&) {
+      return nullptr;
+    }
+  });
 }
 
 bool dnnlConvSupports(const Node& n) {

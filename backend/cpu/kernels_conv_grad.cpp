@@ -32,6 +32,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/cpu/build_once_cache.h"
 #include "backend/cpu/float_kernel.h"
 #include "core/ops/op_helpers.h"
 
@@ -280,22 +281,18 @@ std::unique_ptr<DnnlConvBackward> buildBackward(const ConvGeom& g, bool weights)
 /// nullptr when oneDNN has no implementation (remembered too). oneDNN bakes
 /// the OpenMP thread count into a primitive, so it is part of the key.
 const DnnlConvBackward* dnnlBackwardFor(const ConvGeom& g, bool weights) {
-  static std::mutex mu;
-  static std::map<std::string, std::unique_ptr<DnnlConvBackward>> cache;
+  static BuildOnceCache<DnnlConvBackward> cache;
   std::string key = std::string(weights ? "w:" : "x:") + std::to_string(omp_get_max_threads()) + ':';
   for (int64_t v :
        {g.n, g.c, g.h, g.w, g.o, g.cg, g.kh, g.kw, g.groups, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.oh, g.ow})
     key += std::to_string(v) + ',';
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(key);
-  if (it != cache.end()) return it->second.get();
-  std::unique_ptr<DnnlConvBackward> built;
-  try {
-    built = buildBackward(g, weights);
-  } catch (const dnnl::error&) {
-    built = nullptr;
-  }
-  return cache.emplace(std::move(key), std::move(built)).first->second.get();
+  return cache.get(key, [&]() -> std::unique_ptr<DnnlConvBackward> {
+    try {
+      return buildBackward(g, weights);
+    } catch (const dnnl::error&) {
+      return nullptr;
+    }
+  });
 }
 
 bool dnnlSupports(const Node& n) {
