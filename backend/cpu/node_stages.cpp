@@ -35,7 +35,9 @@ std::vector<std::pair<size_t, size_t>> groupIndependentNodes(const std::vector<c
   auto small = [&](size_t i) {
     if (!kernels[i]->runs_beside_others) return false;
     const Cost c = nodeCost(*nodes[i]);
-    return c.flops <= kSmallNodeFlops && ioBytes(*nodes[i]) <= kSmallNodeBytes;
+    int64_t out_elements = 0;
+    for (const Value* o : nodes[i]->outputs()) out_elements += o->type().numel();
+    return c.flops <= kSmallNodeFlops && out_elements <= kSmallNodeElements;
   };
 
   std::vector<std::pair<size_t, size_t>> stages;

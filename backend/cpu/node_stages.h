@@ -11,7 +11,7 @@
 // A node joins the current stage when
 //  - its kernel may run beside others (KernelDef::runs_beside_others: same
 //    result on one thread as on many, no unlocked state) and it is small
-//    (kSmallNodeFlops, kSmallNodeBytes), like every node already there;
+//    (kSmallNodeFlops, kSmallNodeElements), like every node already there;
 //  - it reads no output of the stage's nodes;
 //  - it writes no buffer the stage reads and reads none the stage writes,
 //    where an optimizer update written in place writes the graph input it
@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -32,8 +33,12 @@
 
 namespace kiln {
 
-constexpr double kSmallNodeFlops = 1 << 19;  ///< OpenBLAS runs a GEMM this small on the caller's thread
-constexpr double kSmallNodeBytes = 4 << 20;  ///< inputs plus outputs
+/// Small: what runs on one thread anyway when it runs alone, so a stage
+/// never takes a node's own parallel loops away from it. OpenBLAS runs a
+/// GEMM this small on the caller's thread; the CPU kernels split loops over
+/// threads from about this many output elements (cpu_loops.h).
+constexpr double kSmallNodeFlops = 1 << 19;
+constexpr int64_t kSmallNodeElements = 16384;
 constexpr size_t kMaxStageNodes = 32;
 /// One thread's speed for the estimate below (deliberately low: small
 /// kernels run far from peak).

@@ -34,20 +34,7 @@ const char* kNarrow = R"(graph narrow(%input0: f32[8,16] data, %w1: f32[16,16] p
 )";
 
 Model narrowModel() {
-  Model m;
-  auto g = parseGraph(kNarrow, "narrow");
-  EXPECT_TRUE(g.ok()) << g.error().message;
-  m.graph = std::move(*g);
-  std::mt19937_64 rng(11);
-  std::normal_distribution<double> d(0, 0.5);
-  for (const Value* v : m.graph.inputs()) {
-    if (v->role() != ValueRole::Param) continue;
-    Tensor t(v->type());
-    for (int64_t i = 0; i < t.numel(); ++i) t.set(i, d(rng));
-    m.weights[v->name()] = t;
-  }
-  m.source = "narrow";
-  return m;
+  return test::modelFromText(kNarrow, "narrow", 11, 0.5);
 }
 
 TrainingConfig config(bool concurrent) {

@@ -24,12 +24,24 @@ Graph mlpStep(int64_t batch) {
   const std::string text = "graph mlp(%input0: f32[" + b +
                            ",32] data, %w1: f32[128,32] param, %b1: f32[128] param, %w2: f32[10,128] param, "
                            "%b2: f32[10] param) {\n"
-                           "  %0 = linear(%input0, %w1, %b1) : f32[" + b + ",128] @fc1\n"
-                           "  %1 = gelu(%0) {approximate=\"none\"} : f32[" + b + ",128] @act\n"
-                           "  %2 = reshape(%1) {shape=[" + b + ",2,64]} : f32[" + b + ",2,64] @view\n"
-                           "  %3 = tanh(%2) : f32[" + b + ",2,64] @view\n"
-                           "  %4 = reshape(%3) {shape=[" + b + ",128]} : f32[" + b + ",128] @view\n"
-                           "  %5 = linear(%4, %w2, %b2) : f32[" + b + ",10] @fc2\n"
+                           "  %0 = linear(%input0, %w1, %b1) : f32[" +
+                           b +
+                           ",128] @fc1\n"
+                           "  %1 = gelu(%0) {approximate=\"none\"} : f32[" +
+                           b +
+                           ",128] @act\n"
+                           "  %2 = reshape(%1) {shape=[" +
+                           b + ",2,64]} : f32[" + b +
+                           ",2,64] @view\n"
+                           "  %3 = tanh(%2) : f32[" +
+                           b +
+                           ",2,64] @view\n"
+                           "  %4 = reshape(%3) {shape=[" +
+                           b + ",128]} : f32[" + b +
+                           ",128] @view\n"
+                           "  %5 = linear(%4, %w2, %b2) : f32[" +
+                           b +
+                           ",10] @fc2\n"
                            "  return %5 \"output0\"\n}\n";
   auto fwd = parseGraph(text, "mlp");
   EXPECT_TRUE(fwd.ok()) << fwd.error().message;
@@ -41,7 +53,9 @@ Graph mlpStep(int64_t batch) {
   return std::move(*g);
 }
 
-TensorMap inputsFor(const Graph& g, uint32_t seed) { return test::randomInputs(g, seed); }
+TensorMap inputsFor(const Graph& g, uint32_t seed) {
+  return test::randomInputs(g, seed);
+}
 
 TEST(ExecutorArena, SteadyStateAllocatesOnlyWhatTheStepReturns) {
   Graph g = mlpStep(256);

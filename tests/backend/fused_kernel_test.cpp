@@ -73,7 +73,8 @@ TEST(FusedKernel, EveryFusibleOpMatchesTheOneOpKernelsBitForBit) {
         TensorMap in;
         for (const char* name : {"x", "y"}) {
           Tensor v(TensorType{dt, {n}});
-          for (int64_t i = 0; i < n; ++i) v.set(i, (op == "log" || op == "sqrt" || op == "rsqrt") ? std::abs(dist(rng)) + 0.6 : dist(rng));
+          for (int64_t i = 0; i < n; ++i)
+            v.set(i, (op == "log" || op == "sqrt" || op == "rsqrt") ? std::abs(dist(rng)) + 0.6 : dist(rng));
           in[name] = v;
         }
         Tensor m(TensorType{DType::Bool, {n}});
@@ -111,7 +112,8 @@ TEST(FusedKernel, BroadcastRunOperandsMatchTheOneOpKernels) {
   for (int64_t batch : {3, 2000}) {  // one block; many blocks on several threads
     std::string src = text;
     const std::string from = "[3,4,5,6]", to = "[" + std::to_string(batch) + ",4,5,6]";
-    for (size_t at = 0; (at = src.find(from, at)) != std::string::npos; at += to.size()) src.replace(at, from.size(), to);
+    for (size_t at = 0; (at = src.find(from, at)) != std::string::npos; at += to.size())
+      src.replace(at, from.size(), to);
     auto g = parseGraph(src);
     ASSERT_TRUE(g) << g.error().message;
     std::mt19937 rng(batch);
@@ -142,8 +144,8 @@ TEST(FusedKernel, LinearReluEpilogueMatchesLinearThenRelu) {
       for (int64_t v : d) s += (s.empty() ? "" : ",") + std::to_string(v);
       return "f32[" + s + "]";
     };
-    const std::string text = "graph g(%x: " + dims({m, k}) + " data, %w: " + dims({p, k}) + " param, %b: " +
-                             dims({p}) + " param) {\n  %0 = linear(%x, %w, %b) : " + dims({m, p}) +
+    const std::string text = "graph g(%x: " + dims({m, k}) + " data, %w: " + dims({p, k}) + " param, %b: " + dims({p}) +
+                             " param) {\n  %0 = linear(%x, %w, %b) : " + dims({m, p}) +
                              "\n  %1 = relu(%0) : " + dims({m, p}) + "\n  return %1 \"out\"\n}\n";
     auto g = parseGraph(text);
     ASSERT_TRUE(g) << g.error().message;
@@ -175,7 +177,9 @@ TEST(FusedKernel, LinearReluEpilogueMatchesLinearThenRelu) {
   }
 }
 
-std::string typeStr(const char* t, const Shape& s) { return std::string(t) + shapeStr(s); }
+std::string typeStr(const char* t, const Shape& s) {
+  return std::string(t) + shapeStr(s);
+}
 
 /// A chain with a bias operand ending in a sum or mean over `dims`, with an
 /// intermediate also returned: tanh(x + b) * g -> reduce; tanh also "t".
@@ -186,7 +190,8 @@ std::string reductionGraph(const char* t, const Shape& shape, const std::string&
   s += "  %0 = add(%x, %b) : " + ty + "\n";
   s += "  %1 = tanh(%0) : " + ty + "\n";
   s += "  %2 = mul(%1, %g) : " + ty + "\n";
-  s += "  %3 = " + op + "(%2) {dims=" + dims + ", keepdim=" + (keepdim ? "1" : "0") + "} : " + typeStr(t, reduced) + "\n";
+  s += "  %3 = " + op + "(%2) {dims=" + dims + ", keepdim=" + (keepdim ? "1" : "0") + "} : " + typeStr(t, reduced) +
+       "\n";
   s += "  return %3 \"r\", %1 \"t\"\n}\n";
   return s;
 }
@@ -203,14 +208,14 @@ TEST(FusedKernel, ReductionEndingAChainMatchesTheOneOpKernelsBitForBit) {
     Shape reduced;
   };
   const std::vector<Case> cases = {
-      {{4, 70001}, "[1]", false, {4}},           // long rows: chunks of one block
-      {{70001}, "[0]", false, {}},               // one row: parallel blocks
-      {{3, 5, 700}, "[0, 2]", false, {5}},       // trailing row sums, then strided
-      {{6, 1000}, "[0]", true, {1, 1000}},       // strided, two inner blocks
+      {{4, 70001}, "[1]", false, {4}},      // long rows: chunks of one block
+      {{70001}, "[0]", false, {}},          // one row: parallel blocks
+      {{3, 5, 700}, "[0, 2]", false, {5}},  // trailing row sums, then strided
+      {{6, 1000}, "[0]", true, {1, 1000}},  // strided, two inner blocks
       {{2, 3, 4, 5}, "[1, 3]", true, {2, 1, 4, 1}},
-      {{300, 301}, "[]", false, {}},             // every dim
-      {{37, 8}, "[-1]", false, {37}},            // short rows, a ragged tail per row
-      {{0, 5}, "[0]", false, {5}},               // empty: zeros / NaN means
+      {{300, 301}, "[]", false, {}},   // every dim
+      {{37, 8}, "[-1]", false, {37}},  // short rows, a ragged tail per row
+      {{0, 5}, "[0]", false, {5}},     // empty: zeros / NaN means
   };
   std::mt19937 rng(11);
   std::uniform_real_distribution<double> dist(-2, 2);
@@ -251,7 +256,7 @@ TEST(BroadcastRunInner, WhichOperandsOneIndexDivisionReaches) {
   EXPECT_EQ(broadcastRunInner({3, 4}, {3, 4}), 1);
   EXPECT_EQ(broadcastRunInner({4, 1, 6}, {3, 4, 5, 6}), std::nullopt);  // two runs
   EXPECT_EQ(broadcastRunInner({4}, {3, 4, 5, 6}), std::nullopt);        // not right-aligned
-  EXPECT_EQ(broadcastRunInner({3, 1, 4}, {3, 1, 4}), 1);                 // size-1 dims of the output are neutral
+  EXPECT_EQ(broadcastRunInner({3, 1, 4}, {3, 1, 4}), 1);                // size-1 dims of the output are neutral
   EXPECT_EQ(broadcastRunInner({2, 3, 4}, {3, 4}), std::nullopt);
 }
 

@@ -19,15 +19,27 @@ constexpr int64_t kBatch = 512;
 
 Result<Graph> deepStep(uint64_t budget) {
   const std::string b = std::to_string(kBatch);
-  auto fwd = parseGraph("graph deep(%input0: f32[" + b + ",64] data, %w1: f32[256,64] param, %b1: f32[256] param, "
-                        "%w2: f32[256,256] param, %b2: f32[256] param, %w3: f32[10,256] param, %b3: f32[10] param) {\n"
-                        "  %0 = linear(%input0, %w1, %b1) : f32[" + b + ",256] @fc1\n"
-                        "  %1 = gelu(%0) {approximate=\"none\"} : f32[" + b + ",256] @act1\n"
-                        "  %2 = linear(%1, %w2, %b2) : f32[" + b + ",256] @fc2\n"
-                        "  %3 = tanh(%2) : f32[" + b + ",256] @act2\n"
-                        "  %4 = linear(%3, %w3, %b3) : f32[" + b + ",10] @fc3\n"
-                        "  return %4 \"output0\"\n}\n",
-                        "deep");
+  auto fwd =
+      parseGraph("graph deep(%input0: f32[" + b +
+                     ",64] data, %w1: f32[256,64] param, %b1: f32[256] param, "
+                     "%w2: f32[256,256] param, %b2: f32[256] param, %w3: f32[10,256] param, %b3: f32[10] param) {\n"
+                     "  %0 = linear(%input0, %w1, %b1) : f32[" +
+                     b +
+                     ",256] @fc1\n"
+                     "  %1 = gelu(%0) {approximate=\"none\"} : f32[" +
+                     b +
+                     ",256] @act1\n"
+                     "  %2 = linear(%1, %w2, %b2) : f32[" +
+                     b +
+                     ",256] @fc2\n"
+                     "  %3 = tanh(%2) : f32[" +
+                     b +
+                     ",256] @act2\n"
+                     "  %4 = linear(%3, %w3, %b3) : f32[" +
+                     b +
+                     ",10] @fc3\n"
+                     "  return %4 \"output0\"\n}\n",
+                 "deep");
   if (!fwd) return fwd.error();
   PassContext ctx;
   ctx.training.loss = LossKind::CrossEntropy;

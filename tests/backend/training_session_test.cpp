@@ -12,6 +12,7 @@
 #include "backend/checkpoint.h"
 #include "backend/training_session.h"
 #include "core/text_ir.h"
+#include "tests/backend/random_inputs.h"
 
 namespace kiln {
 namespace {
@@ -28,20 +29,8 @@ const char* kForward = R"(graph tiny(%input0: f32[4,3] data, %w: f32[3] param, %
 )";
 
 Model tinyModel() {
-  Model m;
-  auto g = parseGraph(kForward, "tiny");
-  EXPECT_TRUE(g.ok()) << g.error().message;
-  m.graph = std::move(*g);
-  std::mt19937_64 rng(7);
-  std::normal_distribution<double> d(0, 1);
-  for (const Value* v : m.graph.inputs()) {
-    if (v->role() != ValueRole::Param) continue;
-    Tensor t(v->type());
-    for (int64_t i = 0; i < t.numel(); ++i) t.set(i, d(rng));
-    m.weights[v->name()] = t;
-  }
+  Model m = test::modelFromText(kForward, "tiny", 7, 1.0);
   m.aliases["tied.w"] = "w";
-  m.source = "tiny";
   return m;
 }
 
@@ -229,7 +218,7 @@ TEST(LrSchedule, WarmupThenCosineToMinimum) {
   LrSchedule s{LrSchedule::Kind::WarmupCosine, 4, 14, 0.1};
   EXPECT_DOUBLE_EQ(s.at(1.0, 0), 0.25);
   EXPECT_DOUBLE_EQ(s.at(1.0, 3), 1.0);
-  EXPECT_DOUBLE_EQ(s.at(1.0, 4), 1.0);   // cosine starts at the base rate
+  EXPECT_DOUBLE_EQ(s.at(1.0, 4), 1.0);     // cosine starts at the base rate
   EXPECT_NEAR(s.at(1.0, 9), 0.55, 1e-12);  // half way: (1 + 0.1) / 2
   EXPECT_DOUBLE_EQ(s.at(1.0, 14), 0.1);
   EXPECT_DOUBLE_EQ(s.at(1.0, 100), 0.1);
