@@ -26,9 +26,10 @@ Result<CpuExecutor> CpuExecutor::create(const Graph& graph, CpuExecutorOptions o
   for (const auto& n : graph.nodes()) all.push_back(n.get());
   std::vector<const KernelDef*> chosen(all.size());
   std::vector<std::exception_ptr> errors(all.size());
+  const size_t count = all.size();
   kilnTsanRelease(&reg);
-#pragma omp parallel for schedule(dynamic, 1) if (all.size() > 1)
-  for (size_t i = 0; i < all.size(); ++i) {
+#pragma omp parallel for schedule(dynamic, 1) if (count > 1)
+  for (size_t i = 0; i < count; ++i) {
     kilnTsanAcquire(&reg);
     try {
       chosen[i] = reg.select(*all[i]);

@@ -2,6 +2,8 @@
 // coalescing for strided walks, broadcast strides, and dtype conversion.
 #include "backend/cpu/cpu_loops.h"
 
+#include "core/tsan_sync.h"
+
 #include <algorithm>
 #include <cstring>
 #include <exception>
@@ -108,8 +110,10 @@ void parallelForImpl(int64_t n, int64_t grain, ChunkFn fn, void* ctx) {
   const int64_t min_chunk = std::max<int64_t>(1, grain / 4);
   const int threads = static_cast<int>(std::min<int64_t>(max_threads, (n + min_chunk - 1) / min_chunk));
   std::exception_ptr error;
+  kilnTsanRelease(ctx);  // fork and join, for TSan (libgomp's are invisible to it)
 #pragma omp parallel num_threads(threads)
   {
+    kilnTsanAcquire(ctx);
     const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
     const int64_t begin = n * t / nt, end = n * (t + 1) / nt;
     try {
@@ -118,7 +122,9 @@ void parallelForImpl(int64_t n, int64_t grain, ChunkFn fn, void* ctx) {
 #pragma omp critical(kiln_parallel_for_error)
       if (!error) error = std::current_exception();
     }
+    kilnTsanRelease(ctx);
   }
+  kilnTsanAcquire(ctx);
   if (error) std::rethrow_exception(error);
 }
 
