@@ -11,6 +11,31 @@
 #include <omp.h>
 
 namespace kiln {
+namespace {
+
+/// The OpenMP pool as the executor uses it for one create() or run():
+/// `threads` threads (0: as the process has it) and no nested parallelism,
+/// so loops inside a node that runs beside others stay on its thread. The
+/// process's settings come back afterwards: one executor's thread count
+/// never leaks into another's, or into the rest of the process.
+class PoolScope {
+ public:
+  explicit PoolScope(int threads) : threads_(omp_get_max_threads()), levels_(omp_get_max_active_levels()) {
+    if (threads > 0) omp_set_num_threads(threads);
+    omp_set_max_active_levels(1);
+  }
+  ~PoolScope() {
+    omp_set_num_threads(threads_);
+    omp_set_max_active_levels(levels_);
+  }
+  PoolScope(const PoolScope&) = delete;
+  PoolScope& operator=(const PoolScope&) = delete;
+
+ private:
+  const int threads_, levels_;
+};
+
+}  // namespace
 
 Result<CpuExecutor> CpuExecutor::create(const Graph& graph, CpuExecutorOptions options) {
   CpuExecutor ex;
@@ -21,7 +46,7 @@ Result<CpuExecutor> CpuExecutor::create(const Graph& graph, CpuExecutorOptions o
   // Selecting a kernel builds what it compiles (oneDNN JITs a convolution's
   // primitives in its predicate): independent per node, so on the pool,
   // with the thread count the runs will have (primitives bake it in).
-  if (options.num_threads > 0) omp_set_num_threads(options.num_threads);
+  const PoolScope pool(options.num_threads);
   std::vector<const Node*> all;
   for (const auto& n : graph.nodes()) all.push_back(n.get());
   std::vector<const KernelDef*> chosen(all.size());
@@ -56,9 +81,10 @@ Result<CpuExecutor> CpuExecutor::create(const Graph& graph, CpuExecutorOptions o
   std::unordered_map<const Node*, const KernelDef*> kernel_of;
   for (size_t i = 0; i < ex.nodes_.size(); ++i) kernel_of[ex.nodes_[i]] = ex.kernels_[i];
   const ViewPredicate is_view = [&](const Node& n) { return kernel_of.at(&n)->output_views_input0; };
-  ex.findDonors(analyzeLiveness(graph, is_view));
+  const Liveness liveness = analyzeLiveness(graph, is_view);
+  ex.findDonors(liveness);
   if (options.concurrent_nodes) {
-    ex.stages_ = groupIndependentNodes(ex.nodes_, ex.kernels_, ex.donors_,
+    ex.stages_ = groupIndependentNodes(liveness, ex.kernels_, ex.donors_,
                                        options.min_beside_micros >= 0 ? options.min_beside_micros : kMinBesideMicros);
   } else {
     for (size_t i = 0; i < ex.nodes_.size(); ++i) ex.stages_.emplace_back(i, i + 1);
@@ -179,9 +205,7 @@ void CpuExecutor::storeNode(size_t i, RunState& st, NodeRun& r) const {
 
 Result<std::vector<Tensor>> CpuExecutor::run(const TensorMap& inputs, const std::set<std::string>& donated) {
   return catchErrors([&]() -> std::vector<Tensor> {
-    if (options_.num_threads > 0) omp_set_num_threads(options_.num_threads);
-    // Loops inside a node that runs beside others stay on its thread.
-    omp_set_max_active_levels(1);
+    const PoolScope pool(options_.num_threads);
     RunState st{donated, {}};
     for (Value* v : graph_->inputs()) {
       auto it = inputs.find(v->name());

@@ -2,7 +2,6 @@
 #include "backend/cpu/node_stages.h"
 
 #include <algorithm>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "core/op_table.h"
@@ -17,21 +16,13 @@ double estimatedMicros(const Node& n) {
   return std::max(c.flops / (gemm ? kGemmFlopsPerMicro : kFlopsPerMicro), ioBytes(n) / kBytesPerMicro);
 }
 
-std::vector<std::pair<size_t, size_t>> groupIndependentNodes(const std::vector<const Node*>& nodes,
+std::vector<std::pair<size_t, size_t>> groupIndependentNodes(const Liveness& l,
                                                              const std::vector<const KernelDef*>& kernels,
                                                              const std::vector<std::vector<const Value*>>& donors,
                                                              double min_beside_micros) {
-  std::unordered_map<const Node*, size_t> index;
-  for (size_t i = 0; i < nodes.size(); ++i) index[nodes[i]] = i;
+  const std::vector<const Node*>& nodes = l.order;
   // The buffer a value lives in: a view's is its source's.
-  auto root = [&](const Value* v) {
-    while (const Node* p = v->producer()) {
-      auto it = index.find(p);
-      if (it == index.end() || !kernels[it->second]->output_views_input0 || p->numInputs() == 0) break;
-      v = p->input(0);
-    }
-    return v;
-  };
+  auto root = [&](const Value* v) { return l.buffers[l.buffer_of.at(v)].value; };
   auto small = [&](size_t i) {
     if (!kernels[i]->runs_beside_others) return false;
     const Cost c = nodeCost(*nodes[i]);

@@ -30,6 +30,7 @@
 
 #include "backend/kernel.h"
 #include "core/ir.h"
+#include "core/liveness.h"
 
 namespace kiln {
 
@@ -50,12 +51,13 @@ constexpr double kMinBesideMicros = 40;
 /// Estimated microseconds of `n` on one thread, from its flops and bytes.
 double estimatedMicros(const Node& n);
 
-/// [first, end) node indices of each stage, covering `nodes` in order.
-/// `kernels[i]` runs `nodes[i]`; `donors[i][k]` is the graph input output k
-/// of node i may be written over (nullptr: none). A stage is kept only when
-/// two of its nodes are estimated at `min_beside_micros` or more; else its
-/// nodes run one by one (stages of one).
-std::vector<std::pair<size_t, size_t>> groupIndependentNodes(const std::vector<const Node*>& nodes,
+/// [first, end) node indices of each stage, covering `l.order` in order.
+/// `l` is the liveness with the views the bound kernels make (which buffer
+/// each value reads); `kernels[i]` runs `l.order[i]`; `donors[i][k]` is the
+/// graph input output k of node i may be written over (nullptr: none). A
+/// stage is kept only when two of its nodes are estimated at
+/// `min_beside_micros` or more; else its nodes run one by one (stages of one).
+std::vector<std::pair<size_t, size_t>> groupIndependentNodes(const Liveness& l,
                                                              const std::vector<const KernelDef*>& kernels,
                                                              const std::vector<std::vector<const Value*>>& donors,
                                                              double min_beside_micros = kMinBesideMicros);

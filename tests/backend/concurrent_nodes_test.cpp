@@ -187,7 +187,9 @@ TEST(ConcurrentNodes, GroupingRules) {
   kernels[8] = &lonely;
   std::vector<std::vector<const Value*>> donors(nodes.size(), std::vector<const Value*>{nullptr});
   donors[4][0] = g->inputs()[1];  // %4 is written over %w, which %3 reads
-  const NodeStages stages = groupIndependentNodes(nodes, kernels, donors, 0);
+  const Liveness l = analyzeLiveness(*g, [](const Node&) { return false; });
+  ASSERT_EQ(l.order, nodes);
+  const NodeStages stages = groupIndependentNodes(l, kernels, donors, 0);
   // %2 reads %0 and %1; %4 writes what %3 reads; %5 is big; %6 after a big
   // node opens a stage, %7 joins it; %8's kernel runs alone.
   const NodeStages expected{{0, 2}, {2, 4}, {4, 5}, {5, 6}, {6, 8}, {8, 9}};
