@@ -11,11 +11,9 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${KILN_ASAN_BUILD_DIR:-$root/build-asan}"
 filter="${KILN_SANITIZE_FILTER:-*Safetensors*:*TextIr*:*FxImport*:*Json*:*Verifier*:*Hash*:*Ir*:Autodiff*:Training*:ZeroDim*:ExecutorArena*:MemoryPlan*:FusedKernel*:Schedule*:SplitUpdates*:CompileCache*:FileFingerprint*}"
-jobs="$(nproc 2>/dev/null || echo 2)"
 
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_SANITIZE=ON \
-  -DKILN_WITH_TORCH=OFF -DKILN_WITH_GUI=OFF -DKILN_WITH_CUDA=OFF
-cmake --build "$build" -j "$jobs" --target kiln_unit_tests
+source "$root/scripts/lib/unit_test_build.sh"
+build_unit_tests "$build" -DKILN_SANITIZE=ON
 
 # halt_on_error makes the first report fatal; leaks are errors too.
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1}"

@@ -16,16 +16,11 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${KILN_TSAN_BUILD_DIR:-$root/build-tsan}"
-filter="${KILN_TSAN_FILTER:-Prefetch*:Trace*:CompileCache*:ExecutorArena*:TrainingSession*:Schedule*:RematStep*}"
-jobs="$(nproc 2>/dev/null || echo 2)"
+filter="${KILN_TSAN_FILTER:-Prefetch*:Trace*:CompileCache*:ExecutorArena*:TrainingSession*:Schedule*:RematStep*:ConcurrentNodes*}"
 
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_TSAN=ON \
-  -DKILN_WITH_TORCH=OFF -DKILN_WITH_GUI=OFF -DKILN_WITH_CUDA=OFF
-cmake --build "$build" -j "$jobs" --target kiln_unit_tests
+source "$root/scripts/lib/unit_test_build.sh"
+build_unit_tests "$build" -DKILN_TSAN=ON
 
 export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$root/scripts/tsan.supp}"
 OMP_NUM_THREADS=1 "$build/tests/kiln_unit_tests" --gtest_filter="$filter" --gtest_brief=1
-# A process of its own: these tests set the pool to 2 threads, which would
-# stay set for the tests above (whose kernels' own OpenMP loops are not marked).
-OMP_NUM_THREADS=1 "$build/tests/kiln_unit_tests" --gtest_filter='ConcurrentNodes*' --gtest_brief=1
-echo "tsan: kiln_unit_tests ($filter, then ConcurrentNodes*) passed under ThreadSanitizer"
+echo "tsan: kiln_unit_tests ($filter) passed under ThreadSanitizer"
