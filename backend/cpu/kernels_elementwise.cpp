@@ -314,6 +314,13 @@ void unaryKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
     dispatchAll(x.dtype(), body);
 }
 
+void geluKernel(const Node& n, Inputs in, Outputs out, KernelContext& ctx) {
+  if (geluTanh(n))
+    unaryKernel<GeluOp<true>, true>(n, in, out, ctx);
+  else
+    unaryKernel<GeluOp<false>, true>(n, in, out, ctx);
+}
+
 void logicalNotKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
   Tensor& o = allocOutput(n, out, 0);
   const Tensor b = asDType(in[0], DType::Bool);
@@ -385,7 +392,7 @@ void registerCpuElementwiseKernels(KernelRegistry& r) {
   add(r, "mish", unaryKernel<MishOp, true>);
   add(r, "hardswish", unaryKernel<HardswishOp, true>);
   add(r, "hardsigmoid", unaryKernel<HardsigmoidOp, true>);
-  add(r, "gelu", unaryKernel<GeluOp, true>);
+  add(r, "gelu", geluKernel);
   add(r, "hardtanh", unaryKernel<ClampOp, true>);
   add(r, "leaky_relu", unaryKernel<LeakyReluOp, true>);
   add(r, "elu", unaryKernel<EluOp, true>);

@@ -16,6 +16,7 @@
 #include "backend/cpu/cpu_loops.h"
 #include "backend/cpu/cpu_math.h"
 #include "backend/cpu/unary_grad_block.h"
+#include "backend/cpu/unary_ops.h"
 #include "backend/kernel.h"
 #include "core/ops/op_helpers.h"
 
@@ -72,25 +73,23 @@ struct ClampGrad {
   }
 };
 
+/// gelu's gradient in one form (see GeluOp for why a type per form).
+template <bool kTanh>
 struct GeluGrad {
-  bool tanh_approx;
-  explicit GeluGrad(const Node& n) {
-    const std::string& a = n.s("approximate");
-    if (a != "none" && a != "tanh") opFail(n, "approximate must be \"none\" or \"tanh\", got \"" + a + "\"");
-    tanh_approx = a == "tanh";
-  }
+  explicit GeluGrad(const Node&) {}
   template <class C>
   C operator()(C g, C x) const {
-    if (tanh_approx) {
+    if constexpr (kTanh) {
       const C beta = C(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = C(0.044715);
-      const C x_sq = x * x, inner = beta * (x + kappa * (x_sq * x)), t = std::tanh(inner);
+      const C x_sq = x * x, inner = beta * (x + kappa * (x_sq * x)), t = tanhAny(inner);
       const C left = C(0.5) * x, right = C(1) + t;
       const C right_derivative = left * (C(1) - t * t) * (beta * (C(1) + C(3) * kappa * x_sq));
       return g * (C(0.5) * right + right_derivative);
+    } else {
+      const C cdf = C(0.5) * (C(1) + std::erf(x * C(M_SQRT1_2)));
+      const C pdf = C(M_2_SQRTPI * M_SQRT1_2 * 0.5) * expAny(x * x * C(-0.5));
+      return g * (cdf + x * pdf);
     }
-    const C cdf = C(0.5) * (C(1) + std::erf(x * C(M_SQRT1_2)));
-    const C pdf = C(M_2_SQRTPI * M_SQRT1_2 * 0.5) * expAny(x * x * C(-0.5));
-    return g * (cdf + x * pdf);
   }
 };
 
@@ -149,6 +148,18 @@ UnaryGradBlock<T> unaryGradBlock(const Node& n) {
   return [op = Op(n)](const T* g, const T* v, T* o, int64_t cnt) { unaryGradRun(g, v, o, cnt, op); };
 }
 
+void geluGradKernel(const Node& n, Inputs in, Outputs out, KernelContext& ctx) {
+  if (geluTanh(n))
+    unaryGradKernel<GeluGrad<true>>(n, in, out, ctx);
+  else
+    unaryGradKernel<GeluGrad<false>>(n, in, out, ctx);
+}
+
+template <class T>
+UnaryGradBlock<T> geluGradBlock(const Node& n) {
+  return geluTanh(n) ? unaryGradBlock<T, GeluGrad<true>>(n) : unaryGradBlock<T, GeluGrad<false>>(n);
+}
+
 struct UnaryGradKernel {
   const char* fn;
   KernelFn kernel;
@@ -174,7 +185,7 @@ const UnaryGradKernel kUnaryGradKernels[] = {
     KILN_UNARY_GRAD_ENTRY("mish", MishGrad),
     KILN_UNARY_GRAD_ENTRY("hardswish", HardswishGrad),
     KILN_UNARY_GRAD_ENTRY("hardsigmoid", HardsigmoidGrad),
-    KILN_UNARY_GRAD_ENTRY("gelu", GeluGrad),
+    {"gelu", geluGradKernel, geluGradBlock<float>, geluGradBlock<double>},
     KILN_UNARY_GRAD_ENTRY("leaky_relu", LeakyReluGrad),
     KILN_UNARY_GRAD_ENTRY("elu", EluGrad),
     KILN_UNARY_GRAD_ENTRY("softplus", SoftplusGrad),

@@ -92,7 +92,7 @@ std::function<void(const T* const*, T*, int64_t)> instruction(const Node& n) {
   }
   if (op == "neg") return unary<T, NegOp>(n);
   if (op == "relu") return unary<T, ReluOp>(n);
-  if (op == "gelu") return unary<T, GeluOp>(n);
+  if (op == "gelu") return geluTanh(n) ? unary<T, GeluOp<true>>(n) : unary<T, GeluOp<false>>(n);
   if (op == "tanh") return unary<T, TanhOp>(n);
   if (op == "sigmoid") return unary<T, SigmoidOp>(n);
   if (op == "silu") return unary<T, SiluOp>(n);
@@ -313,7 +313,9 @@ void fusedKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> ou
 
 /// Whether the CPU fused kernel implements `op` inside a body (tests check
 /// this covers passes/fuse.h's fusibleOps()).
-bool cpuFusedKernelSupports(const Node& n) { return instruction<float>(n) != nullptr; }
+bool cpuFusedKernelSupports(const Node& n) {
+  return instruction<float>(n) != nullptr;
+}
 
 }  // namespace kiln::cpu
 

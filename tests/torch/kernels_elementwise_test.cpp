@@ -290,6 +290,8 @@ TEST(KernelsElementwiseUnary, Attributes) {
   auto x = withSpecials(torch::randn({40}) * 4);
   check("gelu", {x}, torch::gelu(x, "tanh"), {{"approximate", std::string("tanh")}});
   check("gelu", {x}, torch::gelu(x, "none"), {{"approximate", std::string("none")}});
+  auto big = torch::randn({70001}) * 4;  // the vectorized loop, its tail and the parallel split
+  check("gelu", {big}, torch::gelu(big, "tanh"), {{"approximate", std::string("tanh")}});
   check("hardtanh", {x}, torch::hardtanh(x, -2.0, 3.0), {{"min_val", -2.0}, {"max_val", 3.0}});
   check("hardtanh", {x}, torch::hardtanh(x, 0.0, 6.0), {{"min_val", 0.0}, {"max_val", 6.0}});  // relu6
   check("leaky_relu", {x}, torch::leaky_relu(x, 0.2), {{"negative_slope", 0.2}});
