@@ -25,7 +25,7 @@ bool mayAliasInput(const Node& n) {
 }
 
 uint64_t estimatePeakBytes(const Graph& g) {
-  const InPlaceUpdates in_place = inPlaceCandidates(g, analyzeLiveness(g));
+  const InPlaceUpdates in_place = inPlaceWrites(g, analyzeLiveness(g));
   uint64_t peak = 0;
   for (const Value* v : g.inputs()) peak += v->type().bytes();  // the peak of a graph with no nodes
   for (uint64_t live : liveBytesTimeline(analyzeLiveness(g, {}, &in_place))) peak = std::max(peak, live);

@@ -29,10 +29,10 @@ bool mayAliasInput(const Node& n);
 ///  - outputs of mayAliasInput() nodes take no memory of their own: they
 ///    keep their source buffer alive until their own last use;
 ///  - an update whose node reads the state it replaces last is written over
-///    that state (inPlaceCandidates, core/liveness.h), as executors do.
+///    that state, and an elementwise result over a same-typed input it reads
+///    last (inPlaceWrites, core/liveness.h), as the CPU executor does.
 /// Not modelled: kernel workspaces, allocator rounding and fragmentation,
-/// in-place reuse of a dying input (a memory plan can do better), and
-/// backends that copy where a view would do.
+/// and backends that copy where a view would do.
 uint64_t estimatePeakBytes(const Graph& g);
 
 }  // namespace kiln

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/graph_cost.h"
+#include "core/op_table.h"
 
 namespace kiln {
 
@@ -53,8 +54,7 @@ InPlaceUpdates inPlaceCandidates(const Graph& g, const Liveness& l, const std::f
   for (size_t i = 0; i < l.order.size(); ++i) index[l.order[i]] = i;
   InPlaceUpdates out;
   for (const GraphOutput& o : g.outputs()) {
-    if (o.role != OutputRole::ParamUpdate && o.role != OutputRole::BufferUpdate &&
-        o.role != OutputRole::OptStateUpdate)
+    if (o.role != OutputRole::ParamUpdate && o.role != OutputRole::BufferUpdate && o.role != OutputRole::OptStateUpdate)
       continue;
     const Value* in = g.findInput(o.name);
     const Node* n = o.value->producer();
@@ -63,6 +63,35 @@ InPlaceUpdates inPlaceCandidates(const Graph& g, const Liveness& l, const std::f
     if (last != last_read.end() && last->second == index.at(n)) out[o.value] = in;
   }
   return out;
+}
+
+InPlaceUpdates elementwiseInPlace(const Liveness& l, const std::function<bool(const Node&)>& can_overwrite) {
+  InPlaceUpdates out;
+  for (size_t i = 0; i < l.order.size(); ++i) {
+    const Node& n = *l.order[i];
+    if (n.numOutputs() != 1) continue;
+    if (can_overwrite ? !can_overwrite(n) : !n.def().has(kElementwise)) continue;
+    const Value* o = n.output(0);
+    const BufferLife& ob = l.buffers[l.buffer_of.at(o)];
+    if (ob.value != o || !ob.planned() || o->type().bytes() == 0) continue;
+    for (const Value* x : n.inputs()) {
+      const size_t bx = l.buffer_of.at(x);
+      const BufferLife& b = l.buffers[bx];
+      if (x->type() != o->type() || b.value != x || !b.planned() || b.last != i) continue;
+      bool read_otherwise = false;  // through a view of x, in another layout
+      for (const Value* y : n.inputs()) read_otherwise = read_otherwise || (y != x && l.buffer_of.at(y) == bx);
+      if (read_otherwise) continue;
+      out[o] = x;
+      break;
+    }
+  }
+  return out;
+}
+
+InPlaceUpdates inPlaceWrites(const Graph& g, const Liveness& l) {
+  InPlaceUpdates all = inPlaceCandidates(g, l);
+  all.merge(elementwiseInPlace(l));
+  return all;
 }
 
 std::vector<uint64_t> liveBytesTimeline(const Liveness& l) {

@@ -27,28 +27,29 @@ namespace kiln {
 
 /// One buffer: a value that owns storage, with the views that share it.
 struct BufferLife {
-  const Value* value = nullptr;      ///< the owner (a node output or a graph input)
-  std::vector<const Value*> views;   ///< values sharing it: views, and updates written in place
+  const Value* value = nullptr;     ///< the owner (a node output or a graph input)
+  std::vector<const Value*> views;  ///< values sharing it: views, and updates written in place
   uint64_t bytes = 0;
-  size_t def = 0;                    ///< index in `order` of the producer (0 for graph inputs)
-  size_t last = 0;                   ///< index of the last node that needs it (inclusive)
-  bool graph_input = false;          ///< bound by the caller; live for the whole step
-  bool escapes = false;              ///< returned by the graph (itself or a view): lives past the step
+  size_t def = 0;            ///< index in `order` of the producer (0 for graph inputs)
+  size_t last = 0;           ///< index of the last node that needs it (inclusive)
+  bool graph_input = false;  ///< bound by the caller; live for the whole step
+  bool escapes = false;      ///< returned by the graph (itself or a view): lives past the step
   /// Whether the step may place it in a reusable arena.
   bool planned() const { return !graph_input && !escapes; }
 };
 
 struct Liveness {
-  std::vector<const Node*> order;  ///< the schedule analysed (graph order)
-  std::vector<BufferLife> buffers;  ///< graph inputs first, then node outputs in order
+  std::vector<const Node*> order;                      ///< the schedule analysed (graph order)
+  std::vector<BufferLife> buffers;                     ///< graph inputs first, then node outputs in order
   std::unordered_map<const Value*, size_t> buffer_of;  ///< every value -> index into buffers
 };
 
 /// Which nodes' outputs share their first input's buffer.
 using ViewPredicate = std::function<bool(const Node&)>;
 
-/// Node outputs written into the buffer of the graph input they replace
-/// (optimizer updates in place) -> that input.
+/// Node outputs written into another value's buffer -> that value: an
+/// optimizer update over the graph input it replaces, an elementwise result
+/// over an input it is the last to read.
 using InPlaceUpdates = std::unordered_map<const Value*, const Value*>;
 
 /// Liveness of `g` run in its node order. `is_view` says which nodes make
@@ -65,6 +66,21 @@ Liveness analyzeLiveness(const Graph& g, const ViewPredicate& is_view = {}, cons
 /// the liveness without updates in place.
 InPlaceUpdates inPlaceCandidates(const Graph& g, const Liveness& l,
                                  const std::function<bool(const Node&)>& can_write = {});
+
+/// Elementwise results that can be written over an input in this order: the
+/// node has one output and `can_overwrite` allows it (by default: ops with
+/// the kElementwise trait); the input has the output's exact type, owns its
+/// buffer (not a view, not a graph input, not returned), no node after this
+/// one reads that buffer, and no other input of the node reads it through a
+/// view (an element would be read after it was overwritten). The output must
+/// not be returned either. PyTorch's in-place ops (relu_, add_) without the
+/// user writing them. `l` is the liveness without any writes in place.
+InPlaceUpdates elementwiseInPlace(const Liveness& l, const std::function<bool(const Node&)>& can_overwrite = {});
+
+/// Every write in place the passes assume (inPlaceCandidates and
+/// elementwiseInPlace, default rules): what estimatePeakBytes, remat and
+/// memory_plan count. The CPU executor applies its kernels' flags instead.
+InPlaceUpdates inPlaceWrites(const Graph& g, const Liveness& l);
 
 /// Bytes live while each node of `l.order` runs: every graph input, every
 /// buffer made earlier and still needed, and the node's own outputs.

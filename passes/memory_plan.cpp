@@ -96,7 +96,10 @@ MemoryPlan planMemory(const Graph& g, const ViewPredicate& is_view, const InPlac
 
 Result<PassResult> runMemoryPlan(Graph& g, PassContext&) {
   return catchErrors([&]() -> PassResult {
-    const InPlaceUpdates in_place = inPlaceCandidates(g, analyzeLiveness(g));
+    const Liveness plain = analyzeLiveness(g);
+    const InPlaceUpdates updates = inPlaceCandidates(g, plain), elementwise = elementwiseInPlace(plain);
+    InPlaceUpdates in_place = updates;
+    in_place.insert(elementwise.begin(), elementwise.end());
     const MemoryPlan plan = planMemory(g, {}, &in_place);
     PassResult r;
     r.statistics = {{"arena_bytes", static_cast<double>(plan.arena_bytes)},
@@ -104,7 +107,8 @@ Result<PassResult> runMemoryPlan(Graph& g, PassContext&) {
                     {"unshared_bytes", static_cast<double>(plan.unshared_bytes)},
                     {"peak_bytes", static_cast<double>(plan.peak_bytes)},
                     {"op_by_op_peak_bytes", static_cast<double>(plan.op_by_op_peak_bytes)},
-                    {"updates_in_place", static_cast<double>(in_place.size())}};
+                    {"updates_in_place", static_cast<double>(updates.size())},
+                    {"elementwise_in_place", static_cast<double>(elementwise.size())}};
     return r;
   });
 }

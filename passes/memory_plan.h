@@ -8,7 +8,9 @@
 // between the buffers already placed whose lifetimes overlap its own (the
 // "greedy by size" heuristic of TFLite's and RAF's planners); the arena
 // comes out close to its lower bound, the most bytes ever live at once.
-// Buffers are 64-byte aligned.
+// Buffers are 64-byte aligned. Values written in place share a buffer:
+// optimizer updates over their state, and elementwise results over an input
+// they read last (elementwiseInPlace), as PyTorch's relu_/add_ would.
 //
 // Needs: a verified graph in the order it will run. Guarantees: a plan
 // checkPlan() accepts; the graph is not changed. The plan also carries the

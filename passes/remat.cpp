@@ -42,17 +42,24 @@ bool deterministic(const Node& n) {
 /// The timeline of the graph's order, as estimatePeakBytes counts it (with
 /// the target's views).
 struct Timeline {
+  /// Buffers with updates in place but each elementwise result in its own:
+  /// where candidates come from (a result written over a dying input shares
+  /// its buffer only in the order that runs now; recomputing the input
+  /// changes who reads it last).
   Liveness live;
-  std::vector<uint64_t> bytes;
+  std::vector<uint64_t> bytes;  ///< with every write in place (inPlaceWrites)
   uint64_t peak = 0, area = 0;
   size_t peak_node = 0;
 };
 
 Timeline timelineOf(const Graph& g, const ViewPredicate& is_view) {
   Timeline t;
-  const InPlaceUpdates in_place = inPlaceCandidates(g, analyzeLiveness(g, is_view));
-  t.live = analyzeLiveness(g, is_view, &in_place);
-  t.bytes = liveBytesTimeline(t.live);
+  const Liveness plain = analyzeLiveness(g, is_view);
+  const InPlaceUpdates updates = inPlaceCandidates(g, plain);
+  t.live = analyzeLiveness(g, is_view, &updates);
+  InPlaceUpdates all = updates;
+  all.merge(elementwiseInPlace(plain));
+  t.bytes = liveBytesTimeline(analyzeLiveness(g, is_view, &all));
   for (size_t i = 0; i < t.bytes.size(); ++i) {
     t.area += t.bytes[i];
     if (t.bytes[i] > t.peak) {
@@ -103,16 +110,14 @@ class Remat {
     }
     if (t.peak > budget_)
       fail("the memory budget of " + bytesText(budget_) + " cannot be met: the smallest peak remat reached is " +
-           bytesText(t.peak) + " (" + bytesText(before) + " without it; weights, optimizer state and batch alone take " +
-           bytesText(inputs) + ")");
+           bytesText(t.peak) + " (" + bytesText(before) +
+           " without it; weights, optimizer state and batch alone take " + bytesText(inputs) + ")");
     PassResult r;
     r.changed = recomputed_ > 0;
-    r.statistics = {{"budget", static_cast<double>(budget_)},
-                    {"peak_before", static_cast<double>(before)},
-                    {"peak_after", static_cast<double>(t.peak)},
-                    {"values_recomputed", static_cast<double>(recomputed_)},
-                    {"nodes_added", static_cast<double>(nodes_added_)},
-                    {"flops_added", flops_added_}};
+    r.statistics = {
+        {"budget", static_cast<double>(budget_)},           {"peak_before", static_cast<double>(before)},
+        {"peak_after", static_cast<double>(t.peak)},        {"values_recomputed", static_cast<double>(recomputed_)},
+        {"nodes_added", static_cast<double>(nodes_added_)}, {"flops_added", flops_added_}};
     return r;
   }
 

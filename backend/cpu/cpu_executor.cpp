@@ -120,8 +120,9 @@ Result<CpuExecutor> CpuExecutor::create(const Graph& graph, CpuExecutorOptions o
 void CpuExecutor::findDonors(const Liveness& l) {
   std::unordered_map<const Node*, size_t> index;
   for (size_t i = 0; i < nodes_.size(); ++i) index[nodes_[i]] = i;
-  const InPlaceUpdates in_place =
+  InPlaceUpdates in_place =
       inPlaceCandidates(*graph_, l, [&](const Node& n) { return kernels_[index.at(&n)]->updates_in_place; });
+  in_place.merge(elementwiseInPlace(l, [&](const Node& n) { return kernels_[index.at(&n)]->writes_over_input; }));
   for (const Node* n : nodes_) {
     std::vector<const Value*> d;
     for (const Value* o : n->outputs()) {
@@ -141,6 +142,16 @@ struct CpuExecutor::RunState {
   const unsigned char* arena_end = nullptr;
 };
 
+const Tensor* CpuExecutor::overwritten(size_t i, size_t o, const RunState& st) const {
+  const Value* d = donors_[i][o];
+  if (!d) return nullptr;
+  const Tensor& t = st.env.at(d);
+  // A graph input only when the caller donated it; an intermediate only in
+  // its planned slot (the plan merged the two values' buffers there).
+  const bool ok = d->isGraphInput() ? st.donated.count(d->name()) > 0 : st.inArena(t.raw());
+  return ok ? &t : nullptr;
+}
+
 void CpuExecutor::bindNode(size_t i, RunState& st, NodeRun& r) const {
   const Node& n = *nodes_[i];
   r.ins.clear();
@@ -148,8 +159,8 @@ void CpuExecutor::bindNode(size_t i, RunState& st, NodeRun& r) const {
   r.outs.assign(n.numOutputs(), Tensor());
   r.error = nullptr;
   for (size_t o = 0; o < n.numOutputs(); ++o) {
-    if (const Value* d = donors_[i][o]; d && st.donated.count(d->name())) {
-      r.outs[o] = st.env.at(d);  // updated in place
+    if (const Tensor* over = overwritten(i, o, st)) {
+      r.outs[o] = *over;  // written in place: no poison, the kernel reads it
     } else if (const int64_t at = out_offsets_[i][o]; at >= 0 && n.output(o)->type().bytes() > 0) {
       r.outs[o] = Tensor::adopt(n.output(o)->type(), std::shared_ptr<unsigned char[]>(arena_, arena_.get() + at));
       // The slot holds whatever the arena held last: poison it like a fresh
@@ -195,7 +206,9 @@ void CpuExecutor::storeNode(size_t i, RunState& st, NodeRun& r) const {
     // A buffer in the arena must be this output's own slot, or its input's for a view.
     const void* p = t.raw();
     const int64_t at = out_offsets_[i][o];
-    if (st.inArena(p) && p != arena_.get() + at && !(kernels_[i]->output_views_input0 && p == r.ins[0].raw()))
+    const bool view = kernels_[i]->output_views_input0 && p == r.ins[0].raw();
+    const Tensor* over = donors_[i][o] && !donors_[i][o]->isGraphInput() ? &st.env.at(donors_[i][o]) : nullptr;
+    if (st.inArena(p) && p != arena_.get() + at && !view && !(over && p == over->raw()))
       fail(n.describe() + ": kernel " + kernels_[i]->name + " returned output " + std::to_string(o) +
            " in another value's planned buffer (a view of an input? register it with output_views_input0)");
     st.env[n.output(o)] = std::move(t);

@@ -96,6 +96,8 @@ class CpuExecutor {
     std::exception_ptr error;
   };
   struct RunState;
+  /// The tensor output `o` of node `i` is written into, if any (donors_), in this run.
+  const Tensor* overwritten(size_t i, size_t o, const RunState& st) const;
   /// Gathers node i's inputs and binds its outputs to their planned slots.
   void bindNode(size_t i, RunState& st, NodeRun& r) const;
   /// Runs node i's kernel (timed and traced when asked); throws with the node named.
@@ -112,8 +114,10 @@ class CpuExecutor {
   std::vector<double> node_ms_;
   TraceRecorder* trace_ = nullptr;
   std::shared_ptr<const MemoryPlan> plan_;
-  std::vector<std::vector<int64_t>> out_offsets_;       ///< per node, per output: arena offset or -1
-  std::vector<std::vector<const Value*>> donors_;       ///< per node, per output: the graph input it may overwrite
+  std::vector<std::vector<int64_t>> out_offsets_;  ///< per node, per output: arena offset or -1
+  /// Per node, per output: the value whose buffer it may be written into (a
+  /// graph input it updates, or an input an elementwise kernel reads last).
+  std::vector<std::vector<const Value*>> donors_;
   std::vector<std::vector<const Value*>> frees_after_;  ///< per node: intermediates it reads last
   std::shared_ptr<unsigned char[]> arena_;              ///< allocated at the first run
   NodeStages stages_;

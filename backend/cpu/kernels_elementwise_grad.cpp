@@ -348,8 +348,13 @@ namespace kiln {
 
 void registerCpuElementwiseGradKernels(KernelRegistry& r) {
   using namespace cpu;
-  add(r, "unary_backward", unaryBackwardKernel);
-  add(r, "binary_backward", binaryBackwardKernel);
+  // Elementwise loops over (g, x[, y]): may write over an input in place.
+  for (auto [op, fn] : {std::pair<const char*, KernelFn>{"unary_backward", unaryBackwardKernel},
+                        std::pair<const char*, KernelFn>{"binary_backward", binaryBackwardKernel}}) {
+    KernelDef k{op, "cpu_ref", std::string("cpu_ref.") + op, 0, nullptr, fn};
+    k.writes_over_input = true;
+    r.add(std::move(k));
+  }
   add(r, "prod_backward", prodBackwardKernel);
 }
 

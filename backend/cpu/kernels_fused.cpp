@@ -322,7 +322,11 @@ bool cpuFusedKernelSupports(const Node& n) {
 namespace kiln {
 
 void registerCpuFusedKernels(KernelRegistry& r) {
-  r.add({"fused_elementwise", "cpu", "cpu.fused_elementwise", 10, nullptr, cpu::fusedKernel});
+  // A block of every input is read into the body before its outputs are
+  // stored (BodyEval::eval, then store), so a lone output may overwrite an input.
+  KernelDef fused{"fused_elementwise", "cpu", "cpu.fused_elementwise", 10, nullptr, cpu::fusedKernel};
+  fused.writes_over_input = true;
+  r.add(std::move(fused));
   r.add({"fused_reduction", "cpu", "cpu.fused_reduction", 10, nullptr, cpu::fusedReductionKernel});
 }
 

@@ -19,7 +19,9 @@ namespace {
 using test::parse;
 
 /// The output of the k-th node (text IR numbers node outputs itself).
-const Value* out(const Graph& g, size_t k) { return (*std::next(g.nodes().begin(), static_cast<long>(k)))->output(); }
+const Value* out(const Graph& g, size_t k) {
+  return (*std::next(g.nodes().begin(), static_cast<long>(k)))->output();
+}
 
 const BufferLife& bufferOf(const MemoryPlan& p, const Graph& g, size_t k) {
   return p.liveness.buffers[p.liveness.buffer_of.at(out(g, k))];
@@ -84,21 +86,58 @@ TEST(MemoryPlan, ViewsExtendTheirSourcesLife) {
   EXPECT_NE(offsetOf(p, g, 0), offsetOf(p, g, 2)) << "a and b are alive together";
 }
 
-// Random DAGs of elementwise ops and reductions over a few sizes: every
-// plan is valid, between its lower bound and one buffer each, and the timeline
-// agrees with the peak estimate.
+// Random DAGs of elementwise ops and reductions over a few sizes, with
+// elementwise results written in place: every plan is valid, between its lower bound and one buffer each, and the
+// timeline agrees with the peak estimate.
 TEST(MemoryPlan, RandomGraphsGetValidPlans) {
   std::mt19937 rng(5);
   for (int trial = 0; trial < 60; ++trial) {
     Graph g = test::randomGraph(rng);
     SCOPED_TRACE("trial " + std::to_string(trial));
-    MemoryPlan p = planMemory(g);
+    const InPlaceUpdates in_place = inPlaceWrites(g, analyzeLiveness(g));
+    MemoryPlan p = planMemory(g, {}, &in_place);
     Status st = checkPlan(p);
     ASSERT_TRUE(st.ok()) << st.error().message << "\n" << printGraph(g);
     EXPECT_GE(p.arena_bytes, p.arena_lower_bound);
     EXPECT_LE(p.arena_bytes, p.unshared_bytes);
     EXPECT_EQ(p.peak_bytes, estimatePeakBytes(g));
   }
+}
+
+// Elementwise results take over the buffer of an input of their type that
+// nothing reads later, as relu_ would; never a graph input's, a buffer read
+// again, one the node also reads through a view, or for a returned result.
+TEST(MemoryPlan, ElementwiseResultsOverwriteTheInputTheyReadLast) {
+  Graph g = parse(R"(graph ew(%x: f32[10,10] data) {
+  %a = exp(%x) : f32[10,10]
+  %b = neg(%a) : f32[10,10]
+  %c = relu(%b) : f32[10,10]
+  %d = add(%c, %b) : f32[10,10]
+  %p = permute(%d) {dims=[1,0]} : f32[10,10]
+  %e = add(%d, %p) : f32[10,10]
+  %f = sum(%e) : f32[]
+  %h = exp(%e) : f32[10,10]
+  return %f "f", %h "h"
+})");
+  const Liveness plain = analyzeLiveness(g);
+  const InPlaceUpdates w = elementwiseInPlace(plain);
+  auto over = [&](size_t k) -> const Value* {
+    auto it = w.find(out(g, k));
+    return it == w.end() ? nullptr : it->second;
+  };
+  EXPECT_EQ(over(0), nullptr) << "x is a graph input";
+  EXPECT_EQ(over(1), out(g, 0)) << "b is written over a, which only it reads";
+  EXPECT_EQ(over(2), nullptr) << "b is read again by d";
+  EXPECT_EQ(over(3), out(g, 2)) << "d over c (b dies here too, but c comes first)";
+  EXPECT_EQ(over(5), nullptr) << "e would overwrite d while reading it transposed through p";
+  EXPECT_EQ(over(7), nullptr) << "h is returned: it leaves the step";
+  EXPECT_EQ(w.size(), 2u);
+  const InPlaceUpdates all = inPlaceWrites(g, plain);
+  MemoryPlan p = planMemory(g, {}, &all);
+  ASSERT_TRUE(checkPlan(p).ok()) << checkPlan(p).error().message;
+  EXPECT_EQ(p.liveness.buffer_of.at(out(g, 1)), p.liveness.buffer_of.at(out(g, 0)));
+  EXPECT_EQ(p.peak_bytes, estimatePeakBytes(g));
+  EXPECT_LT(p.peak_bytes, planMemory(g).peak_bytes);
 }
 
 // checkPlan is what the tests above rely on: it must reject a plan that puts
@@ -124,13 +163,14 @@ TEST(MemoryPlan, CheckPlanRejectsOverlappingBuffers) {
 
 // A whole AdamW training step: valid plan, and sharing slots saves memory.
 TEST(MemoryPlan, TrainingStepPlanSharesSlots) {
-  auto fwd = parseGraph(R"(graph mlp(%input0: f32[64,32] data, %w1: f32[128,32] param, %b1: f32[128] param, %w2: f32[10,128] param, %b2: f32[10] param) {
+  auto fwd = parseGraph(
+      R"(graph mlp(%input0: f32[64,32] data, %w1: f32[128,32] param, %b1: f32[128] param, %w2: f32[10,128] param, %b2: f32[10] param) {
   %0 = linear(%input0, %w1, %b1) : f32[64,128] @fc1
   %1 = relu(%0) : f32[64,128] @act
   %2 = linear(%1, %w2, %b2) : f32[64,10] @fc2
   return %2 "output0"
 })",
-                        "mlp");
+      "mlp");
   ASSERT_TRUE(fwd.ok()) << fwd.error().message;
   PassContext ctx;
   ctx.training.loss = LossKind::CrossEntropy;
