@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -70,13 +71,27 @@ Timeline timelineOf(const Graph& g, const ViewPredicate& is_view) {
   return t;
 }
 
+/// Seconds to run `n` again, roughly: its flops at a GEMM's rate or its
+/// bytes at memory speed, whichever takes longer, plus a fixed cost per node
+/// (dispatch, a parallel region). Counting flops alone made copies and
+/// permutes look free and long chains of small ops cheap; on a CPU each
+/// costs microseconds.
+double recomputeSeconds(const Node& n) {
+  constexpr double kFlopsPerSecond = 20e9, kBytesPerSecond = 5e9, kPerNode = 4e-6;
+  const Cost c = nodeCost(n);
+  return std::max(c.flops / kFlopsPerSecond, c.bytes / kBytesPerSecond) + kPerNode;
+}
+
 /// A value to recompute: the nodes that make it again (in order) and where.
 struct Candidate {
   Value* value = nullptr;        ///< the buffer's owner
   std::vector<Value*> members;   ///< the owner and its views (reshape, ...): what readers read
   std::vector<Node*> recompute;  ///< producers, inputs first
-  size_t before = 0;             ///< index of the first reader after the peak
-  double score = 0;              ///< bytes freed per recomputed flop
+  /// Inputs of the recompute dead at `before` read from a copy remat made
+  /// after the peak instead (its life extended) rather than recomputed again.
+  std::unordered_map<const Value*, Value*> reuse;
+  size_t before = 0;  ///< index of the first reader after the peak
+  double score = 0;   ///< bytes freed per second of recompute
 };
 
 class Remat {
@@ -90,8 +105,9 @@ class Remat {
     for (const Value* v : g_.inputs()) inputs += v->type().bytes();
     int attempts = 0;
     while (t.peak > budget_ && attempts < kMaxAttempts) {
+      peak_ = t.peak_node;
       std::vector<Candidate> cands = candidatesAt(t);
-      std::erase_if(cands, [&](const Candidate& c) { return rejected_.count(c.value); });
+      std::erase_if(cands, [&](const Candidate& c) { return rejected_.count({c.value, !c.reuse.empty()}); });
       if (cands.empty()) break;
       const Candidate& best = *std::max_element(
           cands.begin(), cands.end(), [](const Candidate& a, const Candidate& b) { return a.score < b.score; });
@@ -102,10 +118,16 @@ class Remat {
         ++recomputed_;
         nodes_added_ += applied.clones.size();
         for (const Node* n : applied.clones) flops_added_ += nodeCost(*n).flops;
+        for (size_t k = 0; k < applied.clones.size(); ++k)
+          for (size_t o = 0; o < applied.clones[k]->numOutputs(); ++o) {
+            const Value* orig = originalOf(applied.sources[k]->output(o));
+            copies_[orig].push_back(applied.clones[k]->output(o));
+            original_[applied.clones[k]->output(o)] = orig;
+          }
         t = std::move(next);
       } else {
         undo(applied);
-        rejected_.insert(best.value);
+        rejected_.insert({best.value, !best.reuse.empty()});
       }
     }
     if (t.peak > budget_)
@@ -124,6 +146,7 @@ class Remat {
  private:
   struct Applied {
     std::vector<Node*> clones;
+    std::vector<const Node*> sources;  // what each clone copies
     struct Moved {
       Node* user;
       size_t index;
@@ -164,53 +187,95 @@ class Remat {
         }
       if (read_at_peak || after == SIZE_MAX) continue;
       c.before = after;
-      std::unordered_set<const Node*> seen;
-      if (!collect(c.value->producer(), after, last, 0, seen, c.recompute)) continue;
-      // The views made before `after` whose values (or views of them) are read from there on.
-      std::unordered_set<const Value*> needed;
-      for (auto it = c.members.rbegin(); it != std::prev(c.members.rend()); ++it) {
-        const Node* view = (*it)->producer();
-        if (pos.at(view) >= after) continue;  // made after the recompute point: reads the clone
-        bool read_later = needed.count(*it) > 0;
-        for (const Use& u : (*it)->uses()) read_later = read_later || pos.at(u.user) >= after;
-        if (read_later) needed.insert(view->input(0));
+      for (const bool reuse : {false, true}) {
+        Candidate v = c;
+        std::unordered_set<const Node*> seen;
+        if (!collect(v.value->producer(), after, last, pos, 0, seen, v.recompute, reuse ? &v.reuse : nullptr)) continue;
+        if (reuse && v.reuse.empty()) continue;  // the same as the first
+        finish(v, pos, b.bytes);
+        out.push_back(std::move(v));
       }
-      for (size_t k = 1; k < c.members.size(); ++k) {
-        Node* view = c.members[k]->producer();
-        if (pos.at(view) >= after) continue;
-        bool read_later = needed.count(c.members[k]) > 0;
-        for (const Use& u : c.members[k]->uses()) read_later = read_later || pos.at(u.user) >= after;
-        if (read_later) c.recompute.push_back(view);
-      }
-      double flops = 1;
-      for (const Node* n : c.recompute) flops += nodeCost(*n).flops;
-      c.score = static_cast<double>(b.bytes) / flops;
-      out.push_back(std::move(c));
     }
     return out;
   }
 
+  /// Adds the views `c` must make again and its score.
+  void finish(Candidate& c, const std::unordered_map<const Node*, size_t>& pos, uint64_t bytes) const {
+    const size_t after = c.before;
+    // The views made before `after` whose values (or views of them) are read from there on.
+    std::unordered_set<const Value*> needed;
+    for (auto it = c.members.rbegin(); it != std::prev(c.members.rend()); ++it) {
+      const Node* view = (*it)->producer();
+      if (pos.at(view) >= after) continue;  // made after the recompute point: reads the clone
+      bool read_later = needed.count(*it) > 0;
+      for (const Use& u : (*it)->uses()) read_later = read_later || pos.at(u.user) >= after;
+      if (read_later) needed.insert(view->input(0));
+    }
+    for (size_t k = 1; k < c.members.size(); ++k) {
+      Node* view = c.members[k]->producer();
+      if (pos.at(view) >= after) continue;
+      bool read_later = needed.count(c.members[k]) > 0;
+      for (const Use& u : c.members[k]->uses()) read_later = read_later || pos.at(u.user) >= after;
+      if (read_later) c.recompute.push_back(view);
+    }
+    double seconds = 0;
+    for (const Node* n : c.recompute) seconds += recomputeSeconds(*n);
+    c.score = static_cast<double>(bytes) / seconds;
+  }
+
   /// Adds `n` and the producers it needs (inputs first) to `out`; false when
   /// it cannot be recomputed at index `at`.
-  bool collect(const Node* n, size_t at, const std::unordered_map<const Value*, size_t>& last, int depth,
-               std::unordered_set<const Node*>& seen, std::vector<Node*>& out) const {
+  /// With `reuse`, an input dead at `at` is read from the newest copy of it
+  /// remat made after the peak (recorded in `reuse`) instead of made again.
+  bool collect(const Node* n, size_t at, const std::unordered_map<const Value*, size_t>& last,
+               const std::unordered_map<const Node*, size_t>& pos, int depth, std::unordered_set<const Node*>& seen,
+               std::vector<Node*>& out, std::unordered_map<const Value*, Value*>* reuse) const {
     if (!seen.insert(n).second) return true;
     if (depth > kMaxDepth || !deterministic(*n) || n->def().has(kSideEffect)) return false;
     for (const Value* in : n->inputs()) {
       if (in->isGraphInput()) continue;
       auto l = last.find(in);
       if (l != last.end() && l->second >= at) continue;  // alive there anyway
-      if (!collect(in->producer(), at, last, depth + 1, seen, out)) return false;
+      if (reuse) {
+        if (Value* copy = copyMadeBetween(in, peak_, at, pos)) {
+          (*reuse)[in] = copy;
+          continue;
+        }
+      }
+      if (!collect(in->producer(), at, last, pos, depth + 1, seen, out, reuse)) return false;
     }
     out.push_back(const_cast<Node*>(n));
     return true;
+  }
+
+  /// The original a value copies (itself if it is no copy).
+  const Value* originalOf(const Value* v) const {
+    auto it = original_.find(v);
+    return it == original_.end() ? v : it->second;
+  }
+
+  /// The newest copy of `v`'s original made after node `from` and before `to`, or nullptr.
+  Value* copyMadeBetween(const Value* v, size_t from, size_t to,
+                         const std::unordered_map<const Node*, size_t>& pos) const {
+    auto it = copies_.find(originalOf(v));
+    if (it == copies_.end()) return nullptr;
+    Value* best = nullptr;
+    size_t best_at = 0;
+    for (Value* c : it->second) {
+      auto p = pos.find(c->producer());
+      if (p != pos.end() && p->second > from && p->second < to && (!best || p->second > best_at)) {
+        best = c;
+        best_at = p->second;
+      }
+    }
+    return best;
   }
 
   Applied apply(const Candidate& c, const std::vector<const Node*>& order) {
     Applied a;
     std::unordered_map<const Node*, size_t> pos;
     for (size_t i = 0; i < order.size(); ++i) pos[order[i]] = i;
-    std::unordered_map<const Value*, Value*> copy;
+    std::unordered_map<const Value*, Value*> copy(c.reuse.begin(), c.reuse.end());
     g_.setInsertPoint(const_cast<Node*>(order[c.before]));
     for (Node* n : c.recompute) {
       std::vector<Value*> ins;
@@ -218,6 +283,7 @@ class Remat {
       Node* k = g_.create(n->op(), ins, n->attrs(), n->scope(), "remat of " + n->describe());
       for (size_t i = 0; i < n->numOutputs(); ++i) copy[n->output(i)] = k->output(i);
       a.clones.push_back(k);
+      a.sources.push_back(n);
     }
     g_.setInsertPoint(nullptr);
     for (Value* m : c.members) {
@@ -241,7 +307,10 @@ class Remat {
   Graph& g_;
   uint64_t budget_;
   ViewPredicate is_view_;
-  std::unordered_set<const Value*> rejected_;
+  std::set<std::pair<const Value*, bool>> rejected_;              // (value, with reuse) tried and undone
+  std::unordered_map<const Value*, std::vector<Value*>> copies_;  // original -> the copies remat made
+  std::unordered_map<const Value*, const Value*> original_;       // copy -> its original
+  size_t peak_ = 0;                                               // the peak node candidates are drawn at
   size_t recomputed_ = 0, nodes_added_ = 0;
   double flops_added_ = 0;
 };
