@@ -15,7 +15,7 @@
 namespace kiln {
 namespace {
 
-constexpr int kMaxDepth = 8;         // producers recomputed behind one value
+constexpr int kMaxDepth = 4;         // producers recomputed behind one value
 constexpr int kMaxAttempts = 20000;  // candidates tried, kept or undone
 
 /// 1000 B, 12.5 KiB, 300.2 MiB, 1.50 GiB: the units --memory-budget takes.
@@ -130,10 +130,20 @@ class Remat {
         rejected_.insert({best.value, !best.reuse.empty()});
       }
     }
-    if (t.peak > budget_)
+    if (t.peak > budget_) {
+      // What no recompute can free: the peak node's own inputs and outputs.
+      const Node& at = *t.live.order[t.peak_node];
+      std::unordered_set<const Value*> own;
+      uint64_t node_bytes = 0;
+      for (const Value* v : at.inputs())
+        if (!v->isGraphInput() && own.insert(t.live.buffers[t.live.buffer_of.at(v)].value).second)
+          node_bytes += v->type().bytes();
+      for (const Value* v : at.outputs()) node_bytes += v->type().bytes();
       fail("the memory budget of " + bytesText(budget_) + " cannot be met: the smallest peak remat reached is " +
            bytesText(t.peak) + " (" + bytesText(before) +
-           " without it; weights, optimizer state and batch alone take " + bytesText(inputs) + ")");
+           " without it; weights, optimizer state and batch alone take " + bytesText(inputs) + ", and " +
+           at.describe() + " there reads and writes " + bytesText(node_bytes) + " more)");
+    }
     PassResult r;
     r.changed = recomputed_ > 0;
     r.statistics = {

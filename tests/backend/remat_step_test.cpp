@@ -82,6 +82,7 @@ TEST(RematStep, AnImpossibleBudgetSaysTheSmallestPeak) {
   EXPECT_NE(m.find("remat"), std::string::npos) << m;
   EXPECT_NE(m.find("budget of 1000 B cannot be met: the smallest peak remat reached is"), std::string::npos) << m;
   EXPECT_NE(m.find("weights, optimizer state and batch alone take"), std::string::npos) << m;
+  EXPECT_NE(m.find(" there reads and writes "), std::string::npos) << "names the node that sets the floor: " << m;
 }
 
 }  // namespace
