@@ -247,9 +247,13 @@ void convDnnlKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor>
 
 void registerCpuConvKernels(KernelRegistry& r) {
   // oneDNN splits its work by the thread count: never beside other nodes.
-  r.add({"conv2d", "cpu_dnnl", "cpu_dnnl.conv2d", 30, dnnlConvSupports, convDnnlKernel, false, false, false});
-  r.add({"conv2d", "cpu_dnnl", "cpu_dnnl.conv2d_lowp", 30, dnnlConvSupportsLowp, viaComputeType<convDnnlKernel>, false,
-         false, false});
+  auto alone = [](KernelDef k) {
+    k.runs_beside_others = false;
+    return k;
+  };
+  r.add(alone({"conv2d", "cpu_dnnl", "cpu_dnnl.conv2d", 30, dnnlConvSupports, convDnnlKernel}));
+  r.add(
+      alone({"conv2d", "cpu_dnnl", "cpu_dnnl.conv2d_lowp", 30, dnnlConvSupportsLowp, viaComputeType<convDnnlKernel>}));
   r.add({"conv2d", "cpu_blas", "cpu_blas.conv2d", 20, nullptr, viaComputeType<convIm2colKernel>});
 }
 

@@ -339,7 +339,9 @@ void registerCpuConvGradKernels(KernelRegistry& r) {
   for (const char* op : {"conv2d_input_backward", "conv2d_weight_backward"}) {
     const std::string name(op);
     // oneDNN splits its work by the thread count: never beside other nodes.
-    r.add({name, "cpu_dnnl", "cpu_dnnl." + name, 30, dnnlSupports, dnnlBackwardKernel, false, false, false});
+    KernelDef dnnl{name, "cpu_dnnl", "cpu_dnnl." + name, 30, dnnlSupports, dnnlBackwardKernel};
+    dnnl.runs_beside_others = false;
+    r.add(std::move(dnnl));
     r.add({name, "cpu_blas", "cpu_blas." + name, 20, nullptr,
            name == "conv2d_input_backward" ? viaComputeType<inputBackwardGemmKernel>
                                            : viaComputeType<weightBackwardGemmKernel>});

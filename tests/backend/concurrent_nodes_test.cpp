@@ -196,6 +196,28 @@ TEST(ConcurrentNodes, GroupingRules) {
   EXPECT_EQ(stages, expected);
 }
 
+// The registry's flags as registered: oneDNN's kernels (whose reductions
+// split by the thread count) never run beside others; the elementwise
+// families may write over an input.
+TEST(ConcurrentNodes, RegisteredKernelFlags) {
+  const KernelRegistry& reg = KernelRegistry::cpu();
+  int dnnl = 0;
+  for (const std::string& op : reg.ops())
+    for (const KernelDef* k : reg.candidates(op))
+      if (k->dialect == "cpu_dnnl") {
+        ++dnnl;
+        EXPECT_FALSE(k->runs_beside_others) << k->name;
+        EXPECT_FALSE(k->writes_over_input) << k->name;
+      }
+  EXPECT_GE(dnnl, 4) << "conv2d, its low-precision form and both convolution backwards";
+  for (const char* op : {"add", "relu", "gelu", "where", "unary_backward", "binary_backward", "fused_elementwise"}) {
+    const std::vector<const KernelDef*> ks = reg.candidates(op);
+    ASSERT_FALSE(ks.empty()) << op;
+    EXPECT_TRUE(ks.front()->writes_over_input) << op;
+    EXPECT_TRUE(ks.front()->runs_beside_others) << op;
+  }
+}
+
 // Waking the pool costs tens of microseconds: nodes this small run one by
 // one unless told otherwise.
 TEST(ConcurrentNodes, NodesTooShortToPayForAThreadRunOneByOne) {
