@@ -82,19 +82,15 @@ Result<CpuExecutor> CpuExecutor::create(const Graph& graph, CpuExecutorOptions o
   for (size_t i = 0; i < ex.nodes_.size(); ++i) kernel_of[ex.nodes_[i]] = ex.kernels_[i];
   const ViewPredicate is_view = [&](const Node& n) { return kernel_of.at(&n)->output_views_input0; };
   const Liveness liveness = analyzeLiveness(graph, is_view);
-  ex.findDonors(liveness);
+  const InPlaceUpdates in_place = ex.findDonors(liveness);
   if (options.concurrent_nodes) {
     ex.stages_ = groupIndependentNodes(liveness, ex.kernels_, ex.donors_,
                                        options.min_beside_micros >= 0 ? options.min_beside_micros : kMinBesideMicros);
   } else {
     for (size_t i = 0; i < ex.nodes_.size(); ++i) ex.stages_.emplace_back(i, i + 1);
   }
-  // The plan of the steady state: donated updates share their input's
-  // buffer; nodes that run together share no bytes.
-  InPlaceUpdates in_place;
-  for (size_t i = 0; i < ex.nodes_.size(); ++i)
-    for (size_t k = 0; k < ex.donors_[i].size(); ++k)
-      if (ex.donors_[i][k]) in_place[ex.nodes_[i]->output(k)] = ex.donors_[i][k];
+  // The plan of the steady state: outputs written in place share their
+  // donor's buffer; nodes that run together share no bytes.
   ex.plan_ = std::make_shared<const MemoryPlan>(planMemory(graph, is_view, &in_place, &ex.stages_));
   const MemoryPlan& plan = *ex.plan_;
   // Each intermediate is dropped after the last node that reads it (the
@@ -117,7 +113,7 @@ Result<CpuExecutor> CpuExecutor::create(const Graph& graph, CpuExecutorOptions o
   return ex;
 }
 
-void CpuExecutor::findDonors(const Liveness& l) {
+InPlaceUpdates CpuExecutor::findDonors(const Liveness& l) {
   std::unordered_map<const Node*, size_t> index;
   for (size_t i = 0; i < nodes_.size(); ++i) index[nodes_[i]] = i;
   InPlaceUpdates in_place =
@@ -131,6 +127,7 @@ void CpuExecutor::findDonors(const Liveness& l) {
     }
     donors_.push_back(std::move(d));
   }
+  return in_place;
 }
 
 /// What one run keeps while it walks the stages.
@@ -207,7 +204,7 @@ void CpuExecutor::storeNode(size_t i, RunState& st, NodeRun& r) const {
     const void* p = t.raw();
     const int64_t at = out_offsets_[i][o];
     const bool view = kernels_[i]->output_views_input0 && p == r.ins[0].raw();
-    const Tensor* over = donors_[i][o] && !donors_[i][o]->isGraphInput() ? &st.env.at(donors_[i][o]) : nullptr;
+    const Tensor* over = overwritten(i, o, st);
     if (st.inArena(p) && p != arena_.get() + at && !view && !(over && p == over->raw()))
       fail(n.describe() + ": kernel " + kernels_[i]->name + " returned output " + std::to_string(o) +
            " in another value's planned buffer (a view of an input? register it with output_views_input0)");

@@ -87,9 +87,11 @@ class CpuExecutor {
   int threads() const;
 
  private:
-  /// Which outputs may overwrite which graph inputs (see run()), from the
-  /// liveness of the graph with the kernels' views.
-  void findDonors(const Liveness& l);
+  /// Fills donors_: which outputs may be written into which value's buffer
+  /// (updates over the graph inputs they replace, see run(); elementwise
+  /// results over an input they read last), by the bound kernels' flags,
+  /// from the liveness with the kernels' views. Returns them as a map.
+  InPlaceUpdates findDonors(const Liveness& l);
   /// One node's inputs, outputs and error while its stage runs.
   struct NodeRun {
     std::vector<Tensor> ins, outs;
