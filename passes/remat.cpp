@@ -75,7 +75,11 @@ Timeline timelineOf(const Graph& g, const ViewPredicate& is_view) {
 /// bytes at memory speed, whichever takes longer, plus a fixed cost per node
 /// (dispatch, a parallel region). Counting flops alone made copies and
 /// permutes look free and long chains of small ops cheap; on a CPU each
-/// costs microseconds.
+/// costs microseconds. Not the stages' one-thread estimate
+/// (node_stages.h estimatedMicros): a recomputed node runs on the whole
+/// pool, where vectorized elementwise loops are not 15x slower per flop
+/// than a GEMM; ranked by that estimate, remat recomputed convolutions
+/// instead and resnet_mini's budgeted step cost +60% instead of +27%.
 double recomputeSeconds(const Node& n) {
   constexpr double kFlopsPerSecond = 20e9, kBytesPerSecond = 5e9, kPerNode = 4e-6;
   const Cost c = nodeCost(n);
