@@ -189,6 +189,13 @@ void permuteInto(const Tensor& t, const std::vector<int64_t>& dims, Tensor& out)
 /// Work (elements) below which loops stay single-threaded.
 inline constexpr int64_t kParallelGrain = 32768;
 
+/// Work (elements, or elements times the inner loop's length) from which a
+/// kernel's own `omp parallel for` over planes, rows or channels opens a
+/// parallel region; below it the loop runs on the calling thread (a region
+/// costs a pool wake-up). node_stages.h counts a node this small as one
+/// that runs on one thread anyway.
+inline constexpr int64_t kOmpMinWork = 16384;
+
 /// Run fn(begin, end) over disjoint chunks covering [0, n): on OpenMP threads
 /// when n >= grain (and not already inside a parallel region), else once
 /// inline. The first exception thrown by any chunk is rethrown here.

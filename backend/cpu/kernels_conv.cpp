@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "backend/cpu/build_once_cache.h"
+#include "backend/cpu/cpu_loops.h"
 #include "backend/cpu/float_kernel.h"
 #include "core/ops/op_helpers.h"
 
@@ -63,7 +64,7 @@ ConvGeom convGeom(const Node& n) {
 template <typename T>
 void im2col(const ConvGeom& g, const T* x, T* col) {
   const int64_t rows = g.cg * g.kh * g.kw, len = g.oh * g.ow;
-#pragma omp parallel for if (rows * len > 16384)
+#pragma omp parallel for if (rows * len > kOmpMinWork)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t c = r / (g.kh * g.kw), i = (r / g.kw) % g.kh, j = r % g.kw;
     const T* plane = x + c * g.h * g.w;

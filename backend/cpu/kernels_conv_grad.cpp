@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "backend/cpu/build_once_cache.h"
+#include "backend/cpu/cpu_loops.h"
 #include "backend/cpu/float_kernel.h"
 #include "core/ops/op_helpers.h"
 
@@ -79,7 +80,7 @@ inline void gemmTransA(int64_t m, int64_t p, int64_t k, const double* a, const d
 template <typename T>
 void im2col(const ConvGeom& g, const T* x, T* col) {
   const int64_t rows = g.cg * g.kh * g.kw, len = g.oh * g.ow;
-#pragma omp parallel for if (rows * len > 16384)
+#pragma omp parallel for if (rows * len > kOmpMinWork)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t c = r / (g.kh * g.kw), i = (r / g.kw) % g.kh, j = r % g.kw;
     const T* plane = x + c * g.h * g.w;
@@ -106,7 +107,7 @@ void im2col(const ConvGeom& g, const T* x, T* col) {
 template <typename T>
 void col2im(const ConvGeom& g, const T* col, T* x) {
   const int64_t len = g.oh * g.ow;
-#pragma omp parallel for if (g.cg * g.kh * g.kw * len > 16384)
+#pragma omp parallel for if (g.cg * g.kh * g.kw * len > kOmpMinWork)
   for (int64_t c = 0; c < g.cg; ++c) {
     T* plane = x + c * g.h * g.w;
     for (int64_t i = 0; i < g.kh; ++i)

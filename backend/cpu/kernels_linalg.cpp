@@ -163,7 +163,8 @@ void linearImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> out
     }
     if (relu) {
       const cpu::ReluOp op(n);
-      cpu::parallelFor(rows * p, cpu::kParallelGrain, [=](int64_t b, int64_t e) { cpu::unaryRun(cp + b, cp + b, e - b, op); });
+      cpu::parallelFor(rows * p, cpu::kParallelGrain,
+                       [=](int64_t b, int64_t e) { cpu::unaryRun(cp + b, cp + b, e - b, op); });
     }
   }
 }

@@ -62,7 +62,7 @@ void classLossImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> 
   const T* x = in[0].data<T>();
   const int64_t count = g.batch * g.inner;
   std::vector<double> loss(static_cast<size_t>(count));
-#pragma omp parallel for collapse(2) if (count * g.classes > 16384)
+#pragma omp parallel for collapse(2) if (count * g.classes > kOmpMinWork)
   for (int64_t b = 0; b < g.batch; ++b)
     for (int64_t i = 0; i < g.inner; ++i) {
       const int64_t e = b * g.inner + i;

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <limits>
 
+#include "backend/cpu/cpu_loops.h"
 #include "backend/cpu/float_kernel.h"
 #include "core/ops/op_helpers.h"
 
@@ -80,7 +81,7 @@ void crossEntropyBackwardImpl(const Node& n, std::span<const Tensor> in, std::sp
   const T* x = in[1].data<T>();
   const LossScale scale(n, g, tgt, count, ignore);
   T* gx = allocAs(n, out, 0, in[1].dtype()).template data<T>();
-#pragma omp parallel for collapse(2) if (count * geo.classes > 16384)
+#pragma omp parallel for collapse(2) if (count * geo.classes > kOmpMinWork)
   for (int64_t b = 0; b < geo.batch; ++b)
     for (int64_t i = 0; i < geo.inner; ++i) {
       const int64_t e = b * geo.inner + i;

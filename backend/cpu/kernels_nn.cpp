@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 
+#include "backend/cpu/cpu_loops.h"
 #include "backend/cpu/float_kernel.h"
 #include "core/ops/op_helpers.h"
 
@@ -108,7 +109,7 @@ void softmaxImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> ou
   const int64_t outer = size * inner != 0 ? in[0].numel() / (size * inner) : 0;
   const T* x = in[0].data<T>();
   T* y = allocAs(n, out, 0, in[0].dtype()).template data<T>();
-#pragma omp parallel for collapse(2) if (outer * inner * size > 16384)
+#pragma omp parallel for collapse(2) if (outer * inner * size > kOmpMinWork)
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t i = 0; i < inner; ++i) {
       const T* src = x + o * size * inner + i;

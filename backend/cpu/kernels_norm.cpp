@@ -6,6 +6,7 @@
 // with the unbiased one: new = (1 - momentum) * old + momentum * batch.
 #include <cmath>
 
+#include "backend/cpu/cpu_loops.h"
 #include "backend/cpu/float_kernel.h"
 #include "core/ops/op_helpers.h"
 
@@ -51,7 +52,7 @@ void batchNormImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> 
     new_var = allocAs(n, out, 2, dt).template data<T>();
   }
   const int64_t count = batch * inner;
-#pragma omp parallel for if (channels * count > 16384)
+#pragma omp parallel for if (channels * count > kOmpMinWork)
   for (int64_t c = 0; c < channels; ++c) {
     double mean, var;
     if (training) {
@@ -86,7 +87,7 @@ void layerNormImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> 
   const T* weight = in[1].data<T>();
   const T* bias = in[2].data<T>();
   T* y = yt.data<T>();
-#pragma omp parallel for if (rows * row > 16384)
+#pragma omp parallel for if (rows * row > kOmpMinWork)
   for (int64_t r = 0; r < rows; ++r) {
     const T* src = x + r * row;
     auto [mean, var] = moments(src, 1, row, row);
@@ -108,7 +109,7 @@ void groupNormImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> 
   const T* weight = in[1].data<T>();
   const T* bias = in[2].data<T>();
   T* y = yt.data<T>();
-#pragma omp parallel for if (in[0].numel() > 16384)
+#pragma omp parallel for if (in[0].numel() > kOmpMinWork)
   for (int64_t bg = 0; bg < batch * groups; ++bg) {
     // A group's channels are contiguous: one run of per_group * inner.
     const int64_t off = bg * per_group * inner;

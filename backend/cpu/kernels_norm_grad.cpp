@@ -23,6 +23,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/cpu_loops.h"
 #include "backend/cpu/float_kernel.h"
 #include "core/ops/op_helpers.h"
 
@@ -70,7 +71,7 @@ void batchNormBackwardImpl(const Node& n, std::span<const Tensor> in, std::span<
   T* gx = allocAs(n, out, 0, dt).template data<T>();
   T* gw = allocAs(n, out, 1, dt).template data<T>();
   T* gb = allocAs(n, out, 2, dt).template data<T>();
-#pragma omp parallel for if (channels * count > 16384)
+#pragma omp parallel for if (channels * count > kOmpMinWork)
   for (int64_t c = 0; c < channels; ++c) {
     double mean, invstd;
     if (training) {
@@ -119,7 +120,7 @@ void layerNormBackwardImpl(const Node& n, std::span<const Tensor> in, std::span<
   T* gw = allocAs(n, out, 1, dt).template data<T>();
   T* gb = allocAs(n, out, 2, dt).template data<T>();
   std::vector<T> means(static_cast<size_t>(rows)), rstds(static_cast<size_t>(rows));
-#pragma omp parallel for if (rows * row > 16384)
+#pragma omp parallel for if (rows * row > kOmpMinWork)
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * row;
     const T* gr = g + r * row;
@@ -144,7 +145,7 @@ void layerNormBackwardImpl(const Node& n, std::span<const Tensor> in, std::span<
   // Column sums, a block of columns per thread, rows in order.
   constexpr int64_t kBlock = 64;
   const int64_t blocks = (row + kBlock - 1) / kBlock;
-#pragma omp parallel for if (rows * row > 16384)
+#pragma omp parallel for if (rows * row > kOmpMinWork)
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const int64_t i0 = blk * kBlock, i1 = std::min(row, i0 + kBlock);
     double acc_w[kBlock] = {}, acc_b[kBlock] = {};
@@ -180,7 +181,7 @@ void groupNormBackwardImpl(const Node& n, std::span<const Tensor> in, std::span<
   T* gw = allocAs(n, out, 1, dt).template data<T>();
   T* gb = allocAs(n, out, 2, dt).template data<T>();
   std::vector<T> means(static_cast<size_t>(batch * groups)), rstds(static_cast<size_t>(batch * groups));
-#pragma omp parallel for if (batch * channels * inner > 16384)
+#pragma omp parallel for if (batch * channels * inner > kOmpMinWork)
   for (int64_t bg = 0; bg < batch * groups; ++bg) {
     // A group's channels are contiguous: one run of per_group * inner.
     const int64_t off = bg * size, c0 = (bg % groups) * per_group;
@@ -206,7 +207,7 @@ void groupNormBackwardImpl(const Node& n, std::span<const Tensor> in, std::span<
         gx[e] = trstd * (g[e] * w[c0 + c] - m1 - xhat * m2);
       }
   }
-#pragma omp parallel for if (batch * channels * inner > 16384)
+#pragma omp parallel for if (batch * channels * inner > kOmpMinWork)
   for (int64_t c = 0; c < channels; ++c) {
     double acc_w = 0, acc_b = 0;
     for (int64_t b = 0; b < batch; ++b) {
@@ -237,7 +238,7 @@ void softmaxBackwardImpl(const Node& n, std::span<const Tensor> in, std::span<Te
   const T* g = in[0].data<T>();
   const T* y = in[1].data<T>();
   T* gx = allocAs(n, out, 0, in[0].dtype()).template data<T>();
-#pragma omp parallel for collapse(2) if (outer * inner * size > 16384)
+#pragma omp parallel for collapse(2) if (outer * inner * size > kOmpMinWork)
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t i = 0; i < inner; ++i) {
       const int64_t base = o * size * inner + i;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 
+#include "backend/cpu/cpu_loops.h"
 #include "backend/cpu/float_kernel.h"
 #include "core/ops/op_helpers.h"
 
@@ -44,7 +45,7 @@ void maxPoolImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> ou
   Tensor& yt = allocAs(n, out, 0, in[0].dtype());
   const T* x = in[0].data<T>();
   T* y = yt.data<T>();
-#pragma omp parallel for if (in[0].numel() > 16384)
+#pragma omp parallel for if (in[0].numel() > kOmpMinWork)
   for (int64_t p = 0; p < g.planes; ++p) {
     const T* src = x + p * g.h * g.w;
     T* dst = y + p * g.oh * g.ow;
@@ -77,7 +78,7 @@ void avgPoolImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> ou
   Tensor& yt = allocAs(n, out, 0, in[0].dtype());
   const T* x = in[0].data<T>();
   T* y = yt.data<T>();
-#pragma omp parallel for if (in[0].numel() > 16384)
+#pragma omp parallel for if (in[0].numel() > kOmpMinWork)
   for (int64_t p = 0; p < g.planes; ++p) {
     const T* src = x + p * g.h * g.w;
     T* dst = y + p * g.oh * g.ow;
@@ -118,7 +119,7 @@ void adaptivePoolImpl(const Node& n, std::span<const Tensor> in, std::span<Tenso
   Tensor& yt = allocAs(n, out, 0, in[0].dtype());
   const T* x = in[0].data<T>();
   T* y = yt.data<T>();
-#pragma omp parallel for if (in[0].numel() > 16384)
+#pragma omp parallel for if (in[0].numel() > kOmpMinWork)
   for (int64_t p = 0; p < g.planes; ++p) {
     const T* src = x + p * g.h * g.w;
     T* dst = y + p * g.oh * g.ow;

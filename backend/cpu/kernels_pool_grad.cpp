@@ -19,6 +19,7 @@
 #include <cmath>
 #include <limits>
 
+#include "backend/cpu/cpu_loops.h"
 #include "backend/cpu/float_kernel.h"
 #include "core/ops/op_helpers.h"
 
@@ -78,7 +79,7 @@ void maxPoolBackwardImpl(const Node& n, std::span<const Tensor> in, std::span<Te
   const T* g = in[0].data<T>();
   const T* x = in[1].data<T>();
   T* dx = allocAs(n, out, 0, in[0].dtype()).template data<T>();
-#pragma omp parallel for if (in[0].numel() > 16384)
+#pragma omp parallel for if (in[0].numel() > kOmpMinWork)
   for (int64_t q = 0; q < p.planes; ++q) {
     const T* src = x + q * p.h * p.w;
     const T* go = g + q * p.oh * p.ow;
@@ -106,7 +107,7 @@ void adaptiveMaxBackwardImpl(const Node& n, std::span<const Tensor> in, std::spa
   const T* g = in[0].data<T>();
   const T* x = in[1].data<T>();
   T* dx = allocAs(n, out, 0, in[0].dtype()).template data<T>();
-#pragma omp parallel for if (in[0].numel() > 16384)
+#pragma omp parallel for if (in[0].numel() > kOmpMinWork)
   for (int64_t q = 0; q < p.planes; ++q) {
     const T* src = x + q * p.h * p.w;
     const T* go = g + q * p.oh * p.ow;
@@ -130,7 +131,7 @@ void avgPoolBackwardImpl(const Node& n, std::span<const Tensor> in, std::span<Te
   const int64_t divisor_override = n.i("divisor_override");
   const T* g = in[0].data<T>();
   T* dx = allocAs(n, out, 0, in[0].dtype()).template data<T>();
-#pragma omp parallel for if (in[0].numel() > 16384)
+#pragma omp parallel for if (in[0].numel() > kOmpMinWork)
   for (int64_t q = 0; q < p.planes; ++q) {
     const T* go = g + q * p.oh * p.ow;
     T* dst = dx + q * p.h * p.w;
@@ -158,7 +159,7 @@ void adaptiveAvgBackwardImpl(const Node& n, std::span<const Tensor> in, std::spa
   const PoolGeom p = poolGeom(n, false);
   const T* g = in[0].data<T>();
   T* dx = allocAs(n, out, 0, in[0].dtype()).template data<T>();
-#pragma omp parallel for if (in[0].numel() > 16384)
+#pragma omp parallel for if (in[0].numel() > kOmpMinWork)
   for (int64_t q = 0; q < p.planes; ++q) {
     const T* go = g + q * p.oh * p.ow;
     T* dst = dx + q * p.h * p.w;

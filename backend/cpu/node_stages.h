@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cpu/cpu_loops.h"
 #include "backend/kernel.h"
 #include "core/ir.h"
 #include "core/liveness.h"
@@ -36,10 +37,10 @@ namespace kiln {
 
 /// Small: what runs on one thread anyway when it runs alone, so a stage
 /// never takes a node's own parallel loops away from it. OpenBLAS runs a
-/// GEMM this small on the caller's thread; the CPU kernels split loops over
-/// threads from about this many output elements (cpu_loops.h).
+/// GEMM this small on the caller's thread; the CPU kernels' own parallel
+/// loops start at kOmpMinWork (cpu_loops.h).
 constexpr double kSmallNodeFlops = 1 << 19;
-constexpr int64_t kSmallNodeElements = 16384;
+constexpr int64_t kSmallNodeElements = cpu::kOmpMinWork;
 constexpr size_t kMaxStageNodes = 32;
 /// One thread's speed for the estimate below (deliberately low: small
 /// kernels run far from peak).
