@@ -8,28 +8,11 @@
 
 #include "backend/cpu/cpu_loops.h"
 #include "backend/cpu/float_kernel.h"
+#include "backend/cpu/norm_moments.h"
 #include "core/ops/op_helpers.h"
 
 namespace kiln::cpu {
 namespace {
-
-/// Mean and biased variance of `count` elements: `groups` runs of `run`
-/// contiguous elements, `stride` apart.
-template <typename T>
-std::pair<double, double> moments(const T* x, int64_t groups, int64_t run, int64_t stride) {
-  const double count = static_cast<double>(groups * run);
-  double sum = 0;
-  for (int64_t g = 0; g < groups; ++g)
-    for (int64_t i = 0; i < run; ++i) sum += x[g * stride + i];
-  const double mean = count > 0 ? sum / count : 0.0;
-  double sq = 0;
-  for (int64_t g = 0; g < groups; ++g)
-    for (int64_t i = 0; i < run; ++i) {
-      const double d = x[g * stride + i] - mean;
-      sq += d * d;
-    }
-  return {mean, count > 0 ? sq / count : std::nan("")};
-}
 
 template <typename T>
 void batchNormImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> out) {

@@ -25,28 +25,11 @@
 
 #include "backend/cpu/cpu_loops.h"
 #include "backend/cpu/float_kernel.h"
+#include "backend/cpu/norm_moments.h"
 #include "core/ops/op_helpers.h"
 
 namespace kiln::cpu {
 namespace {
-
-/// Mean and biased variance of `groups` runs of `run` elements, `stride`
-/// apart (the forward kernels' two-pass moments).
-template <typename T>
-std::pair<double, double> moments(const T* x, int64_t groups, int64_t run, int64_t stride) {
-  const double count = static_cast<double>(groups * run);
-  double sum = 0;
-  for (int64_t g = 0; g < groups; ++g)
-    for (int64_t i = 0; i < run; ++i) sum += x[g * stride + i];
-  const double mean = count > 0 ? sum / count : 0.0;
-  double sq = 0;
-  for (int64_t g = 0; g < groups; ++g)
-    for (int64_t i = 0; i < run; ++i) {
-      const double d = x[g * stride + i] - mean;
-      sq += d * d;
-    }
-  return {mean, count > 0 ? sq / count : 0.0};
-}
 
 /// Element count of dims 2.. (the spatial extent of an [N, C, ...] tensor).
 int64_t innerSize(const Shape& s) {
@@ -82,14 +65,12 @@ void batchNormBackwardImpl(const Node& n, std::span<const Tensor> in, std::span<
       mean = rmean[c];
       invstd = 1.0 / std::sqrt(static_cast<double>(rvar[c]) + eps);
     }
-    double sum_g = 0, dotp = 0;  // sum(g), sum(g * (x - mean))
-    for (int64_t b = 0; b < batch; ++b) {
-      const int64_t off = (b * channels + c) * inner;
-      for (int64_t i = 0; i < inner; ++i) {
-        sum_g += g[off + i];
-        dotp += g[off + i] * (x[off + i] - mean);
-      }
-    }
+    const T* gc = g + c * inner;
+    const double sum_g =
+        sumRuns(gc, batch, inner, channels * inner, [](const T* p, int64_t i) { return double(p[i]); });
+    // sum(g * (x - mean)); x sits at the same offset from x as p from g.
+    const double dotp = sumRuns(gc, batch, inner, channels * inner,
+                                [&](const T* p, int64_t i) { return double(p[i]) * (double(x[p - g + i]) - mean); });
     gw[c] = static_cast<T>(count > 0 ? dotp * invstd : 0.0);
     gb[c] = static_cast<T>(sum_g);
     const T scale = static_cast<T>(invstd * w[c]);
