@@ -67,14 +67,29 @@ InPlaceUpdates inPlaceCandidates(const Graph& g, const Liveness& l, const std::f
 
 InPlaceUpdates elementwiseInPlace(const Liveness& l, const std::function<bool(const Node&)>& can_overwrite) {
   InPlaceUpdates out;
+  std::unordered_map<const Node*, size_t> index;
+  for (size_t i = 0; i < l.order.size(); ++i) index[l.order[i]] = i;
   for (size_t i = 0; i < l.order.size(); ++i) {
     const Node& n = *l.order[i];
-    if (n.numOutputs() != 1) continue;
-    if (can_overwrite ? !can_overwrite(n) : !n.def().has(kElementwise)) continue;
+    if (n.numOutputs() != 1 && !n.def().has(kOutput0OverInput)) continue;
+    if (can_overwrite ? !can_overwrite(n) : !n.def().has(kElementwise) && !n.def().has(kOutput0OverInput)) continue;
     const Value* o = n.output(0);
     const BufferLife& ob = l.buffers[l.buffer_of.at(o)];
     if (ob.value != o || !ob.planned() || o->type().bytes() == 0) continue;
-    for (const Value* x : n.inputs()) {
+    // The input whose other readers ran longest ago first: writing over an
+    // input orders this node after them, and a reader just before it may be
+    // a sibling that could run beside it (the two batch_norm_backward of a
+    // residual block read the same gradient; each x is read by a forward).
+    auto lastOtherRead = [&](const Value* x) {
+      size_t at = 0;
+      for (const Use& u : x->uses())
+        if (u.user != &n) at = std::max(at, index.at(u.user) + 1);
+      return at;
+    };
+    std::vector<const Value*> inputs(n.inputs().begin(), n.inputs().end());
+    std::stable_sort(inputs.begin(), inputs.end(),
+                     [&](const Value* a, const Value* b) { return lastOtherRead(a) < lastOtherRead(b); });
+    for (const Value* x : inputs) {
       const size_t bx = l.buffer_of.at(x);
       const BufferLife& b = l.buffers[bx];
       if (x->type() != o->type() || b.value != x || !b.planned() || b.last != i) continue;

@@ -68,8 +68,9 @@ InPlaceUpdates inPlaceCandidates(const Graph& g, const Liveness& l,
                                  const std::function<bool(const Node&)>& can_write = {});
 
 /// Elementwise results that can be written over an input in this order: the
-/// node has one output and `can_overwrite` allows it (by default: ops with
-/// the kElementwise trait); the input has the output's exact type, owns its
+/// node has one output (or the kOutput0OverInput trait: then its output 0)
+/// and `can_overwrite` allows it (by default: ops with the kElementwise or
+/// kOutput0OverInput trait); the input has the output's exact type, owns its
 /// buffer (not a view, not a graph input, not returned), no node after this
 /// one reads that buffer, and no other input of the node reads it through a
 /// view (an element would be read after it was overwritten). The output must

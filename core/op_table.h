@@ -27,6 +27,11 @@ enum OpTrait : uint32_t {
   kRandom = 1u << 4,       ///< draws random numbers
   kSideEffect = 1u << 5,   ///< must not be removed or reordered freely
   kSource = 1u << 6,       ///< takes no tensor inputs (full, arange)
+  /// Output 0 has an input's shape and each of its elements is written only
+  /// after every read of the inputs' elements at that index (a reduction per
+  /// slice first, then an elementwise pass over it: batch_norm_backward), so
+  /// it may be written over an input like an elementwise result.
+  kOutput0OverInput = 1u << 7,
 };
 
 /// Work estimate of one node.
@@ -110,8 +115,8 @@ void registerElementwiseGrads(OpTable& t);
 void registerReductionGrads(OpTable& t);
 void registerShapeGrads(OpTable& t);
 void registerLinalgGrads(OpTable& t);
-void registerNNGrads(OpTable& t);   // conv, pooling, embedding, dropout
-void registerNormGrads(OpTable& t); // batch/layer/group norm, softmax, log_softmax
+void registerNNGrads(OpTable& t);    // conv, pooling, embedding, dropout
+void registerNormGrads(OpTable& t);  // batch/layer/group norm, softmax, log_softmax
 void registerLossGrads(OpTable& t);
 void registerFusedOps(OpTable& t);
 

@@ -268,8 +268,16 @@ namespace kiln {
 
 void registerCpuNormGradKernels(KernelRegistry& r) {
   using namespace cpu;
-  r.add({"batch_norm_backward", "cpu_ref", "cpu_ref.batch_norm_backward", 0, floatInputs,
-         viaComputeType<batchNormBackwardKernel>});
+  // Each channel's sums are taken before its grad_x is written, element by
+  // element from g and x at the same index: grad_x may overwrite g or x.
+  KernelDef bn{"batch_norm_backward",
+               "cpu_ref",
+               "cpu_ref.batch_norm_backward",
+               0,
+               floatInputs,
+               viaComputeType<batchNormBackwardKernel>};
+  bn.writes_over_input = true;
+  r.add(std::move(bn));
   r.add({"layer_norm_backward", "cpu_ref", "cpu_ref.layer_norm_backward", 0, floatInputs,
          viaComputeType<layerNormBackwardKernel>});
   r.add({"group_norm_backward", "cpu_ref", "cpu_ref.group_norm_backward", 0, floatInputs,

@@ -146,15 +146,44 @@ void registerNormGrads(OpTable& t) {
   const auto eps = optAttr("eps", 1e-5);
   t.add({"batch_norm_backward",
          "(g, x, weight[, running_mean, running_var]) -> (grad_x, grad_weight, grad_bias); batch stats when training",
-         3, 5, 0, {optAttr("training", int64_t{0}), eps}, inferBatchNormBackward, normBackwardCost});
-  t.add({"layer_norm_backward", "(g, x, weight) -> (grad_x, grad_weight, grad_bias) over normalized_shape", 3, 3, 0,
-         {reqAttr("normalized_shape", AttrKind::Ints), eps}, inferLayerNormBackward, normBackwardCost});
-  t.add({"group_norm_backward", "(g, x, weight) -> (grad_x, grad_weight, grad_bias) with num_groups groups", 3, 3, 0,
-         {reqAttr("num_groups", AttrKind::Int), eps}, inferGroupNormBackward, normBackwardCost});
-  t.add({"softmax_backward", "gradient of softmax from (g, y): y * (g - sum(g * y, dim))", 2, 2, 0,
-         {reqAttr("dim", AttrKind::Int)}, inferSoftmaxBackward, normBackwardCost});
-  t.add({"log_softmax_backward", "gradient of log_softmax from (g, y): g - exp(y) * sum(g, dim)", 2, 2, 0,
-         {reqAttr("dim", AttrKind::Int)}, inferSoftmaxBackward, normBackwardCost});
+         3,
+         5,
+         kOutput0OverInput,
+         {optAttr("training", int64_t{0}), eps},
+         inferBatchNormBackward,
+         normBackwardCost});
+  t.add({"layer_norm_backward",
+         "(g, x, weight) -> (grad_x, grad_weight, grad_bias) over normalized_shape",
+         3,
+         3,
+         0,
+         {reqAttr("normalized_shape", AttrKind::Ints), eps},
+         inferLayerNormBackward,
+         normBackwardCost});
+  t.add({"group_norm_backward",
+         "(g, x, weight) -> (grad_x, grad_weight, grad_bias) with num_groups groups",
+         3,
+         3,
+         0,
+         {reqAttr("num_groups", AttrKind::Int), eps},
+         inferGroupNormBackward,
+         normBackwardCost});
+  t.add({"softmax_backward",
+         "gradient of softmax from (g, y): y * (g - sum(g * y, dim))",
+         2,
+         2,
+         0,
+         {reqAttr("dim", AttrKind::Int)},
+         inferSoftmaxBackward,
+         normBackwardCost});
+  t.add({"log_softmax_backward",
+         "gradient of log_softmax from (g, y): g - exp(y) * sum(g, dim)",
+         2,
+         2,
+         0,
+         {reqAttr("dim", AttrKind::Int)},
+         inferSoftmaxBackward,
+         normBackwardCost});
 
   t.setGrad("batch_norm", batchNormGrad);
   t.setGrad("layer_norm", layerNormGrad);

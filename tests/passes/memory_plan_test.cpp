@@ -140,6 +140,31 @@ TEST(MemoryPlan, ElementwiseResultsOverwriteTheInputTheyReadLast) {
   EXPECT_LT(p.peak_bytes, planMemory(g).peak_bytes);
 }
 
+// batch_norm_backward (kOutput0OverInput) writes grad_x over g or x like an
+// elementwise result, preferring the input whose other readers ran longest
+// ago: the second of two siblings reading one gradient takes its own x, so
+// the two may still run side by side.
+TEST(MemoryPlan, BatchNormBackwardWritesGradOverTheInputReadLongestAgo) {
+  Graph g = parse(R"(graph bn(%x: f32[4,3,2,2] data, %w: f32[3] param) {
+  %c1 = neg(%x) : f32[4,3,2,2]
+  %c2 = exp(%x) : f32[4,3,2,2]
+  %g = relu(%x) : f32[4,3,2,2]
+  %gx1, %gw1, %gb1 = batch_norm_backward(%g, %c1, %w) {training=1} : f32[4,3,2,2], f32[3], f32[3]
+  %gx2, %gw2, %gb2 = batch_norm_backward(%g, %c2, %w) {training=1} : f32[4,3,2,2], f32[3], f32[3]
+  %s = add(%gx1, %gx2) : f32[4,3,2,2]
+  %t = sum(%s) : f32[]
+  return %t "t", %gw1 "gw1", %gw2 "gw2"
+})");
+  const InPlaceUpdates w = elementwiseInPlace(analyzeLiveness(g));
+  auto over = [&](size_t k) -> const Value* {
+    auto it = w.find(out(g, k));
+    return it == w.end() ? nullptr : it->second;
+  };
+  EXPECT_EQ(over(3), out(g, 0)) << "g is read again by the second: grad_x over c1";
+  EXPECT_EQ(over(4), out(g, 1)) << "g and c2 both die here; c2's other reader ran first";
+  EXPECT_EQ(over(5), out(g, 3)) << "s over gx1";
+}
+
 // checkPlan is what the tests above rely on: it must reject a plan that puts
 // two buffers alive together at the same offset.
 TEST(MemoryPlan, CheckPlanRejectsOverlappingBuffers) {
