@@ -51,10 +51,11 @@ struct KernelDef {
   /// to the buffer of the graph input it replaces (TrainingSession donates
   /// parameters and optimizer state it alone holds), updating in place.
   bool updates_in_place = false;
-  /// Elementwise loops (and kOutput0OverInput ops): output 0 may be bound to the buffer of an input of
-  /// its exact type that no later node reads (core/liveness.h
-  /// elementwiseInPlace), because each output element is written after the
-  /// input elements at its index are read and nothing is read after it.
+  /// Elementwise loops (and kOutput0OverInput ops): output 0 may be bound
+  /// to the buffer of an input of its exact type that no later node reads
+  /// (core/liveness.h elementwiseInPlace), because each output element is
+  /// written after the input elements at its index are read and nothing is
+  /// read after it.
   bool writes_over_input = false;
   /// May run on one thread beside other nodes (node_stages.h): computes the
   /// same on one thread as on many and keeps no unlocked state. Not oneDNN's

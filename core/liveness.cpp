@@ -71,34 +71,35 @@ InPlaceUpdates elementwiseInPlace(const Liveness& l, const std::function<bool(co
   for (size_t i = 0; i < l.order.size(); ++i) index[l.order[i]] = i;
   for (size_t i = 0; i < l.order.size(); ++i) {
     const Node& n = *l.order[i];
-    if (n.numOutputs() != 1 && !n.def().has(kOutput0OverInput)) continue;
-    if (can_overwrite ? !can_overwrite(n) : !n.def().has(kElementwise) && !n.def().has(kOutput0OverInput)) continue;
+    const bool output0 = n.def().has(kOutput0OverInput);
+    if (n.numOutputs() != 1 && !output0) continue;
+    if (can_overwrite ? !can_overwrite(n) : !n.def().has(kElementwise) && !output0) continue;
     const Value* o = n.output(0);
     const BufferLife& ob = l.buffers[l.buffer_of.at(o)];
     if (ob.value != o || !ob.planned() || o->type().bytes() == 0) continue;
-    // The input whose other readers ran longest ago first: writing over an
-    // input orders this node after them, and a reader just before it may be
-    // a sibling that could run beside it (the two batch_norm_backward of a
-    // residual block read the same gradient; each x is read by a forward).
-    auto lastOtherRead = [&](const Value* x) {
-      size_t at = 0;
-      for (const Use& u : x->uses())
-        if (u.user != &n) at = std::max(at, index.at(u.user) + 1);
-      return at;
-    };
-    std::vector<const Value*> inputs(n.inputs().begin(), n.inputs().end());
-    std::stable_sort(inputs.begin(), inputs.end(),
-                     [&](const Value* a, const Value* b) { return lastOtherRead(a) < lastOtherRead(b); });
-    for (const Value* x : inputs) {
+    // Of the inputs it may overwrite, the one whose other readers ran
+    // longest ago: writing over an input orders this node after them, and a
+    // reader just before it may be a sibling that could run beside it (the
+    // two batch_norm_backward of a residual block read the same gradient;
+    // each x was last read by a forward node).
+    const Value* best = nullptr;
+    size_t best_read = 0;
+    for (const Value* x : n.inputs()) {
       const size_t bx = l.buffer_of.at(x);
       const BufferLife& b = l.buffers[bx];
       if (x->type() != o->type() || b.value != x || !b.planned() || b.last != i) continue;
       bool read_otherwise = false;  // through a view of x, in another layout
       for (const Value* y : n.inputs()) read_otherwise = read_otherwise || (y != x && l.buffer_of.at(y) == bx);
       if (read_otherwise) continue;
-      out[o] = x;
-      break;
+      size_t read = 0;  // one past the last other reader
+      for (const Use& u : x->uses())
+        if (u.user != &n) read = std::max(read, index.at(u.user) + 1);
+      if (!best || read < best_read) {
+        best = x;
+        best_read = read;
+      }
     }
+    if (best) out[o] = best;
   }
   return out;
 }

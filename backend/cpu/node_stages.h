@@ -55,7 +55,8 @@ double estimatedMicros(const Node& n);
 /// [first, end) node indices of each stage, covering `l.order` in order.
 /// `l` is the liveness with the views the bound kernels make (which buffer
 /// each value reads); `kernels[i]` runs `l.order[i]`; `donors[i][k]` is the
-/// graph input output k of node i may be written over (nullptr: none). A
+/// value whose buffer output k of node i is written into (a graph input it
+/// updates, an input an elementwise kernel reads last; nullptr: none). A
 /// stage is kept only when two of its nodes are estimated at
 /// `min_beside_micros` or more; else its nodes run one by one (stages of one).
 std::vector<std::pair<size_t, size_t>> groupIndependentNodes(const Liveness& l,
