@@ -1,7 +1,6 @@
-// Kernel registry. A kernel implements one op in one dialect (cpu_ref,
-// cpu_blas, cpu_dnnl, aten, cuda, ...), with a predicate on the node (dtypes,
-// shapes, attributes) and a priority; selection takes the highest-priority
-// kernel whose predicate accepts the node.
+// CPU kernels: their entry point and flags, and the registry of every CPU
+// kernel family (dialects cpu, blas, onednn). Selection among them is
+// kernel_table.h's: by priority, or in the order `--dialects` gives.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/kernel_table.h"
 #include "core/ir.h"
 #include "core/tensor.h"
 
@@ -33,13 +33,11 @@ struct KernelContext {
 /// must not return any other input's buffer. Inputs are contiguous.
 /// Errors (e.g. an index out of range in the data) throw KilnException.
 using KernelFn = void (*)(const Node& n, std::span<const Tensor> inputs, std::span<Tensor> outputs, KernelContext& ctx);
-/// Whether a kernel can run this node (dtypes, attributes).
-using KernelPredicate = bool (*)(const Node& n);
 
 struct KernelDef {
   std::string op;
-  std::string dialect;                 ///< "cpu_ref", "cpu_blas", "cpu_dnnl", ...
-  std::string name;                    ///< unique, e.g. "cpu_ref.add"
+  std::string dialect;                 ///< "cpu", "blas", "onednn"
+  std::string name;                    ///< unique, "dialect.op[_variant]", e.g. "cpu.add"
   int priority = 0;                    ///< higher wins
   KernelPredicate supports = nullptr;  ///< nullptr: all nodes of `op`
   KernelFn fn = nullptr;
@@ -63,20 +61,10 @@ struct KernelDef {
   bool runs_beside_others = true;
 };
 
-class KernelRegistry {
+class KernelRegistry : public KernelTable<KernelDef> {
  public:
   /// The registry with every CPU kernel family registered.
   static const KernelRegistry& cpu();
-  void add(KernelDef k);
-  /// Best kernel for `n`, or nullptr.
-  const KernelDef* select(const Node& n) const;
-  /// Every kernel registered for `op`, best first.
-  std::vector<const KernelDef*> candidates(std::string_view op) const;
-  /// Ops that have at least one kernel.
-  std::vector<std::string> ops() const;
-
- private:
-  std::map<std::string, std::vector<KernelDef>, std::less<>> by_op_;
 };
 
 /// Allocate output `i` of `n` with its inferred type and return it, or return

@@ -38,8 +38,8 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::create(const Model& mo
     s->trace_ = std::move(compiled->trace);
   } else {
     // Memory-counting passes see the views the CPU kernels really make.
-    s->config_.passes.is_view = [](const Node& n) {
-      const KernelDef* k = KernelRegistry::cpu().select(n);
+    s->config_.passes.is_view = [order = s->config_.dialects](const Node& n) {
+      const KernelDef* k = KernelRegistry::cpu().select(n, order);
       return k && k->output_views_input0;
     };
     auto g = buildTrainingGraph(model.graph, s->config_.passes, kind, &s->trace_, s->config_.pass_options,
@@ -50,7 +50,11 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::create(const Model& mo
   auto ex = CpuExecutor::create(*s->graph_, {.seed = s->config_.seed,
                                              .num_threads = s->config_.num_threads,
                                              .concurrent_nodes = s->config_.concurrent_nodes,
-                                             .min_beside_micros = s->config_.min_beside_micros});
+                                             .min_beside_micros = s->config_.min_beside_micros,
+                                             .dialects = s->config_.dialects,
+                                             .autotune = s->config_.autotune,
+                                             .fixed_kernels = s->config_.fixed_kernels,
+                                             .fixed_timings = s->config_.fixed_timings});
   if (!ex) return ex.error();
   s->exec_ = std::make_unique<CpuExecutor>(std::move(*ex));
 

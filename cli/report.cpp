@@ -133,9 +133,20 @@ nlohmann::ordered_json buildReport(const std::string& command, const TrainArgs& 
   nlohmann::ordered_json kernels = nlohmann::ordered_json::array();
   for (size_t i = 0; i < s.kernelChoices().size(); ++i) {
     const KernelChoice& k = s.kernelChoices()[i];
-    kernels.push_back({{"node", k.node}, {"kernel", k.kernel}, {"stage", stage_of[i]}});
+    nlohmann::ordered_json e = {{"node", k.node}, {"kernel", k.kernel}, {"dialect", k.dialect}, {"stage", stage_of[i]}};
+    if (!k.timings.empty()) {
+      nlohmann::ordered_json t = nlohmann::ordered_json::array();
+      for (const cpu::KernelTiming& c : k.timings) {
+        nlohmann::ordered_json one = {{"kernel", c.kernel}, {"millis", c.millis}};
+        if (!c.error.empty()) one["error"] = c.error;
+        t.push_back(one);
+      }
+      e["autotune"] = t;
+    }
+    kernels.push_back(e);
   }
   j["kernels"] = kernels;
+  j["kernel_selection"] = {{"dialects", s.config().dialects.str()}, {"autotune", s.config().autotune}};
   j["execution"] = {{"threads", s.executor().threads()}, {"concurrent_nodes", s.config().concurrent_nodes},
                     {"stages", stages.size()},           {"shared_stages", shared},
                     {"nodes_in_shared_stages", beside},  {"widest_stage", widest}};

@@ -1,10 +1,10 @@
 #include "cli/step_cache.h"
 
+#include <xxhash.h>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <xxhash.h>
 
 #include "core/file_fingerprint.h"
 #include "core/graph_hash.h"
@@ -93,14 +93,21 @@ Result<std::string> stepCacheKeyMaterial(const TrainArgs& a, TrainingGraphKind k
   j["batch"] = a.batch;
   j["seq_len"] = a.seq_len;
   j["loss"] = a.loss;
-  j["optimizer"] = {{"kind", a.optimizer}, {"momentum", a.momentum}, {"dampening", a.dampening},
-                    {"nesterov", a.nesterov}, {"weight_decay", a.weight_decay ? *a.weight_decay : -1.0},
-                    {"beta1", a.beta1},       {"beta2", a.beta2},         {"eps", a.eps},
+  j["optimizer"] = {{"kind", a.optimizer},
+                    {"momentum", a.momentum},
+                    {"dampening", a.dampening},
+                    {"nesterov", a.nesterov},
+                    {"weight_decay", a.weight_decay ? *a.weight_decay : -1.0},
+                    {"beta1", a.beta1},
+                    {"beta2", a.beta2},
+                    {"eps", a.eps},
                     {"clip_grad_norm", a.clip_grad_norm}};
   j["freeze"] = a.freeze;
   j["amp"] = a.amp;
   j["memory_budget"] = a.memory_budget;
   j["passes"] = a.pass_flags.passes;
+  j["dialects"] = a.dialects;
+  j["autotune"] = a.autotune;
   return j.dump();
 }
 
@@ -115,9 +122,8 @@ std::string stepCacheKey(const std::string& material) {
 std::string encodeStep(const TrainingSession& s, const std::string& model_path, const std::string& material) {
   nlohmann::ordered_json j;
   j["model"] = model_path;
-  j["created"] = std::chrono::duration_cast<std::chrono::seconds>(
-                     std::chrono::system_clock::now().time_since_epoch())
-                     .count();
+  j["created"] =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   j["key_material"] = nlohmann::json::parse(material);
   j["nodes"] = s.graph().numNodes();
   j["hash"] = structuralHash(s.graph());
@@ -125,6 +131,15 @@ std::string encodeStep(const TrainingSession& s, const std::string& model_path, 
   std::vector<std::string> kernels;
   for (const KernelChoice& k : s.kernelChoices()) kernels.push_back(k.kernel);
   j["kernels"] = kernels;
+  nlohmann::ordered_json timings = nlohmann::ordered_json::array();
+  bool timed = false;
+  for (const KernelChoice& k : s.kernelChoices()) {
+    nlohmann::ordered_json t = nlohmann::ordered_json::array();
+    for (const cpu::KernelTiming& c : k.timings) t.push_back({{"kernel", c.kernel}, {"millis", c.millis}});
+    timed |= !k.timings.empty();
+    timings.push_back(t);
+  }
+  if (timed) j["autotune"] = timings;
   j["arena_bytes"] = s.executor().memoryPlan().arena_bytes;
   j["trace"] = traceJson(s.passTrace());
   j["graph"] = printGraph(s.graph());
@@ -143,6 +158,14 @@ Result<CachedStep> decodeStep(const std::string& payload) {
     c.frozen = j.at("frozen").get<std::set<std::string>>();
     c.kernels = j.at("kernels").get<std::vector<std::string>>();
     c.arena_bytes = j.at("arena_bytes").get<uint64_t>();
+    if (j.contains("autotune")) {
+      for (const auto& node : j.at("autotune")) {
+        c.timings.emplace_back();
+        for (const auto& t : node)
+          c.timings.back().push_back({t.at("kernel").get<std::string>(), t.at("millis").get<double>(), ""});
+      }
+      if (c.timings.size() != c.kernels.size()) return Error{"the autotune timings do not match the kernels"};
+    }
     return c;
   } catch (const std::exception& e) {
     return Error{std::string("malformed entry: ") + e.what()};

@@ -33,6 +33,8 @@ struct CachedStep {
   CompiledStep step;
   std::set<std::string> frozen;
   std::vector<std::string> kernels;  ///< kernel name per node, in order
+  /// With --autotune: each node's measured candidates (empty lists for nodes with one).
+  std::vector<std::vector<cpu::KernelTiming>> timings;
   uint64_t arena_bytes = 0;
 };
 

@@ -118,6 +118,12 @@ void addTrainOptions(CLI::App* sub, TrainArgs& a, bool with_optimizer) {
                   "with dynamic loss scaling when training), or none (default)");
   sub->add_option("--seed", a.seed, "seed for synthetic batches and random ops (dropout)");
   sub->add_option("--threads", a.threads, "CPU threads (0: all cores)");
+  sub->add_option("--dialects", a.dialects,
+                  "kernel dialects to use, best first, e.g. onednn,blas,cpu (default: all, by priority; kiln ops "
+                  "lists each op's kernels)");
+  sub->add_flag("--autotune", a.autotune,
+                "time every applicable kernel on the real shapes and keep the fastest (kept in the report and the "
+                "compile cache)");
   sub->add_flag("--serial-nodes", a.serial_nodes,
                 "run one node at a time, threads only inside ops (default: small independent nodes run side by side)");
   sub->add_flag("--verbose,-v", a.verbose, "print the passes and full error messages");
@@ -331,6 +337,14 @@ Result<TrainSetup> setUp(const TrainArgs& a, TrainingGraphKind kind, bool lookup
   cfg.seed = a.seed;
   cfg.num_threads = a.threads;
   cfg.concurrent_nodes = !a.serial_nodes;
+  auto dialects = parseDialectOrder(a.dialects, KernelRegistry::cpu().dialects());
+  if (!a.dialects.empty() && !dialects) return dialects.error();
+  if (!a.dialects.empty()) cfg.dialects = std::move(*dialects);
+  cfg.autotune = a.autotune;
+  if (cached && a.autotune) {  // the times measured when it was compiled: do not time again
+    cfg.fixed_kernels = cached->kernels;
+    cfg.fixed_timings = cached->timings;
+  }
   cfg.pipeline = std::move(*pipeline);
   cfg.pass_options = passManagerOptions(a.pass_flags, &std::cout);
   cfg.compile_only = a.compile_only;

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <map>
 #include <unordered_map>
 
 #include <omp.h>
@@ -41,7 +42,7 @@ Result<CpuExecutor> CpuExecutor::create(const Graph& graph, CpuExecutorOptions o
   CpuExecutor ex;
   ex.graph_ = &graph;
   ex.options_ = options;
-  std::string missing;
+  MissingKernels missing;
   const KernelRegistry& reg = KernelRegistry::cpu();
   // Selecting a kernel builds what it compiles (oneDNN JITs a convolution's
   // primitives in its predicate): independent per node, so on the pool,
@@ -49,7 +50,11 @@ Result<CpuExecutor> CpuExecutor::create(const Graph& graph, CpuExecutorOptions o
   const PoolScope pool(options.num_threads);
   std::vector<const Node*> all;
   for (const auto& n : graph.nodes()) all.push_back(n.get());
-  std::vector<const KernelDef*> chosen(all.size());
+  if (!options.fixed_kernels.empty() && options.fixed_kernels.size() != all.size())
+    return Error{"the compiled plan names " + std::to_string(options.fixed_kernels.size()) + " kernels for " +
+                 std::to_string(all.size()) + " nodes"};
+  // Per node: the kernels that accept it, best first (one when not autotuning).
+  std::vector<std::vector<const KernelDef*>> fits(all.size());
   std::vector<std::exception_ptr> errors(all.size());
   const size_t count = all.size();
   kilnTsanRelease(&reg);
@@ -57,7 +62,18 @@ Result<CpuExecutor> CpuExecutor::create(const Graph& graph, CpuExecutorOptions o
   for (size_t i = 0; i < count; ++i) {
     kilnTsanAcquire(&reg);
     try {
-      chosen[i] = reg.select(*all[i]);
+      const Node& n = *all[i];
+      if (!options.fixed_kernels.empty()) {
+        const KernelDef* k = reg.byName(n.op(), options.fixed_kernels[i]);
+        if (!k || (k->supports && !k->supports(n)))
+          fail(n.describe() + ": kernel " + options.fixed_kernels[i] +
+               (k ? " no longer accepts it" : " does not exist"));
+        fits[i] = {k};
+      } else if (options.autotune) {
+        fits[i] = reg.applicable(n, options.dialects);
+      } else if (const KernelDef* k = reg.select(n, options.dialects)) {
+        fits[i] = {k};
+      }
     } catch (...) {
       errors[i] = std::current_exception();
     }
@@ -65,19 +81,39 @@ Result<CpuExecutor> CpuExecutor::create(const Graph& graph, CpuExecutorOptions o
   }
   kilnTsanAcquire(&reg);
   for (const std::exception_ptr& e : errors)
-    if (e) std::rethrow_exception(e);
+    if (e) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const KilnException& k) {
+        return Error{k.what()};
+      }
+    }
+  // Autotuning: time the candidates of each distinct node signature once,
+  // one node at a time with the whole pool (as the runs will have it).
+  std::map<std::string, std::vector<cpu::KernelTiming>> timed;
   for (size_t i = 0; i < all.size(); ++i) {
     const Node* n = all[i];
-    const KernelDef* k = chosen[i];
-    if (!k) {
-      missing += (missing.empty() ? "" : "; ") + n->describe();
+    if (fits[i].empty()) {
+      missing.add(*n, whyNoKernel(reg, *n, options.dialects));
       continue;
+    }
+    const KernelDef* k = fits[i].front();
+    std::vector<cpu::KernelTiming> timings;
+    if (i < options.fixed_timings.size()) timings = options.fixed_timings[i];
+    if (fits[i].size() > 1) {
+      const std::string sig = cpu::nodeSignature(*n);
+      auto it = timed.find(sig);
+      if (it == timed.end()) it = timed.emplace(sig, cpu::timeKernels(*n, fits[i], ex.threads())).first;
+      timings = it->second;
+      const int best = cpu::fastest(timings);
+      if (best < 0) return Error{n->describe() + ": every kernel failed while autotuning: " + timings[0].error};
+      k = fits[i][best];
     }
     ex.nodes_.push_back(n);
     ex.kernels_.push_back(k);
-    ex.choices_.push_back({n->describe(), k->name});
+    ex.choices_.push_back({n->describe(), k->name, k->dialect, std::move(timings)});
   }
-  if (!missing.empty()) return Error{"no CPU kernel for: " + missing};
+  if (!missing.empty()) return Error{"no CPU kernel for " + missing.str()};
   std::unordered_map<const Node*, const KernelDef*> kernel_of;
   for (size_t i = 0; i < ex.nodes_.size(); ++i) kernel_of[ex.nodes_[i]] = ex.kernels_[i];
   const ViewPredicate is_view = [&](const Node& n) { return kernel_of.at(&n)->output_views_input0; };

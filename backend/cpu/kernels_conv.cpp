@@ -1,6 +1,6 @@
 // CPU kernels for conv2d (NCHW input, OIHW weight, optional bias).
 //
-// "cpu_dnnl" (f32): a oneDNN convolution. Primitives are built once per
+// "onednn" (f32): a oneDNN convolution. Primitives are built once per
 // shape/attribute combination and kept in a process-wide cache, so a model
 // run repeatedly pays for primitive creation (and oneDNN's JIT) only once.
 // The primitive picks its preferred memory layouts (blocked nChw8c on
@@ -13,7 +13,7 @@
 // blocked path is used throughout. The predicate builds (and caches) the
 // primitive, so a config oneDNN rejects falls through to the next kernel.
 //
-// "cpu_blas" (f32/f64, and f16/bf16 computed in f32): im2col + GEMM per
+// "blas" (f32/f64, and f16/bf16 computed in f32): im2col + GEMM per
 // image and group; a 1x1, stride-1, unpadded convolution skips im2col.
 #include <omp.h>
 #include <dnnl.hpp>
@@ -252,10 +252,10 @@ void registerCpuConvKernels(KernelRegistry& r) {
     k.runs_beside_others = false;
     return k;
   };
-  r.add(alone({"conv2d", "cpu_dnnl", "cpu_dnnl.conv2d", 30, dnnlConvSupports, convDnnlKernel}));
+  r.add(alone({"conv2d", "onednn", "onednn.conv2d", 30, dnnlConvSupports, convDnnlKernel}));
   r.add(
-      alone({"conv2d", "cpu_dnnl", "cpu_dnnl.conv2d_lowp", 30, dnnlConvSupportsLowp, viaComputeType<convDnnlKernel>}));
-  r.add({"conv2d", "cpu_blas", "cpu_blas.conv2d", 20, nullptr, viaComputeType<convIm2colKernel>});
+      alone({"conv2d", "onednn", "onednn.conv2d_lowp", 30, dnnlConvSupportsLowp, viaComputeType<convDnnlKernel>}));
+  r.add({"conv2d", "blas", "blas.conv2d", 20, nullptr, viaComputeType<convIm2colKernel>});
 }
 
 }  // namespace kiln::cpu

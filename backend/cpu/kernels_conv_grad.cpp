@@ -2,7 +2,7 @@
 //   conv2d_input_backward(g, weight) {input_shape, ...}  -> dL/dx
 //   conv2d_weight_backward(g, x) {weight_shape, ...}     -> dL/dweight
 //
-// "cpu_dnnl" (f32): oneDNN's convolution backward-data and backward-weights
+// "onednn" (f32): oneDNN's convolution backward-data and backward-weights
 // primitives, cached per shape/attribute combination and thread count like
 // the forward (kernels_conv.cpp): plain NCHW/OIHW buffers are reordered into
 // the layouts the primitive prefers and the result back on every call. The
@@ -12,9 +12,9 @@
 // vs 35/35, 3x3 512ch@7 44/58 vs 65/39, depthwise 3x3 64ch@56 4.1/0.8 vs
 // 24/27, 7x7/2 stem 73/60 vs 82/101; but 1x1 convs lose to the GEMM path
 // (64->256@56 49/30 vs 23/21, 256->512/2@14 3.5/3.7 vs 2.5/0.9), so
-// ungrouped 1x1 convolutions stay on cpu_blas.
+// ungrouped 1x1 convolutions stay on blas.
 //
-// "cpu_blas" (f32/f64, f16/bf16 in f32): the reference, and what the
+// "blas" (f32/f64, f16/bf16 in f32): the reference, and what the
 // finite-difference tests (f64) exercise. Per image and group, with
 // col = im2col(x) ([cg*kh*kw, oh*ow]):
 //   dx:      col = W_g^T * g_g, then col2im adds every column entry back to
@@ -340,10 +340,10 @@ void registerCpuConvGradKernels(KernelRegistry& r) {
   for (const char* op : {"conv2d_input_backward", "conv2d_weight_backward"}) {
     const std::string name(op);
     // oneDNN splits its work by the thread count: never beside other nodes.
-    KernelDef dnnl{name, "cpu_dnnl", "cpu_dnnl." + name, 30, dnnlSupports, dnnlBackwardKernel};
+    KernelDef dnnl{name, "onednn", "onednn." + name, 30, dnnlSupports, dnnlBackwardKernel};
     dnnl.runs_beside_others = false;
     r.add(std::move(dnnl));
-    r.add({name, "cpu_blas", "cpu_blas." + name, 20, nullptr,
+    r.add({name, "blas", "blas." + name, 20, nullptr,
            name == "conv2d_input_backward" ? viaComputeType<inputBackwardGemmKernel>
                                            : viaComputeType<weightBackwardGemmKernel>});
   }

@@ -336,7 +336,7 @@ void castKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
 }
 
 void add(KernelRegistry& r, const char* op, KernelFn fn) {
-  KernelDef k{op, "cpu_ref", std::string("cpu_ref.") + op, 0, nullptr, fn};
+  KernelDef k{op, "cpu", std::string("cpu.") + op, 0, nullptr, fn};
   k.writes_over_input = true;  // every loop here reads index i of each input, then writes index i
   r.add(std::move(k));
 }

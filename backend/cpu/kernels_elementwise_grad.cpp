@@ -326,7 +326,7 @@ void prodBackwardKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
 }
 
 void add(KernelRegistry& r, const char* op, KernelFn fn) {
-  r.add({op, "cpu_ref", std::string("cpu_ref.") + op, 0, nullptr, fn});
+  r.add({op, "cpu", std::string("cpu.") + op, 0, nullptr, fn});
 }
 
 }  // namespace
@@ -351,7 +351,7 @@ void registerCpuElementwiseGradKernels(KernelRegistry& r) {
   // Elementwise loops over (g, x[, y]): may write over an input in place.
   for (auto [op, fn] : {std::pair<const char*, KernelFn>{"unary_backward", unaryBackwardKernel},
                         std::pair<const char*, KernelFn>{"binary_backward", binaryBackwardKernel}}) {
-    KernelDef k{op, "cpu_ref", std::string("cpu_ref.") + op, 0, nullptr, fn};
+    KernelDef k{op, "cpu", std::string("cpu.") + op, 0, nullptr, fn};
     k.writes_over_input = true;
     r.add(std::move(k));
   }

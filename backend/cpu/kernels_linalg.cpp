@@ -1,6 +1,6 @@
 // CPU kernels for the linalg family: `matmul` (torch.matmul semantics) and
-// `linear` (x W^T + b). f32/f64 go through OpenBLAS GEMM ("cpu_blas"); a
-// "cpu_ref" kernel computes any floating dtype in float/double with plain
+// `linear` (x W^T + b). f32/f64 go through OpenBLAS GEMM ("blas"); a
+// "cpu" kernel computes any floating dtype in float/double with plain
 // loops. Batch dims broadcast with stride 0; when the right operand has no
 // batch of its own, the left operand's batch folds into GEMM's M so the whole
 // product is one call.
@@ -195,12 +195,12 @@ bool fitsBlasLowp(const Node& n) {
 }  // namespace
 
 void registerCpuLinalgKernels(KernelRegistry& r) {
-  r.add({"matmul", "cpu_blas", "cpu_blas.matmul", 20, fitsBlas, matmulKernel<true>});
-  r.add({"matmul", "cpu_ref", "cpu_ref.matmul", 0, nullptr, cpu::viaComputeType<matmulKernel<false>>});
-  r.add({"linear", "cpu_blas", "cpu_blas.linear", 20, fitsBlas, linearKernel<true>});
-  r.add({"linear", "cpu_ref", "cpu_ref.linear", 0, nullptr, cpu::viaComputeType<linearKernel<false>>});
-  r.add({"matmul", "cpu_blas", "cpu_blas.matmul_lowp", 20, fitsBlasLowp, cpu::viaComputeType<matmulKernel<true>>});
-  r.add({"linear", "cpu_blas", "cpu_blas.linear_lowp", 20, fitsBlasLowp, cpu::viaComputeType<linearKernel<true>>});
+  r.add({"matmul", "blas", "blas.matmul", 20, fitsBlas, matmulKernel<true>});
+  r.add({"matmul", "cpu", "cpu.matmul", 0, nullptr, cpu::viaComputeType<matmulKernel<false>>});
+  r.add({"linear", "blas", "blas.linear", 20, fitsBlas, linearKernel<true>});
+  r.add({"linear", "cpu", "cpu.linear", 0, nullptr, cpu::viaComputeType<linearKernel<false>>});
+  r.add({"matmul", "blas", "blas.matmul_lowp", 20, fitsBlasLowp, cpu::viaComputeType<matmulKernel<true>>});
+  r.add({"linear", "blas", "blas.linear_lowp", 20, fitsBlasLowp, cpu::viaComputeType<linearKernel<true>>});
 }
 
 }  // namespace kiln

@@ -1,4 +1,4 @@
-// CPU kernels for the loss family ("cpu_ref"; f32/f64 natively, f16/bf16
+// CPU kernels for the loss family ("cpu"; f32/f64 natively, f16/bf16
 // in f32): cross_entropy and nll_loss over class-index targets, mse_loss
 // with broadcasting. Class losses view the input as [N, C, inner] (a 1-D
 // input is one sample with a scalar target) and follow PyTorch exactly:
@@ -178,9 +178,9 @@ namespace kiln {
 
 void registerCpuLossKernels(KernelRegistry& r) {
   using namespace cpu;
-  r.add({"cross_entropy", "cpu_ref", "cpu_ref.cross_entropy", 0, floatInput, viaComputeType<crossEntropyKernel>});
-  r.add({"nll_loss", "cpu_ref", "cpu_ref.nll_loss", 0, floatInput, viaComputeType<nllLossKernel>});
-  r.add({"mse_loss", "cpu_ref", "cpu_ref.mse_loss", 0, floatInput, viaComputeType<mseKernel>});
+  r.add({"cross_entropy", "cpu", "cpu.cross_entropy", 0, floatInput, viaComputeType<crossEntropyKernel>});
+  r.add({"nll_loss", "cpu", "cpu.nll_loss", 0, floatInput, viaComputeType<nllLossKernel>});
+  r.add({"mse_loss", "cpu", "cpu.mse_loss", 0, floatInput, viaComputeType<mseKernel>});
 }
 
 }  // namespace kiln

@@ -1,4 +1,4 @@
-// CPU kernels of the loss backward ops (core/ops/loss_grad.cpp), "cpu_ref";
+// CPU kernels of the loss backward ops (core/ops/loss_grad.cpp), "cpu";
 // f32/f64 natively, f16/bf16 in f32:
 //   cross_entropy_backward(g, logits, target) {reduction, ignore_index, label_smoothing}
 //   nll_loss_backward(g, target) {reduction, ignore_index, num_classes}
@@ -142,9 +142,9 @@ namespace kiln {
 
 void registerCpuLossGradKernels(KernelRegistry& r) {
   using namespace cpu;
-  r.add({"cross_entropy_backward", "cpu_ref", "cpu_ref.cross_entropy_backward", 0, floatGrad,
+  r.add({"cross_entropy_backward", "cpu", "cpu.cross_entropy_backward", 0, floatGrad,
          viaComputeType<crossEntropyBackwardKernel, 1>});
-  r.add({"nll_loss_backward", "cpu_ref", "cpu_ref.nll_loss_backward", 0, floatGrad,
+  r.add({"nll_loss_backward", "cpu", "cpu.nll_loss_backward", 0, floatGrad,
          viaComputeType<nllLossBackwardKernel>});
 }
 

@@ -1,7 +1,7 @@
 // CPU kernels for the nn family. Convolution, pooling and normalization
 // live in kernels_conv.cpp, kernels_pool.cpp and kernels_norm.cpp; this file
 // registers them and holds the rest: embedding, dropout, softmax and
-// log_softmax ("cpu_ref").
+// log_softmax ("cpu").
 //
 // Dropout draws from a counter-based generator (a SplitMix64 finalizer over
 // seed, node index and element index), so the mask depends only on the run
@@ -155,10 +155,10 @@ void registerCpuNNKernels(KernelRegistry& r) {
   registerCpuConvKernels(r);
   registerCpuPoolKernels(r);
   registerCpuNormKernels(r);
-  r.add({"embedding", "cpu_ref", "cpu_ref.embedding", 0, nullptr, embeddingKernel});
-  r.add({"dropout", "cpu_ref", "cpu_ref.dropout", 0, floatInput, viaComputeType<dropoutKernel>});
-  r.add({"softmax", "cpu_ref", "cpu_ref.softmax", 0, nullptr, viaComputeType<softmaxKernel>});
-  r.add({"log_softmax", "cpu_ref", "cpu_ref.log_softmax", 0, nullptr, viaComputeType<logSoftmaxKernel>});
+  r.add({"embedding", "cpu", "cpu.embedding", 0, nullptr, embeddingKernel});
+  r.add({"dropout", "cpu", "cpu.dropout", 0, floatInput, viaComputeType<dropoutKernel>});
+  r.add({"softmax", "cpu", "cpu.softmax", 0, nullptr, viaComputeType<softmaxKernel>});
+  r.add({"log_softmax", "cpu", "cpu.log_softmax", 0, nullptr, viaComputeType<logSoftmaxKernel>});
 }
 
 }  // namespace kiln

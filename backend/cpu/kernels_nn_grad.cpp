@@ -1,6 +1,6 @@
 // CPU kernels of the nn family's backward ops (core/ops/nn_grad.cpp). The
 // conv and pool ones live in kernels_conv_grad.cpp and kernels_pool_grad.cpp;
-// this file registers them and holds embedding_backward ("cpu_ref").
+// this file registers them and holds embedding_backward ("cpu").
 //
 // embedding_backward accumulates rows in index order, with each thread owning
 // a slice of the embedding dim, so the result is deterministic and free of
@@ -101,7 +101,7 @@ void registerCpuNNGradKernels(KernelRegistry& r) {
   using namespace cpu;
   registerCpuConvGradKernels(r);
   registerCpuPoolGradKernels(r);
-  r.add({"embedding_backward", "cpu_ref", "cpu_ref.embedding_backward", 0, floatInput,
+  r.add({"embedding_backward", "cpu", "cpu.embedding_backward", 0, floatInput,
          viaComputeType<embeddingBackwardKernel>});
 }
 

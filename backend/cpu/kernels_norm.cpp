@@ -1,5 +1,5 @@
 // CPU kernels for normalization: batch_norm (eval and training), layer_norm
-// and group_norm ("cpu_ref"; f32/f64 natively, f16/bf16 in f32). Statistics
+// and group_norm ("cpu"; f32/f64 natively, f16/bf16 in f32). Statistics
 // are accumulated in double with two passes (mean, then squared deviations)
 // so large planes don't lose precision. Training batch_norm matches
 // PyTorch: normalize with the biased batch variance, update running_var
@@ -128,9 +128,9 @@ bool floatInputs(const Node& n) {
 }  // namespace
 
 void registerCpuNormKernels(KernelRegistry& r) {
-  r.add({"batch_norm", "cpu_ref", "cpu_ref.batch_norm", 0, floatInputs, viaComputeType<batchNormKernel>});
-  r.add({"layer_norm", "cpu_ref", "cpu_ref.layer_norm", 0, floatInputs, viaComputeType<layerNormKernel>});
-  r.add({"group_norm", "cpu_ref", "cpu_ref.group_norm", 0, floatInputs, viaComputeType<groupNormKernel>});
+  r.add({"batch_norm", "cpu", "cpu.batch_norm", 0, floatInputs, viaComputeType<batchNormKernel>});
+  r.add({"layer_norm", "cpu", "cpu.layer_norm", 0, floatInputs, viaComputeType<layerNormKernel>});
+  r.add({"group_norm", "cpu", "cpu.group_norm", 0, floatInputs, viaComputeType<groupNormKernel>});
 }
 
 }  // namespace kiln::cpu

@@ -1,5 +1,5 @@
 // CPU kernels of the normalization backward ops (core/ops/norm_grad.cpp),
-// "cpu_ref"; f32/f64 natively, f16/bf16 in f32:
+// "cpu"; f32/f64 natively, f16/bf16 in f32:
 //   batch_norm_backward, layer_norm_backward, group_norm_backward
 //     -> (grad_x, grad_weight, grad_bias)
 //   softmax_backward, log_softmax_backward
@@ -271,20 +271,20 @@ void registerCpuNormGradKernels(KernelRegistry& r) {
   // Each channel's sums are taken before its grad_x is written, element by
   // element from g and x at the same index: grad_x may overwrite g or x.
   KernelDef bn{"batch_norm_backward",
-               "cpu_ref",
-               "cpu_ref.batch_norm_backward",
+               "cpu",
+               "cpu.batch_norm_backward",
                0,
                floatInputs,
                viaComputeType<batchNormBackwardKernel>};
   bn.writes_over_input = true;
   r.add(std::move(bn));
-  r.add({"layer_norm_backward", "cpu_ref", "cpu_ref.layer_norm_backward", 0, floatInputs,
+  r.add({"layer_norm_backward", "cpu", "cpu.layer_norm_backward", 0, floatInputs,
          viaComputeType<layerNormBackwardKernel>});
-  r.add({"group_norm_backward", "cpu_ref", "cpu_ref.group_norm_backward", 0, floatInputs,
+  r.add({"group_norm_backward", "cpu", "cpu.group_norm_backward", 0, floatInputs,
          viaComputeType<groupNormBackwardKernel>});
-  r.add({"softmax_backward", "cpu_ref", "cpu_ref.softmax_backward", 0, floatInputs,
+  r.add({"softmax_backward", "cpu", "cpu.softmax_backward", 0, floatInputs,
          viaComputeType<softmaxBackwardKernel>});
-  r.add({"log_softmax_backward", "cpu_ref", "cpu_ref.log_softmax_backward", 0, floatInputs,
+  r.add({"log_softmax_backward", "cpu", "cpu.log_softmax_backward", 0, floatInputs,
          viaComputeType<logSoftmaxBackwardKernel>});
 }
 

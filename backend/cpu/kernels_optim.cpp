@@ -174,10 +174,10 @@ bool floatInputs(const Node& n) {
 void registerCpuOptimizerKernels(KernelRegistry& r) {
   // In place: sgdGroup and adamRun read every input element before writing
   // the same element of the outputs.
-  r.add({"sgd_update", "cpu_ref", "cpu_ref.sgd_update", 0, floatParams, sgdKernel, false, /*updates_in_place=*/true});
-  r.add({"adam_update", "cpu_ref", "cpu_ref.adam_update", 0, floatParams, adamKernel, false,
+  r.add({"sgd_update", "cpu", "cpu.sgd_update", 0, floatParams, sgdKernel, false, /*updates_in_place=*/true});
+  r.add({"adam_update", "cpu", "cpu.adam_update", 0, floatParams, adamKernel, false,
          /*updates_in_place=*/true});
-  r.add({"global_norm", "cpu_ref", "cpu_ref.global_norm", 0, floatInputs, globalNormKernel});
+  r.add({"global_norm", "cpu", "cpu.global_norm", 0, floatInputs, globalNormKernel});
 }
 
 }  // namespace kiln

@@ -1,5 +1,5 @@
 // CPU kernels for 2-D pooling: max_pool2d, avg_pool2d, adaptive_avg_pool2d,
-// adaptive_max_pool2d ("cpu_ref"; f32/f64 natively, f16/bf16 in f32). Input
+// adaptive_max_pool2d ("cpu"; f32/f64 natively, f16/bf16 in f32). Input
 // is [N, C, H, W] or [C, H, W]; every leading plane is pooled independently,
 // in parallel. Window arithmetic follows PyTorch's CPU kernels exactly: the
 // output size comes from shape inference (pooledLength), max pooling skips
@@ -166,11 +166,11 @@ bool floatInput(const Node& n) {
 }  // namespace
 
 void registerCpuPoolKernels(KernelRegistry& r) {
-  r.add({"max_pool2d", "cpu_ref", "cpu_ref.max_pool2d", 0, floatInput, viaComputeType<maxPoolKernel>});
-  r.add({"avg_pool2d", "cpu_ref", "cpu_ref.avg_pool2d", 0, floatInput, viaComputeType<avgPoolKernel>});
-  r.add({"adaptive_avg_pool2d", "cpu_ref", "cpu_ref.adaptive_avg_pool2d", 0, floatInput,
+  r.add({"max_pool2d", "cpu", "cpu.max_pool2d", 0, floatInput, viaComputeType<maxPoolKernel>});
+  r.add({"avg_pool2d", "cpu", "cpu.avg_pool2d", 0, floatInput, viaComputeType<avgPoolKernel>});
+  r.add({"adaptive_avg_pool2d", "cpu", "cpu.adaptive_avg_pool2d", 0, floatInput,
          viaComputeType<adaptiveAvgKernel>});
-  r.add({"adaptive_max_pool2d", "cpu_ref", "cpu_ref.adaptive_max_pool2d", 0, floatInput,
+  r.add({"adaptive_max_pool2d", "cpu", "cpu.adaptive_max_pool2d", 0, floatInput,
          viaComputeType<adaptiveMaxKernel>});
 }
 

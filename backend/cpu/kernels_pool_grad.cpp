@@ -1,4 +1,4 @@
-// CPU kernels of the pool backward ops ("cpu_ref"; f32/f64 natively,
+// CPU kernels of the pool backward ops ("cpu"; f32/f64 natively,
 // f16/bf16 in f32): max_pool2d_backward, avg_pool2d_backward,
 // adaptive_avg_pool2d_backward, adaptive_max_pool2d_backward. Every leading
 // plane ([N, C] or [C]) is independent and handled by one thread, which
@@ -196,13 +196,13 @@ bool floatInput(const Node& n) {
 }  // namespace
 
 void registerCpuPoolGradKernels(KernelRegistry& r) {
-  r.add({"max_pool2d_backward", "cpu_ref", "cpu_ref.max_pool2d_backward", 0, floatInput,
+  r.add({"max_pool2d_backward", "cpu", "cpu.max_pool2d_backward", 0, floatInput,
          viaComputeType<maxPoolBackwardKernel>});
-  r.add({"avg_pool2d_backward", "cpu_ref", "cpu_ref.avg_pool2d_backward", 0, floatInput,
+  r.add({"avg_pool2d_backward", "cpu", "cpu.avg_pool2d_backward", 0, floatInput,
          viaComputeType<avgPoolBackwardKernel>});
-  r.add({"adaptive_avg_pool2d_backward", "cpu_ref", "cpu_ref.adaptive_avg_pool2d_backward", 0, floatInput,
+  r.add({"adaptive_avg_pool2d_backward", "cpu", "cpu.adaptive_avg_pool2d_backward", 0, floatInput,
          viaComputeType<adaptiveAvgBackwardKernel>});
-  r.add({"adaptive_max_pool2d_backward", "cpu_ref", "cpu_ref.adaptive_max_pool2d_backward", 0, floatInput,
+  r.add({"adaptive_max_pool2d_backward", "cpu", "cpu.adaptive_max_pool2d_backward", 0, floatInput,
          viaComputeType<adaptiveMaxBackwardKernel>});
 }
 

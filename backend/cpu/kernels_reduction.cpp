@@ -130,7 +130,7 @@ void cumsumKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
 }
 
 void add(KernelRegistry& reg, const char* op, KernelFn fn) {
-  reg.add({op, "cpu_ref", std::string("cpu_ref.") + op, 0, nullptr, fn});
+  reg.add({op, "cpu", std::string("cpu.") + op, 0, nullptr, fn});
 }
 
 }  // namespace

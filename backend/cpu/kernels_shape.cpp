@@ -324,7 +324,7 @@ void arangeKernel(const Node& n, Inputs, Outputs out, KernelContext&) {
 }
 
 void add(KernelRegistry& r, const char* op, KernelFn fn) {
-  r.add({op, "cpu_ref", std::string("cpu_ref.") + op, 0, nullptr, fn});
+  r.add({op, "cpu", std::string("cpu.") + op, 0, nullptr, fn});
 }
 
 }  // namespace
@@ -334,7 +334,7 @@ namespace kiln {
 
 void registerCpuShapeKernels(KernelRegistry& r) {
   using namespace cpu;
-  r.add({"reshape", "cpu_ref", "cpu_ref.reshape", 0, nullptr, reshapeKernel, /*output_views_input0=*/true});
+  r.add({"reshape", "cpu", "cpu.reshape", 0, nullptr, reshapeKernel, /*output_views_input0=*/true});
   add(r, "permute", permuteKernel);
   add(r, "expand", expandKernel);
   add(r, "slice", sliceKernel);

@@ -255,7 +255,7 @@ void scatterAddKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
 }
 
 void add(KernelRegistry& r, const char* op, KernelFn fn) {
-  r.add({op, "cpu_ref", std::string("cpu_ref.") + op, 0, nullptr, fn});
+  r.add({op, "cpu", std::string("cpu.") + op, 0, nullptr, fn});
 }
 
 }  // namespace

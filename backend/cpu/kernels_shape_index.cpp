@@ -86,8 +86,8 @@ void gatherKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
 }  // namespace
 
 void registerCpuShapeIndexKernels(KernelRegistry& r) {
-  r.add({"index", "cpu_ref", "cpu_ref.index", 0, nullptr, indexKernel});
-  r.add({"gather", "cpu_ref", "cpu_ref.gather", 0, nullptr, gatherKernel});
+  r.add({"index", "cpu", "cpu.index", 0, nullptr, indexKernel});
+  r.add({"gather", "cpu", "cpu.gather", 0, nullptr, gatherKernel});
 }
 
 }  // namespace kiln::cpu

@@ -182,7 +182,7 @@ TEST(ConcurrentNodes, GroupingRules) {
   ASSERT_TRUE(g.ok()) << g.error().message;
   std::vector<const Node*> nodes;
   for (const auto& n : g->nodes()) nodes.push_back(n.get());
-  KernelDef plain{"op", "cpu_ref", "plain", 0, nullptr, nullptr}, lonely = plain;
+  KernelDef plain{"op", "cpu", "plain", 0, nullptr, nullptr}, lonely = plain;
   lonely.runs_beside_others = false;
   std::vector<const KernelDef*> kernels(nodes.size(), &plain);
   kernels[8] = &lonely;
@@ -205,7 +205,7 @@ TEST(ConcurrentNodes, RegisteredKernelFlags) {
   int dnnl = 0;
   for (const std::string& op : reg.ops())
     for (const KernelDef* k : reg.candidates(op))
-      if (k->dialect == "cpu_dnnl") {
+      if (k->dialect == "onednn") {
         ++dnnl;
         EXPECT_FALSE(k->runs_beside_others) << k->name;
         EXPECT_FALSE(k->writes_over_input) << k->name;

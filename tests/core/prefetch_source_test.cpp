@@ -84,7 +84,7 @@ TEST(Prefetch, ABatchReadAheadIsServedWithoutWaiting) {
 TEST(Trace, WritesChromeTraceEventsWithThreadRows) {
   TraceRecorder trace;
   trace.nameThread("main");
-  { TraceScope s(&trace, "step 0", "step", {{"bytes", "4096"}, {"kernel", "cpu_ref.add"}}); }
+  { TraceScope s(&trace, "step 0", "step", {{"bytes", "4096"}, {"kernel", "cpu.add"}}); }
   std::thread([&] {
     trace.nameThread("data prefetch");
     TraceScope s(&trace, "batch 1", "data");
@@ -100,7 +100,7 @@ TEST(Trace, WritesChromeTraceEventsWithThreadRows) {
       EXPECT_GE(e.at("dur").get<double>(), 0.0);
       if (e.at("name") == "step 0") {
         EXPECT_EQ(e.at("args").at("bytes"), 4096.0);
-        EXPECT_EQ(e.at("args").at("kernel"), "cpu_ref.add");
+        EXPECT_EQ(e.at("args").at("kernel"), "cpu.add");
       }
     }
     if (e.at("ph") == "M" && e.at("name") == "thread_name") ++names;

@@ -192,14 +192,14 @@ TEST(GradNN, Conv2dBackwardF32MatchesF64Reference) {
       std::vector<Tensor> in64 = {g, wgrad ? x : w};
       std::vector<Tensor> in32 = {g.to(DType::F32), in64[1].to(DType::F32)};
       auto [ref, ref_kernel] = runNode(op, in64, a);
-      EXPECT_EQ(ref_kernel, std::string("cpu_blas.") + op) << what;
+      EXPECT_EQ(ref_kernel, std::string("blas.") + op) << what;
       auto [fast, fast_kernel] = runNode(op, in32, a);
       // Ungrouped 1x1 convolutions run on the GEMM path (faster there).
       const bool pointwise = c.w[2] == 1 && c.w[3] == 1 && c.groups == 1;
-      EXPECT_EQ(fast_kernel, std::string(pointwise ? "cpu_blas." : "cpu_dnnl.") + op) << what;
+      EXPECT_EQ(fast_kernel, std::string(pointwise ? "blas." : "onednn.") + op) << what;
       EXPECT_LT(relError(fast, ref), 1e-5) << op << " " << fast_kernel << " " << what;
-      Tensor gemm32 = runKernel(op, std::string("cpu_blas.") + op, in32, a);
-      EXPECT_LT(relError(gemm32, ref), 1e-5) << op << " cpu_blas f32 " << what;
+      Tensor gemm32 = runKernel(op, std::string("blas.") + op, in32, a);
+      EXPECT_LT(relError(gemm32, ref), 1e-5) << op << " blas f32 " << what;
     }
   }
 }

@@ -120,9 +120,9 @@ TEST_F(KernelsLinalg, BlasKernelPreferredForF32AndHalfReferenceForHugeDims) {
   Node* f32 = g.create("matmul", {a, b});
   Node* f16 = g.create("matmul", {ah, bh});
   Node* big = g.create("matmul", {ax, bx});
-  EXPECT_EQ(KernelRegistry::cpu().select(*f32)->name, "cpu_blas.matmul");
-  EXPECT_EQ(KernelRegistry::cpu().select(*f16)->name, "cpu_blas.matmul_lowp");
-  EXPECT_EQ(KernelRegistry::cpu().select(*big)->name, "cpu_ref.matmul");
+  EXPECT_EQ(KernelRegistry::cpu().select(*f32)->name, "blas.matmul");
+  EXPECT_EQ(KernelRegistry::cpu().select(*f16)->name, "blas.matmul_lowp");
+  EXPECT_EQ(KernelRegistry::cpu().select(*big)->name, "cpu.matmul");
 }
 
 }  // namespace

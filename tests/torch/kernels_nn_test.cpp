@@ -84,8 +84,8 @@ void checkConv(const ConvCase& c, torch::ScalarType dt = torch::kFloat32) {
   if (c.bias) ins.push_back(b);
   AttrMap attrs = {{"stride", c.stride}, {"padding", c.padding}, {"dilation", c.dilation}, {"groups", c.groups}};
   auto expected = torch::conv2d(x, w, c.bias ? b : torch::Tensor(), c.stride, c.padding, c.dilation, c.groups);
-  std::vector<std::string> kernels = {"cpu_blas.conv2d"};
-  if (dt == torch::kFloat32) kernels.push_back("cpu_dnnl.conv2d");
+  std::vector<std::string> kernels = {"blas.conv2d"};
+  if (dt == torch::kFloat32) kernels.push_back("onednn.conv2d");
   for (const std::string& k : kernels) {
     auto out = runKernel(k, "conv2d", ins, attrs);
     ASSERT_EQ(out.size(), 1u) << k;
@@ -137,9 +137,9 @@ TEST_F(KernelsNN, HalfTypesComputeInFloat) {
 
 TEST_F(KernelsNN, ConvSelectsOneDnnForF32) {
   OneNode one("conv2d", {torch::randn({1, 4, 8, 8}), torch::randn({4, 4, 3, 3})}, {});
-  EXPECT_EQ(KernelRegistry::cpu().select(*one.node)->name, "cpu_dnnl.conv2d");
+  EXPECT_EQ(KernelRegistry::cpu().select(*one.node)->name, "onednn.conv2d");
   OneNode d("conv2d", {torch::randn({1, 4, 8, 8}, torch::kFloat64), torch::randn({4, 4, 3, 3}, torch::kFloat64)}, {});
-  EXPECT_EQ(KernelRegistry::cpu().select(*d.node)->name, "cpu_blas.conv2d");
+  EXPECT_EQ(KernelRegistry::cpu().select(*d.node)->name, "blas.conv2d");
 }
 
 /// Median milliseconds of `fn` over `reps` runs after a warm-up.
@@ -168,7 +168,7 @@ TEST_F(KernelsNN, ConvResNetBlockTiming) {
     Result<std::vector<Tensor>> last = Error{"not run"};
     double kiln_ms = medianMs(20, [&] { last = ex->run(one.bound); });
     ASSERT_TRUE(last.ok()) << last.error().message;
-    double blas_ms = medianMs(5, [&] { runKernel("cpu_blas.conv2d", "conv2d", {x, w}, attrs); });
+    double blas_ms = medianMs(5, [&] { runKernel("blas.conv2d", "conv2d", {x, w}, attrs); });
     torch::set_num_threads(threads);
     torch::Tensor ref;
     double torch_ms = medianMs(20, [&] { ref = torch::conv2d(x, w, {}, Ints{1, 1}, Ints{1, 1}); });
