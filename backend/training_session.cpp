@@ -47,16 +47,31 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::create(const Model& mo
     if (!g) return g.error();
     s->graph_ = std::make_unique<Graph>(std::move(*g));
   }
-  auto ex = CpuExecutor::create(*s->graph_, {.seed = s->config_.seed,
-                                             .num_threads = s->config_.num_threads,
-                                             .concurrent_nodes = s->config_.concurrent_nodes,
-                                             .min_beside_micros = s->config_.min_beside_micros,
-                                             .dialects = s->config_.dialects,
-                                             .autotune = s->config_.autotune,
-                                             .fixed_kernels = s->config_.fixed_kernels,
-                                             .fixed_timings = s->config_.fixed_timings});
-  if (!ex) return ex.error();
-  s->exec_ = std::make_unique<CpuExecutor>(std::move(*ex));
+  if (s->config_.device == "cuda") {
+    auto backend = cudaBackend();
+    if (!backend) return backend.error();
+    auto runner = (*backend)->create(*s->graph_, {.seed = s->config_.seed,
+                                                  .dialects = s->config_.dialects,
+                                                  .autotune = s->config_.autotune,
+                                                  .fixed_kernels = s->config_.fixed_kernels,
+                                                  .fixed_timings = s->config_.fixed_timings});
+    if (!runner) return runner.error();
+    s->device_ = std::move(*runner);
+  } else if (s->config_.device != "cpu") {
+    return Error{"--device " + s->config_.device + ": unknown device (cpu or cuda)"};
+  }
+  if (!s->device_) {
+    auto ex = CpuExecutor::create(*s->graph_, {.seed = s->config_.seed,
+                                               .num_threads = s->config_.num_threads,
+                                               .concurrent_nodes = s->config_.concurrent_nodes,
+                                               .min_beside_micros = s->config_.min_beside_micros,
+                                               .dialects = s->config_.dialects,
+                                               .autotune = s->config_.autotune,
+                                               .fixed_kernels = s->config_.fixed_kernels,
+                                               .fixed_timings = s->config_.fixed_timings});
+    if (!ex) return ex.error();
+    s->exec_ = std::make_unique<CpuExecutor>(std::move(*ex));
+  }
 
   if (s->config_.compile_only) return s;
   for (Value* v : s->graph_->inputs()) {
@@ -120,8 +135,57 @@ Tensor TrainingSession::optStateOrZeros(const Value* v) const {
   return it != state_.end() ? it->second : Tensor(v->type());
 }
 
+Status TrainingSession::pushState() {
+  for (const Value* v : graph_->inputs()) {
+    if (!isState(v->role())) continue;
+    auto it = state_.find(v->name());
+    const Tensor t = it != state_.end() ? it->second : optStateOrZeros(v);
+    if (Status st = device_->setState(v->name(), t); !st) return st;
+  }
+  device_stale_ = false;
+  return {};
+}
+
+void TrainingSession::pullState() const {
+  if (!device_ || !host_stale_) return;
+  for (const Value* v : graph_->inputs()) {
+    if (!isState(v->role()) || v->role() == ValueRole::Const) continue;
+    auto t = device_->read(v->name());
+    if (!t) fail("reading '" + v->name() + "' back from the device: " + t.error().message);
+    state_[v->name()] = std::move(*t);
+  }
+  host_stale_ = false;
+}
+
+Result<Tensor> TrainingSession::lastOutput(size_t i) const {
+  if (device_) {
+    if (!device_ran_) return Error{"no step has run yet"};
+    return device_->read(graph_->outputs()[i].name);
+  }
+  if (last_.empty()) return Error{"no step has run yet"};
+  return last_[i];
+}
+
 Status TrainingSession::step(const TensorMap& batch) {
   if (config_.compile_only) return Error{"this session was built to compile only (it holds no weights)"};
+  if (device_) {
+    if (device_stale_)
+      if (Status st = pushState(); !st) return Error{"uploading the state: " + st.error().message};
+    TensorMap staged;
+    for (const Value* v : batchInputs()) {
+      auto it = batch.find(v->name());
+      if (it == batch.end()) return Error{"batch has no tensor '" + v->name() + "'"};
+      staged[v->name()] = it->second;
+    }
+    if (graph_->findInput(kLearningRateInput)) staged[kLearningRateInput] = Tensor::scalar(DType::F64, nextLr());
+    if (Status st = device_->setBatch(staged); !st)
+      return Error{"step " + std::to_string(steps_) + ": " + st.error().message};
+    if (Status st = device_->run(); !st) return Error{"step " + std::to_string(steps_) + ": " + st.error().message};
+    host_stale_ = true;
+    device_ran_ = true;
+    ++steps_;
+    return {};
+  }
   // State this session alone holds is donated: the optimizer updates it in
   // place (no second copy of parameters and moments at the step's peak). A
   // tensor the caller still holds (its model's weights at the first step, a
@@ -159,32 +223,38 @@ Status TrainingSession::step(const TensorMap& batch) {
 }
 
 Result<double> TrainingSession::readLoss() const {
-  if (last_.empty()) return Error{"no step has run yet"};
   const auto& outs = graph_->outputs();
   for (size_t i = 0; i < outs.size(); ++i)
-    if (outs[i].role == OutputRole::Loss) return last_[i].at(0);
+    if (outs[i].role == OutputRole::Loss) {
+      auto t = lastOutput(i);
+      if (!t) return t.error();
+      return t->at(0);
+    }
   return Error{"the graph has no loss output"};
 }
 
 std::map<std::string, double> TrainingSession::readMetrics() const {
   std::map<std::string, double> m;
   const auto& outs = graph_->outputs();
-  for (size_t i = 0; i < outs.size() && i < last_.size(); ++i)
-    if (outs[i].role == OutputRole::Metric) m[outs[i].name] = last_[i].at(0);
+  for (size_t i = 0; i < outs.size(); ++i)
+    if (outs[i].role == OutputRole::Metric)
+      if (auto t = lastOutput(i)) m[outs[i].name] = t->at(0);
   return m;
 }
 
 TensorMap TrainingSession::gradients() const {
   TensorMap g;
   const auto& outs = graph_->outputs();
-  for (size_t i = 0; i < outs.size() && i < last_.size(); ++i)
-    if (outs[i].role == OutputRole::Gradient) g[outs[i].name] = last_[i];
+  for (size_t i = 0; i < outs.size(); ++i)
+    if (outs[i].role == OutputRole::Gradient)
+      if (auto t = lastOutput(i)) g[outs[i].name] = *t;
   for (const auto& [alias, target] : aliases_)
     if (g.count(target)) g[alias] = g[target];
   return g;
 }
 
 TensorMap TrainingSession::stateDict() const {
+  pullState();
   TensorMap sd = untouched_;
   for (const Value* v : graph_->inputs())
     if (v->role() == ValueRole::Param || v->role() == ValueRole::Buffer) sd[v->name()] = state_.at(v->name());
@@ -194,6 +264,7 @@ TensorMap TrainingSession::stateDict() const {
 }
 
 TensorMap TrainingSession::optimizerState() const {
+  pullState();
   TensorMap opt;
   for (const Value* v : graph_->inputs())
     if (v->role() == ValueRole::OptState) opt[v->name()] = optStateOrZeros(v);
@@ -236,6 +307,9 @@ Status TrainingSession::loadCheckpoint(const std::string& dir) {
   state_ = std::move(next);
   steps_ = c->trainer["steps_done"].get<int64_t>();
   last_.clear();
+  host_stale_ = false;
+  device_stale_ = true;
+  device_ran_ = false;
   return {};
 }
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_executor.h"
+#include "backend/device_step.h"
 #include "backend/lr_schedule.h"
 #include "core/model.h"
 #include "passes/training_graph.h"
@@ -24,6 +25,9 @@ namespace kiln {
 
 struct TrainingConfig {
   PassContext passes;  ///< loss, optimizer, frozen parameters, target type
+  /// "cpu" (CpuExecutor) or "cuda" (the CUDA plugin's runner: state stays
+  /// on the GPU between steps; backend/device_step.h).
+  std::string device = "cpu";
   double lr = 1e-3;
   LrSchedule schedule;
   uint64_t seed = 0;    ///< random ops (dropout) draw from (seed, step)
@@ -93,25 +97,46 @@ class TrainingSession {
 
   const Graph& graph() const { return *graph_; }
   /// Trace every node the following steps run (kiln train --trace).
-  void setTrace(TraceRecorder* trace) { exec_->setTrace(trace); }
+  void setTrace(TraceRecorder* trace) {
+    if (exec_) exec_->setTrace(trace);
+  }
   const std::vector<PassTraceEntry>& passTrace() const { return trace_; }
   /// The kernel bound to each node of graph(), in node order (for reports).
-  const std::vector<KernelChoice>& kernelChoices() const { return exec_->kernelChoices(); }
+  const std::vector<KernelChoice>& kernelChoices() const {
+    return device_ ? device_->kernelChoices() : exec_->kernelChoices();
+  }
+  /// The memory plan the executor runs (its arena).
+  const MemoryPlan& memoryPlan() const { return device_ ? device_->memoryPlan() : exec_->memoryPlan(); }
   const TrainingConfig& config() const { return config_; }
-  CpuExecutor& executor() { return *exec_; }
-  const CpuExecutor& executor() const { return *exec_; }
+  /// The CPU executor; nullptr when the session runs on a device.
+  CpuExecutor* cpuExecutor() { return exec_.get(); }
+  const CpuExecutor* cpuExecutor() const { return exec_.get(); }
+  /// The device runner; nullptr on the CPU.
+  const DeviceStepRunner* deviceRunner() const { return device_.get(); }
 
  private:
   TrainingSession() = default;
   /// The optimizer state for `v`, zeros before the first step writes it.
   Tensor optStateOrZeros(const Value* v) const;
+  /// Device sessions: the state the device holds, read into state_ when
+  /// steps ran since the last read (the host's copy is then stale).
+  void pullState() const;
+  /// Device sessions: state_ uploaded before the next step (after create
+  /// and loadCheckpoint).
+  Status pushState();
+  /// Output `i` of the last step (read from the device when there is one).
+  Result<Tensor> lastOutput(size_t i) const;
   std::unique_ptr<Graph> graph_;
   std::unique_ptr<CpuExecutor> exec_;
+  std::unique_ptr<DeviceStepRunner> device_;
+  mutable bool host_stale_ = false;  ///< device steps ran since state_ was read back
+  bool device_stale_ = true;         ///< state_ changed since it was uploaded
+  bool device_ran_ = false;          ///< a device step ran (its outputs can be read)
   TrainingConfig config_;
   TrainingGraphKind kind_ = TrainingGraphKind::Step;
   std::map<std::string, std::string> aliases_;  ///< tied parameters (Model::aliases)
   TensorMap untouched_;                         ///< state_dict entries the graph does not use
-  TensorMap state_;                             ///< every graph input that is not Data or Scalar, by name
+  mutable TensorMap state_;                     ///< every graph input that is not Data or Scalar, by name
                                                 ///< (optimizer state only once a step has written it)
   std::vector<Tensor> last_;                    ///< outputs of the last step
   int64_t steps_ = 0;

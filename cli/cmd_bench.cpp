@@ -180,7 +180,10 @@ int bench(const BenchCmd& c) {
     auto batch = setup->batches->batch(i);
     if (!batch) return reportError(batch.error());
     const bool record = i >= c.warmup;
-    if (i == c.warmup && c.profile > 0) s.executor().setProfiling(true);
+    if (i == c.warmup && c.profile > 0) {
+      if (!s.cpuExecutor()) return reportError(Error{"--profile times the CPU executor's nodes; not with --device cuda"});
+      s.cpuExecutor()->setProfiling(true);
+    }
     const double lr = s.nextLr();
     Status st = kiln_stats.timed(record, [&]() -> Status {
       if (Status r = s.step(*batch); !r) return r;
@@ -252,7 +255,7 @@ int bench(const BenchCmd& c) {
     j["kiln"]["first_loss"] = kiln_first;
     j["torch"]["first_loss"] = torch_first;
   }
-  if (c.profile > 0) printProfile(s.executor(), args.steps, c.profile);
+  if (c.profile > 0) printProfile(*s.cpuExecutor(), args.steps, c.profile);
   if (!mem) std::cout << "  (peak memory is not measured in sanitizer builds)\n";
   if (!c.json.empty()) {
     if (Status st = writeFileAtomic(c.json, j.dump(2) + "\n"); !st) return reportError(st.error());

@@ -32,7 +32,7 @@ int memory(const MemoryCmd& c) {
   auto setup = setUpTraining(args, TrainingGraphKind::Step);
   if (!setup) return reportError(setup.error(), c.train.verbose);
   const Graph& g = setup->session->graph();
-  const MemoryPlan& plan = setup->session->executor().memoryPlan();  // what the CPU executor runs
+  const MemoryPlan& plan = setup->session->memoryPlan();  // what the CPU executor runs
   if (Status s = checkPlan(plan); !s) return reportError(s.error());
   std::cout << "kiln memory " << c.train.model.path << ": step graph " << g.numNodes() << " nodes\n";
   printMemorySummary(std::cout, plan, c.top, c.width);

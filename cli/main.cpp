@@ -1,6 +1,7 @@
 // kiln: the headless command line. Every subcommand prints one line
 // "kiln: error: ..." and exits non-zero on bad input.
 #include <unistd.h>
+#include <iostream>
 
 #include <cstdlib>
 
@@ -18,8 +19,7 @@ int main(int argc, char** argv) {
   // 3.2 ms on a quiet machine, and 16 ms instead of PASSIVE's 20 ms with two
   // trainings sharing 2 cores. libgomp reads these when it loads, before
   // main, so set it and start again; a user's own setting is respected.
-  if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT") &&
-      setenv("GOMP_SPINCOUNT", "2000", 1) == 0)
+  if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT") && setenv("GOMP_SPINCOUNT", "2000", 1) == 0)
     execv("/proc/self/exe", argv);  // returns only on failure: carry on as is
   CLI::App app{"kiln: a training compiler for PyTorch models"};
   app.set_version_flag("--version", std::string("kiln ") + KILN_VERSION);
@@ -42,6 +42,9 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const std::exception& e) {  // a bug or a device failure below a command: one line, no abort
+    std::cerr << "kiln: error: " << e.what() << "\n";
+    return 1;
   }
   return 0;
 }

@@ -119,9 +119,10 @@ nlohmann::ordered_json buildReport(const std::string& command, const TrainArgs& 
                 {"peak_bytes", estimatePeakBytes(g)},
                 {"hash", hashHex(structuralHash(g))}};
 
-  j["memory"] = memoryJson(s.executor().memoryPlan());  // the plan the executor runs
+  j["memory"] = memoryJson(s.memoryPlan());  // the plan the executor runs
 
-  const NodeStages& stages = s.executor().stages();
+  static const NodeStages kNoStages;
+  const NodeStages& stages = s.cpuExecutor() ? s.cpuExecutor()->stages() : kNoStages;
   std::vector<size_t> stage_of(s.kernelChoices().size());
   size_t shared = 0, beside = 0, widest = 0;
   for (size_t k = 0; k < stages.size(); ++k) {
@@ -147,9 +148,13 @@ nlohmann::ordered_json buildReport(const std::string& command, const TrainArgs& 
   }
   j["kernels"] = kernels;
   j["kernel_selection"] = {{"dialects", s.config().dialects.str()}, {"autotune", s.config().autotune}};
-  j["execution"] = {{"threads", s.executor().threads()}, {"concurrent_nodes", s.config().concurrent_nodes},
-                    {"stages", stages.size()},           {"shared_stages", shared},
-                    {"nodes_in_shared_stages", beside},  {"widest_stage", widest}};
+  j["device"] = s.deviceRunner() ? s.deviceRunner()->deviceName() : std::string("cpu");
+  j["execution"] = {{"threads", s.cpuExecutor() ? s.cpuExecutor()->threads() : 0},
+                    {"concurrent_nodes", s.config().concurrent_nodes},
+                    {"stages", stages.size()},
+                    {"shared_stages", shared},
+                    {"nodes_in_shared_stages", beside},
+                    {"widest_stage", widest}};
   const CacheUse& c = setup.cache;
   j["cache"] = {{"status", c.status},       {"dir", c.dir},        {"key", c.key}, {"entry", c.entry},
                 {"load_millis", c.load_ms}, {"problem", c.problem}};

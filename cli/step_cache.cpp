@@ -106,6 +106,7 @@ Result<std::string> stepCacheKeyMaterial(const TrainArgs& a, TrainingGraphKind k
   j["amp"] = a.amp;
   j["memory_budget"] = a.memory_budget;
   j["passes"] = a.pass_flags.passes;
+  j["device"] = a.device;
   j["dialects"] = a.dialects;
   j["autotune"] = a.autotune;
   return j.dump();
@@ -140,7 +141,7 @@ std::string encodeStep(const TrainingSession& s, const std::string& model_path, 
     timings.push_back(t);
   }
   if (timed) j["autotune"] = timings;
-  j["arena_bytes"] = s.executor().memoryPlan().arena_bytes;
+  j["arena_bytes"] = s.memoryPlan().arena_bytes;
   j["trace"] = traceJson(s.passTrace());
   j["graph"] = printGraph(s.graph());
   return j.dump();
@@ -180,7 +181,7 @@ Status checkBinding(const TrainingSession& s, const CachedStep& cached) {
   for (size_t i = 0; i < choices.size(); ++i)
     if (choices[i].kernel != cached.kernels[i])
       return Error{"node " + std::to_string(i) + " binds " + choices[i].kernel + ", the entry " + cached.kernels[i]};
-  if (s.executor().memoryPlan().arena_bytes != cached.arena_bytes) return Error{"the memory plan differs"};
+  if (s.memoryPlan().arena_bytes != cached.arena_bytes) return Error{"the memory plan differs"};
   return {};
 }
 

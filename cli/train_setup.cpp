@@ -118,6 +118,8 @@ void addTrainOptions(CLI::App* sub, TrainArgs& a, bool with_optimizer) {
                   "with dynamic loss scaling when training), or none (default)");
   sub->add_option("--seed", a.seed, "seed for synthetic batches and random ops (dropout)");
   sub->add_option("--threads", a.threads, "CPU threads (0: all cores)");
+  sub->add_option("--device", a.device, "cpu (default) or cuda (the CUDA plugin; state stays on the GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("--dialects", a.dialects,
                   "kernel dialects to use, best first, e.g. onednn,blas,cpu (default: all, by priority; kiln ops "
                   "lists each op's kernels)");
@@ -337,7 +339,14 @@ Result<TrainSetup> setUp(const TrainArgs& a, TrainingGraphKind kind, bool lookup
   cfg.seed = a.seed;
   cfg.num_threads = a.threads;
   cfg.concurrent_nodes = !a.serial_nodes;
-  auto dialects = parseDialectOrder(a.dialects, KernelRegistry::cpu().dialects());
+  cfg.device = a.device;
+  std::vector<std::string> known_dialects = KernelRegistry::cpu().dialects();
+  if (a.device == "cuda") {
+    auto backend = cudaBackend();
+    if (!backend) return backend.error();
+    known_dialects = (*backend)->dialects();
+  }
+  auto dialects = parseDialectOrder(a.dialects, known_dialects);
   if (!a.dialects.empty() && !dialects) return dialects.error();
   if (!a.dialects.empty()) cfg.dialects = std::move(*dialects);
   cfg.autotune = a.autotune;

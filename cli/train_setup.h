@@ -41,9 +41,10 @@ struct TrainArgs {
   int64_t steps = 10;
   uint64_t seed = 0;
   int threads = 0;
-  std::string dialects;       ///< --dialects: kernel dialects, best first; empty: all, by priority
-  bool autotune = false;      ///< --autotune: time the applicable kernels, keep the fastest
-  bool serial_nodes = false;  ///< --serial-nodes: one node at a time, threads only inside ops
+  std::string device = "cpu";  ///< --device: cpu or cuda
+  std::string dialects;        ///< --dialects: kernel dialects, best first; empty: all, by priority
+  bool autotune = false;       ///< --autotune: time the applicable kernels, keep the fastest
+  bool serial_nodes = false;   ///< --serial-nodes: one node at a time, threads only inside ops
   bool verbose = false;
   PassFlags pass_flags;   ///< --passes (instead of the default pipeline), IR printing, dumps
   bool no_cache = false;  ///< --no-cache: neither read nor write the compile cache

@@ -6,11 +6,7 @@
 #include "core/text_ir.h"
 
 namespace kiln::cpu {
-namespace {
-
-/// Inputs of `n`'s types: floats uniform in [-1, 1) from a fixed seed,
-/// integers and bools zero.
-std::vector<Tensor> drawInputs(const Node& n) {
+std::vector<Tensor> autotuneInputs(const Node& n) {
   std::mt19937 rng(0x5EED);
   std::uniform_real_distribution<double> u(-1, 1);
   std::vector<Tensor> out;
@@ -22,8 +18,6 @@ std::vector<Tensor> drawInputs(const Node& n) {
   }
   return out;
 }
-
-}  // namespace
 
 std::string nodeSignature(const Node& n) {
   // printNode: "%7 = op(%a, %b) {attrs} : types @scope loc(...)". Keep the op,
@@ -41,7 +35,7 @@ std::string nodeSignature(const Node& n) {
 
 std::vector<KernelTiming> timeKernels(const Node& n, std::span<const KernelDef* const> kernels, int num_threads) {
   using Clock = std::chrono::steady_clock;
-  const std::vector<Tensor> inputs = drawInputs(n);
+  const std::vector<Tensor> inputs = autotuneInputs(n);
   std::vector<KernelTiming> out;
   for (const KernelDef* k : kernels) {
     KernelTiming t{k->name, 0, {}};

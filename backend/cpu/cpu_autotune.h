@@ -20,6 +20,10 @@ struct KernelTiming {
   std::string error;
 };
 
+/// Inputs of `n`'s types for timing it: floats uniform in [-1, 1) from a
+/// fixed seed, integers and bools zero (always valid indices).
+std::vector<Tensor> autotuneInputs(const Node& n);
+
 /// What makes two nodes time the same: op, attributes, input and output
 /// types (not names, scope or provenance).
 std::string nodeSignature(const Node& n);

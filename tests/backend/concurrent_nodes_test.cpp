@@ -72,7 +72,7 @@ size_t widestStage(const NodeStages& stages) {
 TEST(ConcurrentNodes, StagesCoverTheStepInOrderAndHoldNoDependentNodes) {
   auto s = TrainingSession::create(narrowModel(), config(true));
   ASSERT_TRUE(s.ok()) << s.error().message;
-  const CpuExecutor& ex = (*s)->executor();
+  const CpuExecutor& ex = *(*s)->cpuExecutor();
   const NodeStages& stages = ex.stages();
   size_t next = 0;
   for (const auto& [first, end] : stages) {
@@ -93,7 +93,7 @@ TEST(ConcurrentNodes, StagesCoverTheStepInOrderAndHoldNoDependentNodes) {
 TEST(ConcurrentNodes, NodesOfOneStageShareNoArenaBytes) {
   auto s = TrainingSession::create(narrowModel(), config(true));
   ASSERT_TRUE(s.ok()) << s.error().message;
-  const CpuExecutor& ex = (*s)->executor();
+  const CpuExecutor& ex = *(*s)->cpuExecutor();
   const MemoryPlan& plan = ex.memoryPlan();
   ASSERT_TRUE(checkPlan(plan).ok()) << checkPlan(plan).error().message;
   auto range = [&](const Value* v) -> std::pair<int64_t, int64_t> {
@@ -127,8 +127,8 @@ TEST(ConcurrentNodes, TrainingMatchesOneNodeAtATimeBitForBit) {
   auto serial = TrainingSession::create(m, config(false));
   auto staged = TrainingSession::create(m, config(true));
   ASSERT_TRUE(serial.ok() && staged.ok());
-  EXPECT_EQ(widestStage((*serial)->executor().stages()), 1u);
-  EXPECT_GE(widestStage((*staged)->executor().stages()), 3u);
+  EXPECT_EQ(widestStage((*serial)->cpuExecutor()->stages()), 1u);
+  EXPECT_GE(widestStage((*staged)->cpuExecutor()->stages()), 3u);
   for (int64_t step = 0; step < 4; ++step) {
     ASSERT_TRUE((*serial)->step(batchFor(step)).ok());
     ASSERT_TRUE((*staged)->step(batchFor(step)).ok());
@@ -237,8 +237,8 @@ TEST(ConcurrentNodes, NodesTooShortToPayForAThreadRunOneByOne) {
   c.min_beside_micros = -1;
   auto s = TrainingSession::create(narrowModel(), c);
   ASSERT_TRUE(s.ok()) << s.error().message;
-  EXPECT_EQ(widestStage((*s)->executor().stages()), 1u);
-  for (const Node* n : (*s)->executor().nodes()) EXPECT_LT(estimatedMicros(*n), kMinBesideMicros) << n->describe();
+  EXPECT_EQ(widestStage((*s)->cpuExecutor()->stages()), 1u);
+  for (const Node* n : (*s)->cpuExecutor()->nodes()) EXPECT_LT(estimatedMicros(*n), kMinBesideMicros) << n->describe();
 }
 
 }  // namespace

@@ -1,0 +1,109 @@
+// CUDA kernels: their entry point, the per-node context the executor hands
+// them, and the registry of every device kernel family. Dialects: `cuda`
+// (Kiln's own kernels), `cublas`, `cublaslt`, `cudnn`, `nvrtc` (fused
+// kernels generated at compile time). Selection is kernel_table.h's, the
+// same as on the host.
+//
+// The contract every CUDA kernel keeps, so a whole step can be captured
+// into one CUDA graph and replayed:
+// - it only enqueues work on `ctx.stream`: no host synchronization, no
+//   cudaMalloc/cudaFree, no pageable copies; scratch memory comes from
+//   `ctx.workspace` (sized by the kernel's `workspace` function, planned
+//   with the arena);
+// - its outputs arrive allocated (contiguous, the node's exact types) and
+//   it writes every element of each (nothing is zeroed for it);
+// - what varies from step to step is read from device memory, never baked
+//   into launch arguments: the random seed of the run is `*ctx.run_seed`;
+// - a fault in the data (an index out of range) cannot throw without a sync:
+//   the kernel skips the element and records `node_index + 1` in
+//   `*ctx.error_flag` (atomicCAS from 0); the executor reports it at the
+//   next synchronization (reading the loss) with the node named;
+// - a bad launch (cudaGetLastError after the launch) or a library status
+//   throws KilnException through cuda_check.h, naming the node.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "backend/kernel_table.h"
+#include "core/ir.h"
+
+namespace kiln::cuda {
+
+/// A contiguous tensor in device memory (not owned).
+struct DeviceTensor {
+  TensorType type;
+  void* data = nullptr;
+
+  DType dtype() const { return type.dtype; }
+  const Shape& shape() const { return type.shape; }
+  int64_t numel() const { return type.numel(); }
+  size_t bytes() const { return type.bytes(); }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data);
+  }
+};
+
+/// Library handles, created once per executor (cuda_libraries.h).
+struct Libraries;
+
+/// What a kernel may use while it enqueues one node.
+struct CudaContext {
+  cudaStream_t stream = nullptr;
+  Libraries* libs = nullptr;
+  void* workspace = nullptr;  ///< this node's scratch, `workspace_bytes` long
+  size_t workspace_bytes = 0;
+  uint64_t node_index = 0;             ///< the node's index in the schedule
+  const uint64_t* run_seed = nullptr;  ///< device: this run's seed (CPU's ctx.seed)
+  int* error_flag = nullptr;           ///< device: 0, or the faulting node_index + 1
+  const Node* node = nullptr;          ///< for error messages
+};
+
+using CudaKernelFn = void (*)(const Node& n, std::span<const DeviceTensor> inputs,
+                              std::span<const DeviceTensor> outputs, CudaContext& ctx);
+/// Bytes of scratch the kernel needs for `n` (nullptr: none).
+using WorkspaceFn = size_t (*)(const Node& n);
+/// Work done once per node when a plan is bound, before any step (and
+/// never while a step is captured): e.g. building a generated kernel with
+/// NVRTC. Throws KilnException naming the node on failure.
+using PrepareFn = void (*)(const Node& n);
+
+struct CudaKernelDef {
+  std::string op;
+  std::string dialect;                 ///< "cuda", "cublas", "cublaslt", "cudnn", "nvrtc"
+  std::string name;                    ///< unique, "dialect.op[_variant]"
+  int priority = 0;                    ///< higher wins
+  KernelPredicate supports = nullptr;  ///< nullptr: all nodes of `op`
+  CudaKernelFn fn = nullptr;
+  WorkspaceFn workspace = nullptr;
+  PrepareFn prepare = nullptr;
+  /// The output is input 0's buffer reinterpreted (reshape): the executor
+  /// passes outputs[0].data == inputs[0].data and the kernel does nothing.
+  bool output_views_input0 = false;
+  /// As KernelDef::updates_in_place (optimizer updates).
+  bool updates_in_place = false;
+  /// As KernelDef::writes_over_input (elementwise loops).
+  bool writes_over_input = false;
+};
+
+class CudaKernelRegistry : public KernelTable<CudaKernelDef> {
+ public:
+  /// Every CUDA kernel family registered.
+  static const CudaKernelRegistry& get();
+};
+
+// Family registration, one per file of backend/cuda/.
+void registerCudaElementwiseKernels(CudaKernelRegistry& r);  // kernels_elementwise.cu
+void registerCudaShapeKernels(CudaKernelRegistry& r);        // kernels_shape.cu
+void registerCudaReductionKernels(CudaKernelRegistry& r);    // kernels_reduction.cu
+void registerCudaNormKernels(CudaKernelRegistry& r);         // kernels_norm.cu (+ softmax)
+void registerCudaLossKernels(CudaKernelRegistry& r);         // kernels_loss.cu (+ embedding, dropout)
+void registerCudaGemmKernels(CudaKernelRegistry& r);         // kernels_gemm.cpp (cuBLAS, cuBLASLt)
+void registerCudaConvKernels(CudaKernelRegistry& r);         // kernels_conv.cpp (cuDNN) + kernels_pool.cu
+void registerCudaOptimizerKernels(CudaKernelRegistry& r);    // kernels_optim.cu
+
+}  // namespace kiln::cuda

@@ -1,0 +1,59 @@
+// libkiln_cuda.so's entry point (backend/device_step.h): the CUDA executor
+// behind the DeviceStepRunner interface.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+
+#include "backend/cuda/cuda_executor.h"
+#include "backend/device_step.h"
+
+namespace kiln::cuda {
+namespace {
+
+class Runner final : public DeviceStepRunner {
+ public:
+  explicit Runner(std::unique_ptr<CudaExecutor> ex) : ex_(std::move(ex)) {}
+  Status setState(const std::string& name, const Tensor& t) override { return ex_->setState(name, t); }
+  Status setBatch(const TensorMap& batch) override { return ex_->setBatch(batch); }
+  Status run() override { return ex_->run(); }
+  Result<Tensor> read(const std::string& name) override { return ex_->read(name); }
+  const std::vector<KernelChoice>& kernelChoices() const override { return ex_->kernelChoices(); }
+  const MemoryPlan& memoryPlan() const override { return ex_->memoryPlan(); }
+  std::string deviceName() const override {
+    cudaDeviceProp p{};
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess) return "CUDA device";
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "%s (sm_%d%d, %.1f GiB)", p.name, p.major, p.minor,
+                  static_cast<double>(p.totalGlobalMem) / (1ull << 30));
+    return buf;
+  }
+
+ private:
+  std::unique_ptr<CudaExecutor> ex_;
+};
+
+std::vector<std::string> dialects() {
+  return CudaKernelRegistry::get().dialects();
+}
+
+Result<std::unique_ptr<DeviceStepRunner>> create(const Graph& graph, const DeviceRunnerOptions& o) {
+  auto ex = CudaExecutor::create(graph, {.seed = o.seed,
+                                         .device = 0,
+                                         .dialects = o.dialects,
+                                         .autotune = o.autotune,
+                                         .fixed_kernels = o.fixed_kernels,
+                                         .fixed_timings = o.fixed_timings,
+                                         .cuda_graph = true});
+  if (!ex) return ex.error();
+  return std::unique_ptr<DeviceStepRunner>(std::make_unique<Runner>(std::move(*ex)));
+}
+
+const DeviceBackend kBackend{dialects, create};
+
+}  // namespace
+}  // namespace kiln::cuda
+
+extern "C" __attribute__((visibility("default"))) const kiln::DeviceBackend* kiln_cuda_plugin_entry() {
+  return &kiln::cuda::kBackend;
+}

@@ -1,0 +1,21 @@
+#include "backend/cuda/cuda_kernel.h"
+
+namespace kiln::cuda {
+
+const CudaKernelRegistry& CudaKernelRegistry::get() {
+  static const CudaKernelRegistry reg = [] {
+    CudaKernelRegistry r;
+    registerCudaElementwiseKernels(r);
+    registerCudaShapeKernels(r);
+    registerCudaReductionKernels(r);
+    registerCudaNormKernels(r);
+    registerCudaLossKernels(r);
+    registerCudaGemmKernels(r);
+    registerCudaConvKernels(r);
+    registerCudaOptimizerKernels(r);
+    return r;
+  }();
+  return reg;
+}
+
+}  // namespace kiln::cuda

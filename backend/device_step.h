@@ -1,0 +1,66 @@
+// A step graph run on an accelerator, behind an interface the rest of Kiln
+// uses without CUDA headers or libraries: the CUDA backend lives in a plugin,
+// libkiln_cuda.so (backend/cuda/cuda_plugin.cpp), that the kiln executable
+// loads on the first `--device cuda`, so commands that never touch a GPU do
+// not pay for loading cuBLAS, cuBLASLt and cuDNN at start-up (the libtorch
+// plugin's reason too, backend/aten/torch_plugin.h).
+//
+// The runner keeps the step's persistent state (parameters, buffers,
+// optimizer state) on the device between steps; the host sees it only when
+// it reads it.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_executor.h"  // KernelChoice
+#include "backend/kernel_table.h"
+#include "core/result.h"
+#include "core/tensor.h"
+#include "passes/memory_plan.h"
+
+namespace kiln {
+
+struct DeviceRunnerOptions {
+  uint64_t seed = 0;
+  DialectOrder dialects;
+  bool autotune = false;
+  std::vector<std::string> fixed_kernels;
+  std::vector<std::vector<cpu::KernelTiming>> fixed_timings;
+};
+
+class DeviceStepRunner {
+ public:
+  virtual ~DeviceStepRunner() = default;
+  /// Upload a persistent input once (set-up; synchronizes).
+  virtual Status setState(const std::string& name, const Tensor& t) = 0;
+  /// Stage the per-step inputs (batch, learning rate) of the next run.
+  virtual Status setBatch(const TensorMap& batch) = 0;
+  /// Enqueue one step; the host does not wait.
+  virtual Status run() = 0;
+  /// Synchronize and read an output or a state input by name.
+  virtual Result<Tensor> read(const std::string& name) = 0;
+  virtual const std::vector<KernelChoice>& kernelChoices() const = 0;
+  virtual const MemoryPlan& memoryPlan() const = 0;
+  /// "NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB)".
+  virtual std::string deviceName() const = 0;
+};
+
+/// What the CUDA plugin offers.
+struct DeviceBackend {
+  /// The dialects its kernels come in (for --dialects).
+  std::vector<std::string> (*dialects)();
+  /// Bind kernels and lay out device memory for `graph`, which must outlive
+  /// the runner. An Error when no device can run it.
+  Result<std::unique_ptr<DeviceStepRunner>> (*create)(const Graph& graph, const DeviceRunnerOptions& options);
+};
+
+/// The CUDA backend, loaded on first use: an Error saying why when this
+/// build has none or the plugin cannot be loaded.
+Result<const DeviceBackend*> cudaBackend();
+
+}  // namespace kiln
+
+/// The plugin's entry point (extern "C", resolved with dlsym).
+#define KILN_CUDA_PLUGIN_ENTRY "kiln_cuda_plugin_entry"
