@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_node_runner.h"
 #include "backend/cuda/cuda_step_kernels.h"
 #include "backend/cuda/cuda_sync.h"
+#include "backend/cuda/kernels_optim.h"
 #include "core/liveness.h"
 
 namespace kiln::cuda {
@@ -183,6 +184,19 @@ Status CudaExecutor::bind() {
       ins_.push_back(std::move(in));
       outs_.push_back(std::move(out));
     }
+    // Consecutive optimizer updates with the same attributes (a run of
+    // them, as the optimizer pass emits them without split_updates) become
+    // one multi-tensor launch instead of one launch per parameter.
+    for (size_t i = 0; i < nodes_.size();) {
+      size_t j = i + 1;
+      const auto fusable = [&](size_t k) {
+        return kernels_[k]->name == "cuda.adam_update" || kernels_[k]->name == "cuda.sgd_update";
+      };
+      if (fusable(i))
+        while (j < nodes_.size() && fusable(j) && multiTensorCompatible(*nodes_[i], *nodes_[j])) ++j;
+      if (j - i > 1) multi_tensor_runs_[i] = j;
+      i = j;
+    }
     // Updates not written in place are copied over their input at the end.
     std::unordered_map<std::string, const Value*> input_by_name;
     for (const Value* v : graph_->inputs()) input_by_name[v->name()] = v;
@@ -259,6 +273,15 @@ void CudaExecutor::enqueueStep() {
   ctx.run_seed = run_seed_;
   ctx.error_flag = error_flag_;
   for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (auto run = multi_tensor_runs_.find(i); run != multi_tensor_runs_.end()) {
+      const size_t end = run->second;
+      ctx.node_index = i;
+      ctx.node = nodes_[i];
+      enqueueMultiTensor({nodes_.begin() + i, nodes_.begin() + end}, {ins_.begin() + i, ins_.begin() + end},
+                         {outs_.begin() + i, outs_.begin() + end}, ctx);
+      i = end - 1;
+      continue;
+    }
     if (kernels_[i]->output_views_input0) continue;  // the output is the input's buffer
     ctx.node_index = i;
     ctx.node = nodes_[i];

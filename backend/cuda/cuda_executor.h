@@ -125,6 +125,9 @@ class CudaExecutor {
     size_t bytes;
   };
   std::vector<Copy> state_copies_;
+  /// Runs of consecutive optimizer updates enqueued as one multi-tensor
+  /// launch (kernels_optim.h): first node index -> end index.
+  std::map<size_t, size_t> multi_tensor_runs_;
   /// Per node: its inputs and outputs as device tensors (fixed addresses).
   std::vector<std::vector<DeviceTensor>> ins_, outs_;
   uint64_t runs_ = 0;
