@@ -353,10 +353,12 @@ _REGISTRY: Dict[str, Tuple[Callable[[], nn.Module], tuple, Tuple[str, ...]]] = {
     # test suites never export its 500 MB of weights.
     "gpt2_small": (lambda: GPT2Mini(vocab=50257, n_ctx=1024, d_model=768, n_head=12, n_layer=12),
                    (_ints((1, 1024), 50257),), _OWN),
+    # ResNet-50 at ImageNet size, for the GPU benchmark (benchmarks/gpu_zoo.py).
+    "tv_resnet50": (lambda: _tv("resnet50"), ((32, 3, 224, 224),), _TV),
 }
 
 # Built on request only (export.py NAME), never by the test suites.
-BENCH_ONLY = {"gpt2_small"}
+BENCH_ONLY = {"gpt2_small", "tv_resnet50"}
 NAMES: List[str] = [n for n in _REGISTRY if n not in BENCH_ONLY]
 
 # Models whose forward is meant to run in train mode.

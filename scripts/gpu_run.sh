@@ -10,7 +10,10 @@
 #                                    # unpacks them, builds build-gpu/ with
 #                                    # CUDA and PyTorch's libtorch and cuDNN,
 #                                    # runs the CUDA tests, compute-sanitizer
-#                                    # memcheck and racecheck over them, and
+#                                    # memcheck and racecheck over them,
+#                                    # kiln train --device cuda against the
+#                                    # CPU, benchmarks/gpu_zoo.py (skip it
+#                                    # with KILN_GPU_BENCH=0), and
 #                                    # writes every log and result to OUTDIR
 #                                    # (default gpu-results/)
 #
@@ -75,6 +78,14 @@ run() {
     done
   else
     echo "compute-sanitizer: not on this machine" | tee "$out/sanitizer.txt"
+  fi
+  echo "== kiln train --device cuda (tests/cli/device_cli.sh)"
+  bash tests/cli/device_cli.sh build-gpu/kiln "$ROOT/build-gpu/test-work/device_cli" >"$out/device_cli.log" 2>&1 || status=1
+  tail -3 "$out/device_cli.log"
+  if [ "${KILN_GPU_BENCH:-1}" = 1 ]; then
+    echo "== benchmarks/gpu_zoo.py (Kiln vs PyTorch eager and torch.compile, bf16 AMP)"
+    $py benchmarks/gpu_zoo.py --kiln build-gpu/kiln --out-dir "$out/gpu_zoo" >"$out/gpu_zoo.log" 2>&1 || status=1
+    cat "$out/gpu_zoo/gpu_zoo.md" 2>/dev/null || tail -20 "$out/gpu_zoo.log"
   fi
   return $status
 }
