@@ -5,7 +5,8 @@
 #
 #   scripts/gpu_run.sh prepare       # here, with apt: downloads the Debian
 #                                    # packages Kiln builds against into
-#                                    # .gpu-deps/ (git-ignored, ~20 MB)
+#                                    # .gpu-deps/ (in .gitignore, ~20 MB;
+#                                    # the device tool carries it)
 #   scripts/gpu_run.sh run [OUTDIR]  # there, with .gpu-deps/ copied along:
 #                                    # unpacks them, builds build-gpu/ with
 #                                    # CUDA and PyTorch's libtorch and cuDNN,
@@ -28,7 +29,6 @@ PACKAGES=(nlohmann-json3-dev libgtest-dev libcli11-dev libxxhash-dev libxxhash0 
 
 prepare() {
   mkdir -p "$DEPS"
-  grep -qx '/.gpu-deps/' .git/info/exclude 2>/dev/null || echo '/.gpu-deps/' >>.git/info/exclude
   (cd "$DEPS" && apt-get download "${PACKAGES[@]}") || { echo "gpu_run: apt-get download failed"; exit 1; }
   du -sh "$DEPS"
 }
