@@ -51,6 +51,9 @@ class DeviceStepRunner {
 struct DeviceBackend {
   /// The dialects its kernels come in (for --dialects).
   std::vector<std::string> (*dialects)();
+  /// What compiled plans depend on (compile-cache key): device name, compute
+  /// capability, CUDA runtime and library versions; "none" without a device.
+  std::string (*target)();
   /// Bind kernels and lay out device memory for `graph`, which must outlive
   /// the runner. An Error when no device can run it.
   Result<std::unique_ptr<DeviceStepRunner>> (*create)(const Graph& graph, const DeviceRunnerOptions& options);

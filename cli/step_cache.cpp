@@ -74,6 +74,11 @@ Result<std::string> stepCacheKeyMaterial(const TrainArgs& a, TrainingGraphKind k
   nlohmann::ordered_json j;
   j["kiln"] = std::string(KILN_VERSION) + " " + buildId();
   j["target"] = cpuTarget();
+  if (a.device == "cuda") {  // the plans of one GPU (kernels, autotuned choices) are not another's
+    auto backend = cudaBackend();
+    if (!backend) return backend.error();
+    j["device_target"] = (*backend)->target();
+  }
   j["graph"] = kind == TrainingGraphKind::Step ? "step" : "gradients";
   j["model"] = *model;
   // An FX dump's weights file (its shapes; its values change nothing compiled).

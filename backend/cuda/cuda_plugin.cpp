@@ -4,7 +4,11 @@
 
 #include <cstdio>
 
+#include <cublasLt.h>
+#include <cudnn.h>
+
 #include "backend/cuda/cuda_executor.h"
+#include "backend/cuda/cuda_node_runner.h"
 #include "backend/device_step.h"
 
 namespace kiln::cuda {
@@ -37,6 +41,16 @@ std::vector<std::string> dialects() {
   return CudaKernelRegistry::get().dialects();
 }
 
+std::string target() {
+  cudaDeviceProp p{};
+  int runtime = 0;
+  if (!deviceAvailable() || cudaGetDeviceProperties(&p, 0) != cudaSuccess) return "none";
+  cudaRuntimeGetVersion(&runtime);
+  return std::string(p.name) + " sm_" + std::to_string(p.major) + std::to_string(p.minor) + " cudart " +
+         std::to_string(runtime) + " cudnn " + std::to_string(cudnnGetVersion()) + " cublasLt " +
+         std::to_string(cublasLtGetVersion());
+}
+
 Result<std::unique_ptr<DeviceStepRunner>> create(const Graph& graph, const DeviceRunnerOptions& o) {
   auto ex = CudaExecutor::create(graph, {.seed = o.seed,
                                          .device = 0,
@@ -49,7 +63,7 @@ Result<std::unique_ptr<DeviceStepRunner>> create(const Graph& graph, const Devic
   return std::unique_ptr<DeviceStepRunner>(std::make_unique<Runner>(std::move(*ex)));
 }
 
-const DeviceBackend kBackend{dialects, create};
+const DeviceBackend kBackend{dialects, target, create};
 
 }  // namespace
 }  // namespace kiln::cuda
