@@ -105,5 +105,6 @@ void registerCudaLossKernels(CudaKernelRegistry& r);         // kernels_loss.cu 
 void registerCudaGemmKernels(CudaKernelRegistry& r);         // kernels_gemm.cpp (cuBLAS, cuBLASLt)
 void registerCudaConvKernels(CudaKernelRegistry& r);         // kernels_conv.cpp (cuDNN) + kernels_pool.cu
 void registerCudaOptimizerKernels(CudaKernelRegistry& r);    // kernels_optim.cu
+void registerCudaFusedKernels(CudaKernelRegistry& r);        // kernels_fused.cpp (NVRTC)
 
 }  // namespace kiln::cuda

@@ -13,6 +13,7 @@ const CudaKernelRegistry& CudaKernelRegistry::get() {
     registerCudaGemmKernels(r);
     registerCudaConvKernels(r);
     registerCudaOptimizerKernels(r);
+    registerCudaFusedKernels(r);
     return r;
   }();
   return reg;

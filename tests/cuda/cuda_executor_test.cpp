@@ -1,6 +1,7 @@
 // The CUDA executor against the CPU executor on whole training steps: an
 // MLP and a small CNN step graph (loss, autodiff, AdamW; without the fuse
-// pass, so every node is a library or own kernel), 5 steps from the same
+// pass, so every node is a library or own kernel, and with it, so fused
+// chains run as NVRTC-generated kernels), 5 steps from the same
 // weights and batches; the weights after them match within 1e-4 relative
 // (f32; reductions sum in another order). The same run checks the
 // executor's promises: the step is captured into a CUDA graph from the
@@ -51,14 +52,16 @@ const char* kCnn =
 /// The step of `forward_ir`; with `split`, one update per parameter right
 /// after its gradient, else the optimizer's run of consecutive updates
 /// (which the executor enqueues as one multi-tensor launch).
-Graph stepGraph(const char* forward_ir, bool split = true) {
+/// With `fuse`, the fuse pass runs too (NVRTC-generated kernels).
+Graph stepGraph(const char* forward_ir, bool split = true, bool fuse = false) {
   auto fwd = parseGraph(forward_ir, "forward");
   EXPECT_TRUE(fwd.ok()) << (fwd.ok() ? "" : fwd.error().message);
   PassContext ctx;
   ctx.training.optimizer.kind = OptimizerKind::AdamW;
   std::vector<const PassInfo*> pipeline;
-  for (const char* p : {"loss", "autodiff", "optimizer", "simplify", "split_updates", "schedule"})
-    if (split || std::string_view(p) != "split_updates") pipeline.push_back(findPass(p));
+  for (const char* p : {"loss", "autodiff", "optimizer", "simplify", "fuse", "split_updates", "schedule"})
+    if ((split || std::string_view(p) != "split_updates") && (fuse || std::string_view(p) != "fuse"))
+      pipeline.push_back(findPass(p));
   auto g = buildTrainingGraph(*fwd, ctx, TrainingGraphKind::Step, nullptr, {.verify_each = true}, pipeline);
   EXPECT_TRUE(g.ok()) << (g.ok() ? "" : g.error().message);
   return std::move(*g);
@@ -89,9 +92,9 @@ TensorMap inputsFor(const Graph& g, uint32_t seed) {
   return in;
 }
 
-void expectStepsMatchCpu(const char* forward_ir, bool split = true) {
+void expectStepsMatchCpu(const char* forward_ir, bool split = true, bool fuse = false) {
   KILN_REQUIRE_GPU();
-  const Graph g = stepGraph(forward_ir, split);
+  const Graph g = stepGraph(forward_ir, split, fuse);
   TensorMap state = inputsFor(g, 1);
   auto gpu = CudaExecutor::create(g, {.seed = 3});
   ASSERT_TRUE(gpu.ok()) << gpu.error().message;
@@ -145,6 +148,11 @@ TEST(CudaExecutor, CnnFiveAdamWStepsMatchTheCpu) {
 
 TEST(CudaExecutor, MultiTensorUpdatesMatchTheCpu) {
   expectStepsMatchCpu(kMlp, /*split=*/false);
+}
+
+TEST(CudaExecutor, FusedStepsMatchTheCpu) {
+  expectStepsMatchCpu(kMlp, /*split=*/true, /*fuse=*/true);
+  expectStepsMatchCpu(kCnn, /*split=*/true, /*fuse=*/true);
 }
 
 TEST(CudaExecutor, WithoutAGpuCreateIsAClearError) {
