@@ -48,57 +48,11 @@ constexpr int kThreads = 256;
 constexpr int kMaxDims = 8;
 constexpr size_t kAlign = 256;  ///< workspace sub-buffers start on this boundary
 
-// ---- storage and compute types (cpu_loops.h's rules) -----------------------
+// ---- arithmetic type (cpu_loops.h's rules; ld, st, conv: cuda_dtype.cuh) ----
 
-template <class T>
-inline constexpr bool kIsHalf = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
-template <class T>
-inline constexpr bool kIsFloat = std::is_floating_point_v<T> || kIsHalf<T>;
-
-/// Compute type: float for the half types, the type itself otherwise.
-template <class T>
-using cmp_t = std::conditional_t<kIsHalf<T>, float, T>;
 /// Arithmetic type: bool computes in int64 (true + true is true).
 template <class T>
-using arith_t = std::conditional_t<std::is_same_v<T, bool>, int64_t, cmp_t<T>>;
-
-__host__ __device__ __forceinline__ float ld(__half v) {
-  return __half2float(v);
-}
-__host__ __device__ __forceinline__ float ld(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-template <class T>
-__host__ __device__ __forceinline__ T ld(T v) {
-  return v;
-}
-
-/// Store a compute value as T (half types round to nearest even).
-template <class T, class C>
-__host__ __device__ __forceinline__ T st(C v) {
-  if constexpr (std::is_same_v<T, __half>)
-    return __float2half_rn(static_cast<float>(v));
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    return __float2bfloat16_rn(static_cast<float>(v));
-  else
-    return static_cast<T>(v);
-}
-
-/// cpu::convert: to bool is != 0 (NaN is true); floating to integer truncates
-/// through int64 (narrow types wrap); to a half type through float.
-template <class To, class From>
-__host__ __device__ __forceinline__ To conv(From v) {
-  using CF = cmp_t<From>;
-  const CF c = ld(v);
-  if constexpr (std::is_same_v<To, bool>)
-    return c != CF(0);
-  else if constexpr (std::is_integral_v<To> && kIsFloat<From>)
-    return static_cast<To>(static_cast<int64_t>(c));
-  else if constexpr (kIsHalf<To>)
-    return st<To>(static_cast<float>(c));
-  else
-    return static_cast<To>(c);
-}
+using arith_t = std::conditional_t<std::is_same_v<T, bool>, int64_t, ld_t<T>>;
 
 // ---- device math ------------------------------------------------------------
 
@@ -684,7 +638,7 @@ template <class T>
 struct CompareF {
   int code;
   __device__ bool operator()(T x, T y) const {
-    const cmp_t<T> a = ld(x), b = ld(y);
+    const ld_t<T> a = ld(x), b = ld(y);
     switch (code) {
       case kEq:
         return a == b;
@@ -1170,23 +1124,6 @@ void binaryBackwardKernel(const Node& n, Ins in, Outs out, CudaContext& ctx) {
 
 // ---- full, arange, tril, triu ------------------------------------------------------
 
-/// Unsigned integer of `bytes` bytes: moving elements needs only their size.
-template <class Fn>
-void dispatchBySize(size_t bytes, const Node& n, Fn&& fn) {
-  switch (bytes) {
-    case 1:
-      return fn(uint8_t{});
-    case 2:
-      return fn(uint16_t{});
-    case 4:
-      return fn(uint32_t{});
-    case 8:
-      return fn(uint64_t{});
-    default:
-      opFail(n, "unsupported element size " + std::to_string(bytes));
-  }
-}
-
 template <class E>
 __global__ void __launch_bounds__(kThreads) fillKernel(E* out, E value, int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -1213,7 +1150,7 @@ void fullKernel(const Node& n, Ins, Outs out, CudaContext& ctx) {
     check(cudaMemsetAsync(o.data, b[0], o.bytes(), ctx.stream), "full: cudaMemsetAsync", ctx.node);
     return;
   }
-  dispatchBySize(es, n, [&](auto etag) {
+  dispatchBySize(es, &n, [&](auto etag) {
     using E = decltype(etag);
     E v;
     std::memcpy(&v, &bits, sizeof(E));
@@ -1262,7 +1199,7 @@ void triangularKernelFn(const Node& n, Ins in, Outs out, CudaContext& ctx) {
   if (count == 0) return;
   const Shape& s = o.shape();
   const int64_t rows = s[s.size() - 2], cols = s[s.size() - 1];
-  dispatchBySize(dtypeSize(o.dtype()), n, [&](auto etag) {
+  dispatchBySize(dtypeSize(o.dtype()), &n, [&](auto etag) {
     using E = decltype(etag);
     triangularKernel<E><<<gridFor(count, kThreads), kThreads, 0, ctx.stream>>>(
         static_cast<E*>(o.data), static_cast<const E*>(in[0].data), rows, cols, n.i("diagonal"), kUpper, count);

@@ -29,126 +29,21 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_dtype.cuh"
 #include "backend/cuda/cuda_kernel.h"
+#include "backend/cuda/cuda_reduce.cuh"
+#include "backend/cuda/cuda_rowwise.cuh"
 #include "core/ops/op_helpers.h"
 
 namespace kiln::cuda {
 namespace {
 
-// ---- types and math ------------------------------------------------------------
-
-template <class T>
-inline constexpr bool kIsHalf = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
-
-template <class T>
-using Cmp = std::conditional_t<std::is_same_v<T, double>, double, float>;
-
-template <class C, class T>
-__device__ __forceinline__ C load(T v) {
-  if constexpr (kIsHalf<T>)
-    return static_cast<C>(toFloat(v));
-  else
-    return static_cast<C>(v);
-}
-
-template <class Out, class C>
-__device__ __forceinline__ Out store(C v) {
-  if constexpr (kIsHalf<Out>)
-    return fromFloat<Out>(static_cast<float>(v));
-  else
-    return static_cast<Out>(v);
-}
-
-__device__ __forceinline__ float ex(float v) {
-  return expf(v);
-}
-__device__ __forceinline__ double ex(double v) {
-  return exp(v);
-}
-__device__ __forceinline__ float lg(float v) {
-  return logf(v);
-}
-__device__ __forceinline__ double lg(double v) {
-  return log(v);
-}
-
-template <class C>
-__device__ __forceinline__ C negInf() {
-  return -std::numeric_limits<C>::infinity();
-}
-
-template <class A>
-__device__ __forceinline__ A shflDown(const A& v, int offset) {
-  static_assert(sizeof(A) % 4 == 0, "whole 32-bit words");
-  constexpr int kWords = sizeof(A) / 4;
-  int w[kWords];
-  memcpy(w, &v, sizeof(A));
-#pragma unroll
-  for (int k = 0; k < kWords; ++k) w[k] = __shfl_down_sync(0xffffffffu, w[k], offset);
-  A r;
-  memcpy(&r, w, sizeof(A));
-  return r;
-}
-
-template <class A>
-__device__ __forceinline__ A shflIdx(const A& v, int lane) {
-  static_assert(sizeof(A) % 4 == 0, "whole 32-bit words");
-  constexpr int kWords = sizeof(A) / 4;
-  int w[kWords];
-  memcpy(w, &v, sizeof(A));
-#pragma unroll
-  for (int k = 0; k < kWords; ++k) w[k] = __shfl_sync(0xffffffffu, w[k], lane);
-  A r;
-  memcpy(&r, w, sizeof(A));
-  return r;
-}
-
-template <class A, class F>
-__device__ __forceinline__ A warpAll(A a, F comb) {
-  for (int off = 16; off > 0; off /= 2) a = comb(a, shflDown(a, off));
-  return shflIdx(a, 0);
-}
-
-/// The block's combination of `a` in a fixed tree, in every thread.
-template <class A, class F>
-__device__ A blockAll(A a, F comb) {
-  __shared__ __align__(16) unsigned char raw[33 * sizeof(A)];
-  A* sm = reinterpret_cast<A*>(raw);
-  const int lane = threadIdx.x % 32, wid = threadIdx.x / 32, nw = blockDim.x / 32;
-  for (int off = 16; off > 0; off /= 2) a = comb(a, shflDown(a, off));
-  if (lane == 0) sm[wid] = a;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    A r = sm[0];
-    for (int k = 1; k < nw; ++k) r = comb(r, sm[k]);
-    sm[32] = r;
-  }
-  __syncthreads();
-  const A r = sm[32];
-  __syncthreads();
-  return r;
-}
-
-struct AddOne {
-  template <class C>
-  __device__ C operator()(C x, C y) const {
-    return x + y;
-  }
-};
-struct MaxOne {
-  template <class C>
-  __device__ C operator()(C x, C y) const {
-    return y > x ? y : x;  // NaN ignored, like the CPU's std::max
-  }
-};
+// ---- row statistics ------------------------------------------------------------
 
 /// Online (max, sum of exp(x - max)) with the sum of the logits: -inf adds
 /// nothing, a NaN makes the sum NaN; the finish maps an all -inf row to max
@@ -186,90 +81,12 @@ __device__ __forceinline__ RowStats<C> rsFinish(RowStats<C> a) {
   return a;
 }
 
-/// Each thread of the block visits its elements of a row: f(k, value). With
-/// kWrite, f's result is stored at out[k]. 16-byte vectors when in and out
-/// share their alignment.
-template <class T, bool kWrite, class F>
-__device__ __forceinline__ void walkRow(const T* in, T* out, int64_t n, F&& f) {
-  using C = Cmp<T>;
-  constexpr int kVec = 16 / sizeof(T);
-  const int64_t tid = threadIdx.x, nt = blockDim.x;
-  const unsigned mis = static_cast<unsigned>(reinterpret_cast<uintptr_t>(in) % 16);
-  bool ok = mis % sizeof(T) == 0;
-  if constexpr (kWrite) ok = ok && reinterpret_cast<uintptr_t>(out) % 16 == mis;
-  int64_t head = n;
-  if (ok) {
-    const int64_t lead = static_cast<int64_t>(((16 - mis) % 16) / sizeof(T));
-    head = lead < n ? lead : n;
-  }
-  auto scalar = [&](int64_t k) {
-    if constexpr (kWrite)
-      out[k] = store<T>(f(k, load<C>(in[k])));
-    else
-      f(k, load<C>(in[k]));
-  };
-  for (int64_t k = tid; k < head; k += nt) scalar(k);
-  const int64_t nvec = (n - head) / kVec;
-  for (int64_t j = tid; j < nvec; j += nt) {
-    const int64_t k0 = head + j * kVec;
-    const uint4 u = *reinterpret_cast<const uint4*>(in + k0);
-    T e[kVec];
-    memcpy(e, &u, 16);
-    T o[kVec];
-#pragma unroll
-    for (int q = 0; q < kVec; ++q) {
-      if constexpr (kWrite)
-        o[q] = store<T>(f(k0 + q, load<C>(e[q])));
-      else
-        f(k0 + q, load<C>(e[q]));
-    }
-    if constexpr (kWrite) {
-      uint4 w;
-      memcpy(&w, o, 16);
-      *reinterpret_cast<uint4*>(out + k0) = w;
-    }
-  }
-  for (int64_t k = head + nvec * kVec + tid; k < n; k += nt) scalar(k);
-}
-
-int64_t ceilDiv(int64_t a, int64_t b) {
-  return b == 0 ? 0 : (a + b - 1) / b;
-}
 size_t alignUp(size_t v) {
   return (v + 255) / 256 * 256;
 }
 
 constexpr int kThreads = 256;
 constexpr int kWarpsPerBlock = kThreads / 32;
-
-unsigned rowGrid(int64_t rows, int64_t per_block) {
-  return static_cast<unsigned>(std::clamp<int64_t>(ceilDiv(rows, per_block), 1, int64_t{1} << 30));
-}
-
-int warpPer(int64_t n) {
-  if (n <= 32) return 1;
-  if (n <= 128) return 4;
-  if (n <= 256) return 8;
-  if (n <= 512) return 16;
-  if (n <= 1024) return 32;
-  return 0;
-}
-
-template <class Fn>
-void withPer(int per, Fn&& fn) {
-  switch (per) {
-    case 1:
-      return fn(std::integral_constant<int, 1>{});
-    case 4:
-      return fn(std::integral_constant<int, 4>{});
-    case 8:
-      return fn(std::integral_constant<int, 8>{});
-    case 16:
-      return fn(std::integral_constant<int, 16>{});
-    default:
-      return fn(std::integral_constant<int, 32>{});
-  }
-}
 
 void* requireWorkspace(CudaContext& ctx, size_t bytes) {
   if (bytes > ctx.workspace_bytes)
@@ -507,7 +324,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     const T* src = x + row * n;
     RowStats<C> a{negInf<C>(), C(0), C(0)};
-    walkRow<T, false>(src, nullptr, n, [&](int64_t, C v) { rsStep(a, v); });
+    walkRow<T, 1, false>({src}, nullptr, n, [&](int64_t, const C(&v)[1]) { rsStep(a, v[0]); });
     a = rsFinish(blockAll(a, RsCombine{}));
     if (threadIdx.x == 0) out.put(row, crossEntropyOf(a, load<C>(src[t]), n, smoothing));
   }
@@ -623,15 +440,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   const T* src = x + row * n;
   C v[kPer];
-  C m = negInf<C>();
-#pragma unroll
-  for (int q = 0; q < kPer; ++q) {
-    const int k = q * 32 + lane;
-    v[q] = k < n ? load<C>(src[k]) : negInf<C>();
-    m = v[q] > m ? v[q] : m;
-  }
-  m = warpAll(m, MaxOne{});
-  if (m == negInf<C>()) m = C(0);
+  const C m = warpRowMax<T, kPer>(src, n, lane, v);
   C s = C(0);
 #pragma unroll
   for (int q = 0; q < kPer; ++q) {
@@ -664,12 +473,13 @@ __global__ void __launch_bounds__(kThreads)
     }
     const T* src = x + row * n;
     RowStats<C> a{negInf<C>(), C(0), C(0)};
-    walkRow<T, false>(src, nullptr, n, [&](int64_t, C v) { rsStep(a, v); });
+    walkRow<T, 1, false>({src}, nullptr, n, [&](int64_t, const C(&v)[1]) { rsStep(a, v[0]); });
     a = rsFinish(blockAll(a, RsCombine{}));
     const C m = a.m, inv = C(1) / a.s, sc = gs.at(row), uniform = C(smoothing / static_cast<double>(n)),
             hit = C(1.0 - smoothing);
-    walkRow<T, true>(src, dst, n,
-                     [&](int64_t k, C v) { return sc * (ex(v - m) * inv - uniform - (k == t ? hit : C(0))); });
+    walkRow<T, 1, true>({src}, dst, n, [&](int64_t k, const C(&v)[1]) {
+      return sc * (ex(v[0] - m) * inv - uniform - (k == t ? hit : C(0)));
+    });
   }
 }
 

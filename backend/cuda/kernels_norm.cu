@@ -18,12 +18,13 @@
 //
 // Statistics over several dims (batch_norm's per-channel sums, group_norm's
 // per-group sums, the weight/bias gradients of every norm) run one
-// deterministic reduction engine, the same plan as kernels_reduction.cu:
-// dims merged into kept/reduced runs, a row kernel (innermost run reduced)
-// or a column kernel (innermost run kept), split over blocks when outputs
-// are few, partials combined in a fixed order by a second kernel. An op's
-// `finish` turns each output's sums into what the elementwise pass needs
-// (scale and shift, the backward's coefficients, new running stats).
+// deterministic reduction engine over the plan kernels_reduction.cu runs by
+// (cuda_reduce.cuh): dims merged into kept/reduced runs, a row kernel
+// (innermost run reduced) or a column kernel (innermost run kept), split
+// over blocks when outputs are few, partials combined in a fixed order by a
+// second kernel. An op's `finish` turns each output's sums into what the
+// elementwise pass needs (scale and shift, the backward's coefficients, new
+// running stats).
 // Per-slice statistics are sums shifted by the mean of 8 elements spread
 // across the slice, so mean and variance come out of one read without a
 // large mean cancelling the variance.
@@ -34,121 +35,27 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_dtype.cuh"
 #include "backend/cuda/cuda_kernel.h"
+#include "backend/cuda/cuda_reduce.cuh"
+#include "backend/cuda/cuda_rowwise.cuh"
 #include "core/ops/op_helpers.h"
 
 namespace kiln::cuda {
 namespace {
 
-// ---- types and math ------------------------------------------------------------
+// ---- math ----------------------------------------------------------------------
 
-template <class T>
-inline constexpr bool kIsHalf = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
-
-/// Compute type: double for f64, float otherwise.
-template <class T>
-using Cmp = std::conditional_t<std::is_same_v<T, double>, double, float>;
-
-template <class C, class T>
-__device__ __forceinline__ C load(T v) {
-  if constexpr (kIsHalf<T>)
-    return static_cast<C>(toFloat(v));
-  else
-    return static_cast<C>(v);
-}
-
-template <class Out, class C>
-__device__ __forceinline__ Out store(C v) {
-  if constexpr (kIsHalf<Out>)
-    return fromFloat<Out>(static_cast<float>(v));
-  else
-    return static_cast<Out>(v);
-}
-
-__device__ __forceinline__ float ex(float v) {
-  return expf(v);
-}
-__device__ __forceinline__ double ex(double v) {
-  return exp(v);
-}
-__device__ __forceinline__ float lg(float v) {
-  return logf(v);
-}
-__device__ __forceinline__ double lg(double v) {
-  return log(v);
-}
 __device__ __forceinline__ float sqrtC(float v) {
   return sqrtf(v);
 }
 __device__ __forceinline__ double sqrtC(double v) {
   return sqrt(v);
-}
-
-template <class C>
-__device__ __forceinline__ C negInf() {
-  return -std::numeric_limits<C>::infinity();
-}
-
-template <class A>
-__device__ __forceinline__ A shflDown(const A& v, int offset, int width = 32) {
-  static_assert(sizeof(A) % 4 == 0, "whole 32-bit words");
-  constexpr int kWords = sizeof(A) / 4;
-  int w[kWords];
-  memcpy(w, &v, sizeof(A));
-#pragma unroll
-  for (int k = 0; k < kWords; ++k) w[k] = __shfl_down_sync(0xffffffffu, w[k], offset, width);
-  A r;
-  memcpy(&r, w, sizeof(A));
-  return r;
-}
-
-template <class A>
-__device__ __forceinline__ A shflIdx(const A& v, int lane) {
-  static_assert(sizeof(A) % 4 == 0, "whole 32-bit words");
-  constexpr int kWords = sizeof(A) / 4;
-  int w[kWords];
-  memcpy(w, &v, sizeof(A));
-#pragma unroll
-  for (int k = 0; k < kWords; ++k) w[k] = __shfl_sync(0xffffffffu, w[k], lane);
-  A r;
-  memcpy(&r, w, sizeof(A));
-  return r;
-}
-
-/// The warp's combination of `a` (a fixed tree), in every lane.
-template <class A, class F>
-__device__ __forceinline__ A warpAll(A a, F comb) {
-  for (int off = 16; off > 0; off /= 2) a = comb(a, shflDown(a, off));
-  return shflIdx(a, 0);
-}
-
-/// The block's combination of `a` (blockDim.x a multiple of 32), in every
-/// thread; a fixed tree, so the result depends only on the data.
-template <class A, class F>
-__device__ A blockAll(A a, F comb) {
-  __shared__ __align__(16) unsigned char raw[33 * sizeof(A)];
-  A* sm = reinterpret_cast<A*>(raw);
-  const int lane = threadIdx.x % 32, wid = threadIdx.x / 32, nw = blockDim.x / 32;
-  for (int off = 16; off > 0; off /= 2) a = comb(a, shflDown(a, off));
-  if (lane == 0) sm[wid] = a;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    A r = sm[0];
-    for (int k = 1; k < nw; ++k) r = comb(r, sm[k]);
-    sm[32] = r;
-  }
-  __syncthreads();
-  const A r = sm[32];
-  __syncthreads();
-  return r;
 }
 
 template <class C>
@@ -172,90 +79,12 @@ struct AddQuad {
     return {x.a + y.a, x.b + y.b, x.c + y.c, x.d + y.d};
   }
 };
-struct AddOne {
-  template <class C>
-  __device__ C operator()(C x, C y) const {
-    return x + y;
-  }
-};
-struct MaxOne {
-  template <class C>
-  __device__ C operator()(C x, C y) const {
-    return y > x ? y : x;  // NaN ignored, like the CPU's std::max
-  }
-};
 
-/// Each thread of the block visits its elements of kIn rows of n values
-/// (same length, same offsets), f(k, v[kIn]) in compute type; with kWrite, f
-/// returns the value stored at out[k]. 16-byte vector loads/stores when all
-/// rows share their alignment, scalar head and tail.
-template <class T, int kIn, bool kWrite, class F>
-__device__ __forceinline__ void walkRow(const T* const (&in)[kIn], T* out, int64_t n, F&& f) {
-  using C = Cmp<T>;
-  constexpr int kVec = 16 / sizeof(T);
-  const int64_t tid = threadIdx.x, nt = blockDim.x;
-  const unsigned mis = static_cast<unsigned>(reinterpret_cast<uintptr_t>(in[0]) % 16);
-  bool ok = mis % sizeof(T) == 0;
-#pragma unroll
-  for (int i = 1; i < kIn; ++i) ok = ok && reinterpret_cast<uintptr_t>(in[i]) % 16 == mis;
-  if constexpr (kWrite) ok = ok && reinterpret_cast<uintptr_t>(out) % 16 == mis;
-  int64_t head = n;
-  if (ok) {
-    const int64_t lead = static_cast<int64_t>(((16 - mis) % 16) / sizeof(T));
-    head = lead < n ? lead : n;
-  }
-  auto scalar = [&](int64_t k) {
-    C v[kIn];
-#pragma unroll
-    for (int i = 0; i < kIn; ++i) v[i] = load<C>(in[i][k]);
-    if constexpr (kWrite)
-      out[k] = store<T>(f(k, v));
-    else
-      f(k, v);
-  };
-  for (int64_t k = tid; k < head; k += nt) scalar(k);
-  const int64_t nvec = (n - head) / kVec;
-  for (int64_t j = tid; j < nvec; j += nt) {
-    const int64_t k0 = head + j * kVec;
-    T e[kIn][kVec];
-#pragma unroll
-    for (int i = 0; i < kIn; ++i) {
-      const uint4 u = *reinterpret_cast<const uint4*>(in[i] + k0);
-      memcpy(e[i], &u, 16);
-    }
-    T o[kVec];
-#pragma unroll
-    for (int q = 0; q < kVec; ++q) {
-      C v[kIn];
-#pragma unroll
-      for (int i = 0; i < kIn; ++i) v[i] = load<C>(e[i][q]);
-      if constexpr (kWrite)
-        o[q] = store<T>(f(k0 + q, v));
-      else
-        f(k0 + q, v);
-    }
-    if constexpr (kWrite) {
-      uint4 u;
-      memcpy(&u, o, 16);
-      *reinterpret_cast<uint4*>(out + k0) = u;
-    }
-  }
-  for (int64_t k = head + nvec * kVec + tid; k < n; k += nt) scalar(k);
-}
-
-int64_t ceilDiv(int64_t a, int64_t b) {
-  return b == 0 ? 0 : (a + b - 1) / b;
-}
-int nextPow2(int64_t v) {
-  int p = 1;
-  while (p < v && p < (1 << 30)) p *= 2;
-  return p;
-}
 size_t alignUp(size_t v) {
   return (v + 255) / 256 * 256;
 }
 
-constexpr int kThreads = 256;
+constexpr int kThreads = kPlanThreads;
 constexpr int kWarpsPerBlock = kThreads / 32;
 
 void* requireWorkspace(CudaContext& ctx, size_t bytes) {
@@ -278,139 +107,15 @@ AxisSplit splitAt(const Shape& s, int64_t dim) {
   return a;
 }
 
-/// The warp path's registers per lane for a row of n (n <= 1024), or 0.
-int warpPer(int64_t n) {
-  if (n <= 32) return 1;
-  if (n <= 128) return 4;
-  if (n <= 256) return 8;
-  if (n <= 512) return 16;
-  if (n <= 1024) return 32;
-  return 0;
-}
-
-/// Call fn.template operator()<kPer>() for the warp path's kPer.
-template <class Fn>
-void withPer(int per, Fn&& fn) {
-  switch (per) {
-    case 1:
-      return fn(std::integral_constant<int, 1>{});
-    case 4:
-      return fn(std::integral_constant<int, 4>{});
-    case 8:
-      return fn(std::integral_constant<int, 8>{});
-    case 16:
-      return fn(std::integral_constant<int, 16>{});
-    default:
-      return fn(std::integral_constant<int, 32>{});
-  }
-}
-
-unsigned rowGrid(int64_t rows, int64_t per_block) {
-  return static_cast<unsigned>(std::clamp<int64_t>(ceilDiv(rows, per_block), 1, int64_t{1} << 30));
-}
-
 // ---- the reduction engine ------------------------------------------------------
+// Row and column kernels over a cuda_reduce.cuh Plan (the plan
+// kernels_reduction.cu runs by), for ops that read their own inputs:
 // Op: Acc, Ctx, kShifted; init(); step(Acc&, const Ctx&, flat input offset)
 // reads what it needs; combine(Acc&, const Acc&); finish(const Acc&, const
 // Ctx&, o) stores whatever the op produces for output o. The context of an
 // output is op.ctx(o), or with kShifted the shift of its sums: the mean of
 // op.sample(offset) over 8 elements spread across the output's slice (so
 // one outlying element cannot make the shifted sums cancel).
-
-constexpr int kMaxGroups = 12;
-
-struct Dims {
-  int n;
-  int64_t size[kMaxGroups];
-  int64_t stride[kMaxGroups];
-  __host__ __device__ int64_t offset(int64_t idx) const {
-    int64_t off = 0;
-    for (int d = 0; d < n; ++d) {
-      const int64_t s = size[d];
-      off += (idx % s) * stride[d];
-      idx /= s;
-    }
-    return off;
-  }
-};
-
-void push(Dims& d, int64_t size, int64_t stride) {
-  if (d.n == kMaxGroups) fail("CUDA reduction: too many dim groups");
-  d.size[d.n] = size;
-  d.stride[d.n] = stride;
-  ++d.n;
-}
-
-struct Plan {
-  int64_t outputs = 0, count = 1;
-  bool row = true, multi = false;
-  Dims kept{}, red{};
-  int64_t inner = 1;
-  int W = 1, H = 1;
-  int64_t xtiles = 1, splits = 1, chunk = 0, blocks = 0;
-};
-
-Plan makePlan(const Shape& shape, const std::vector<int64_t>& axes) {
-  struct G {
-    bool reduced;
-    int64_t size;
-  };
-  std::vector<G> g;
-  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
-    if (shape[d] == 1) continue;
-    const bool red = std::find(axes.begin(), axes.end(), d) != axes.end();
-    if (!g.empty() && g.back().reduced == red)
-      g.back().size *= shape[d];
-    else
-      g.push_back({red, shape[d]});
-  }
-  Plan p;
-  p.outputs = 1;
-  for (const G& d : g) (d.reduced ? p.count : p.outputs) *= d.size;
-  std::vector<int64_t> strides(g.size());
-  int64_t st = 1;
-  for (size_t k = g.size(); k-- > 0;) {
-    strides[k] = st;
-    st *= g[k].size;
-  }
-  p.row = !g.empty() && g.back().reduced;
-  const size_t last = g.empty() ? 0 : g.size() - 1;
-  p.inner = g.empty() ? 1 : g.back().size;
-  for (size_t k = last; k-- > 0;) push(g[k].reduced ? p.red : p.kept, g[k].size, strides[k]);
-  if (p.row) {
-    p.multi = p.red.n > 0;
-  } else {
-    if (p.red.n == 0) push(p.red, 1, 0);
-    p.multi = p.red.n > 1;
-  }
-  if (p.outputs == 0) return p;
-  const int64_t R = p.count;
-  if (p.row) {
-    if (R <= 32)
-      p.W = nextPow2(std::max<int64_t>(R, 1));
-    else if (R > 4096 || (R > 512 && p.outputs < 2048))
-      p.W = kThreads;
-    else
-      p.W = 32;
-    p.H = kThreads / p.W;
-    if (p.W == kThreads) p.splits = std::min(ceilDiv(R, 2048), std::max<int64_t>(1, ceilDiv(1024, p.outputs)));
-    p.splits = std::max<int64_t>(p.splits, 1);
-    p.chunk = ceilDiv(R, p.splits);
-    p.splits = R > 0 ? ceilDiv(R, p.chunk) : 1;
-    p.blocks = ceilDiv(p.outputs * p.splits, p.H);
-  } else {
-    p.W = p.inner >= 32 ? 32 : nextPow2(p.inner);
-    p.H = kThreads / p.W;
-    p.xtiles = ceilDiv(p.inner, p.W);
-    const int64_t base = p.xtiles * (p.outputs / p.inner);
-    p.splits = std::min(ceilDiv(R, int64_t{p.H} * 16), std::max<int64_t>(1, ceilDiv(1024, base)));
-    p.splits = std::max<int64_t>(p.splits, 1);
-    p.chunk = ceilDiv(R, p.splits);
-    p.splits = R > 0 ? ceilDiv(R, p.chunk) : 1;
-    p.blocks = base * p.splits;
-  }
-  return p;
-}
 
 size_t partialBytes(const Plan& p, size_t acc) {
   return p.splits > 1 ? alignUp(static_cast<size_t>(p.outputs * p.splits) * acc) : 0;
@@ -441,22 +146,6 @@ __device__ typename Op::Ctx ctxOf(const Op& op, const Plan& p, int64_t o) {
   }
 }
 
-template <class Op>
-__device__ typename Op::Acc reduceAcrossX(const Op& op, typename Op::Acc a, int W, unsigned char* raw) {
-  using Acc = typename Op::Acc;
-  const int width = W < 32 ? W : 32;
-  for (int off = width / 2; off > 0; off /= 2) op.combine(a, shflDown(a, off, width));
-  if (W > 32) {
-    Acc* sm = reinterpret_cast<Acc*>(raw);
-    const int warps = W / 32, lane = threadIdx.x % 32, wid = threadIdx.x / 32;
-    if (lane == 0) sm[threadIdx.y * warps + wid] = a;
-    __syncthreads();
-    if (threadIdx.x == 0)
-      for (int k = 1; k < warps; ++k) op.combine(a, sm[threadIdx.y * warps + k]);
-  }
-  return a;
-}
-
 template <class Op, bool kMulti>
 __global__ void __launch_bounds__(kThreads) rowReduceKernel(Op op, typename Op::Acc* __restrict__ partial, Plan p) {
   using Acc = typename Op::Acc;
@@ -473,12 +162,7 @@ __global__ void __launch_bounds__(kThreads) rowReduceKernel(Op op, typename Op::
     c = ctxOf(op, p, o);
     const int64_t base = p.kept.offset(o);
     const int64_t begin = s * p.chunk, end = p.count < begin + p.chunk ? p.count : begin + p.chunk;
-    auto at = [&](int64_t t) -> int64_t {
-      if constexpr (kMulti)
-        return base + p.red.offset(t / p.inner) + t % p.inner;
-      else
-        return base + t;
-    };
+    auto at = [&](int64_t t) { return p.rowOffset<kMulti>(base, t); };
     int64_t t = begin + tx;
     for (; t + 3 * W < end; t += 4 * W) {
       op.step(a, c, at(t));
@@ -513,12 +197,7 @@ __global__ void __launch_bounds__(kThreads) colReduceKernel(Op op, typename Op::
     c = ctxOf(op, p, o);
     const int64_t base = p.kept.offset(pp) + i;
     const int64_t begin = s * p.chunk, end = p.count < begin + p.chunk ? p.count : begin + p.chunk;
-    auto at = [&](int64_t r) -> int64_t {
-      if constexpr (kMulti)
-        return base + p.red.offset(r);
-      else
-        return base + r * p.red.stride[0];
-    };
+    auto at = [&](int64_t r) { return p.colOffset<kMulti>(base, r); };
     int64_t r = begin + ty;
     for (; r + 3 * by < end; r += 4 * by) {
       op.step(a, c, at(r));
@@ -528,16 +207,7 @@ __global__ void __launch_bounds__(kThreads) colReduceKernel(Op op, typename Op::
     }
     for (; r < end; r += by) op.step(a, c, at(r));
   }
-  sm[ty * bx + tx] = a;
-  __syncthreads();
-  for (int half = by / 2; half > 0; half /= 2) {
-    if (ty < half) {
-      Acc v = sm[ty * bx + tx];
-      op.combine(v, sm[(ty + half) * bx + tx]);
-      sm[ty * bx + tx] = v;
-    }
-    __syncthreads();
-  }
+  reduceAcrossY(op, a, sm, bx, by);
   if (ty == 0 && i < p.inner) {
     if (p.splits == 1)
       op.finish(sm[tx], c, o);
@@ -702,15 +372,7 @@ __global__ void __launch_bounds__(kThreads)
   const T* src = x + row * n;
   T* dst = y + row * n;
   C v[kPer];
-  C m = negInf<C>();
-#pragma unroll
-  for (int q = 0; q < kPer; ++q) {
-    const int k = q * 32 + lane;
-    v[q] = k < n ? load<C>(src[k]) : negInf<C>();
-    m = v[q] > m ? v[q] : m;
-  }
-  m = warpAll(m, MaxOne{});
-  if (m == negInf<C>()) m = C(0);
+  const C m = warpRowMax<T, kPer>(src, n, lane, v);
   C s = C(0);
 #pragma unroll
   for (int q = 0; q < kPer; ++q) {
@@ -1195,24 +857,16 @@ Plan channelPlan(const ChannelSplit& c) {
   return makePlan({c.batch, c.channels, c.inner}, {0, 2});
 }
 
-/// Training statistics: sums of d = x - K (K: the channel's sampled shift),
-/// finished into the new running stats and the (scale, shift) of y = x * scale + shift.
-template <class T, class P>
-struct BatchNormStatsOp {
+/// The forward statistics of batch_norm and group_norm: per slice, the sums
+/// of d = x - K and d^2 (K: the slice's sampled shift). An op derives from
+/// it and adds finish().
+template <class T>
+struct ShiftedSumsOp {
   using C = Cmp<T>;
   using Acc = Pair<C>;
   using Ctx = C;
-  const T* x;
-  const P* w;
-  const P* b;
-  const P* rmean;
-  const P* rvar;
-  P* new_mean;
-  P* new_var;
-  C* coef;  // [C][2]: scale, shift
-  int64_t count;
-  double momentum, eps;
   static constexpr bool kShifted = true;
+  const T* x;
   __device__ Acc init() const { return {C(0), C(0)}; }
   __device__ C sample(int64_t off) const { return load<C>(x[off]); }
   __device__ void step(Acc& a, const Ctx& K, int64_t off) const {
@@ -1224,6 +878,24 @@ struct BatchNormStatsOp {
     a.a += o.a;
     a.b += o.b;
   }
+};
+
+/// Training statistics: sums of d = x - K (K: the channel's sampled shift),
+/// finished into the new running stats and the (scale, shift) of y = x * scale + shift.
+template <class T, class P>
+struct BatchNormStatsOp : ShiftedSumsOp<T> {
+  using C = Cmp<T>;
+  using Acc = Pair<C>;
+  using Ctx = C;
+  const P* w;
+  const P* b;
+  const P* rmean;
+  const P* rvar;
+  P* new_mean;
+  P* new_var;
+  C* coef;  // [C][2]: scale, shift
+  int64_t count;
+  double momentum, eps;
   __device__ void finish(const Acc& a, const Ctx& K, int64_t c) const {
     C mean = C(0), var = std::numeric_limits<C>::quiet_NaN();
     if (count > 0) shiftedMoments(K, a.a, a.b, count, mean, var);
@@ -1293,8 +965,9 @@ void batchNormKernel(const Node& n, std::span<const DeviceTensor> in, std::span<
     if (training) {
       const Plan p = channelPlan(cs);
       void* partial = ws + alignUp(static_cast<size_t>(cs.channels) * 2 * sizeof(double));
-      BatchNormStatsOp<T, P> op{in[0].as<T>(),       w,        b,  rm, rv, out[1].as<P>(), out[2].as<P>(), coef,
-                                cs.batch * cs.inner, momentum, eps};
+      const ShiftedSumsOp<T> sums{in[0].as<T>()};
+      BatchNormStatsOp<T, P> op{sums,     w,  b, rm, rv, out[1].as<P>(), out[2].as<P>(), coef, cs.batch * cs.inner,
+                                momentum, eps};
       runReduce(op, partial, p, ctx);
     } else if (cs.channels > 0) {
       batchNormEvalCoefKernel<T, P>
@@ -1312,14 +985,42 @@ void batchNormKernel(const Node& n, std::span<const DeviceTensor> in, std::span<
 // gw = sum(g * (x - mean)) * invstd, gb = sum(g) and the coefficients of
 //   gx = (g - grad_mean - (x - mean) * k) * scale.
 
+/// The backward statistics of batch_norm and group_norm: per slice, the
+/// sums of d = x - K, d^2 (K: the slice's sampled shift), a gradient term gh
+/// and gh * d. An op derives from it and adds step() (which passes d and gh
+/// to add()) and finish().
 template <class T, class P>
-struct BatchNormGradOp {
+struct ShiftedGradSumsOp {
   using C = Cmp<T>;
   using Acc = Quad<C>;
   using Ctx = C;
+  static constexpr bool kShifted = true;
   const T* g;
   const T* x;
   const P* w;
+  __device__ Acc init() const { return {C(0), C(0), C(0), C(0)}; }
+  __device__ C sample(int64_t off) const { return load<C>(x[off]); }
+  __device__ static void add(Acc& a, C d, C gh) {
+    a.a += d;
+    a.b += d * d;
+    a.c += gh;
+    a.d += gh * d;
+  }
+  __device__ void combine(Acc& a, const Acc& o) const {
+    a.a += o.a;
+    a.b += o.b;
+    a.c += o.c;
+    a.d += o.d;
+  }
+};
+
+template <class T, class P>
+struct BatchNormGradOp : ShiftedGradSumsOp<T, P> {
+  using C = Cmp<T>;
+  using Acc = Quad<C>;
+  using Ctx = C;
+  using Sums = ShiftedGradSumsOp<T, P>;
+  using Sums::g, Sums::x, Sums::w;
   const P* rmean;
   const P* rvar;
   P* gw;
@@ -1328,21 +1029,9 @@ struct BatchNormGradOp {
   int64_t count;
   bool training;
   double eps;
-  static constexpr bool kShifted = true;
-  __device__ Acc init() const { return {C(0), C(0), C(0), C(0)}; }
-  __device__ C sample(int64_t off) const { return load<C>(x[off]); }
   __device__ void step(Acc& a, const Ctx& K, int64_t off) const {
     const C d = load<C>(x[off]) - K, gv = load<C>(g[off]);
-    a.a += d;
-    a.b += d * d;
-    a.c += gv;
-    a.d += gv * d;
-  }
-  __device__ void combine(Acc& a, const Acc& o) const {
-    a.a += o.a;
-    a.b += o.b;
-    a.c += o.c;
-    a.d += o.d;
+    this->add(a, d, gv);
   }
   __device__ void finish(const Acc& a, const Ctx& K, int64_t c) const {
     C mean, invstd;
@@ -1408,8 +1097,8 @@ void batchNormBackwardKernel(const Node& n, std::span<const DeviceTensor> in, st
     void* partial = ws + alignUp(static_cast<size_t>(cs.channels) * 4 * sizeof(double));
     const P* rm = training ? nullptr : in[3].as<P>();
     const P* rv = training ? nullptr : in[4].as<P>();
-    BatchNormGradOp<T, P> op{in[0].as<T>(),  in[1].as<T>(), in[2].as<P>(),       rm,       rv, out[1].as<P>(),
-                             out[2].as<P>(), coef,          cs.batch * cs.inner, training, eps};
+    const ShiftedGradSumsOp<T, P> sums{in[0].as<T>(), in[1].as<T>(), in[2].as<P>()};
+    BatchNormGradOp<T, P> op{sums, rm, rv, out[1].as<P>(), out[2].as<P>(), coef, cs.batch * cs.inner, training, eps};
     runReduce(op, partial, channelPlan(cs), ctx);
     mapSegments(BatchNormGradApply<T>{in[0].as<T>(), in[1].as<T>(), out[0].as<T>(), coef, cs.channels},
                 cs.batch * cs.channels, cs.inner, ctx);
@@ -1438,26 +1127,13 @@ Plan groupPlan(const GroupSplit& g) {
 }
 
 template <class T>
-struct GroupNormStatsOp {
+struct GroupNormStatsOp : ShiftedSumsOp<T> {
   using C = Cmp<T>;
   using Acc = Pair<C>;
   using Ctx = C;
-  const T* x;
   C* rec;  // [N * G][2]: mean, rstd
   int64_t size;
   double eps;
-  static constexpr bool kShifted = true;
-  __device__ Acc init() const { return {C(0), C(0)}; }
-  __device__ C sample(int64_t off) const { return load<C>(x[off]); }
-  __device__ void step(Acc& a, const Ctx& K, int64_t off) const {
-    const C d = load<C>(x[off]) - K;
-    a.a += d;
-    a.b += d * d;
-  }
-  __device__ void combine(Acc& a, const Acc& o) const {
-    a.a += o.a;
-    a.b += o.b;
-  }
   __device__ void finish(const Acc& a, const Ctx& K, int64_t o) const {
     C mean = C(0), var = std::numeric_limits<C>::quiet_NaN();
     if (size > 0) shiftedMoments(K, a.a, a.b, size, mean, var);
@@ -1504,7 +1180,7 @@ void groupNormKernel(const Node& n, std::span<const DeviceTensor> in, std::span<
     using C = Cmp<T>;
     C* rec = reinterpret_cast<C*>(ws);
     void* partial = ws + alignUp(static_cast<size_t>(gs.batch * gs.groups) * 2 * sizeof(double));
-    runReduce(GroupNormStatsOp<T>{in[0].as<T>(), rec, gs.size, eps}, partial, groupPlan(gs), ctx);
+    runReduce(GroupNormStatsOp<T>{{in[0].as<T>()}, rec, gs.size, eps}, partial, groupPlan(gs), ctx);
     mapSegments(GroupNormApply<T, P>{in[0].as<T>(), in[1].as<P>(), in[2].as<P>(), out[0].as<T>(), rec, gs.channels,
                                      gs.groups, gs.per_group},
                 gs.batch * gs.channels, gs.inner, ctx);
@@ -1518,32 +1194,19 @@ void groupNormKernel(const Node& n, std::span<const DeviceTensor> in, std::span<
 // and per channel gw = sum g * xhat, gb = sum g over (N, inner).
 
 template <class T, class P>
-struct GroupNormGradStatsOp {
+struct GroupNormGradStatsOp : ShiftedGradSumsOp<T, P> {
   using C = Cmp<T>;
   using Acc = Quad<C>;
   using Ctx = C;
-  const T* g;
-  const T* x;
-  const P* w;
+  using Sums = ShiftedGradSumsOp<T, P>;
+  using Sums::g, Sums::x, Sums::w;
   C* rec;  // [N * G][4]: mean, rstd, m1, m2
   int64_t size, inner, channels;
   double eps;
-  static constexpr bool kShifted = true;
-  __device__ Acc init() const { return {C(0), C(0), C(0), C(0)}; }
-  __device__ C sample(int64_t off) const { return load<C>(x[off]); }
   __device__ void step(Acc& a, const Ctx& K, int64_t off) const {
     const C d = load<C>(x[off]) - K;
     const C gh = load<C>(g[off]) * load<C>(w[(off / inner) % channels]);
-    a.a += d;
-    a.b += d * d;
-    a.c += gh;
-    a.d += gh * d;
-  }
-  __device__ void combine(Acc& a, const Acc& o) const {
-    a.a += o.a;
-    a.b += o.b;
-    a.c += o.c;
-    a.d += o.d;
+    this->add(a, d, gh);
   }
   __device__ void finish(const Acc& a, const Ctx& K, int64_t o) const {
     C mean = C(0), var = C(0);
@@ -1631,7 +1294,8 @@ void groupNormBackwardKernel(const Node& n, std::span<const DeviceTensor> in, st
     const T* g = in[0].as<T>();
     const T* x = in[1].as<T>();
     const P* w = in[2].as<P>();
-    runReduce(GroupNormGradStatsOp<T, P>{g, x, w, rec, gs.size, gs.inner, gs.channels, eps}, partial1, stats_plan, ctx);
+    runReduce(GroupNormGradStatsOp<T, P>{{g, x, w}, rec, gs.size, gs.inner, gs.channels, eps}, partial1, stats_plan,
+              ctx);
     runReduce(GroupNormParamOp<T, P>{g, x, rec, out[1].as<P>(), out[2].as<P>(), gs.channels, gs.inner, gs.groups,
                                      gs.per_group},
               partial2, param_plan, ctx);

@@ -28,7 +28,6 @@
 #include <cuda_runtime.h>
 
 #include <climits>
-#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_dtype.cuh"
@@ -63,27 +62,8 @@ PoolGeom poolGeom(const Node& n, const Shape& x, const Shape& y, bool windowed) 
 }
 
 // ---- device helpers --------------------------------------------------------------------
-
-template <typename T>
-using ComputeT = typename Compute<T>::type;
-
-/// Load into the compute type (double stays double).
-template <typename T>
-__device__ __forceinline__ ComputeT<T> load(T v) {
-  if constexpr (std::is_same_v<T, double>)
-    return v;
-  else
-    return toFloat(v);
-}
-
-/// Store from the compute type (round to nearest even).
-template <typename T>
-__device__ __forceinline__ T store(ComputeT<T> v) {
-  if constexpr (std::is_same_v<T, double>)
-    return v;
-  else
-    return fromFloat<T>(v);
-}
+// Values compute in Cmp<T> (double stays double), through cuda_dtype.cuh's
+// load and store (round to nearest even).
 
 __device__ __forceinline__ int64_t floorDiv(int64_t a, int64_t b) {
   const int64_t q = a / b;
@@ -97,6 +77,24 @@ __device__ __forceinline__ int64_t adaptiveEnd(int64_t i, int64_t in, int64_t ou
   return ((i + 1) * in + out - 1) / out;
 }
 
+/// Average pooling's window of output (oy, ox): [y0, y1) x [x0, x1) clipped
+/// to the input (what it sums), and its divisor: divisor_override, else the
+/// window clipped to the padded input (count_include_pad) or to the input.
+struct AvgWindow {
+  int64_t y0, y1, x0, x1, div;
+};
+
+__device__ __forceinline__ AvgWindow avgWindow(const PoolGeom& g, int64_t oy, int64_t ox, bool include_pad,
+                                               int64_t divisor_override) {
+  int64_t y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
+  int64_t y1 = min(y0 + g.kh, g.h + g.ph), x1 = min(x0 + g.kw, g.w + g.pw);
+  const int64_t padded_size = (y1 - y0) * (x1 - x0);
+  y0 = max(y0, int64_t{0}), x0 = max(x0, int64_t{0});
+  y1 = min(y1, g.h), x1 = min(x1, g.w);
+  const int64_t div = divisor_override ? divisor_override : include_pad ? padded_size : (y1 - y0) * (x1 - x0);
+  return {y0, y1, x0, x1, div};
+}
+
 #define KILN_GRID_STRIDE(i, total)                                                           \
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (total); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
@@ -105,7 +103,7 @@ __device__ __forceinline__ int64_t adaptiveEnd(int64_t i, int64_t in, int64_t ou
 
 template <typename T>
 __global__ void maxPoolKernel(const T* __restrict__ x, T* __restrict__ y, PoolGeom g, int64_t total) {
-  using C = ComputeT<T>;
+  using C = Cmp<T>;
   KILN_GRID_STRIDE(idx, total) {
     const int64_t ox = idx % g.ow, oy = (idx / g.ow) % g.oh, p = idx / (g.ow * g.oh);
     const T* src = x + p * g.h * g.w;
@@ -118,7 +116,7 @@ __global__ void maxPoolKernel(const T* __restrict__ x, T* __restrict__ y, PoolGe
       for (int64_t j = 0; j < g.kw; ++j) {
         const int64_t ix = x0 + j * g.dw;
         if (ix < 0 || ix >= g.w) continue;
-        const C v = load(src[iy * g.w + ix]);
+        const C v = load<C>(src[iy * g.w + ix]);
         if (v > best || isnan(v)) best = v;
         if (isnan(v)) {  // NaN wins; nothing can replace it
           nan = true;
@@ -133,32 +131,25 @@ __global__ void maxPoolKernel(const T* __restrict__ x, T* __restrict__ y, PoolGe
 template <typename T>
 __global__ void avgPoolKernel(const T* __restrict__ x, T* __restrict__ y, PoolGeom g, bool include_pad,
                               int64_t divisor_override, int64_t total) {
-  using C = ComputeT<T>;
+  using C = Cmp<T>;
   KILN_GRID_STRIDE(idx, total) {
     const int64_t ox = idx % g.ow, oy = (idx / g.ow) % g.oh, p = idx / (g.ow * g.oh);
     const T* src = x + p * g.h * g.w;
-    // The window clipped to the padded input (count_include_pad's divisor),
-    // then to the input itself (what it sums).
-    int64_t y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
-    int64_t y1 = min(y0 + g.kh, g.h + g.ph), x1 = min(x0 + g.kw, g.w + g.pw);
-    const int64_t padded_size = (y1 - y0) * (x1 - x0);
-    y0 = max(y0, int64_t{0}), x0 = max(x0, int64_t{0});
-    y1 = min(y1, g.h), x1 = min(x1, g.w);
-    if (y0 >= y1 || x0 >= x1) {
+    const AvgWindow w = avgWindow(g, oy, ox, include_pad, divisor_override);
+    if (w.y0 >= w.y1 || w.x0 >= w.x1) {
       y[idx] = store<T>(C(0));
       continue;
     }
     double sum = 0;
-    for (int64_t iy = y0; iy < y1; ++iy)
-      for (int64_t ix = x0; ix < x1; ++ix) sum += static_cast<double>(load(src[iy * g.w + ix]));
-    const int64_t div = divisor_override ? divisor_override : include_pad ? padded_size : (y1 - y0) * (x1 - x0);
-    y[idx] = store<T>(static_cast<C>(sum / static_cast<double>(div)));
+    for (int64_t iy = w.y0; iy < w.y1; ++iy)
+      for (int64_t ix = w.x0; ix < w.x1; ++ix) sum += static_cast<double>(load<C>(src[iy * g.w + ix]));
+    y[idx] = store<T>(static_cast<C>(sum / static_cast<double>(w.div)));
   }
 }
 
 template <typename T, bool kMax>
 __global__ void adaptivePoolKernel(const T* __restrict__ x, T* __restrict__ y, PoolGeom g, int64_t total) {
-  using C = ComputeT<T>;
+  using C = Cmp<T>;
   KILN_GRID_STRIDE(idx, total) {
     const int64_t ox = idx % g.ow, oy = (idx / g.ow) % g.oh, p = idx / (g.ow * g.oh);
     const T* src = x + p * g.h * g.w;
@@ -168,14 +159,14 @@ __global__ void adaptivePoolKernel(const T* __restrict__ x, T* __restrict__ y, P
       C best = -static_cast<C>(INFINITY);
       for (int64_t iy = y0; iy < y1; ++iy)
         for (int64_t ix = x0; ix < x1; ++ix) {
-          const C v = load(src[iy * g.w + ix]);
+          const C v = load<C>(src[iy * g.w + ix]);
           if (v > best || isnan(v)) best = v;
         }
       y[idx] = store<T>(best);
     } else {
       double sum = 0;
       for (int64_t iy = y0; iy < y1; ++iy)
-        for (int64_t ix = x0; ix < x1; ++ix) sum += static_cast<double>(load(src[iy * g.w + ix]));
+        for (int64_t ix = x0; ix < x1; ++ix) sum += static_cast<double>(load<C>(src[iy * g.w + ix]));
       y[idx] = store<T>(static_cast<C>(sum / static_cast<double>((y1 - y0) * (x1 - x0))));
     }
   }
@@ -187,7 +178,7 @@ __global__ void adaptivePoolKernel(const T* __restrict__ x, T* __restrict__ y, P
 /// for a window without input elements.
 template <typename T, bool kAdaptive>
 __global__ void argmaxKernel(const T* __restrict__ x, int32_t* __restrict__ arg, PoolGeom g, int64_t total) {
-  using C = ComputeT<T>;
+  using C = Cmp<T>;
   KILN_GRID_STRIDE(idx, total) {
     const int64_t ox = idx % g.ow, oy = (idx / g.ow) % g.oh, p = idx / (g.ow * g.oh);
     const T* src = x + p * g.h * g.w;
@@ -208,7 +199,7 @@ __global__ void argmaxKernel(const T* __restrict__ x, int32_t* __restrict__ arg,
       C best = -static_cast<C>(INFINITY);
       for (int64_t iy = y0; iy < y1; iy += dy)
         for (int64_t ix = x0; ix < x1; ix += dx) {
-          const C v = load(src[iy * g.w + ix]);
+          const C v = load<C>(src[iy * g.w + ix]);
           if (v > best || isnan(v)) best = v, best_i = iy * g.w + ix;
         }
     }
@@ -220,7 +211,7 @@ __global__ void argmaxKernel(const T* __restrict__ x, int32_t* __restrict__ arg,
 template <typename T, bool kAdaptive>
 __global__ void maxPoolBackwardKernel(const T* __restrict__ go, const int32_t* __restrict__ arg, T* __restrict__ dx,
                                       PoolGeom g, int64_t total) {
-  using C = ComputeT<T>;
+  using C = Cmp<T>;
   KILN_GRID_STRIDE(idx, total) {
     const int64_t ix = idx % g.w, iy = (idx / g.w) % g.h, p = idx / (g.w * g.h);
     int64_t oy0, oy1, ox0, ox1;  // candidate windows (inclusive)
@@ -239,7 +230,7 @@ __global__ void maxPoolBackwardKernel(const T* __restrict__ go, const int32_t* _
     for (int64_t oy = oy0; oy <= oy1; ++oy)
       for (int64_t ox = ox0; ox <= ox1; ++ox) {
         const int64_t o = base + oy * g.ow + ox;
-        if (arg[o] == me) acc += load(go[o]);
+        if (arg[o] == me) acc += load<C>(go[o]);
       }
     dx[idx] = store<T>(acc);
   }
@@ -248,7 +239,7 @@ __global__ void maxPoolBackwardKernel(const T* __restrict__ go, const int32_t* _
 template <typename T>
 __global__ void avgPoolBackwardKernel(const T* __restrict__ go, T* __restrict__ dx, PoolGeom g, bool include_pad,
                                       int64_t divisor_override, int64_t total) {
-  using C = ComputeT<T>;
+  using C = Cmp<T>;
   KILN_GRID_STRIDE(idx, total) {
     const int64_t ix = idx % g.w, iy = (idx / g.w) % g.h, p = idx / (g.w * g.h);
     // Windows starting at most kernel-1 before the element (padded coordinates).
@@ -260,14 +251,9 @@ __global__ void avgPoolBackwardKernel(const T* __restrict__ go, T* __restrict__ 
     C acc = C(0);
     for (int64_t oy = oy0; oy <= oy1; ++oy)
       for (int64_t ox = ox0; ox <= ox1; ++ox) {
-        int64_t y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
-        int64_t y1 = min(y0 + g.kh, g.h + g.ph), x1 = min(x0 + g.kw, g.w + g.pw);
-        const int64_t padded_size = (y1 - y0) * (x1 - x0);
-        y0 = max(y0, int64_t{0}), x0 = max(x0, int64_t{0});
-        y1 = min(y1, g.h), x1 = min(x1, g.w);
-        if (iy < y0 || iy >= y1 || ix < x0 || ix >= x1) continue;
-        const int64_t div = divisor_override ? divisor_override : include_pad ? padded_size : (y1 - y0) * (x1 - x0);
-        acc += load(go[base + oy * g.ow + ox]) / static_cast<C>(div);
+        const AvgWindow w = avgWindow(g, oy, ox, include_pad, divisor_override);
+        if (iy < w.y0 || iy >= w.y1 || ix < w.x0 || ix >= w.x1) continue;
+        acc += load<C>(go[base + oy * g.ow + ox]) / static_cast<C>(w.div);
       }
     dx[idx] = store<T>(acc);
   }
@@ -275,7 +261,7 @@ __global__ void avgPoolBackwardKernel(const T* __restrict__ go, T* __restrict__ 
 
 template <typename T>
 __global__ void adaptiveAvgBackwardKernel(const T* __restrict__ go, T* __restrict__ dx, PoolGeom g, int64_t total) {
-  using C = ComputeT<T>;
+  using C = Cmp<T>;
   KILN_GRID_STRIDE(idx, total) {
     const int64_t ix = idx % g.w, iy = (idx / g.w) % g.h, p = idx / (g.w * g.h);
     const int64_t oy0 = (iy * g.oh) / g.h, oy1 = min(((iy + 1) * g.oh - 1) / g.h, g.oh - 1);
@@ -288,7 +274,7 @@ __global__ void adaptiveAvgBackwardKernel(const T* __restrict__ go, T* __restric
       for (int64_t ox = ox0; ox <= ox1; ++ox) {
         const int64_t x0 = adaptiveStart(ox, g.w, g.ow), x1 = adaptiveEnd(ox, g.w, g.ow);
         if (ix < x0 || ix >= x1) continue;
-        acc += load(go[base + oy * g.ow + ox]) / static_cast<C>(y1 - y0) / static_cast<C>(x1 - x0);
+        acc += load<C>(go[base + oy * g.ow + ox]) / static_cast<C>(y1 - y0) / static_cast<C>(x1 - x0);
       }
     }
     dx[idx] = store<T>(acc);
@@ -298,8 +284,9 @@ __global__ void adaptiveAvgBackwardKernel(const T* __restrict__ go, T* __restric
 template <typename T>
 __global__ void channelBiasKernel(T* __restrict__ y, const T* __restrict__ b, int64_t channels, int64_t inner,
                                   int64_t total) {
+  using C = Cmp<T>;
   KILN_GRID_STRIDE(idx, total) {
-    y[idx] = store<T>(load(y[idx]) + load(b[(idx / inner) % channels]));
+    y[idx] = store<T>(load<C>(y[idx]) + load<C>(b[(idx / inner) % channels]));
   }
 }
 

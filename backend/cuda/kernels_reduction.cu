@@ -7,7 +7,8 @@
 // a NaN win, argmax/argmin return the first index of the extreme (the first
 // NaN when there is one), var divides m2 by max(0, count - correction).
 //
-// Every reduction over dims runs one plan: the input's dims are merged into
+// Every reduction over dims runs one plan (cuda_reduce.cuh's, which
+// kernels_norm.cu's statistics run too): the input's dims are merged into
 // alternating kept/reduced runs (size-1 dims dropped, as the CPU does), then
 //   - row mode (the innermost run is reduced): a group of W threads (a
 //     sub-warp, a warp or the whole 256-thread block) reduces each output;
@@ -26,7 +27,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -35,6 +35,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_dtype.cuh"
 #include "backend/cuda/cuda_kernel.h"
+#include "backend/cuda/cuda_reduce.cuh"
 #include "core/ops/op_helpers.h"
 
 namespace kiln::cuda {
@@ -42,33 +43,10 @@ namespace {
 
 // ---- types ---------------------------------------------------------------------
 
+/// The accumulation type of a storage type: double for f64, float for the
+/// other floating types, int64 for integers and bool.
 template <class T>
-inline constexpr bool kIsHalf = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
-template <class T>
-inline constexpr bool kIsFloat = kIsHalf<T> || std::is_floating_point_v<T>;
-
-/// The compute type of a storage type: double for f64, float for the other
-/// floating types, int64 for integers and bool.
-template <class T>
-using Cmp = std::conditional_t<std::is_same_v<T, double>, double, std::conditional_t<kIsFloat<T>, float, long long>>;
-
-template <class C, class T>
-__device__ __forceinline__ C load(T v) {
-  if constexpr (kIsHalf<T>)
-    return static_cast<C>(toFloat(v));
-  else
-    return static_cast<C>(v);
-}
-
-template <class Out, class C>
-__device__ __forceinline__ Out store(C v) {
-  if constexpr (kIsHalf<Out>)
-    return fromFloat<Out>(static_cast<float>(v));
-  else if constexpr (std::is_same_v<Out, bool>)
-    return v != C(0);
-  else
-    return static_cast<Out>(v);
-}
+using AccumT = std::conditional_t<std::is_same_v<T, double>, double, std::conditional_t<kIsFloat<T>, float, long long>>;
 
 template <class C>
 __device__ __forceinline__ bool isNaN(C v) {
@@ -78,29 +56,6 @@ __device__ __forceinline__ bool isNaN(C v) {
     return false;
 }
 
-/// __shfl_down_sync of any 4-byte-multiple accumulator, word by word.
-template <class A>
-__device__ __forceinline__ A shflDown(const A& v, int offset, int width) {
-  static_assert(sizeof(A) % 4 == 0, "accumulators are whole 32-bit words");
-  constexpr int kWords = sizeof(A) / 4;
-  int w[kWords];
-  memcpy(w, &v, sizeof(A));
-#pragma unroll
-  for (int k = 0; k < kWords; ++k) w[k] = __shfl_down_sync(0xffffffffu, w[k], offset, width);
-  A r;
-  memcpy(&r, w, sizeof(A));
-  return r;
-}
-
-int64_t ceilDiv(int64_t a, int64_t b) {
-  return b == 0 ? 0 : (a + b - 1) / b;
-}
-int nextPow2(int64_t v) {
-  int p = 1;
-  while (p < v && p < (1 << 30)) p *= 2;
-  return p;
-}
-
 // ---- the reductions (Op) -------------------------------------------------------
 // Op: In (storage type read), Acc, Out; init(), step(Acc&, In, index along
 // the reduced extent), combine(Acc&, const Acc&), finish(const Acc&, count).
@@ -108,7 +63,7 @@ int nextPow2(int64_t v) {
 template <class T>
 struct SumOp {
   using In = T;
-  using Acc = Cmp<T>;
+  using Acc = AccumT<T>;
   using Out = std::conditional_t<kIsFloat<T>, T, int64_t>;
   __device__ Acc init() const { return Acc(0); }
   __device__ void step(Acc& a, In v, int64_t) const { a += load<Acc>(v); }
@@ -127,7 +82,7 @@ struct MeanOp : SumOp<T> {
 template <class T>
 struct ProdOp {
   using In = T;
-  using Acc = Cmp<T>;
+  using Acc = AccumT<T>;
   using Out = std::conditional_t<kIsFloat<T>, T, int64_t>;
   __device__ Acc init() const { return Acc(1); }
   __device__ void step(Acc& a, In v, int64_t) const { a *= load<Acc>(v); }
@@ -139,7 +94,7 @@ struct ProdOp {
 template <class T, bool kMax>
 struct ExtremeOp {
   using In = T;
-  using Acc = Cmp<T>;
+  using Acc = AccumT<T>;
   using Out = T;
   __device__ Acc init() const {
     if constexpr (std::is_floating_point_v<Acc>)
@@ -163,7 +118,7 @@ struct Welford {
 template <class T>
 struct VarOp {
   using In = T;
-  using A = Cmp<T>;
+  using A = AccumT<T>;
   using Acc = Welford<A>;
   using Out = T;
   A correction;
@@ -203,7 +158,7 @@ struct ArgAcc {
 template <class T, bool kMax>
 struct ArgOp {
   using In = T;
-  using C = Cmp<T>;
+  using C = AccumT<T>;
   using Acc = ArgAcc<C>;
   using Out = int64_t;
   __device__ Acc init() const { return {C(0), -1}; }
@@ -237,7 +192,7 @@ struct ProdStats {
 template <class T>
 struct ProdStatsOp {
   using In = T;
-  using A = Cmp<T>;
+  using A = AccumT<T>;
   using Acc = ProdStats<A>;
   using Out = Acc;
   __device__ Acc init() const { return {A(1), 0}; }
@@ -255,135 +210,9 @@ struct ProdStatsOp {
   __device__ Out finish(const Acc& a, int64_t) const { return a; }
 };
 
-// ---- the plan ------------------------------------------------------------------
+// ---- the kernels (over a cuda_reduce.cuh Plan) ---------------------------------
 
-constexpr int kMaxGroups = 12;
-constexpr int kThreads = 256;
-
-/// Dims innermost first: an index decomposes into coordinates, each weighted
-/// by its stride.
-struct Dims {
-  int n;
-  int64_t size[kMaxGroups];
-  int64_t stride[kMaxGroups];
-  __host__ __device__ int64_t offset(int64_t idx) const {
-    int64_t off = 0;
-    for (int d = 0; d < n; ++d) {
-      const int64_t s = size[d];
-      off += (idx % s) * stride[d];
-      idx /= s;
-    }
-    return off;
-  }
-};
-
-void push(Dims& d, int64_t size, int64_t stride) {
-  if (d.n == kMaxGroups) fail("CUDA reduction: more than " + std::to_string(kMaxGroups) + " dim groups");
-  d.size[d.n] = size;
-  d.stride[d.n] = stride;
-  ++d.n;
-}
-
-struct DimGroup {
-  bool reduced;
-  int64_t size;
-};
-
-/// The input's dims as alternating kept / reduced runs (size-1 dims
-/// dropped, size-0 kept), outermost first.
-std::vector<DimGroup> groupDims(const Shape& s, const std::vector<int64_t>& axes) {
-  std::vector<DimGroup> g;
-  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
-    if (s[d] == 1) continue;
-    const bool red = std::find(axes.begin(), axes.end(), d) != axes.end();
-    if (!g.empty() && g.back().reduced == red)
-      g.back().size *= s[d];
-    else
-      g.push_back({red, s[d]});
-  }
-  return g;
-}
-
-struct Plan {
-  int64_t outputs = 0, count = 1;
-  bool row = true;     ///< innermost run reduced
-  bool multi = false;  ///< row: reduced runs besides the innermost; column: more than one reduced run
-  Dims kept{};         ///< row: output index -> offset; column: output index / inner -> offset
-  Dims red{};          ///< row: (t / inner) -> offset; column: t -> offset
-  int64_t inner = 1;   ///< row: innermost reduced run; column: innermost kept run
-  int W = 1, H = 1;    ///< row: W threads per (output, split), H of them per block; column: block (W, H)
-  int64_t xtiles = 1, splits = 1, chunk = 0, blocks = 0;
-};
-
-Plan makePlan(const Shape& shape, const std::vector<int64_t>& axes) {
-  const std::vector<DimGroup> g = groupDims(shape, axes);
-  Plan p;
-  p.outputs = 1;
-  for (const DimGroup& d : g) (d.reduced ? p.count : p.outputs) *= d.size;
-  std::vector<int64_t> strides(g.size());
-  int64_t st = 1;
-  for (size_t k = g.size(); k-- > 0;) {
-    strides[k] = st;
-    st *= g[k].size;
-  }
-  p.row = !g.empty() && g.back().reduced;
-  const size_t last = g.empty() ? 0 : g.size() - 1;
-  p.inner = g.empty() ? 1 : g.back().size;
-  for (size_t k = last; k-- > 0;) push(g[k].reduced ? p.red : p.kept, g[k].size, strides[k]);
-  if (p.row) {
-    p.multi = p.red.n > 0;
-  } else {
-    if (p.red.n == 0) push(p.red, 1, 0);
-    p.multi = p.red.n > 1;
-  }
-  if (p.outputs == 0) return p;
-  const int64_t R = p.count;
-  if (p.row) {
-    if (R <= 32)
-      p.W = nextPow2(std::max<int64_t>(R, 1));
-    else if (R > 4096 || (R > 512 && p.outputs < 2048))
-      p.W = kThreads;
-    else
-      p.W = 32;
-    p.H = kThreads / p.W;
-    if (p.W == kThreads) p.splits = std::min(ceilDiv(R, 2048), std::max<int64_t>(1, ceilDiv(1024, p.outputs)));
-    p.splits = std::max<int64_t>(p.splits, 1);
-    p.chunk = ceilDiv(R, p.splits);
-    p.splits = R > 0 ? ceilDiv(R, p.chunk) : 1;
-    p.blocks = ceilDiv(p.outputs * p.splits, p.H);
-  } else {
-    p.W = p.inner >= 32 ? 32 : nextPow2(p.inner);
-    p.H = kThreads / p.W;
-    p.xtiles = ceilDiv(p.inner, p.W);
-    const int64_t base = p.xtiles * (p.outputs / p.inner);
-    p.splits = std::min(ceilDiv(R, int64_t{p.H} * 16), std::max<int64_t>(1, ceilDiv(1024, base)));
-    p.splits = std::max<int64_t>(p.splits, 1);
-    p.chunk = ceilDiv(R, p.splits);
-    p.splits = R > 0 ? ceilDiv(R, p.chunk) : 1;
-    p.blocks = base * p.splits;
-  }
-  return p;
-}
-
-// ---- the kernels ---------------------------------------------------------------
-
-/// Combine the accumulators of the W threads along x (W a power of two);
-/// the result is valid in threadIdx.x == 0.
-template <class Op>
-__device__ typename Op::Acc reduceAcrossX(const Op& op, typename Op::Acc a, int W, unsigned char* raw) {
-  using Acc = typename Op::Acc;
-  const int width = W < 32 ? W : 32;
-  for (int off = width / 2; off > 0; off /= 2) op.combine(a, shflDown(a, off, width));
-  if (W > 32) {
-    Acc* sm = reinterpret_cast<Acc*>(raw);
-    const int warps = W / 32, lane = threadIdx.x % 32, wid = threadIdx.x / 32;
-    if (lane == 0) sm[threadIdx.y * warps + wid] = a;
-    __syncthreads();
-    if (threadIdx.x == 0)
-      for (int k = 1; k < warps; ++k) op.combine(a, sm[threadIdx.y * warps + k]);
-  }
-  return a;
-}
+constexpr int kThreads = kPlanThreads;
 
 template <class Op, bool kMulti>
 __global__ void __launch_bounds__(kThreads)
@@ -399,12 +228,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t o = item / p.splits, s = item % p.splits;
     const int64_t base = p.kept.offset(o);
     const int64_t begin = s * p.chunk, end = p.count < begin + p.chunk ? p.count : begin + p.chunk;
-    auto at = [&](int64_t t) -> int64_t {
-      if constexpr (kMulti)
-        return base + p.red.offset(t / p.inner) + t % p.inner;
-      else
-        return base + t;
-    };
+    auto at = [&](int64_t t) { return p.rowOffset<kMulti>(base, t); };
     int64_t t = begin + tx;
     for (; t + 3 * W < end; t += 4 * W) {
       const typename Op::In v0 = x[at(t)], v1 = x[at(t + W)], v2 = x[at(t + 2 * W)], v3 = x[at(t + 3 * W)];
@@ -439,12 +263,7 @@ __global__ void __launch_bounds__(kThreads)
   if (i < p.inner) {
     const int64_t base = p.kept.offset(pp) + i;
     const int64_t begin = s * p.chunk, end = p.count < begin + p.chunk ? p.count : begin + p.chunk;
-    auto at = [&](int64_t r) -> int64_t {
-      if constexpr (kMulti)
-        return base + p.red.offset(r);
-      else
-        return base + r * p.red.stride[0];
-    };
+    auto at = [&](int64_t r) { return p.colOffset<kMulti>(base, r); };
     int64_t r = begin + ty;
     for (; r + 3 * by < end; r += 4 * by) {
       const typename Op::In v0 = x[at(r)], v1 = x[at(r + by)], v2 = x[at(r + 2 * by)], v3 = x[at(r + 3 * by)];
@@ -455,16 +274,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     for (; r < end; r += by) op.step(a, x[at(r)], r);
   }
-  sm[ty * bx + tx] = a;
-  __syncthreads();
-  for (int half = by / 2; half > 0; half /= 2) {
-    if (ty < half) {
-      Acc v = sm[ty * bx + tx];
-      op.combine(v, sm[(ty + half) * bx + tx]);
-      sm[ty * bx + tx] = v;
-    }
-    __syncthreads();
-  }
+  reduceAcrossY(op, a, sm, bx, by);
   if (ty == 0 && i < p.inner) {
     const int64_t o = pp * p.inner + i;
     if (p.splits == 1)
@@ -572,7 +382,7 @@ void reduceKernel(const Node& n, std::span<const DeviceTensor> in, std::span<con
     else if constexpr (kKind == kMean)
       runReduce(MeanOp<T>{}, x.data, out[0].data, ws, p, ctx);
     else
-      runReduce(VarOp<T>{static_cast<Cmp<T>>(n.f("correction"))}, x.data, out[0].data, ws, p, ctx);
+      runReduce(VarOp<T>{static_cast<AccumT<T>>(n.f("correction"))}, x.data, out[0].data, ws, p, ctx);
   };
   if constexpr (kKind == kMean || kKind == kVar)
     dispatchFloating(x.dtype(), n.op().c_str(), body);
@@ -611,9 +421,9 @@ void argKernel(const Node& n, std::span<const DeviceTensor> in, std::span<const 
 
 template <class T>
 __global__ void prodBackwardKernel(const T* __restrict__ g, const T* __restrict__ x, const T* __restrict__ y,
-                                   const ProdStats<Cmp<T>>* __restrict__ stats, T* __restrict__ out, int64_t total,
+                                   const ProdStats<AccumT<T>>* __restrict__ stats, T* __restrict__ out, int64_t total,
                                    Dims slot) {
-  using C = Cmp<T>;
+  using C = AccumT<T>;
   for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < total;
        j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t so = slot.offset(j);
@@ -662,7 +472,7 @@ void prodBackwardKernelFn(const Node& n, std::span<const DeviceTensor> in, std::
   }
   dispatchFloating(in[1].dtype(), "prod_backward", [&](auto tag) {
     using T = decltype(tag);
-    using Stats = ProdStats<Cmp<T>>;
+    using Stats = ProdStats<AccumT<T>>;
     auto* stats = reinterpret_cast<Stats*>(ws);
     void* partial = ws + alignUp(static_cast<size_t>(p.outputs) * kStatsBytes);
     runReduce(ProdStatsOp<T>{}, in[1].data, stats, partial, p, ctx);

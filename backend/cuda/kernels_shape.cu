@@ -50,50 +50,7 @@ using Outs = std::span<const DeviceTensor>;
 constexpr int kThreads = 256;
 constexpr int kMaxDims = 8;
 
-// ---- storage and compute types (cpu_loops.h's rules) -----------------------
-
-template <class T>
-inline constexpr bool kIsHalf = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
-template <class T>
-inline constexpr bool kIsFloat = std::is_floating_point_v<T> || kIsHalf<T>;
-template <class T>
-using cmp_t = std::conditional_t<kIsHalf<T>, float, T>;
-
-__host__ __device__ __forceinline__ float ld(__half v) {
-  return __half2float(v);
-}
-__host__ __device__ __forceinline__ float ld(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-template <class T>
-__host__ __device__ __forceinline__ T ld(T v) {
-  return v;
-}
-
-template <class T, class C>
-__host__ __device__ __forceinline__ T st(C v) {
-  if constexpr (std::is_same_v<T, __half>)
-    return __float2half_rn(static_cast<float>(v));
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    return __float2bfloat16_rn(static_cast<float>(v));
-  else
-    return static_cast<T>(v);
-}
-
-/// cpu::convert (to bool is != 0; floating to integer through int64; to a half type through float).
-template <class To, class From>
-__host__ __device__ __forceinline__ To conv(From v) {
-  using CF = cmp_t<From>;
-  const CF c = ld(v);
-  if constexpr (std::is_same_v<To, bool>)
-    return c != CF(0);
-  else if constexpr (std::is_integral_v<To> && kIsFloat<From>)
-    return static_cast<To>(static_cast<int64_t>(c));
-  else if constexpr (kIsHalf<To>)
-    return st<To>(static_cast<float>(c));
-  else
-    return static_cast<To>(c);
-}
+// ---- element access (cuda_dtype.cuh's conv: cpu_loops.h's rules) -----------
 
 /// Element i of a tensor of dtype `dt`, converted to To (a uniform branch).
 template <class To>
@@ -137,23 +94,6 @@ __device__ __forceinline__ int64_t loadIndex(const void* p, DType dt, int64_t i)
       return static_cast<const bool*>(p)[i];
     default:
       return static_cast<const int64_t*>(p)[i];
-  }
-}
-
-/// Unsigned integer of `bytes` bytes: moving elements needs only their size.
-template <class Fn>
-void dispatchBySize(size_t bytes, const Node* n, Fn&& fn) {
-  switch (bytes) {
-    case 1:
-      return fn(uint8_t{});
-    case 2:
-      return fn(uint16_t{});
-    case 4:
-      return fn(uint32_t{});
-    case 8:
-      return fn(uint64_t{});
-    default:
-      fail((n ? n->describe() + ": " : std::string()) + "unsupported element size " + std::to_string(bytes));
   }
 }
 
@@ -785,7 +725,7 @@ __device__ __forceinline__ Sources sourcesOf(const PadLevel& L, int64_t j) {
 /// each rounded to the compute type), in ascending positions.
 template <class T>
 __global__ void __launch_bounds__(kThreads) padBackwardKernel(T* out, const T* g, PadGeometry geo, int64_t n) {
-  using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  using C = Cmp<T>;
   for (int64_t t = firstIndex(); t < n; t += gridStride()) {
     int64_t coord[kMaxDims];
     int64_t rem = t;

@@ -7,8 +7,10 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/cpu_executor.h"
 #include "backend/cuda/cuda_node_runner.h"
@@ -56,21 +58,25 @@ inline TensorMap drawInputs(const Graph& g, const CheckOptions& o) {
   return in;
 }
 
-/// Runs the single node of `ir` on the CPU and with each CUDA kernel that
-/// accepts it; EXPECTs every output within `o.tol`. Returns how many CUDA
-/// kernels were checked (0 is a failure: the op has no CUDA kernel).
-inline int expectMatchesCpu(const std::string& ir, const CheckOptions& o = {}) {
-  auto g = parseGraph(ir, "test");
-  EXPECT_TRUE(g.ok()) << (g.ok() ? "" : g.error().message);
-  if (!g.ok()) return 0;
-  EXPECT_EQ(g->numNodes(), 1u) << "expectMatchesCpu wants a graph of one node";
-  const Node& n = *g->nodes().front();
-  const TensorMap in = drawInputs(*g, o);
-  auto cpu = CpuExecutor::create(*g, {.seed = o.run_seed});
+/// Adjusts drawn inputs before a check (negative integers, nonzero
+/// divisors, ties, wider ranges).
+using Tweak = std::function<void(TensorMap&)>;
+
+/// Runs the single node of `g` (parsed from `ir`) on the CPU, on copies of
+/// `in` (some kernels update their inputs in place), and with each CUDA
+/// kernel that accepts it on `in`; EXPECTs every output within `o.tol` and
+/// no data fault. Returns how many CUDA kernels were checked (0 is a
+/// failure: the op has no CUDA kernel).
+inline int expectGraphMatchesCpu(const Graph& g, const std::string& ir, const TensorMap& in, const CheckOptions& o) {
+  EXPECT_EQ(g.numNodes(), 1u) << "expectMatchesCpu wants a graph of one node";
+  const Node& n = *g.nodes().front();
+  TensorMap cpu_in;
+  for (const auto& [name, t] : in) cpu_in[name] = t.clone();
+  auto cpu = CpuExecutor::create(g, {.seed = o.run_seed});
   EXPECT_TRUE(cpu.ok()) << (cpu.ok() ? "" : cpu.error().message);
   if (!cpu.ok()) return 0;
-  auto ref = cpu->run(in);
-  EXPECT_TRUE(ref.ok()) << (ref.ok() ? "" : ref.error().message);
+  auto ref = cpu->run(cpu_in);
+  EXPECT_TRUE(ref.ok()) << (ref.ok() ? "" : ref.error().message) << "\n" << ir;
   if (!ref.ok()) return 0;
   std::vector<Tensor> args;
   for (const Value* v : n.inputs()) args.push_back(in.at(v->name()));
@@ -90,6 +96,41 @@ inline int expectMatchesCpu(const std::string& ir, const CheckOptions& o = {}) {
   }
   EXPECT_GT(checked, 0) << "no CUDA kernel accepts " << n.describe();
   return checked;
+}
+
+/// expectGraphMatchesCpu of the one-node graph `ir` on the given inputs (by
+/// graph input name).
+inline int expectMatchesCpuOn(const std::string& ir, const TensorMap& in, const CheckOptions& o = {}) {
+  auto g = parseGraph(ir, "test");
+  EXPECT_TRUE(g.ok()) << (g.ok() ? "" : g.error().message);
+  if (!g.ok()) return 0;
+  return expectGraphMatchesCpu(*g, ir, in, o);
+}
+
+/// expectGraphMatchesCpu of the one-node graph `ir` on inputs drawn by
+/// drawInputs, adjusted by `tweak` first when there is one.
+inline int expectMatchesCpuWith(const std::string& ir, const CheckOptions& o, const Tweak& tweak) {
+  auto g = parseGraph(ir, "test");
+  EXPECT_TRUE(g.ok()) << (g.ok() ? "" : g.error().message);
+  if (!g.ok()) return 0;
+  TensorMap in = drawInputs(*g, o);
+  if (tweak) tweak(in);
+  return expectGraphMatchesCpu(*g, ir, in, o);
+}
+
+/// Runs the single node of `ir` on the CPU and with each CUDA kernel that
+/// accepts it, inputs drawn by drawInputs; EXPECTs every output within
+/// `o.tol`. Returns how many CUDA kernels were checked (0 is a failure: the
+/// op has no CUDA kernel).
+inline int expectMatchesCpu(const std::string& ir, const CheckOptions& o = {}) {
+  return expectMatchesCpuWith(ir, o, nullptr);
+}
+
+/// The text IR type `dt[d0,d1,...]`.
+inline std::string ty(const std::string& dt, const std::vector<int64_t>& shape) {
+  std::string s = dt + "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
 }
 
 }  // namespace kiln::cuda::test

@@ -54,40 +54,6 @@ std::string graph0(const std::string& op, const std::string& out, const std::str
   return "graph g() {\n  %r = " + op + "() " + attrs + " : " + out + "\n  return %r \"out\"\n}\n";
 }
 
-using Tweak = std::function<void(TensorMap&)>;
-
-/// expectMatchesCpu with the drawn inputs adjusted by `tweak` first (negative
-/// integers, nonzero divisors, ties, wider ranges).
-int expectMatchesCpuWith(const std::string& ir, const CheckOptions& o, const Tweak& tweak) {
-  auto g = parseGraph(ir, "test");
-  EXPECT_TRUE(g.ok()) << (g.ok() ? "" : g.error().message);
-  if (!g.ok()) return 0;
-  EXPECT_EQ(g->numNodes(), 1u);
-  const Node& n = *g->nodes().front();
-  TensorMap in = drawInputs(*g, o);
-  tweak(in);
-  auto cpu = CpuExecutor::create(*g, {.seed = o.run_seed});
-  EXPECT_TRUE(cpu.ok()) << (cpu.ok() ? "" : cpu.error().message);
-  if (!cpu.ok()) return 0;
-  auto ref = cpu->run(in);
-  EXPECT_TRUE(ref.ok()) << (ref.ok() ? "" : ref.error().message) << "\n" << ir;
-  if (!ref.ok()) return 0;
-  std::vector<Tensor> args;
-  for (const Value* v : n.inputs()) args.push_back(in.at(v->name()));
-  int checked = 0;
-  for (const CudaKernelDef* k : CudaKernelRegistry::get().applicable(n)) {
-    auto r = runNode(n, args, k, {.seed = o.run_seed});
-    EXPECT_TRUE(r.ok()) << k->name << ": " << (r.ok() ? "" : r.error().message);
-    if (!r.ok()) continue;
-    EXPECT_EQ(r->error_flag, 0) << k->name << " raised its data-fault flag";
-    for (size_t i = 0; i < r->outputs.size(); ++i)
-      EXPECT_LE(parityError(r->outputs[i], (*ref)[i]), o.tol) << k->name << " output " << i << " of\n" << ir;
-    ++checked;
-  }
-  EXPECT_GT(checked, 0) << "no CUDA kernel accepts " << n.describe();
-  return checked;
-}
-
 bool isSignedInt(DType t) {
   return t == DType::I64 || t == DType::I32 || t == DType::I16 || t == DType::I8;
 }

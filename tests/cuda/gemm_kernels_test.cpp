@@ -12,12 +12,6 @@
 namespace kiln::cuda::test {
 namespace {
 
-std::string ty(const std::string& dt, const std::vector<int64_t>& shape) {
-  std::string s = dt + "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 std::string matmulIr(const std::string& dt, const std::vector<int64_t>& a, const std::vector<int64_t>& b,
                      const std::vector<int64_t>& out) {
   return "graph g(%a: " + ty(dt, a) + " data, %b: " + ty(dt, b) + " data) {\n  %0 = matmul(%a, %b) : " + ty(dt, out) +
