@@ -20,15 +20,10 @@
 #include "core/text_ir.h"
 #include "passes/pass_registry.h"
 #include "passes/training_graph.h"
+#include "tests/cuda/cuda_kernel_check.h"  // KILN_REQUIRE_GPU
 
 namespace kiln::cuda {
 namespace {
-
-#define KILN_REQUIRE_GPU()                                                                 \
-  do {                                                                                     \
-    std::string why_no_gpu;                                                                \
-    if (!deviceAvailable(&why_no_gpu)) GTEST_SKIP() << "needs a CUDA GPU: " << why_no_gpu; \
-  } while (0)
 
 const char* kMlp = R"(graph mlp(%input0: f32[16,32] data, %fc1.weight: f32[64,32] param, %fc1.bias: f32[64] param,
                                %fc2.weight: f32[10,64] param, %fc2.bias: f32[10] param) {
