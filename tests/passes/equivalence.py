@@ -93,12 +93,12 @@ def main() -> int:
                     bad.append(f"{cmd}: loss of step {i}: {x} vs {y}")
     except Exception as e:  # noqa: BLE001 - any failure to run is exit 2 with its message
         print(f"{a.name}: ERROR: {e}")
-        return 2
+        return parity.tidy_outputs(a.work_dir, 2, False)
     for line in bad:
         print(f"{a.name}: FAIL {line}")
     print(f"{a.name}: optimized vs unoptimized pipeline, train ({a.steps} AdamW steps) and grad: "
           f"worst relative error {worst:.3g} (tol {a.tol:g}){'' if not bad else ' -- FAILED'}")
-    return 1 if bad else 0
+    return parity.tidy_outputs(a.work_dir, 1 if bad else 0, False)
 
 
 if __name__ == "__main__":

@@ -164,10 +164,11 @@ def main(argv=None) -> int:
     work = args.work_dir or tempfile.mkdtemp(prefix=f"kiln-amp-{args.name}-")
     os.makedirs(work, exist_ok=True)
     try:
-        return run_grad(args, work) if args.mode == "grad" else run_train(args, work)
+        rc = run_grad(args, work) if args.mode == "grad" else run_train(args, work)
     except parity.Failure as e:
         print(f"{args.name} {args.mode} --amp {args.amp}: ERROR: {e}")
-        return 2
+        rc = 2
+    return parity.tidy_outputs(work, rc, not args.work_dir)
 
 
 if __name__ == "__main__":

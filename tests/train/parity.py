@@ -47,6 +47,7 @@ import dataclasses
 import hashlib
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -165,6 +166,32 @@ def prepare(name: str, loss: str, cache: str, dtype: str = "float32", fx: bool =
         with open(stamp_file, "w") as f:
             f.write(stamp)
     return pt, batch
+
+
+# --------------------------------------------------------------------------
+# Outputs of a finished run
+# --------------------------------------------------------------------------
+
+def tidy_outputs(work: str, rc: int, temp: bool) -> int:
+    """Delete what kiln wrote into `work` once the run passed (rc 0), keep it
+    when it failed, to look at. A torchvision model's float64 weights and
+    gradients are ~200 MB a test, and ~300 tests wrote 10 GB that filled
+    CI's disk. Only the top-level files go: the export cache lives in
+    subdirectories (prepare) and is removed by ctest's per-model cleanup
+    test. A temp work dir goes whole. KILN_KEEP_TEST_OUTPUT=1 keeps all."""
+    if os.environ.get("KILN_KEEP_TEST_OUTPUT") == "1" or not os.path.isdir(work):
+        return rc
+    if rc != 0:
+        print(f"outputs kept in {work}")
+        return rc
+    if temp:
+        shutil.rmtree(work, ignore_errors=True)
+        return rc
+    for f in os.listdir(work):
+        path = os.path.join(work, f)
+        if os.path.isfile(path) and f.endswith((".safetensors", ".jsonl", ".json")):
+            os.remove(path)
+    return rc
 
 
 # --------------------------------------------------------------------------
@@ -389,7 +416,7 @@ def run_exact(args, cfg, loss, work) -> int:
 def run(args) -> int:
     cfg = MODES[args.mode]
     loss = args.loss or DEFAULT_LOSS.get(args.name, "cross_entropy")
-    work = args.work_dir or tempfile.mkdtemp(prefix=f"kiln-parity-{args.name}-")
+    work = args.work_dir
     os.makedirs(work, exist_ok=True)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -485,11 +512,15 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if not args.self_check and not args.kiln:
         p.error("give --kiln PATH (or --self-check)")
+    temp = not args.work_dir
+    if temp:
+        args.work_dir = tempfile.mkdtemp(prefix=f"kiln-parity-{args.name}-")
     try:
-        return run(args)
+        rc = run(args)
     except Failure as e:
         print(f"{args.name} {args.mode}: ERROR: {e}")
-        return 2
+        rc = 2
+    return tidy_outputs(args.work_dir, rc, temp)
 
 
 if __name__ == "__main__":
