@@ -20,6 +20,7 @@ const KernelRegistry& KernelRegistry::cpu() {
     registerCpuLossGradKernels(r);
     registerCpuOptimizerKernels(r);
     registerCpuFusedKernels(r);
+    registerCpuCollectiveKernels(r);
     return r;
   }();
   return reg;

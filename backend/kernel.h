@@ -1,5 +1,5 @@
 // CPU kernels: their entry point and flags, and the registry of every CPU
-// kernel family (dialects cpu, blas, onednn). Selection among them is
+// kernel family (dialects cpu, blas, onednn; gloo for collectives). Selection among them is
 // kernel_table.h's: by priority, or in the order `--dialects` gives.
 #pragma once
 
@@ -16,6 +16,8 @@
 
 namespace kiln {
 
+class CollectiveEngine;
+
 /// Per-run state a kernel may use.
 struct KernelContext {
   /// Seed for random ops; each random node derives its stream from the seed
@@ -23,6 +25,9 @@ struct KernelContext {
   uint64_t seed = 0;
   uint64_t node_index = 0;
   int num_threads = 1;
+  /// The data-parallel run's collectives (backend/comm/collective_engine.h);
+  /// nullptr in a single process.
+  CollectiveEngine* collectives = nullptr;
 };
 
 /// Kernel entry point. `outputs` arrives sized to the node's outputs, each
@@ -36,7 +41,7 @@ using KernelFn = void (*)(const Node& n, std::span<const Tensor> inputs, std::sp
 
 struct KernelDef {
   std::string op;
-  std::string dialect;                 ///< "cpu", "blas", "onednn"
+  std::string dialect;                 ///< "cpu", "blas", "onednn", "gloo"
   std::string name;                    ///< unique, "dialect.op[_variant]", e.g. "cpu.add"
   int priority = 0;                    ///< higher wins
   KernelPredicate supports = nullptr;  ///< nullptr: all nodes of `op`
@@ -88,5 +93,6 @@ void registerCpuNormGradKernels(KernelRegistry& r);
 void registerCpuLossGradKernels(KernelRegistry& r);
 void registerCpuOptimizerKernels(KernelRegistry& r);
 void registerCpuFusedKernels(KernelRegistry& r);
+void registerCpuCollectiveKernels(KernelRegistry& r);  // backend/comm/kernels_collective.cpp
 
 }  // namespace kiln

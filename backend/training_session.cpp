@@ -1,8 +1,10 @@
 #include "backend/training_session.h"
 
+#include <cstring>
 #include <set>
 
 #include "backend/checkpoint.h"
+#include "backend/comm/collective_engine.h"
 #include "passes/optimizer.h"
 
 namespace kiln {
@@ -68,7 +70,8 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::create(const Model& mo
                                                .dialects = s->config_.dialects,
                                                .autotune = s->config_.autotune,
                                                .fixed_kernels = s->config_.fixed_kernels,
-                                               .fixed_timings = s->config_.fixed_timings});
+                                               .fixed_timings = s->config_.fixed_timings,
+                                               .collectives = s->config_.collectives.get()});
     if (!ex) return ex.error();
     s->exec_ = std::make_unique<CpuExecutor>(std::move(*ex));
   }
@@ -92,7 +95,29 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::create(const Model& mo
     if (!v && !is_const && !model.aliases.count(name)) s->untouched_[name] = t;
   }
   s->aliases_ = model.aliases;
+  if (Status st = s->broadcastState(); !st) return st.error();
   return s;
+}
+
+Status TrainingSession::broadcastState() {
+  CollectiveEngine* comm = config_.collectives.get();
+  if (!comm || comm->size() <= 1) return {};
+  // Every rank starts from rank 0's parameters and buffers, as DDP's
+  // constructor makes them (ranks that loaded the same file change nothing).
+  // state_ shares the model's buffers: copy before writing into them.
+  try {
+    for (auto& [name, t] : state_) {
+      const Value* v = graph_->findInput(name);
+      if (!v || (v->role() != ValueRole::Param && v->role() != ValueRole::Buffer) || !t.bytes()) continue;
+      Tensor own(t.type());
+      std::memcpy(own.raw(), t.raw(), t.bytes());
+      comm->communicator().broadcast(own.raw(), own.bytes(), 0);
+      t = std::move(own);
+    }
+  } catch (const KilnException& e) {
+    return Error{std::string("broadcasting the initial weights from rank 0: ") + e.what()};
+  }
+  return {};
 }
 
 std::vector<const Value*> TrainingSession::batchInputs() const {

@@ -47,6 +47,10 @@ struct TrainingConfig {
   /// Only compile and bind kernels (kiln compile, kiln memory): the session
   /// takes no weights and cannot step.
   bool compile_only = false;
+  /// The data-parallel run this process is a rank of (kiln train --nproc):
+  /// the step's collectives run on it, and the initial parameters and
+  /// buffers are broadcast from rank 0. nullptr: one process.
+  std::shared_ptr<CollectiveEngine> collectives;
 };
 
 /// A step graph compiled earlier (the compile cache): the session binds it
@@ -121,6 +125,8 @@ class TrainingSession {
   /// Device sessions: the state the device holds, read into state_ when
   /// steps ran since the last read (the host's copy is then stale).
   void pullState() const;
+  /// Data-parallel runs: the parameters and buffers of rank 0 on every rank.
+  Status broadcastState();
   /// Device sessions: state_ uploaded before the next step (after create
   /// and loadCheckpoint).
   Status pushState();

@@ -58,8 +58,19 @@ Result<Model> loadAndVerify(const ModelArgs& args) {
   return model;
 }
 
+namespace {
+std::string g_error_prefix;
+}  // namespace
+
+void setErrorPrefix(std::string prefix) { g_error_prefix = std::move(prefix); }
+
+std::ostream& nullStream() {
+  static std::ostream null(nullptr);  // no buffer: every write fails silently
+  return null;
+}
+
 int reportError(const Error& e, bool verbose) {
-  std::string msg = e.message;
+  std::string msg = g_error_prefix + e.message;
   if (!verbose) {
     size_t nl = msg.find('\n');
     if (nl != std::string::npos) msg = msg.substr(0, nl) + " (run with --verbose for details)";

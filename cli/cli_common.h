@@ -2,6 +2,7 @@
 // reading batches, and the one-line error convention.
 #pragma once
 
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,11 @@ Result<Model> loadAndVerify(const ModelArgs& args);
 /// Print "kiln: error: MESSAGE" (first line only for multi-line messages,
 /// unless verbose) and return the exit code 1.
 int reportError(const Error& e, bool verbose = false);
+/// Put `prefix` before every error reportError prints from now on (a rank
+/// of a data-parallel run: "rank 2: ").
+void setErrorPrefix(std::string prefix);
+/// A stream that drops what is written to it (the quiet ranks of a run).
+std::ostream& nullStream();
 /// "12.3 MFLOP", "1.2 GB".
 std::string humanCount(double v, const char* unit);
 /// A size in bytes: "1500000000", "512MiB", "2GiB", "1.5GB", "64 KiB"

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/ranks.h"
 #include "cli/train_setup.h"
 #include "core/safetensors.h"
 
@@ -18,7 +19,10 @@ struct GradCmd {
 };
 
 int grad(const GradCmd& c) {
-  auto setup = setUpTraining(c.train, TrainingGraphKind::Gradients);
+  if (shouldLaunch(c.train)) return launchRanks(c.train);
+  TrainArgs args = c.train;
+  if (Status st = joinRanks(args); !st) return reportError(st.error());
+  auto setup = setUpTraining(args, TrainingGraphKind::Gradients);
   if (!setup) return reportError(setup.error(), c.train.verbose);
   TrainingSession& s = *setup->session;
   auto batch = setup->batches->batch(0);
@@ -26,6 +30,7 @@ int grad(const GradCmd& c) {
   if (Status st = s.step(*batch); !st) return reportError(st.error(), c.train.verbose);
   auto loss = s.readLoss();
   if (!loss) return reportError(loss.error());
+  if (!isLeadRank(args)) return 0;  // every rank holds the same mean gradients: rank 0 writes them
   TensorMap out = s.gradients();
   // f64 holds the loss and metrics of any model exactly (f32 would round an f64 model's).
   out["loss"] = Tensor::scalar(DType::F64, *loss);

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/ranks.h"
 #include "cli/report.h"
 #include "cli/train_setup.h"
 #include "core/safetensors.h"
@@ -38,6 +39,7 @@ std::string fmt(double v, int prec = 4) {
 }
 
 int train(const TrainCmd& c) {
+  if (shouldLaunch(c.train)) return launchRanks(c.train);
   if (c.log_every < 1) return reportError(Error{"--log-every must be at least 1"});
   if (c.checkpoint_every < 0) return reportError(Error{"--checkpoint-every must be >= 0"});
   if (c.checkpoint_every > 0 && c.checkpoint.empty())
@@ -47,7 +49,10 @@ int train(const TrainCmd& c) {
   if (c.trace_steps < 1) return reportError(Error{"--trace-steps must be at least 1"});
   std::unique_ptr<TraceRecorder> trace;
   TrainArgs args = c.train;
-  if (!c.trace.empty()) {
+  if (Status st = joinRanks(args); !st) return reportError(st.error());
+  // Rank 0 speaks for a data-parallel run: it prints and writes the files.
+  const bool lead = isLeadRank(args);
+  if (!c.trace.empty() && lead) {
     if (Status st = checkReportPath(c.trace); !st) return reportError(Error{"--trace: " + st.error().message});
     trace = std::make_unique<TraceRecorder>();
     trace->nameThread("main (executor)");
@@ -66,24 +71,36 @@ int train(const TrainCmd& c) {
   const int64_t steps = c.train.steps;
   s.setTrace(trace.get());
 
-  std::cout << "kiln train " << c.train.model.path << ": " << setup->num_params << " trainable parameters, step graph "
+  std::ostream& out = lead ? std::cout : nullStream();
+  out << "kiln train " << c.train.model.path << ": " << setup->num_params << " trainable parameters, step graph "
             << s.graph().numNodes() << " nodes (import " << fmt(setup->import_ms, 3) << " ms, compile "
             << fmt(setup->compile_ms, 3) << " ms, compile cache " << setup->cache.status << "); data: " << setup->batches->describe() << "\n";
+  if (args.collectives) {
+    int buckets = 0, sparse = 0;
+    for (const auto& n : s.graph().nodes())
+      if (n->op() == "allreduce" && n->i("bucket") >= 0) {
+        ++buckets;
+        sparse += n->i("sparse") != 0;
+      }
+    out << "data parallel: " << args.collectives->size() << " ranks (" << args.collectives->communicator().backend()
+        << "), each on its 1/" << args.collectives->size() << " of every batch; " << buckets
+        << " gradient allreduce buckets (" << sparse << " block-sparse)\n";
+  }
   if (c.train.verbose)
     for (const PassTraceEntry& p : s.passTrace()) {
-      std::cout << "  pass " << std::left << std::setw(10) << p.pass << fmt(p.millis, 3) << " ms, " << p.nodes_after
+      out << "  pass " << std::left << std::setw(10) << p.pass << fmt(p.millis, 3) << " ms, " << p.nodes_after
                 << " nodes";
-      for (const auto& [k, v] : p.result.statistics) std::cout << ", " << k << " " << v;
-      std::cout << "\n";
+      for (const auto& [k, v] : p.result.statistics) out << ", " << k << " " << v;
+      out << "\n";
     }
-  if (!c.resume.empty()) std::cout << "resumed from " << c.resume << " at step " << start << "\n";
+  if (!c.resume.empty()) out << "resumed from " << c.resume << " at step " << start << "\n";
 
   std::ofstream log;
-  if (!c.log_file.empty()) {
+  if (!c.log_file.empty() && lead) {
     log.open(c.log_file, c.resume.empty() ? std::ios::trunc : std::ios::app);
     if (!log) return reportError(Error{c.log_file + ": cannot open the log file for writing"});
   }
-  const bool tty = ::isatty(STDERR_FILENO);
+  const bool tty = lead && ::isatty(STDERR_FILENO);
   using Clock = std::chrono::steady_clock;
   auto t0 = Clock::now(), last_print = t0;
   double last_loss = NAN;
@@ -127,12 +144,13 @@ int train(const TrainCmd& c) {
       std::fprintf(stderr, "  %.1f steps/s   ", static_cast<double>(i + 1 - start) / std::max(secs, 1e-9));
       last_print = now;
     }
-    if (c.checkpoint_every > 0 && (i + 1) % c.checkpoint_every == 0 && i + 1 != steps)
+    if (lead && c.checkpoint_every > 0 && (i + 1) % c.checkpoint_every == 0 && i + 1 != steps)
       if (Status st = s.saveCheckpoint(c.checkpoint); !st) return reportError(st.error());
   }
   if (tty && steps > start) std::fprintf(stderr, "\n");
   double secs = std::chrono::duration<double>(Clock::now() - t0).count();
 
+  if (!lead) return 0;
   if (!c.checkpoint.empty())
     if (Status st = s.saveCheckpoint(c.checkpoint); !st) return reportError(st.error());
   if (!c.report.empty()) {

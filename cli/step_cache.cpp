@@ -1,5 +1,7 @@
 #include "cli/step_cache.h"
 
+#include "backend/comm/collective_engine.h"
+
 #include <xxhash.h>
 #include <chrono>
 #include <cstdio>
@@ -108,6 +110,12 @@ Result<std::string> stepCacheKeyMaterial(const TrainArgs& a, TrainingGraphKind k
                     {"eps", a.eps},
                     {"clip_grad_norm", a.clip_grad_norm}};
   j["freeze"] = a.freeze;
+  const int ranks = a.collectives ? a.collectives->size() : a.compile_only ? a.nproc : 1;
+  if (ranks > 1)  // the graph holds the buckets' allreduces
+    j["data_parallel"] = {{"world_size", ranks},
+                          {"bucket_size", a.bucket_size},
+                          {"sparse_grads", a.sparse_grads},
+                          {"dense_embeddings", a.dense_embeddings}};
   j["amp"] = a.amp;
   j["memory_budget"] = a.memory_budget;
   j["passes"] = a.pass_flags.passes;

@@ -7,7 +7,9 @@
 #include <iostream>
 #include <optional>
 
+#include "backend/comm/collective_engine.h"
 #include "cli/step_cache.h"
+#include "core/data/shard_source.h"
 #include "core/import/loader/load_model.h"
 #include "core/safetensors.h"
 #include "core/verifier.h"
@@ -50,6 +52,9 @@ Status validate(const TrainArgs& a) {
   if (!a.model.input_file.empty() && !a.data.empty()) return bad("give either --input-file or --data, not both");
   if (!a.memory_budget.empty())
     if (auto b = parseByteSize(a.memory_budget); !b) return bad("--memory-budget: " + b.error().message);
+  if (a.nproc < 0) return bad("--nproc must be >= 1");
+  if (auto b = parseByteSize(a.bucket_size); !b) return bad("--bucket-size: " + b.error().message);
+  if (a.comm_timeout < 0 || !std::isfinite(a.comm_timeout)) return bad("--comm-timeout must be > 0 seconds");
   return {};
 }
 
@@ -133,6 +138,19 @@ void addTrainOptions(CLI::App* sub, TrainArgs& a, bool with_optimizer) {
   sub->add_option("--memory-budget", a.memory_budget,
                   "fit the step's peak memory (weights, optimizer state, batch and intermediates) in this many "
                   "bytes, e.g. 2GiB or 512MiB, by recomputing activations in the backward (remat)");
+  sub->add_option("--nproc", a.nproc,
+                  "data parallel: start this many ranks (processes talking through Gloo on 127.0.0.1); each "
+                  "trains on its 1/N slice of every batch, gradients are averaged as in PyTorch DDP. Also runs as "
+                  "one rank under an external launcher (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)");
+  sub->add_option("--bucket-size", a.bucket_size,
+                  "data parallel: gradient bytes per allreduce bucket (default 25MiB, as DDP)");
+  sub->add_option("--sparse-grads", a.sparse_grads,
+                  "data parallel: allreduce these parameters' gradients block-sparse (only non-zero rows travel); "
+                  "patterns as --freeze; embedding gradients are sparse anyway (repeatable)");
+  sub->add_flag("--dense-embeddings", a.dense_embeddings,
+                "data parallel: allreduce embedding gradients densely too");
+  sub->add_option("--comm-timeout", a.comm_timeout,
+                  "data parallel: seconds a rank waits for the others before it fails (default 60)");
   sub->add_flag("--no-cache", a.no_cache, "neither read nor write the compile cache (kiln cache)");
   sub->add_option("--cache-dir", a.cache_dir,
                   "compile cache directory (default: $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln)");
@@ -196,10 +214,17 @@ Result<TrainSetup> setUp(const TrainArgs& a, TrainingGraphKind kind, bool lookup
   std::vector<TensorType> types;
   std::string token_file;
   bool types_from_batch = false;
+  // kiln compile / memory --nproc N: one rank's step, compiled without peers.
+  const int ranks = a.collectives ? a.collectives->size() : a.compile_only ? std::max(a.nproc, 1) : 1;
+  const int rank = a.collectives ? a.collectives->rank() : 0;
+  if (a.nproc > 1 && !a.collectives && !a.compile_only)
+    return Error{"--nproc starts ranks for kiln train and kiln grad only"};
   if (!a.model.input_file.empty()) {
     auto f = readSafetensors(a.model.input_file);
     if (!f) return f.error();
-    first = std::move(f->tensors);
+    auto part = shardBatch(f->tensors, rank, ranks, a.model.input_file);
+    if (!part) return part.error();
+    first = std::move(*part);
     types = typesOf(first);
     if (types.empty())
       return Error{a.model.input_file + ": holds no tensor named input0 (inputs are keyed input0, input1, ...)"};
@@ -209,6 +234,7 @@ Result<TrainSetup> setUp(const TrainArgs& a, TrainingGraphKind kind, bool lookup
   } else if (!a.data.empty() && std::filesystem::is_directory(a.data)) {
     auto src = safetensorsDirSource(a.data);
     if (!src) return src.error();
+    *src = shardedSource(std::move(*src), rank, ranks);
     auto b = (*src)->batch(0);
     if (!b) return b.error();
     first = std::move(*b);
@@ -272,6 +298,13 @@ Result<TrainSetup> setUp(const TrainArgs& a, TrainingGraphKind kind, bool lookup
       if (a.batch > 0)
         for (auto& t : types)
           if (!t.shape.empty()) t.shape[0] = a.batch;
+      for (auto& t : types) {  // each rank's part of the batch
+        if (ranks <= 1 || t.shape.empty()) continue;
+        if (t.shape[0] % ranks)
+          return Error{"a batch of " + std::to_string(t.shape[0]) + " cannot be split evenly between " +
+                       std::to_string(ranks) + " ranks (give --batch divisible by --nproc)"};
+        t.shape[0] /= ranks;
+      }
     }
     if (!token_file.empty()) {
       if (types.size() != 1 || types[0].shape.size() != 2 || !isIntegral(types[0].dtype))
@@ -280,9 +313,9 @@ Result<TrainSetup> setUp(const TrainArgs& a, TrainingGraphKind kind, bool lookup
                      types[0].str()};
       if (a.seq_len > 0 && !cached) types[0].shape[1] = a.seq_len;
       types[0].dtype = DType::I64;
-      auto src = tokenFileSource(token_file, a.token_type, types[0].shape[0], types[0].shape[1]);
+      auto src = tokenFileSource(token_file, a.token_type, types[0].shape[0] * ranks, types[0].shape[1]);
       if (!src) return src.error();
-      setup.batches = std::move(*src);
+      setup.batches = shardedSource(std::move(*src), rank, ranks);
       setup.batch_where = token_file;
     }
   }
@@ -354,6 +387,18 @@ Result<TrainSetup> setUp(const TrainArgs& a, TrainingGraphKind kind, bool lookup
     cfg.fixed_kernels = cached->kernels;
     cfg.fixed_timings = cached->timings;
   }
+  if (ranks > 1) {
+    DataParallelOptions& dp = to.data_parallel;
+    dp.world_size = ranks;
+    dp.bucket_bytes = *parseByteSize(a.bucket_size);
+    dp.sparse_patterns = a.sparse_grads;
+    dp.sparse_embeddings = !a.dense_embeddings;
+    cfg.collectives = a.collectives;  // nullptr when only compiling
+    auto isDp = [](const PassInfo* p) { return std::string_view(p->name) == "data_parallel"; };
+    if (!pipeline->empty() && std::ranges::none_of(*pipeline, isDp))
+      return Error{"--nproc needs the data_parallel pass in --passes (after autodiff, e.g. "
+                   "loss,autodiff,data_parallel,optimizer)"};
+  }
   cfg.pipeline = std::move(*pipeline);
   cfg.pass_options = passManagerOptions(a.pass_flags, &std::cout);
   cfg.compile_only = a.compile_only;
@@ -393,8 +438,14 @@ Result<TrainSetup> setUp(const TrainArgs& a, TrainingGraphKind kind, bool lookup
 
   if (!setup.batches) {
     std::vector<SyntheticSpec> specs;
-    for (const Value* v : setup.session->batchInputs()) specs.push_back({v->name(), v->type(), syntheticHigh(v)});
-    setup.batches = syntheticSource(std::move(specs), a.seed);
+    // The whole batch from the seed, then this rank's part: N ranks train on
+    // what one process would.
+    for (const Value* v : setup.session->batchInputs()) {
+      TensorType whole = v->type();
+      if (!whole.shape.empty()) whole.shape[0] *= ranks;
+      specs.push_back({v->name(), whole, syntheticHigh(v)});
+    }
+    setup.batches = shardedSource(syntheticSource(std::move(specs), a.seed), rank, ranks);
     setup.batch_where = "synthetic batch";
   }
   if (a.prefetch > 0 && !a.compile_only)

@@ -55,6 +55,14 @@ struct TrainArgs {
   int prefetch = 2;  ///< --prefetch: batches read ahead on their own thread (0: read in the step's thread)
   /// Where the prefetch thread's data-loading slices go (kiln train --trace).
   TraceRecorder* trace = nullptr;
+  // Data parallel (cli/ranks.h, passes/data_parallel.h).
+  int nproc = 0;                          ///< --nproc: start this many ranks (0, 1: one process)
+  std::string bucket_size = "25MiB";      ///< --bucket-size: gradient bytes per allreduce
+  std::vector<std::string> sparse_grads;  ///< --sparse-grads: block-sparse allreduce for these gradients
+  bool dense_embeddings = false;          ///< --dense-embeddings: no automatic sparse embedding gradients
+  double comm_timeout = 0;                ///< --comm-timeout seconds (0: $KILN_COMM_TIMEOUT, else 60)
+  /// This process's rank of a data-parallel run (joinRanks); nullptr: one process.
+  std::shared_ptr<CollectiveEngine> collectives;
 };
 
 /// What the compile cache did for this run (the report's `cache` object).

@@ -23,6 +23,7 @@ const OpTable& OpTable::get() {
     registerNNOps(t);
     registerLossOps(t);
     registerOptimizerOps(t);
+    registerCollectiveOps(t);
     registerElementwiseGrads(t);
     registerReductionGrads(t);
     registerShapeGrads(t);

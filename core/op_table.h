@@ -109,6 +109,7 @@ void registerLinalgOps(OpTable& t);
 void registerNNOps(OpTable& t);
 void registerLossOps(OpTable& t);
 void registerOptimizerOps(OpTable& t);
+void registerCollectiveOps(OpTable& t);  // allreduce, broadcast (data parallel)
 
 // Gradient rules (core/ops/*_grad.cpp); called after every op is registered.
 void registerElementwiseGrads(OpTable& t);

@@ -3,6 +3,7 @@
 #include "passes/amp.h"
 #include "passes/autodiff.h"
 #include "passes/cse.h"
+#include "passes/data_parallel.h"
 #include "passes/dce.h"
 #include "passes/freeze.h"
 #include "passes/fold.h"
@@ -34,6 +35,12 @@ const std::vector<PassInfo>& allPasses() {
        "from a trainable parameter to the loss; fan-out is summed, tied parameters get one summed gradient. "
        "Adds one Gradient output per trainable parameter.",
        runAutodiff},
+      {"data_parallel", "allreduce the gradients in buckets (sparse for embeddings), average the loss over ranks",
+       "Needs Gradient outputs (after autodiff, before the optimizer) and PassContext::training.data_parallel. "
+       "With more than one rank: buckets of gradients in the order backward produces them, one allreduce each "
+       "right after its last gradient; embedding and --sparse-grads gradients block-sparse; the loss averaged "
+       "and buffer updates broadcast from rank 0. One rank: no change.",
+       runDataParallel},
       {"optimizer", "the optimizer update over all parameters at once",
        "Needs Gradient outputs. Appends one multi-tensor SGD / Adam / AdamW update (optional global-norm "
        "clipping), with optimizer state as graph inputs and outputs, and the lr and step scalars as inputs.",

@@ -7,6 +7,7 @@
 
 #include "core/graph_cost.h"
 #include "core/liveness.h"
+#include "core/op_table.h"
 
 namespace kiln {
 namespace {
@@ -61,6 +62,11 @@ class ListScheduler {
           best = it;
           best_net = n;
         }
+      // A collective (a gradient bucket's allreduce) as soon as its inputs
+      // are ready: the rest of the backward then runs while it travels.
+      const auto collective =
+          std::ranges::find_if(ready, [&](size_t i) { return nodes_[i]->def().has(kCollective); });
+      if (collective != ready.end()) best = collective;
       const size_t i = *best;
       ready.erase(best);
       order.push_back(nodes_[i]);

@@ -9,6 +9,9 @@
 // which keeps the forward as written and the backward in reverse). So
 // backward nodes and per-parameter updates (split_updates) run as early as
 // their inputs allow and buffers die as early as possible.
+// A collective (data_parallel's allreduce of a gradient bucket) runs as
+// soon as its inputs are ready, whatever it frees, so the communication
+// overlaps the rest of the backward.
 // An update that may write over the state it replaces (an optimizer update,
 // a BatchNorm running statistic) waits until every other reader of that
 // state has run, so writing in place stays possible.

@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/tensor_type.h"
 #include "passes/amp_options.h"
@@ -35,6 +36,23 @@ struct OptimizerOptions {
   double weightDecay() const { return weight_decay.value_or(kind == OptimizerKind::AdamW ? 0.01 : 0.0); }
 };
 
+/// Data-parallel training (passes/data_parallel.h): what the pass inserts.
+struct DataParallelOptions {
+  /// Ranks; 1: the pass changes nothing.
+  int world_size = 1;
+  /// Gradients are grouped into allreduce buckets of about this many bytes
+  /// (DDP's bucket_cap_mb, 25 MiB), in the order backward produces them.
+  uint64_t bucket_bytes = 25ull << 20;
+  /// Gradients to allreduce block-sparse besides the embeddings' (patterns
+  /// as --freeze takes them: a name, a module prefix or a glob).
+  std::vector<std::string> sparse_patterns;
+  /// Embedding gradients go block-sparse (rows no token touched are zero).
+  bool sparse_embeddings = true;
+  /// Sparse falls back to dense when it would send more than this times
+  /// the dense ring's bytes (decided at run time on the real counts).
+  double sparse_max_ratio = 1.0;
+};
+
 struct TrainingOptions {
   LossKind loss = LossKind::CrossEntropy;
   /// Type of the `target` batch tensor (from the batch file); nullopt: the
@@ -49,6 +67,7 @@ struct TrainingOptions {
   /// Peak memory (bytes) the step must fit in; remat recomputes activations
   /// to get there (passes/remat.h). 0: no budget.
   uint64_t memory_budget = 0;
+  DataParallelOptions data_parallel;
 };
 
 }  // namespace kiln

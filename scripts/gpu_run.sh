@@ -25,7 +25,8 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 DEPS=$ROOT/.gpu-deps
 PACKAGES=(nlohmann-json3-dev libgtest-dev libcli11-dev libxxhash-dev libxxhash0 libzstd-dev libopenblas-dev
-  libopenblas-pthread-dev libopenblas0-pthread libgfortran5 libdnnl-dev libdnnl2)
+  libopenblas-pthread-dev libopenblas0-pthread libgfortran5 libdnnl-dev libdnnl2
+  libgloo-dev libgloo0 libhiredis0.14 libibverbs1 libnl-3-200 libnl-route-3-200)
 
 prepare() {
   mkdir -p "$DEPS"

@@ -1,6 +1,8 @@
 #include "backend/cpu/cpu_executor.h"
 
+#include "backend/comm/collective_engine.h"
 #include "backend/cpu/node_stages.h"
+#include "core/op_table.h"
 #include "core/trace.h"
 #include "core/tsan_sync.h"
 
@@ -115,7 +117,10 @@ Result<CpuExecutor> CpuExecutor::create(const Graph& graph, CpuExecutorOptions o
   }
   if (!missing.empty()) return Error{"no CPU kernel for " + missing.str()};
   std::unordered_map<const Node*, const KernelDef*> kernel_of;
-  for (size_t i = 0; i < ex.nodes_.size(); ++i) kernel_of[ex.nodes_[i]] = ex.kernels_[i];
+  for (size_t i = 0; i < ex.nodes_.size(); ++i) {
+    kernel_of[ex.nodes_[i]] = ex.kernels_[i];
+    ex.index_of_[ex.nodes_[i]] = i;
+  }
   const ViewPredicate is_view = [&](const Node& n) { return kernel_of.at(&n)->output_views_input0; };
   const Liveness liveness = analyzeLiveness(graph, is_view);
   const InPlaceUpdates in_place = ex.findDonors(liveness);
@@ -272,13 +277,38 @@ Result<std::vector<Tensor>> CpuExecutor::run(const TensorMap& inputs, const std:
     KernelContext ctx;
     ctx.seed = options_.seed + runs_++ * 0x9E3779B97F4A7C15ull;
     ctx.num_threads = threads();
+    // Collectives run on the engine's thread from their node to the first
+    // node that reads one of their outputs (or the end of the run).
+    CollectiveEngine* comm = options_.collectives;
+    ctx.collectives = comm;
+    std::vector<char> in_flight(comm ? nodes_.size() : 0, 0);
+    struct Drain {  // a failed run leaves nothing writing into the arena
+      CollectiveEngine* comm;
+      ~Drain() {
+        if (comm) comm->drain();
+      }
+    } drain{comm};
+    auto awaitInputs = [&](size_t i) {
+      for (const Value* v : nodes_[i]->inputs())
+        if (v->producer())
+          if (const size_t p = index_of_.at(v->producer()); in_flight[p]) {
+            in_flight[p] = 0;
+            awaitCollective(*comm, p);
+          }
+    };
+    if (comm) comm->beginStep();
     std::vector<NodeRun> runs(1);
     for (const auto& [first, end] : stages_) {
       const size_t count = end - first;
       if (runs.size() < count) runs.resize(count);
+      if (comm)
+        for (size_t i = first; i < end; ++i) awaitInputs(i);
       for (size_t i = first; i < end; ++i) bindNode(i, st, runs[i - first]);
       if (count == 1 || ctx.num_threads <= 1) {
-        for (size_t i = first; i < end; ++i) runKernel(i, runs[i - first], ctx);
+        for (size_t i = first; i < end; ++i) {
+          runKernel(i, runs[i - first], ctx);
+          if (comm && nodes_[i]->def().has(kCollective)) in_flight[i] = 1;
+        }
       } else {
         const int team = static_cast<int>(std::min<size_t>(count, static_cast<size_t>(ctx.num_threads)));
         kilnTsanRelease(this);  // fork
@@ -304,10 +334,24 @@ Result<std::vector<Tensor>> CpuExecutor::run(const TensorMap& inputs, const std:
       for (size_t i = first; i < end; ++i)
         for (const Value* v : frees_after_[i]) st.env.erase(v);
     }
+    if (comm)
+      for (size_t i = 0; i < in_flight.size(); ++i)
+        if (in_flight[i]) {
+          in_flight[i] = 0;
+          awaitCollective(*comm, i);
+        }
     std::vector<Tensor> result;
     for (const GraphOutput& o : graph_->outputs()) result.push_back(st.env.at(o.value));
     return result;
   });
+}
+
+void CpuExecutor::awaitCollective(CollectiveEngine& comm, size_t i) const {
+  try {
+    comm.wait(i);
+  } catch (const KilnException& e) {
+    fail(nodes_[i]->describe() + ": " + e.what());
+  }
 }
 
 int CpuExecutor::threads() const {

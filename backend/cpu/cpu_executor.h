@@ -17,6 +17,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/cpu/cpu_autotune.h"
@@ -52,6 +53,10 @@ struct CpuExecutorOptions {
   std::vector<std::string> fixed_kernels;
   /// The timings recorded with `fixed_kernels` (reported as measured then).
   std::vector<std::vector<cpu::KernelTiming>> fixed_timings;
+  /// The data-parallel run's collectives: collective nodes start on its
+  /// communication thread and the run waits at their first reader
+  /// (backend/comm/collective_engine.h). nullptr: one process.
+  CollectiveEngine* collectives = nullptr;
 };
 
 /// Which kernel runs each node (for reports and `kiln run --verbose`).
@@ -120,6 +125,8 @@ class CpuExecutor {
   void bindNode(size_t i, RunState& st, NodeRun& r) const;
   /// Runs node i's kernel (timed and traced when asked); throws with the node named.
   void runKernel(size_t i, NodeRun& r, KernelContext& ctx);
+  /// Waits for node i's collective; its error names the node.
+  void awaitCollective(CollectiveEngine& comm, size_t i) const;
   /// Checks node i's outputs and puts them where its readers find them.
   void storeNode(size_t i, RunState& st, NodeRun& r) const;
 
@@ -138,6 +145,7 @@ class CpuExecutor {
   std::vector<std::vector<const Value*>> donors_;
   std::vector<std::vector<const Value*>> frees_after_;  ///< per node: intermediates it reads last
   std::shared_ptr<unsigned char[]> arena_;              ///< allocated at the first run
+  std::unordered_map<const Node*, size_t> index_of_;    ///< node -> its index in nodes_
   NodeStages stages_;
 };
 

@@ -127,9 +127,9 @@ class Failure(Exception):
 # Inputs: export + batch (cached per work dir)
 # --------------------------------------------------------------------------
 
-def _stamp(name: str, loss: str, dtype: str, fx: bool) -> str:
+def _stamp(name: str, loss: str, dtype: str, fx: bool, batch: Optional[int]) -> str:
     """Changes whenever anything the export or batch depends on changes."""
-    h = hashlib.sha256(f"{name} {loss} {dtype} {fx} {PARITY_BATCH.get(name)} {torch.__version__}".encode())
+    h = hashlib.sha256(f"{name} {loss} {dtype} {fx} {batch} {torch.__version__}".encode())
     for f in ("zoo.py", "export.py", "fx_dump.py", "st_io.py"):
         with open(os.path.join(MODELS, f), "rb") as fh:
             h.update(fh.read())
@@ -139,20 +139,25 @@ def _stamp(name: str, loss: str, dtype: str, fx: bool) -> str:
     return h.hexdigest()
 
 
-def prepare(name: str, loss: str, cache: str, dtype: str = "float32", fx: bool = False) -> Tuple[str, str]:
+def prepare(name: str, loss: str, cache: str, dtype: str = "float32", fx: bool = False,
+            batch_size: Optional[int] = None) -> Tuple[str, str]:
     """Export the model (weights and inputs in `dtype`; with `fx` also as an
     FX dump, NAME.fx.json beside NAME.pt, from the same module) and write its
     batch into cache/NAME.LOSS[.DTYPE][.fx]/ unless an earlier run left them
     there for the same sources; returns (model.pt, batch). A file lock lets
-    parallel runs (ctest -j: grad and adamw of one model) share the export."""
+    parallel runs (ctest -j: grad and adamw of one model) share the export.
+    batch_size: the batch instead of the zoo's (or PARITY_BATCH's); the
+    directory name then ends in .bN."""
     import fcntl
     import export  # models/export.py (imports torchvision lazily)
-    d = os.path.join(cache, f"{name}.{loss}" + ("" if dtype == "float32" else f".{dtype}") + (".fx" if fx else ""))
+    size = batch_size or PARITY_BATCH.get(name)
+    d = os.path.join(cache, f"{name}.{loss}" + ("" if dtype == "float32" else f".{dtype}") + (".fx" if fx else "")
+                     + (f".b{batch_size}" if batch_size else ""))
     os.makedirs(d, exist_ok=True)
     pt = os.path.join(d, name + ".pt")
     batch = os.path.join(d, "batch.safetensors")
     stamp_file = os.path.join(d, "stamp")
-    stamp = _stamp(name, loss, dtype, fx)
+    stamp = _stamp(name, loss, dtype, fx, size)
     with open(os.path.join(d, "lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if os.path.exists(stamp_file) and open(stamp_file).read() == stamp and os.path.exists(pt) \
@@ -161,7 +166,7 @@ def prepare(name: str, loss: str, cache: str, dtype: str = "float32", fx: bool =
         if os.path.exists(stamp_file):
             os.remove(stamp_file)
         export.export(name, ["trace", "fx"] if fx else ["trace"], d, train=True, no_dropout=True, dtype=getattr(torch, dtype),
-                      batch=PARITY_BATCH.get(name))
+                      batch=size)
         make_batch.make_batch(name, loss, batch, export_dir=d)
         with open(stamp_file, "w") as f:
             f.write(stamp)

@@ -1,0 +1,104 @@
+// Runs a step's collectives (allreduce of gradient buckets, broadcast of
+// buffers) on a communication thread, so they overlap the compute that
+// follows them.
+//
+// The CPU executor calls start() when it reaches a collective node: the
+// inputs are copied into the node's staging buffer at once (so the
+// executor may reuse their memory right away), the communication thread
+// then reduces the staging buffer with the communicator and writes the
+// results into the node's outputs. The executor calls wait() before the
+// first node that reads an output, and waitAll() at the end of the step.
+// Collectives run one at a time in the order they were started, which is
+// the same on every rank (every rank runs the same graph in the same order).
+//
+// Each collective leaves a record (bytes, time on the wire, time the
+// executor waited for it) for the report and `kiln comm`.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/comm/communicator.h"
+#include "core/ir.h"
+#include "core/tensor.h"
+
+namespace kiln {
+
+/// One collective of one step.
+struct CollectiveRecord {
+  std::string node;        ///< "allreduce @data_parallel"
+  std::string collective;  ///< "allreduce", "broadcast"
+  /// "ring" (the communicator's dense allreduce), "block-sparse", "dense
+  /// fallback" (a sparse allreduce too dense to pay), "broadcast".
+  std::string algorithm;
+  int64_t bucket = 0;                     ///< the node's bucket attribute (-1: loss and metrics)
+  size_t tensors = 0;                     ///< tensors in it
+  uint64_t dense_bytes = 0;               ///< the tensors' bytes
+  uint64_t sent_bytes = 0;                ///< bytes this rank sent (ring formula for dense, counted for sparse)
+  size_t blocks = 0, nonzero_blocks = 0;  ///< sparse allreduce: blocks, and this rank's non-zero ones
+  double start_ms = 0;                    ///< when the executor started it, from the engine's step origin
+  double begin_ms = 0;                    ///< when the communication thread took it up
+  double end_ms = 0;                      ///< when its outputs were complete
+  double waited_ms = 0;                   ///< how long the executor blocked on it (the part not hidden)
+};
+
+class CollectiveEngine {
+ public:
+  /// `sparse_max_ratio`: a sparse allreduce falls back to dense beyond this
+  /// times the dense ring's bytes (sparse_allreduce.h).
+  explicit CollectiveEngine(std::shared_ptr<Communicator> comm, double sparse_max_ratio = 1.0);
+  ~CollectiveEngine();
+  CollectiveEngine(const CollectiveEngine&) = delete;
+  CollectiveEngine& operator=(const CollectiveEngine&) = delete;
+
+  Communicator& communicator() { return *comm_; }
+  int rank() const { return comm_->rank(); }
+  int size() const { return comm_->size(); }
+
+  /// Start node `index`'s collective (`n`: an allreduce or broadcast node).
+  /// `outs` must already be bound to their buffers (they are written later,
+  /// on the communication thread); `ins` are copied before this returns.
+  void start(size_t index, const Node& n, std::span<const Tensor> ins, std::span<const Tensor> outs);
+  /// Block until node `index`'s collective is complete; rethrows its error.
+  void wait(size_t index);
+  /// Wait for every started collective; rethrows the first error.
+  void waitAll();
+  /// Wait for every started collective and drop their errors (cleanup after
+  /// a failed step, so nothing writes into the arena of the next one).
+  void drain() noexcept;
+
+  /// The origin of the records' times: the start of the current step.
+  void beginStep();
+  /// The records of the collectives since the last call, in start order.
+  std::vector<CollectiveRecord> takeRecords();
+
+ private:
+  struct Job;
+  void loop();
+  void run(Job& job);
+  double sinceStep() const;
+
+  std::shared_ptr<Communicator> comm_;
+  double sparse_max_ratio_;
+  std::chrono::steady_clock::time_point step_origin_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  std::unordered_map<size_t, std::shared_ptr<Job>> started_;  ///< by node index, until waited for
+  std::vector<CollectiveRecord> records_;
+  /// Per node index: its staging buffers (reused every step).
+  std::unordered_map<size_t, std::vector<std::vector<unsigned char>>> staging_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace kiln

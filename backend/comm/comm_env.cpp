@@ -1,0 +1,73 @@
+// commOptionsFromEnv (communicator.h): the CommOptions a torchrun-style
+// launcher describes in the environment. Parsing is strict, because a typo in
+// RANK or WORLD_SIZE otherwise shows up much later as a rendezvous that never
+// completes; every error names the variable and its value.
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include "backend/comm/communicator.h"
+
+namespace kiln {
+
+namespace {
+
+std::optional<std::string> env(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return std::nullopt;  // set-but-empty counts as unset, as in shells
+  return std::string(v);
+}
+
+// A whole decimal integer in [lo, hi]; nullopt otherwise.
+std::optional<long> parseInt(const std::string& s, long lo, long hi) {
+  errno = 0;
+  char* end = nullptr;
+  const long v = std::strtol(s.c_str(), &end, 10);
+  if (errno != 0 || end == s.c_str() || *end != '\0' || v < lo || v > hi) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+Result<CommOptions> commOptionsFromEnv() {
+  CommOptions o;
+  const auto rank = env("RANK"), world = env("WORLD_SIZE");
+  if (rank.has_value() != world.has_value())
+    return Error{std::string(rank ? "RANK is set but WORLD_SIZE is not" : "WORLD_SIZE is set but RANK is not") +
+                 " (set both, or neither for a single process)"};
+  if (world) {
+    const auto w = parseInt(*world, 1, 1 << 20);
+    if (!w) return Error{"WORLD_SIZE='" + *world + "' is not a whole number of processes (1 or more)"};
+    const auto r = parseInt(*rank, 0, 1 << 20);
+    if (!r) return Error{"RANK='" + *rank + "' is not a whole number (0 or more)"};
+    if (*r >= *w)
+      return Error{"RANK=" + *rank + " is out of range for WORLD_SIZE=" + *world + " (0.." + std::to_string(*w - 1) +
+                   ")"};
+    o.rank = static_cast<int>(*r);
+    o.world_size = static_cast<int>(*w);
+  }
+  if (const auto addr = env("MASTER_ADDR")) o.master_addr = *addr;
+  if (const auto dir = env("KILN_STORE_DIR")) o.store_dir = *dir;
+  if (const auto port = env("MASTER_PORT")) {
+    const auto p = parseInt(*port, 1, 65535);
+    if (!p) return Error{"MASTER_PORT='" + *port + "' is not a port number (1..65535)"};
+    o.master_port = static_cast<int>(*p);
+  } else if (o.world_size > 1 && o.store_dir.empty()) {
+    return Error{"MASTER_PORT is not set (WORLD_SIZE=" + std::to_string(o.world_size) +
+                 " needs MASTER_PORT for the TCP store on rank 0, or KILN_STORE_DIR for a shared directory)"};
+  }
+  if (const auto t = env("KILN_COMM_TIMEOUT")) {
+    errno = 0;
+    char* end = nullptr;
+    const double s = std::strtod(t->c_str(), &end);
+    // At least a millisecond, at most a week: beyond either it is a typo.
+    if (errno != 0 || end == t->c_str() || *end != '\0' || !std::isfinite(s) || s < 0.001 || s > 7 * 24 * 3600.0)
+      return Error{"KILN_COMM_TIMEOUT='" + *t + "' is not a number of seconds (e.g. 60 or 2.5)"};
+    o.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::llround(s * 1000.0)));
+  }
+  return o;
+}
+
+}  // namespace kiln

@@ -1,0 +1,34 @@
+// CPU kernels of the collective ops (dialect gloo): hand the node to the
+// step's CollectiveEngine, which runs it on its communication thread; the
+// executor waits before the first reader of an output. In a process that is
+// not part of a data-parallel run (no engine), a collective over one rank is
+// the identity: the outputs are copies of the inputs.
+#include <cstring>
+
+#include "backend/comm/collective_engine.h"
+#include "backend/kernel.h"
+
+namespace kiln {
+namespace {
+
+void collectiveKernel(const Node& n, std::span<const Tensor> ins, std::span<Tensor> outs, KernelContext& ctx) {
+  for (size_t i = 0; i < outs.size(); ++i) allocOutput(n, outs, i);
+  if (ctx.collectives) {
+    ctx.collectives->start(ctx.node_index, n, ins, outs);
+    return;
+  }
+  for (size_t i = 0; i < outs.size(); ++i)
+    if (ins[i].bytes()) std::memcpy(outs[i].raw(), ins[i].raw(), ins[i].bytes());
+}
+
+}  // namespace
+
+void registerCpuCollectiveKernels(KernelRegistry& r) {
+  for (const char* op : {"allreduce", "broadcast"}) {
+    KernelDef k{op, "gloo", std::string("gloo.") + op, 0, nullptr, collectiveKernel};
+    k.runs_beside_others = false;  // one collective at a time, in graph order on every rank
+    r.add(k);
+  }
+}
+
+}  // namespace kiln

@@ -1,0 +1,66 @@
+// Collective ops: communication between the ranks of a data-parallel step
+// (passes/data_parallel.h inserts them). Each output has its input's type;
+// on one rank they are the identity (allreduce's average divides by 1).
+//
+//   allreduce(t0, t1, ...) {bucket, average, sparse, block} -> t0', t1', ...
+//       every rank gets the sum over ranks (average=1: the mean, each rank's
+//       values divided by the world size before the sum, as DDP does);
+//       sparse=1: block-sparse exchange of the non-zero `block`-element
+//       blocks (backend/comm/sparse_allreduce.h), same result.
+//   broadcast(t0, ...) {root} -> t0', ...   every rank gets rank root's values
+//
+// `bucket` numbers the allreduce for reports (the order backward fills the
+// buckets in). The ops are side effects: every rank must run the same ones in
+// the same order, so no pass may remove, merge or fold them; backends run
+// them asynchronously and wait at the first reader of an output.
+#include "core/ops/op_helpers.h"
+
+namespace kiln {
+namespace {
+
+std::vector<TensorType> inferCollective(const Node& n) {
+  std::vector<TensorType> out;
+  for (Value* v : n.inputs()) out.push_back(v->type());
+  if (n.op() == "allreduce") {
+    if (n.i("sparse") && n.numInputs() != 1) opFail(n, "a sparse allreduce takes one tensor");
+    if (n.i("sparse") && n.i("block") < 1) opFail(n, "a sparse allreduce needs block >= 1");
+    for (Value* v : n.inputs())
+      if (v->dtype() == DType::Bool) opFail(n, "cannot sum a bool tensor");
+  }
+  if (n.op() == "broadcast" && n.i("root") < 0) opFail(n, "root must be >= 0");
+  return out;
+}
+
+/// Moves each tensor once (the bytes on the wire are the communicator's
+/// business; the report records them).
+Cost collectiveCost(const Node& n) {
+  double elems = 0;
+  for (Value* v : n.inputs()) elems += static_cast<double>(v->type().numel());
+  return {n.op() == "allreduce" && n.i("average") ? elems : 0.0, ioBytes(n)};
+}
+
+}  // namespace
+
+void registerCollectiveOps(OpTable& t) {
+  t.add({"allreduce",
+         "sum (or mean) of each tensor over the data-parallel ranks",
+         1,
+         -1,
+         kCollective | kSideEffect,
+         {optAttr("bucket", int64_t{0}), optAttr("average", int64_t{1}), optAttr("sparse", int64_t{0}),
+          optAttr("block", int64_t{0})},
+         inferCollective,
+         collectiveCost});
+  t.add({"broadcast",
+         "every rank gets rank root's tensors",
+         1,
+         -1,
+         kCollective | kSideEffect,
+         {optAttr("root", int64_t{0})},
+         inferCollective,
+         collectiveCost});
+  t.setNoGrad("allreduce", "inserted after autodiff, on gradients");
+  t.setNoGrad("broadcast", "inserted after autodiff, on buffer updates");
+}
+
+}  // namespace kiln

@@ -1,0 +1,170 @@
+// data_parallel: gradient buckets, their allreduce, and the averaged loss.
+//
+// Needs: autodiff has run (Gradient outputs named like their parameters),
+// the optimizer has not (it consumes the gradients this pass reduces);
+// ctx.training.data_parallel.world_size ranks will run the same graph, each
+// on its own slice of the batch.
+// Does: see data_parallel.h. Buckets follow the order of the gradients'
+// producers in the graph (autodiff emits the backward from the loss down,
+// so the last layer's gradients come first, as in DDP's reversed parameter
+// order); a bucket closes once it holds bucket_bytes, so one larger than
+// that holds a single gradient. Each allreduce sits right after its last
+// producer; the schedule pass later keeps it as early as its inputs allow.
+// Guarantees: each Gradient output is the mean over ranks of the ranks'
+// gradients (every rank the same bits); frozen parameters' gradients are not
+// communicated (the freeze pass drops them next); with one rank, nothing
+// changes.
+#include "passes/data_parallel.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "passes/freeze.h"
+
+namespace kiln {
+namespace {
+
+constexpr const char* kScope = "data_parallel";
+constexpr int64_t kDefaultSparseBlock = 256;
+
+struct Grad {
+  size_t output;  ///< index in g.outputs()
+  Value* value;
+  size_t position;  ///< its producer's index in the node list (0: a graph input)
+  bool sparse = false;
+};
+
+/// Elements per sparse block: one row of a matrix (an embedding row), else a fixed size.
+int64_t sparseBlock(const Value* v) {
+  const Shape& s = v->shape();
+  return s.size() >= 2 && s.back() > 0 ? s.back() : kDefaultSparseBlock;
+}
+
+/// Insert `op` over `ins` right after the latest of their producers; point
+/// the graph outputs `outs` (indices) at its results.
+Node* insertAfterProducers(Graph& g, const std::unordered_map<const Node*, size_t>& position,
+                           const std::vector<Node*>& order, const std::string& op, std::vector<Value*> ins,
+                           AttrMap attrs) {
+  size_t last = 0;
+  bool any = false;
+  for (const Value* v : ins)
+    if (v->producer()) {
+      last = std::max(last, position.at(v->producer()));
+      any = true;
+    }
+  g.setInsertPoint(!any ? order.front() : last + 1 < order.size() ? order[last + 1] : nullptr);
+  Node* n = g.create(op, std::move(ins), std::move(attrs), kScope);
+  g.setInsertPoint(nullptr);
+  return n;
+}
+
+}  // namespace
+
+Result<PassResult> runDataParallel(Graph& g, PassContext& ctx) {
+  return catchErrors([&]() -> PassResult {
+    const DataParallelOptions& dp = ctx.training.data_parallel;
+    if (dp.world_size <= 1) return PassResult{};
+    if (std::ranges::none_of(g.outputs(), [](const GraphOutput& o) { return o.role == OutputRole::Gradient; }))
+      fail("data_parallel: the graph has no Gradient outputs (run it after autodiff, before the optimizer)");
+    std::vector<Node*> order;
+    std::unordered_map<const Node*, size_t> position;
+    for (const auto& n : g.nodes()) {
+      position[n.get()] = order.size();
+      order.push_back(n.get());
+    }
+
+    std::vector<Grad> grads;
+    std::vector<bool> pattern_used(dp.sparse_patterns.size(), false);
+    for (size_t i = 0; i < g.outputs().size(); ++i) {
+      const GraphOutput& o = g.outputs()[i];
+      if (o.role != OutputRole::Gradient || ctx.training.frozen.count(o.name)) continue;
+      Grad gr{i, o.value, o.value->producer() ? position.at(o.value->producer()) + 1 : 0};
+      gr.sparse = dp.sparse_embeddings && o.value->producer() && o.value->producer()->op() == "embedding_backward";
+      for (size_t k = 0; k < dp.sparse_patterns.size(); ++k)
+        if (freezePatternMatches(dp.sparse_patterns[k], o.name)) {
+          gr.sparse = true;
+          pattern_used[k] = true;
+        }
+      if (gr.sparse && (!isFloating(o.value->dtype()) || o.value->type().numel() == 0)) gr.sparse = false;
+      grads.push_back(gr);
+    }
+    for (size_t k = 0; k < dp.sparse_patterns.size(); ++k)
+      if (!pattern_used[k])
+        fail("--sparse-grads " + dp.sparse_patterns[k] + ": selects no trained parameter's gradient");
+    std::stable_sort(grads.begin(), grads.end(), [](const Grad& a, const Grad& b) { return a.position < b.position; });
+
+    // Buckets in production order; a sparse gradient is a bucket of its own.
+    std::vector<std::vector<const Grad*>> buckets;
+    std::vector<bool> bucket_sparse;
+    uint64_t open_bytes = 0;
+    bool open = false;
+    for (const Grad& gr : grads) {
+      if (gr.sparse) {
+        buckets.push_back({&gr});
+        bucket_sparse.push_back(true);
+        continue;
+      }
+      if (!open || open_bytes >= dp.bucket_bytes) {
+        buckets.emplace_back();
+        bucket_sparse.push_back(false);
+        open_bytes = 0;
+        open = true;
+      }
+      // The open bucket is the last dense one; sparse ones may follow it.
+      size_t b = buckets.size() - 1;
+      while (bucket_sparse[b]) --b;
+      buckets[b].push_back(&gr);
+      open_bytes += gr.value->type().bytes();
+    }
+
+    auto& outs = g.mutableOutputs();
+    uint64_t grad_bytes = 0;
+    int64_t sparse_count = 0;
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      std::vector<Value*> ins;
+      for (const Grad* gr : buckets[b]) {
+        ins.push_back(gr->value);
+        grad_bytes += gr->value->type().bytes();
+      }
+      AttrMap attrs = {{"bucket", static_cast<int64_t>(b)}, {"average", int64_t{1}}};
+      if (bucket_sparse[b]) {
+        attrs["sparse"] = int64_t{1};
+        attrs["block"] = sparseBlock(ins[0]);
+        ++sparse_count;
+      }
+      Node* n = insertAfterProducers(g, position, order, "allreduce", ins, std::move(attrs));
+      for (size_t k = 0; k < buckets[b].size(); ++k) outs[buckets[b][k]->output].value = n->output(k);
+    }
+
+    // What the step reports: the mean over ranks of the loss and accuracy.
+    std::vector<size_t> averaged;
+    for (size_t i = 0; i < outs.size(); ++i)
+      if (outs[i].role == OutputRole::Loss || (outs[i].role == OutputRole::Metric && outs[i].name == "accuracy"))
+        averaged.push_back(i);
+    if (!averaged.empty()) {
+      std::vector<Value*> ins;
+      for (size_t i : averaged) ins.push_back(outs[i].value);
+      Node* n = g.create("allreduce", ins, {{"bucket", int64_t{-1}}, {"average", int64_t{1}}}, kScope);
+      for (size_t k = 0; k < averaged.size(); ++k) outs[averaged[k]].value = n->output(k);
+    }
+    // Running statistics as rank 0 has them (DDP's broadcast_buffers).
+    std::vector<size_t> buffers;
+    for (size_t i = 0; i < outs.size(); ++i)
+      if (outs[i].role == OutputRole::BufferUpdate) buffers.push_back(i);
+    if (!buffers.empty()) {
+      std::vector<Value*> ins;
+      for (size_t i : buffers) ins.push_back(outs[i].value);
+      Node* n = g.create("broadcast", ins, {{"root", int64_t{0}}}, kScope);
+      for (size_t k = 0; k < buffers.size(); ++k) outs[buffers[k]].value = n->output(k);
+    }
+
+    PassResult r;
+    r.changed = true;
+    r.statistics = {{"buckets", static_cast<double>(buckets.size())},
+                    {"sparse_gradients", static_cast<double>(sparse_count)},
+                    {"gradient_bytes", static_cast<double>(grad_bytes)}};
+    return r;
+  });
+}
+
+}  // namespace kiln

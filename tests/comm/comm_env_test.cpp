@@ -1,0 +1,101 @@
+// Tests of commOptionsFromEnv (backend/comm/comm_env.cpp): the variables a
+// torchrun-style launcher sets, parsed in this process with setenv/unsetenv
+// (each test saves and restores them).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/comm/communicator.h"
+
+namespace kiln {
+namespace {
+
+class CommEnv : public ::testing::Test {
+ protected:
+  static constexpr const char* kVars[] = {"RANK",        "WORLD_SIZE",     "MASTER_ADDR",
+                                          "MASTER_PORT", "KILN_STORE_DIR", "KILN_COMM_TIMEOUT"};
+  void SetUp() override {
+    for (const char* v : kVars) {
+      const char* old = std::getenv(v);
+      saved_.emplace_back(v, old ? std::optional<std::string>(old) : std::nullopt);
+      ::unsetenv(v);
+    }
+  }
+  void TearDown() override {
+    for (auto& [name, old] : saved_) old ? ::setenv(name, old->c_str(), 1) : ::unsetenv(name);
+  }
+  // The error of the current environment; "" if it parsed.
+  static std::string error() {
+    const auto o = commOptionsFromEnv();
+    return o.ok() ? "" : o.error().message;
+  }
+  std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
+};
+
+TEST_F(CommEnv, UnsetMeansOneProcess) {
+  const auto o = commOptionsFromEnv();
+  ASSERT_TRUE(o.ok()) << o.error().message;
+  EXPECT_EQ(o->world_size, 1);
+  EXPECT_EQ(o->rank, 0);
+  EXPECT_EQ(o->master_addr, "127.0.0.1");
+  EXPECT_EQ(o->timeout, std::chrono::milliseconds(60000));
+}
+
+TEST_F(CommEnv, ReadsEveryVariable) {
+  ::setenv("RANK", "3", 1);
+  ::setenv("WORLD_SIZE", "4", 1);
+  ::setenv("MASTER_ADDR", "10.1.2.3", 1);
+  ::setenv("MASTER_PORT", "29500", 1);
+  ::setenv("KILN_COMM_TIMEOUT", "2.5", 1);
+  auto o = commOptionsFromEnv();
+  ASSERT_TRUE(o.ok()) << o.error().message;
+  EXPECT_EQ(o->rank, 3);
+  EXPECT_EQ(o->world_size, 4);
+  EXPECT_EQ(o->master_addr, "10.1.2.3");
+  EXPECT_EQ(o->master_port, 29500);
+  EXPECT_EQ(o->timeout, std::chrono::milliseconds(2500));
+  ::unsetenv("MASTER_PORT");
+  ::setenv("KILN_STORE_DIR", "/tmp/kiln-store", 1);  // a file store needs no port
+  o = commOptionsFromEnv();
+  ASSERT_TRUE(o.ok()) << o.error().message;
+  EXPECT_EQ(o->store_dir, "/tmp/kiln-store");
+}
+
+TEST_F(CommEnv, MalformedValuesNameTheVariable) {
+  struct Case {
+    const char* rank;
+    const char* world;
+    const char* port;
+    const char* timeout;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {"1", nullptr, "1", nullptr, "RANK is set but WORLD_SIZE is not"},
+      {nullptr, "2", "1", nullptr, "WORLD_SIZE is set but RANK is not"},
+      {"4", "4", "1", nullptr, "RANK=4 is out of range for WORLD_SIZE=4 (0..3)"},
+      {"-1", "4", "1", nullptr, "RANK='-1'"},
+      {"abc", "2", "1", nullptr, "RANK='abc'"},
+      {"0", "2x", "1", nullptr, "WORLD_SIZE='2x'"},
+      {"0", "0", "1", nullptr, "WORLD_SIZE='0'"},
+      {"0", "2", nullptr, nullptr, "MASTER_PORT is not set"},
+      {"0", "2", "70000", nullptr, "MASTER_PORT='70000'"},
+      {"0", "2", "1", "soon", "KILN_COMM_TIMEOUT='soon'"},
+      {"0", "2", "1", "-3", "KILN_COMM_TIMEOUT='-3'"},
+  };
+  for (const Case& c : cases) {
+    const std::pair<const char*, const char*> vars[] = {
+        {"RANK", c.rank}, {"WORLD_SIZE", c.world}, {"MASTER_PORT", c.port}, {"KILN_COMM_TIMEOUT", c.timeout}};
+    for (auto [name, v] : vars) v ? ::setenv(name, v, 1) : ::unsetenv(name);
+    const std::string e = error();
+    EXPECT_NE(e.find(c.expected), std::string::npos) << "expected '" << c.expected << "', got '" << e << "'";
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  }
+}
+
+}  // namespace
+}  // namespace kiln

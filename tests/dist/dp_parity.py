@@ -1,0 +1,131 @@
+#!/usr/bin/python3
+"""Data-parallel training against single-process training, on one zoo model.
+
+    dp_parity.py NAME --kiln PATH/TO/kiln --nproc N --work-dir DIR [--cache-dir DIR]
+                 [--batch B] [--steps 5] [--variants a,b,...]
+
+`kiln train --nproc N` gives each rank its 1/N of the batch and averages
+the gradients over the ranks (DDP's semantics), so on a model whose forward
+does not mix the rows of a batch (no BatchNorm) the weights after every
+step must equal single-process training on the whole batch. Each variant
+trains NAME for --steps steps both ways from the same export and batch and
+compares every parameter and buffer (max |dp - single| / max |single| per
+tensor) and every logged loss:
+
+  f64_adamw     float64, AdamW: the default buckets (25 MiB)      tol 1e-9
+  f32_sgd       float32, SGD with momentum, Nesterov, clipping   tol 1e-5
+  tiny_buckets  float64, AdamW, --bucket-size 1KiB (a bucket per gradient or two)
+  huge_buckets  float64, AdamW, --bucket-size 1GiB (one bucket)
+  all_sparse    float64, AdamW, --sparse-grads '*': every gradient through
+                the block-sparse allreduce (dense fallback where it pays)
+
+(AdamW in float32 is not a variant: it turns gradients that are zero up to
+rounding, like an attention key bias's, into +-lr steps whose sign the
+summation order decides; float64 leaves them at noise level. SGD does not
+amplify them.)
+
+Exits 1 on a mismatch, 2 when something could not run. A passing run
+deletes kiln's outputs (parity.tidy_outputs).
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "train"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "models"))
+import parity  # noqa: E402  (prepare, tidy_outputs)
+import st_io  # noqa: E402
+
+ADAMW = ["--optimizer", "adamw", "--lr", "1e-3"]
+SGD = ["--optimizer", "sgd", "--lr", "0.01", "--momentum", "0.9", "--nesterov", "--clip-grad-norm", "1.0"]
+VARIANTS = {  # name: (dtype, optimizer args, data-parallel args, tolerance)
+    "f64_adamw": ("float64", ADAMW, [], 1e-9),
+    "f32_sgd": ("float32", SGD, [], 1e-5),
+    "tiny_buckets": ("float64", ADAMW, ["--bucket-size", "1KiB"], 1e-9),
+    "huge_buckets": ("float64", ADAMW, ["--bucket-size", "1GiB"], 1e-9),
+    "all_sparse": ("float64", ADAMW, ["--sparse-grads", "*"], 1e-9),
+}
+
+
+def run(cmd, what):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode != 0:
+        raise parity.Failure(f"{what} exited with {p.returncode}: {' '.join(cmd)}\n"
+                             + "\n".join(p.stdout.strip().splitlines()[-6:]))
+    return p.stdout
+
+
+def losses(path):
+    return [json.loads(line)["loss"] for line in open(path)]
+
+
+def rel(a, b) -> float:
+    a, b = a.double(), b.double()
+    scale = b.abs().max().item() if b.numel() else 0.0
+    diff = (a - b).abs().max().item() if b.numel() else 0.0
+    return diff / scale if scale > 0 else diff
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("name")
+    ap.add_argument("--kiln", required=True)
+    ap.add_argument("--nproc", type=int, required=True)
+    ap.add_argument("--work-dir", required=True)
+    ap.add_argument("--cache-dir")
+    ap.add_argument("--batch", type=int, default=0, help="batch size (default: 2 x nproc)")
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    a = ap.parse_args(argv)
+    os.makedirs(a.work_dir, exist_ok=True)
+    loss = "mse" if a.name in ("nn_mha", "nn_transformer") else "cross_entropy"
+    batch = a.batch or 2 * a.nproc
+    bad = []
+    try:
+        for variant in a.variants.split(","):
+            if variant not in VARIANTS:
+                raise parity.Failure(f"unknown variant {variant} (choose from {', '.join(VARIANTS)})")
+            dtype, opt, dp, tol = VARIANTS[variant]
+            pt, data = parity.prepare(a.name, loss, a.cache_dir or a.work_dir, dtype, batch_size=batch)
+            base = [a.kiln, "train", pt, "--input-file", data, "--loss", loss, "--steps", str(a.steps),
+                    "--no-cache"] + opt
+            out = {}
+            t0 = time.time()
+            for label, extra in (("single", []), ("dp", ["--nproc", str(a.nproc)] + dp)):
+                w = os.path.join(a.work_dir, f"{variant}.{label}.safetensors")
+                log = os.path.join(a.work_dir, f"{variant}.{label}.jsonl")
+                run(base + extra + ["--save-weights", w, "--log-file", log], f"kiln ({label})")
+                out[label] = (st_io.load(w), losses(log))
+            (ws, ls), (wd, ld) = out["single"], out["dp"]
+            worst, where = 0.0, ""
+            if set(ws) != set(wd):
+                bad.append(f"{variant}: tensor names differ: {sorted(set(ws) ^ set(wd))}")
+            for k in sorted(set(ws) & set(wd)):
+                e = rel(wd[k], ws[k])
+                if e > worst:
+                    worst, where = e, k
+                if e > tol:
+                    bad.append(f"{variant}: {k}: relative error {e:.3g} > {tol:g}")
+            if len(ls) != len(ld):
+                bad.append(f"{variant}: {len(ld)} losses logged, {len(ls)} single-process")
+            for i, (x, y) in enumerate(zip(ld, ls)):
+                e = abs(x - y) / max(abs(y), 1e-30)
+                if e > tol:
+                    bad.append(f"{variant}: loss of step {i}: {x} vs {y}")
+            print(f"{a.name} --nproc {a.nproc} {variant}: worst relative error {worst:.3g} ({where}), "
+                  f"tol {tol:g}, losses {ld[0]:.6g} -> {ld[-1]:.6g} ({time.time() - t0:.1f} s)")
+    except parity.Failure as e:
+        print(f"{a.name} --nproc {a.nproc}: ERROR: {e}")
+        return parity.tidy_outputs(a.work_dir, 2, False)
+    for line in bad:
+        print(f"{a.name} --nproc {a.nproc}: FAIL {line}")
+    return parity.tidy_outputs(a.work_dir, 1 if bad else 0, False)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
