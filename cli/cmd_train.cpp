@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/comm_report.h"
 #include "cli/ranks.h"
 #include "cli/report.h"
 #include "cli/train_setup.h"
@@ -30,6 +31,7 @@ struct TrainCmd {
   int64_t trace_steps = 3;
   int64_t checkpoint_every = 0;
   int64_t log_every = 1;
+  bool comm_table = false;  ///< kiln comm: print the communication table at the end
 };
 
 std::string fmt(double v, int prec = 4) {
@@ -105,6 +107,7 @@ int train(const TrainCmd& c) {
   auto t0 = Clock::now(), last_print = t0;
   double last_loss = NAN;
   std::vector<StepRecord> steps_done;  // for --report
+  std::vector<CommStep> comm_steps;    // data parallel: each step's collectives
   std::map<std::string, double> last_metrics;
   for (int64_t i = start; i < steps; ++i) {
     if (trace && i - start == c.trace_steps) trace->stop();  // a few steps are enough to see where time goes
@@ -118,6 +121,7 @@ int train(const TrainCmd& c) {
     auto step_t0 = Clock::now();
     if (Status st = s.step(*batch); !st) return reportError(st.error(), c.train.verbose);
     const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - step_t0).count();
+    if (args.collectives) comm_steps.push_back({i, step_ms, args.collectives->takeRecords()});
     bool log_now = (i - start) % c.log_every == 0 || i + 1 == steps;
     auto now = Clock::now();
     bool print_now = tty && (std::chrono::duration<double>(now - last_print).count() > 0.2 || i + 1 == steps);
@@ -156,6 +160,8 @@ int train(const TrainCmd& c) {
   if (!c.report.empty()) {
     auto report = buildReport("train", c.train, *setup, compile_ms);
     addSteps(report, steps_done);
+    if (args.collectives)
+      addCommunication(report, args.collectives->size(), args.collectives->communicator().backend(), comm_steps);
     if (Status st = writeReport(c.report, report); !st) return reportError(st.error());
   }
   if (!c.save_weights.empty())
@@ -174,6 +180,8 @@ int train(const TrainCmd& c) {
     for (const auto& [k, v] : last_metrics) std::cout << ", " << k << " " << fmt(v, 4);
   }
   std::cout << "\n";
+  if (c.comm_table && args.collectives)
+    printCommTable(std::cout, args.collectives->size(), args.collectives->communicator().backend(), comm_steps);
   if (!c.save_weights.empty()) std::cout << "wrote weights to " << c.save_weights << "\n";
   if (!c.report.empty()) std::cout << "wrote report to " << c.report << "\n";
   if (!c.checkpoint.empty()) std::cout << "wrote checkpoint (step " << s.stepsDone() << ") to " << c.checkpoint << "\n";
@@ -200,6 +208,24 @@ void addTrainCommand(CLI::App& app) {
                   "write the compile report plus every step's loss and time (JSON, docs/report-schema.md); "
                   "reads the loss back every step");
   sub->callback([c] {
+    int rc = train(*c);
+    if (rc) throw CLI::RuntimeError(rc);
+  });
+}
+
+void addCommCommand(CLI::App& app) {
+  auto c = std::make_shared<TrainCmd>();
+  c->comm_table = true;
+  c->train.steps = 3;
+  c->train.nproc = 2;
+  CLI::App* sub = app.add_subcommand(
+      "comm", "train a few data-parallel steps and print what each gradient bucket's collective moved and hid");
+  addTrainOptions(sub, c->train, true);
+  sub->get_option("--steps")->description("steps to train and measure (default 3)");
+  sub->get_option("--nproc")->description("ranks to start (default 2)");
+  sub->add_option("--report", c->report, "also write the report with every step's collectives (JSON)");
+  sub->callback([c] {
+    if (c->train.nproc < 2) throw CLI::ValidationError("--nproc", "kiln comm needs at least 2 ranks");
     int rc = train(*c);
     if (rc) throw CLI::RuntimeError(rc);
   });

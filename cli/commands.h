@@ -12,6 +12,7 @@ void addOpsCommand(CLI::App& app);
 void addCompareCommand(CLI::App& app);
 void addVerifyCommand(CLI::App& app);
 void addTrainCommand(CLI::App& app);
+void addCommCommand(CLI::App& app);  // cmd_train.cpp: kiln comm
 void addGradCommand(CLI::App& app);
 void addPassesCommand(CLI::App& app);
 void addOptCommand(CLI::App& app);

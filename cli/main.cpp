@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   kiln::cli::addCompareCommand(app);
   kiln::cli::addVerifyCommand(app);
   kiln::cli::addTrainCommand(app);
+  kiln::cli::addCommCommand(app);
   kiln::cli::addGradCommand(app);
   kiln::cli::addPassesCommand(app);
   kiln::cli::addOptCommand(app);

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -98,6 +99,10 @@ int launchRanks(const TrainArgs& a) {
       setenv("MASTER_ADDR", "127.0.0.1", 1);
       setenv("MASTER_PORT", std::to_string(*port).c_str(), 1);
       setenv("KILN_COMM_TIMEOUT", std::to_string(timeout).c_str(), 1);
+      setenv("LOCAL_WORLD_SIZE", std::to_string(a.nproc).c_str(), 1);
+      // Ranks share the cores: idle OpenMP threads must sleep, not spin,
+      // or they starve the other ranks and the communication threads.
+      setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
       if (r > 0) {  // rank 0 speaks for the run; the others only about errors
         const int null = open("/dev/null", O_WRONLY);
         if (null >= 0) dup2(null, STDOUT_FILENO);
@@ -165,6 +170,12 @@ Status joinRanks(TrainArgs& a) {
   if (a.device != "cpu")
     return Error{"data-parallel training runs on the CPU (Gloo) so far; --device " + a.device +
                  " with more than one rank needs the NCCL communicator"};
+  // The ranks on this machine split its cores (unless --threads says otherwise).
+  if (a.threads == 0) {
+    int local = opts->world_size;
+    if (const char* l = std::getenv("LOCAL_WORLD_SIZE")) local = std::max(1, std::atoi(l));
+    a.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local);
+  }
   auto comm = createGlooCommunicator(*opts);
   if (!comm) return comm.error();
   a.collectives = std::make_shared<CollectiveEngine>(std::shared_ptr<Communicator>(std::move(*comm)));

@@ -195,7 +195,7 @@ class GPT2Mini(nn.Module):
         # ("wte.weight" and "lm_head.weight"); named_parameters() yields it once.
         self.lm_head.weight = self.wte.weight
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+    def trunk(self, idx: torch.Tensor) -> torch.Tensor:
         T = idx.size(1)
         pos = torch.arange(0, T, dtype=torch.long, device=idx.device).unsqueeze(0)
         # Causal mask built in forward: True above the diagonal = masked.
@@ -203,7 +203,27 @@ class GPT2Mini(nn.Module):
         x = self.drop(self.wte(idx) + self.wpe(pos))
         for block in self.h:
             x = block(x, mask)
-        return self.lm_head(self.ln_f(x))
+        return self.ln_f(x)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(self.trunk(idx))
+
+
+class GPT2Classifier(GPT2Mini):
+    """GPT-2-style decoder with a classification head on the last token (as
+    transformers' GPT2ForSequenceClassification): the token embedding is not
+    tied to an output layer, so its gradient is non-zero only in the rows of
+    the batch's tokens -- the sparse gradient data-parallel training can
+    exploit (benchmarks/dp_bench.py)."""
+
+    def __init__(self, vocab: int = 50257, n_ctx: int = 64, d_model: int = 128, n_head: int = 4,
+                 n_layer: int = 2, n_classes: int = 4):
+        super().__init__(vocab, n_ctx, d_model, n_head, n_layer, dropout=0.0)
+        del self.lm_head
+        self.score = nn.Linear(d_model, n_classes, bias=False)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.score(self.trunk(idx)[:, -1])
 
 
 class NNTransformer(nn.Module):
@@ -353,12 +373,15 @@ _REGISTRY: Dict[str, Tuple[Callable[[], nn.Module], tuple, Tuple[str, ...]]] = {
     # test suites never export its 500 MB of weights.
     "gpt2_small": (lambda: GPT2Mini(vocab=50257, n_ctx=1024, d_model=768, n_head=12, n_layer=12),
                    (_ints((1, 1024), 50257),), _OWN),
+    # GPT-2-style classifier with GPT-2's 50257-token vocabulary (25 MB of
+    # embedding, the rest 0.4M parameters), for the data-parallel benchmark.
+    "gpt2_cls50k": (GPT2Classifier, (_ints((16, 64), 50257),), _OWN),
     # ResNet-50 at ImageNet size, for the GPU benchmark (benchmarks/gpu_zoo.py).
     "tv_resnet50": (lambda: _tv("resnet50"), ((32, 3, 224, 224),), _TV),
 }
 
 # Built on request only (export.py NAME), never by the test suites.
-BENCH_ONLY = {"gpt2_small", "tv_resnet50"}
+BENCH_ONLY = {"gpt2_small", "gpt2_cls50k", "tv_resnet50"}
 NAMES: List[str] = [n for n in _REGISTRY if n not in BENCH_ONLY]
 
 # Models whose forward is meant to run in train mode.

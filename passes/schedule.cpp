@@ -63,10 +63,21 @@ class ListScheduler {
           best_net = n;
         }
       // A collective (a gradient bucket's allreduce) as soon as its inputs
-      // are ready: the rest of the backward then runs while it travels.
+      // are ready, and what reads its results as late as possible: the
+      // rest of the backward then runs while it travels.
       const auto collective =
           std::ranges::find_if(ready, [&](size_t i) { return nodes_[i]->def().has(kCollective); });
-      if (collective != ready.end()) best = collective;
+      if (collective != ready.end()) {
+        best = collective;
+      } else if (readsCollective(*best)) {
+        const auto other = std::ranges::find_if(ready, [&](size_t i) { return !readsCollective(i); });
+        if (other != ready.end()) {
+          best = other;
+          for (auto it = std::next(other); it != ready.end(); ++it)
+            if (!readsCollective(*it))
+              if (const int64_t n = net(*it), bn = net(*best); prefer(*it, n, *best, bn)) best = it;
+        }
+      }
       const size_t i = *best;
       ready.erase(best);
       order.push_back(nodes_[i]);
@@ -81,6 +92,13 @@ class ListScheduler {
   const Value* root(const Value* v) const {
     while (v->producer() && mayAliasInput(*v->producer())) v = v->producer()->input(0);
     return v;
+  }
+
+  /// Whether node i reads a collective's result (waits for communication).
+  bool readsCollective(size_t i) const {
+    for (const Value* in : nodes_[i]->inputs())
+      if (in->producer() && in->producer()->def().has(kCollective)) return true;
+    return false;
   }
 
   /// The nodes that read v's buffer: v's users and the users of its views.

@@ -10,8 +10,9 @@
 // backward nodes and per-parameter updates (split_updates) run as early as
 // their inputs allow and buffers die as early as possible.
 // A collective (data_parallel's allreduce of a gradient bucket) runs as
-// soon as its inputs are ready, whatever it frees, so the communication
-// overlaps the rest of the backward.
+// soon as its inputs are ready, whatever it frees, and a node that reads a
+// collective's result only when no other node is ready, so the
+// communication overlaps the rest of the backward.
 // An update that may write over the state it replaces (an optimizer update,
 // a BatchNorm running statistic) waits until every other reader of that
 // state has run, so writing in place stays possible.

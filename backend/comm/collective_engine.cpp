@@ -26,27 +26,31 @@ struct CollectiveEngine::Job {
 
 namespace {
 
-/// x /= n in place: the division DDP applies to each gradient before the sum.
-void divide(void* data, size_t count, DType dt, int n) {
+/// dst = src / n: the division DDP applies to each gradient before the sum.
+void divideInto(void* dst, const void* src, size_t count, DType dt, int n) {
   switch (dt) {
     case DType::F32: {
-      auto* p = static_cast<float*>(data);
-      for (size_t i = 0; i < count; ++i) p[i] /= static_cast<float>(n);
+      auto* d = static_cast<float*>(dst);
+      const auto* s = static_cast<const float*>(src);
+      for (size_t i = 0; i < count; ++i) d[i] = s[i] / static_cast<float>(n);
       return;
     }
     case DType::F64: {
-      auto* p = static_cast<double*>(data);
-      for (size_t i = 0; i < count; ++i) p[i] /= n;
+      auto* d = static_cast<double*>(dst);
+      const auto* s = static_cast<const double*>(src);
+      for (size_t i = 0; i < count; ++i) d[i] = s[i] / n;
       return;
     }
     case DType::BF16: {
-      auto* p = static_cast<uint16_t*>(data);
-      for (size_t i = 0; i < count; ++i) p[i] = floatToBf16(bf16ToFloat(p[i]) / static_cast<float>(n));
+      auto* d = static_cast<uint16_t*>(dst);
+      const auto* s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < count; ++i) d[i] = floatToBf16(bf16ToFloat(s[i]) / static_cast<float>(n));
       return;
     }
     case DType::F16: {
-      auto* p = static_cast<uint16_t*>(data);
-      for (size_t i = 0; i < count; ++i) p[i] = floatToHalf(halfToFloat(p[i]) / static_cast<float>(n));
+      auto* d = static_cast<uint16_t*>(dst);
+      const auto* s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < count; ++i) d[i] = floatToHalf(halfToFloat(s[i]) / static_cast<float>(n));
       return;
     }
     default:
@@ -112,7 +116,12 @@ void CollectiveEngine::start(size_t index, const Node& n, std::span<const Tensor
     Job::Group group{dt, &buf, {}};
     size_t at = 0;
     for (size_t k : members) {
-      if (ins[k].bytes()) std::memcpy(buf.data() + at, ins[k].raw(), ins[k].bytes());
+      // DDP's division by the world size, done while copying (one pass over
+      // the gradient instead of two).
+      if (ins[k].bytes() && job->average && size() > 1)
+        divideInto(buf.data() + at, ins[k].raw(), static_cast<size_t>(ins[k].numel()), dt, size());
+      else if (ins[k].bytes())
+        std::memcpy(buf.data() + at, ins[k].raw(), ins[k].bytes());
       group.outs.emplace_back(outs[k], at);
       at += ins[k].bytes();
     }
@@ -165,7 +174,6 @@ void CollectiveEngine::run(Job& job) {
       // A ring/tree broadcast sends each byte about once per rank.
       rec.sent_bytes += rank() == job.root || n <= 1 ? bytes : 0;
     } else {
-      if (job.average && n > 1) divide(data, count, g.dtype, n);
       if (job.sparse) {
         const SparseAllreduceStats s =
             sparseBlockAllreduce(*comm_, data, count, g.dtype, static_cast<size_t>(job.block), sparse_max_ratio_);

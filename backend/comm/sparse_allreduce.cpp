@@ -181,7 +181,8 @@ SparseAllreduceStats sparseBlockAllreduce(Communicator& comm, void* data, size_t
       if (p != q) wire += static_cast<double>(pack1(p, q));
     }
     st.nonzero_blocks_all += sum;
-    wire += static_cast<double>(n - 1) * static_cast<double>(L.pack(std::min(sum, L.begin(q + 1) - L.begin(q)), tail_of[q]));
+    wire += static_cast<double>(n - 1) *
+            static_cast<double>(L.pack(std::min(sum, L.begin(q + 1) - L.begin(q)), tail_of[q]));
   }
   const uint64_t ring = ringAllreduceBytes(st.dense_bytes, n);
   if (wire > max_ratio * static_cast<double>(n) * static_cast<double>(ring)) {
@@ -215,8 +216,7 @@ SparseAllreduceStats sparseBlockAllreduce(Communicator& comm, void* data, size_t
     for (size_t j = 0; j < k; ++j) {
       const uint64_t b = mine[first[q] + j];
       L.putIndex(w, j, b);
-      std::memcpy(L.blockAt(w, k, j), static_cast<const uint8_t*>(data) + b * block * L.esize,
-                  L.len(b) * L.esize);
+      std::memcpy(L.blockAt(w, k, j), static_cast<const uint8_t*>(data) + b * block * L.esize, L.len(b) * L.esize);
     }
     w += send_counts[q];
   }

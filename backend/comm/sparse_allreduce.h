@@ -20,7 +20,8 @@
 // blocks on), pack(k) = k x idx + the elements of those k blocks x esize,
 // c[p][q] = rank p's non-zero blocks in owner q's range, u[q] = owner q's
 // summed non-zero blocks, D = the tensor's bytes:
-//   counts   N (N-1) x 8 + (N-1) x 8    (two ring all-gathers of i64 words)
+//   counts   N (N-1) x 8, then (N-1) x 8 unless every rank is all zero
+//            (two ring all-gathers of i64 words)
 //   phase 1  sum_{q != r} pack(c[r][q])
 //   phase 2  sum_{q != (r+1) mod N} pack(u[q])   (Gloo's ring allgatherv:
 //            rank r forwards every slot but that of rank r+1)
@@ -30,7 +31,8 @@
 // <= max_ratio x N x ring(D, N), with ub[q] = min(sum_p c[p][q], blocks in
 // q's range) >= u[q]: an upper bound of the total bytes on the wire, so a
 // sparse exchange never costs more than max_ratio x the dense ring's total
-// (the count words aside). Otherwise every rank takes the dense allreduce.
+// (the count words aside). Otherwise every rank takes the dense allreduce
+// and reports ring(D, N) + N (N-1) x 8 bytes.
 #pragma once
 
 #include <cstddef>

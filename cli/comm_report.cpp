@@ -1,0 +1,118 @@
+#include "cli/comm_report.h"
+
+#include <algorithm>
+#include <iomanip>
+#include <sstream>
+
+#include "cli/cli_common.h"
+
+namespace kiln::cli {
+namespace {
+
+std::string ms(double v) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(v < 10 ? 3 : 1) << v;
+  return s.str();
+}
+
+std::string percent(double v) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(0) << 100 * v << "%";
+  return s.str();
+}
+
+std::string bucketName(const CollectiveRecord& r) {
+  if (r.collective == "broadcast") return "buffers";
+  return r.bucket < 0 ? "loss" : std::to_string(r.bucket);
+}
+
+}  // namespace
+
+double CommStep::commMillis() const {
+  double t = 0;
+  for (const CollectiveRecord& r : collectives) t += r.end_ms - r.begin_ms;
+  return t;
+}
+
+double CommStep::exposedMillis() const {
+  double t = 0;
+  for (const CollectiveRecord& r : collectives) t += r.waited_ms;
+  return t;
+}
+
+double CommStep::overlap() const {
+  const double comm = commMillis();
+  return comm > 0 ? std::clamp(1 - exposedMillis() / comm, 0.0, 1.0) : 1.0;
+}
+
+uint64_t CommStep::denseBytes() const {
+  uint64_t b = 0;
+  for (const CollectiveRecord& r : collectives) b += r.dense_bytes;
+  return b;
+}
+
+uint64_t CommStep::sentBytes() const {
+  uint64_t b = 0;
+  for (const CollectiveRecord& r : collectives) b += r.sent_bytes;
+  return b;
+}
+
+void addCommunication(nlohmann::ordered_json& report, int ranks, const std::string& backend,
+                      const std::vector<CommStep>& steps) {
+  nlohmann::ordered_json out = {{"ranks", ranks}, {"backend", backend}};
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  for (const CommStep& s : steps) {
+    nlohmann::ordered_json cs = nlohmann::ordered_json::array();
+    for (const CollectiveRecord& r : s.collectives) {
+      nlohmann::ordered_json c = {{"bucket", r.bucket},        {"collective", r.collective},
+                                  {"algorithm", r.algorithm},  {"node", r.node},
+                                  {"tensors", r.tensors},      {"dense_bytes", r.dense_bytes},
+                                  {"sent_bytes", r.sent_bytes}, {"start_ms", r.start_ms},
+                                  {"begin_ms", r.begin_ms},    {"end_ms", r.end_ms},
+                                  {"waited_ms", r.waited_ms}};
+      if (r.blocks) {
+        c["blocks"] = r.blocks;
+        c["nonzero_blocks"] = r.nonzero_blocks;
+      }
+      cs.push_back(std::move(c));
+    }
+    rows.push_back({{"step", s.step},
+                    {"step_ms", s.step_ms},
+                    {"comm_ms", s.commMillis()},
+                    {"exposed_ms", s.exposedMillis()},
+                    {"overlap", s.overlap()},
+                    {"dense_bytes", s.denseBytes()},
+                    {"sent_bytes", s.sentBytes()},
+                    {"collectives", std::move(cs)}});
+  }
+  out["steps"] = std::move(rows);
+  report["communication"] = std::move(out);
+}
+
+void printCommTable(std::ostream& out, int ranks, const std::string& backend, const std::vector<CommStep>& steps) {
+  if (steps.empty()) return;
+  const CommStep& last = steps.back();
+  out << "communication of step " << last.step << " (" << ranks << " ranks, " << backend
+      << "; bytes sent by rank 0; dense allreduce: the ring's 2(N-1)/N x size):\n";
+  out << std::left << std::setw(9) << "bucket" << std::setw(11) << "collective" << std::setw(16) << "algorithm"
+      << std::right << std::setw(8) << "tensors" << std::setw(12) << "dense" << std::setw(12) << "sent"
+      << std::setw(8) << "sent%" << std::setw(10) << "ms" << std::setw(10) << "hidden" << "\n";
+  for (const CollectiveRecord& r : last.collectives) {
+    const double comm = r.end_ms - r.begin_ms;
+    out << std::left << std::setw(9) << bucketName(r) << std::setw(11) << r.collective << std::setw(16)
+        << r.algorithm << std::right << std::setw(8) << r.tensors << std::setw(12)
+        << humanCount(static_cast<double>(r.dense_bytes), "B") << std::setw(12)
+        << humanCount(static_cast<double>(r.sent_bytes), "B") << std::setw(8)
+        << (r.dense_bytes ? percent(static_cast<double>(r.sent_bytes) / static_cast<double>(r.dense_bytes)) : "-")
+        << std::setw(10) << ms(comm) << std::setw(10)
+        << (comm > 0 ? percent(std::clamp(1 - r.waited_ms / comm, 0.0, 1.0)) : "-") << "\n";
+  }
+  out << "per step: step ms, communication ms (on the wire), exposed ms (the step waited), overlap (hidden share):\n";
+  for (const CommStep& s : steps)
+    out << "  step " << std::setw(4) << s.step << std::setw(10) << ms(s.step_ms) << " ms  comm " << std::setw(9)
+        << ms(s.commMillis()) << " ms  exposed " << std::setw(9) << ms(s.exposedMillis()) << " ms  overlap "
+        << std::setw(5) << percent(s.overlap()) << "  sent " << humanCount(static_cast<double>(s.sentBytes()), "B")
+        << " of " << humanCount(static_cast<double>(s.denseBytes()), "B") << " dense\n";
+}
+
+}  // namespace kiln::cli
