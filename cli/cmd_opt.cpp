@@ -26,6 +26,9 @@ struct OptArgs {
   std::vector<std::string> freeze;  ///< --freeze patterns for the freeze pass
   std::string amp = "none";         ///< --amp for the amp pass
   std::string memory_budget;        ///< --memory-budget for the remat pass
+  int nproc = 1;                    ///< --nproc: ranks the data_parallel pass communicates between
+  std::string bucket_size = "25MiB";
+  std::vector<std::string> sparse_grads;
 };
 
 int runOpt(const OptArgs& a) {
@@ -54,6 +57,12 @@ int runOpt(const OptArgs& a) {
     if (!b) return reportError(Error{"--memory-budget: " + b.error().message});
     ctx.training.memory_budget = *b;
   }
+  DataParallelOptions& dp = ctx.training.data_parallel;
+  dp.world_size = a.nproc;
+  auto bucket = parseByteSize(a.bucket_size);
+  if (!bucket) return reportError(Error{"--bucket-size: " + bucket.error().message});
+  dp.bucket_bytes = *bucket;
+  dp.sparse_patterns = a.sparse_grads;
   PassManagerOptions o = passManagerOptions(a.flags, &std::cerr);
   if (Status s = runPipeline(*g, ctx, *pipeline, o); !s) return reportError(Error{a.input + ": " + s.error().message});
   std::string result = printGraph(*g);
@@ -76,6 +85,9 @@ void addOptCommand(CLI::App& app) {
   sub->add_option("--freeze", a->freeze, "parameters the freeze pass freezes: a glob or a name prefix (repeatable)");
   sub->add_option("--amp", a->amp, "mixed precision for the amp pass: none (default), bf16 or fp16 (with loss scaling)");
   sub->add_option("--memory-budget", a->memory_budget, "peak bytes for the remat pass, e.g. 512MiB or 2GiB");
+  sub->add_option("--nproc", a->nproc, "ranks for the data_parallel pass (default 1: it changes nothing)");
+  sub->add_option("--bucket-size", a->bucket_size, "gradient bytes per allreduce for the data_parallel pass");
+  sub->add_option("--sparse-grads", a->sparse_grads, "block-sparse gradients for the data_parallel pass");
   sub->callback([a] {
     int rc = runOpt(*a);
     if (rc) throw CLI::RuntimeError(rc);

@@ -64,11 +64,11 @@ void addCommunication(nlohmann::ordered_json& report, int ranks, const std::stri
   for (const CommStep& s : steps) {
     nlohmann::ordered_json cs = nlohmann::ordered_json::array();
     for (const CollectiveRecord& r : s.collectives) {
-      nlohmann::ordered_json c = {{"bucket", r.bucket},        {"collective", r.collective},
-                                  {"algorithm", r.algorithm},  {"node", r.node},
-                                  {"tensors", r.tensors},      {"dense_bytes", r.dense_bytes},
+      nlohmann::ordered_json c = {{"bucket", r.bucket},         {"collective", r.collective},
+                                  {"algorithm", r.algorithm},   {"node", r.node},
+                                  {"tensors", r.tensors},       {"dense_bytes", r.dense_bytes},
                                   {"sent_bytes", r.sent_bytes}, {"start_ms", r.start_ms},
-                                  {"begin_ms", r.begin_ms},    {"end_ms", r.end_ms},
+                                  {"begin_ms", r.begin_ms},     {"end_ms", r.end_ms},
                                   {"waited_ms", r.waited_ms}};
       if (r.blocks) {
         c["blocks"] = r.blocks;
@@ -95,12 +95,13 @@ void printCommTable(std::ostream& out, int ranks, const std::string& backend, co
   out << "communication of step " << last.step << " (" << ranks << " ranks, " << backend
       << "; bytes sent by rank 0; dense allreduce: the ring's 2(N-1)/N x size):\n";
   out << std::left << std::setw(9) << "bucket" << std::setw(11) << "collective" << std::setw(16) << "algorithm"
-      << std::right << std::setw(8) << "tensors" << std::setw(12) << "dense" << std::setw(12) << "sent"
-      << std::setw(8) << "sent%" << std::setw(10) << "ms" << std::setw(10) << "hidden" << "\n";
+      << std::right << std::setw(8) << "tensors" << std::setw(12) << "dense" << std::setw(12) << "sent" << std::setw(8)
+      << "sent%" << std::setw(10) << "ms" << std::setw(10) << "hidden"
+      << "\n";
   for (const CollectiveRecord& r : last.collectives) {
     const double comm = r.end_ms - r.begin_ms;
-    out << std::left << std::setw(9) << bucketName(r) << std::setw(11) << r.collective << std::setw(16)
-        << r.algorithm << std::right << std::setw(8) << r.tensors << std::setw(12)
+    out << std::left << std::setw(9) << bucketName(r) << std::setw(11) << r.collective << std::setw(16) << r.algorithm
+        << std::right << std::setw(8) << r.tensors << std::setw(12)
         << humanCount(static_cast<double>(r.dense_bytes), "B") << std::setw(12)
         << humanCount(static_cast<double>(r.sent_bytes), "B") << std::setw(8)
         << (r.dense_bytes ? percent(static_cast<double>(r.sent_bytes) / static_cast<double>(r.dense_bytes)) : "-")

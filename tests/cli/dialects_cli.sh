@@ -37,7 +37,7 @@ out=$("$KILN" train "$M" --steps 1 --no-cache --dialects blas 2>&1) && fail "--d
 grep -q "no CPU kernel for .* nodes: .*adam_update x.*(dialects blas have none; cpu would)" <<<"$out" ||
   fail "--dialects blas: unclear error: $out"
 out=$("$KILN" train "$M" --steps 1 --no-cache --dialects cpu,cudnn 2>&1) && fail "--dialects cudnn succeeded on the CPU"
-grep -q "unknown dialect 'cudnn' (known: blas, cpu, onednn)" <<<"$out" || fail "unknown dialect: unclear error: $out"
+grep -q "unknown dialect 'cudnn' (known: blas, cpu, gloo, onednn)" <<<"$out" || fail "unknown dialect: unclear error: $out"
 out=$("$KILN" train "$M" --steps 1 --no-cache --dialects cpu,cpu 2>&1) && fail "--dialects cpu,cpu succeeded"
 grep -q "'cpu' named twice" <<<"$out" || fail "duplicate dialect: unclear error: $out"
 ok "an incomplete, unknown or repeated --dialects is one clear error"
