@@ -69,10 +69,13 @@ std::string describeStatus(int status) {
   return "ended";
 }
 
-double commTimeoutSeconds(const TrainArgs& a) {
-  if (a.comm_timeout > 0) return a.comm_timeout;
-  if (const char* t = std::getenv("KILN_COMM_TIMEOUT")) return std::atof(t) > 0 ? std::atof(t) : 60;
-  return 60;
+/// The environment's communication options (commOptionsFromEnv), with
+/// --comm-timeout over KILN_COMM_TIMEOUT.
+Result<CommOptions> commOptions(const TrainArgs& a) {
+  auto opts = commOptionsFromEnv();
+  if (opts && a.comm_timeout > 0)
+    opts->timeout = std::chrono::milliseconds(static_cast<int64_t>(a.comm_timeout * 1000));
+  return opts;
 }
 
 }  // namespace
@@ -82,10 +85,12 @@ bool shouldLaunch(const TrainArgs& a) {
 }
 
 int launchRanks(const TrainArgs& a) {
+  auto opts = commOptions(a);  // a malformed KILN_COMM_TIMEOUT fails here, not in N ranks
+  if (!opts) return reportError(opts.error());
   auto port = freePort();
   if (!port) return reportError(port.error());
   const std::vector<std::string> args = withoutNproc(ownArguments());
-  const double timeout = commTimeoutSeconds(a);
+  const double timeout = std::chrono::duration<double>(opts->timeout).count();
   std::vector<pid_t> pids;
   for (int r = 0; r < a.nproc; ++r) {
     const pid_t pid = fork();
@@ -162,10 +167,9 @@ int launchRanks(const TrainArgs& a) {
 }
 
 Status joinRanks(TrainArgs& a) {
-  auto opts = commOptionsFromEnv();
+  auto opts = commOptions(a);
   if (!opts) return opts.error();
   if (opts->world_size <= 1) return {};
-  if (a.comm_timeout > 0) opts->timeout = std::chrono::milliseconds(static_cast<int64_t>(a.comm_timeout * 1000));
   setErrorPrefix("rank " + std::to_string(opts->rank) + ": ");
   if (a.device != "cpu")
     return Error{"data-parallel training runs on the CPU (Gloo) so far; --device " + a.device +

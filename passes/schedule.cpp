@@ -26,6 +26,14 @@ class ListScheduler {
     }
     for (const GraphOutput& o : g.outputs()) kept_.insert(root(o.value));
     for (const Value* v : g.inputs()) kept_.insert(v);
+    // A collective (a gradient bucket's allreduce) goes as soon as its
+    // inputs are ready, and what reads its results as late as possible: the
+    // rest of the backward then runs while it travels.
+    for (const Node* n : nodes_) {
+      const bool reads_collective = std::ranges::any_of(
+          n->inputs(), [](const Value* v) { return v->producer() && v->producer()->def().has(kCollective); });
+      tier_.push_back(n->def().has(kCollective) ? 0 : reads_collective ? 2 : 1);
+    }
     waits_.assign(nodes_.size(), 0);
     next_.resize(nodes_.size());
     for (size_t i = 0; i < nodes_.size(); ++i) {
@@ -57,25 +65,11 @@ class ListScheduler {
     while (!ready.empty()) {
       auto best = ready.begin();
       int64_t best_net = net(*best);
-      for (auto it = std::next(ready.begin()); it != ready.end(); ++it)
-        if (const int64_t n = net(*it); prefer(*it, n, *best, best_net)) {
+      for (auto it = std::next(ready.begin()); it != ready.end(); ++it) {
+        const int64_t n = net(*it);
+        if (tier_[*it] < tier_[*best] || (tier_[*it] == tier_[*best] && prefer(*it, n, *best, best_net))) {
           best = it;
           best_net = n;
-        }
-      // A collective (a gradient bucket's allreduce) as soon as its inputs
-      // are ready, and what reads its results as late as possible: the
-      // rest of the backward then runs while it travels.
-      const auto collective =
-          std::ranges::find_if(ready, [&](size_t i) { return nodes_[i]->def().has(kCollective); });
-      if (collective != ready.end()) {
-        best = collective;
-      } else if (readsCollective(*best)) {
-        const auto other = std::ranges::find_if(ready, [&](size_t i) { return !readsCollective(i); });
-        if (other != ready.end()) {
-          best = other;
-          for (auto it = std::next(other); it != ready.end(); ++it)
-            if (!readsCollective(*it))
-              if (const int64_t n = net(*it), bn = net(*best); prefer(*it, n, *best, bn)) best = it;
         }
       }
       const size_t i = *best;
@@ -92,13 +86,6 @@ class ListScheduler {
   const Value* root(const Value* v) const {
     while (v->producer() && mayAliasInput(*v->producer())) v = v->producer()->input(0);
     return v;
-  }
-
-  /// Whether node i reads a collective's result (waits for communication).
-  bool readsCollective(size_t i) const {
-    for (const Value* in : nodes_[i]->inputs())
-      if (in->producer() && in->producer()->def().has(kCollective)) return true;
-    return false;
   }
 
   /// The nodes that read v's buffer: v's users and the users of its views.
@@ -126,9 +113,9 @@ class ListScheduler {
   /// Whether to run node a (adding na bytes) before node b (adding nb).
   static bool prefer(size_t a, int64_t na, size_t b, int64_t nb) {
     const bool frees_a = na <= 0, frees_b = nb <= 0;
-    if (frees_a != frees_b) return frees_a;  // a node that frees what it makes first
+    if (frees_a != frees_b) return frees_a;   // a node that frees what it makes first
     if (frees_a && na != nb) return na < nb;  // of those, the one that frees most
-    return a < b;                            // else the current order
+    return a < b;                             // else the current order
   }
 
   /// Bytes the node would add to the live set: its own buffers less those it reads last.
@@ -148,11 +135,12 @@ class ListScheduler {
 
   std::vector<Node*> nodes_;
   std::unordered_map<const Node*, size_t> index_;
+  std::vector<int> tier_;  // per node: 0 collective, 2 reads a collective's result, 1 the rest (lower first)
   std::vector<size_t> waits_;
   std::vector<std::vector<size_t>> next_;
-  std::vector<std::vector<const Value*>> reads_;  // per node: the buffers it reads
+  std::vector<std::vector<const Value*>> reads_;      // per node: the buffers it reads
   std::unordered_map<const Value*, size_t> readers_;  // buffer -> nodes yet to read it
-  std::unordered_set<const Value*> kept_;  // graph inputs and returned buffers: never freed by the step
+  std::unordered_set<const Value*> kept_;             // graph inputs and returned buffers: never freed by the step
   std::unordered_set<const Value*> in_place_;
 };
 

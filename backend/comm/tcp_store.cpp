@@ -67,43 +67,37 @@ Io waitFd(int fd, short events, Clock::time_point deadline) {
   }
 }
 
-Io sendAll(int fd, const void* data, size_t n, Clock::time_point deadline) {
-  auto* p = static_cast<const char*>(data);
-  while (n > 0) {
-    // MSG_NOSIGNAL: a peer that went away must be an error, not SIGPIPE.
-    const ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
+/// Moves all n bytes through `io` (send or recv: bytes moved, 0 for a closed
+/// peer, < 0 with errno), waiting for `events` when the socket would block.
+template <typename IoFn>
+Io transferAll(int fd, size_t n, short events, Clock::time_point deadline, IoFn io) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t k = io(done, n - done);
     if (k > 0) {
-      p += k;
-      n -= static_cast<size_t>(k);
+      done += static_cast<size_t>(k);
     } else if (k < 0 && errno == EINTR) {
       continue;
     } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      const Io w = waitFd(fd, POLLOUT, deadline);
-      if (w != Io::Ok) return w;
-    } else {
-      return Io::Closed;
-    }
-  }
-  return Io::Ok;
-}
-
-Io recvAll(int fd, void* data, size_t n, Clock::time_point deadline) {
-  auto* p = static_cast<char*>(data);
-  while (n > 0) {
-    const ssize_t k = ::recv(fd, p, n, 0);
-    if (k > 0) {
-      p += k;
-      n -= static_cast<size_t>(k);
-    } else if (k < 0 && errno == EINTR) {
-      continue;
-    } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      const Io w = waitFd(fd, POLLIN, deadline);
+      const Io w = waitFd(fd, events, deadline);
       if (w != Io::Ok) return w;
     } else {
       return Io::Closed;  // 0: orderly close; <0: reset
     }
   }
   return Io::Ok;
+}
+
+Io sendAll(int fd, const void* data, size_t n, Clock::time_point deadline) {
+  const auto* p = static_cast<const char*>(data);
+  // MSG_NOSIGNAL: a peer that went away must be an error, not SIGPIPE.
+  return transferAll(fd, n, POLLOUT, deadline,
+                     [&](size_t at, size_t left) { return ::send(fd, p + at, left, MSG_NOSIGNAL); });
+}
+
+Io recvAll(int fd, void* data, size_t n, Clock::time_point deadline) {
+  auto* p = static_cast<char*>(data);
+  return transferAll(fd, n, POLLIN, deadline, [&](size_t at, size_t left) { return ::recv(fd, p + at, left, 0); });
 }
 
 void putLe(char* p, uint64_t v, int bytes) {

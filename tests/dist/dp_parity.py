@@ -29,9 +29,7 @@ deletes kiln's outputs (parity.tidy_outputs).
 """
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import time
 
@@ -39,7 +37,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "train"))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "models"))
 import parity  # noqa: E402  (prepare, tidy_outputs)
+import reference as ref  # noqa: E402
 import st_io  # noqa: E402
+from compare import rel_max  # noqa: E402
 
 ADAMW = ["--optimizer", "adamw", "--lr", "1e-3"]
 SGD = ["--optimizer", "sgd", "--lr", "0.01", "--momentum", "0.9", "--nesterov", "--clip-grad-norm", "1.0"]
@@ -50,25 +50,6 @@ VARIANTS = {  # name: (dtype, optimizer args, data-parallel args, tolerance)
     "huge_buckets": ("float64", ADAMW, ["--bucket-size", "1GiB"], 1e-9),
     "all_sparse": ("float64", ADAMW, ["--sparse-grads", "*"], 1e-9),
 }
-
-
-def run(cmd, what):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if p.returncode != 0:
-        raise parity.Failure(f"{what} exited with {p.returncode}: {' '.join(cmd)}\n"
-                             + "\n".join(p.stdout.strip().splitlines()[-6:]))
-    return p.stdout
-
-
-def losses(path):
-    return [json.loads(line)["loss"] for line in open(path)]
-
-
-def rel(a, b) -> float:
-    a, b = a.double(), b.double()
-    scale = b.abs().max().item() if b.numel() else 0.0
-    diff = (a - b).abs().max().item() if b.numel() else 0.0
-    return diff / scale if scale > 0 else diff
 
 
 def main(argv=None) -> int:
@@ -92,21 +73,21 @@ def main(argv=None) -> int:
                 raise parity.Failure(f"unknown variant {variant} (choose from {', '.join(VARIANTS)})")
             dtype, opt, dp, tol = VARIANTS[variant]
             pt, data = parity.prepare(a.name, loss, a.cache_dir or a.work_dir, dtype, batch_size=batch)
-            base = [a.kiln, "train", pt, "--input-file", data, "--loss", loss, "--steps", str(a.steps),
+            base = ["train", pt, "--input-file", data, "--loss", loss, "--steps", str(a.steps),
                     "--no-cache"] + opt
             out = {}
             t0 = time.time()
             for label, extra in (("single", []), ("dp", ["--nproc", str(a.nproc)] + dp)):
                 w = os.path.join(a.work_dir, f"{variant}.{label}.safetensors")
                 log = os.path.join(a.work_dir, f"{variant}.{label}.jsonl")
-                run(base + extra + ["--save-weights", w, "--log-file", log], f"kiln ({label})")
-                out[label] = (st_io.load(w), losses(log))
+                parity.run_kiln(a.kiln, base + extra + ["--save-weights", w, "--log-file", log])
+                out[label] = (st_io.load(w), ref.read_log(log))
             (ws, ls), (wd, ld) = out["single"], out["dp"]
             worst, where = 0.0, ""
             if set(ws) != set(wd):
                 bad.append(f"{variant}: tensor names differ: {sorted(set(ws) ^ set(wd))}")
             for k in sorted(set(ws) & set(wd)):
-                e = rel(wd[k], ws[k])
+                e = rel_max(wd[k], ws[k])
                 if e > worst:
                     worst, where = e, k
                 if e > tol:

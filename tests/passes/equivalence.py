@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "train"))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "models"))
 import parity  # noqa: E402  (prepare: the shared export + batch cache)
 import st_io  # noqa: E402
+from compare import rel_max  # noqa: E402
 
 UNOPTIMIZED = {"train": "loss,autodiff,optimizer", "grad": "loss,autodiff"}
 
@@ -39,13 +40,6 @@ def run(cmd):
 def losses_of(path):
     import json
     return [json.loads(line)["loss"] for line in open(path)]
-
-
-def rel_err(a, b) -> float:
-    a, b = a.double(), b.double()
-    scale = b.abs().max().item() if b.numel() else 0.0
-    diff = (a - b).abs().max().item() if b.numel() else 0.0
-    return diff / scale if scale > 0 else diff
 
 
 def main() -> int:
@@ -82,7 +76,7 @@ def main() -> int:
             if set(opt[0]) != set(ref[0]):
                 bad.append(f"{cmd}: tensor names differ: {sorted(set(opt[0]) ^ set(ref[0]))}")
             for k in sorted(set(opt[0]) & set(ref[0])):
-                e = rel_err(opt[0][k], ref[0][k])
+                e = rel_max(opt[0][k], ref[0][k])
                 worst = max(worst, e)
                 if e > a.tol:
                     bad.append(f"{cmd}: {k}: relative error {e:.3g} > {a.tol:g}")

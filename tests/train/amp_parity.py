@@ -34,15 +34,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "models"))
 import losses  # noqa: E402
 import parity  # noqa: E402
 import reference as ref  # noqa: E402
+from compare import rel_max  # noqa: E402
 import st_io  # noqa: E402
-
-
-def rel_max(a: torch.Tensor, b: torch.Tensor) -> float:
-    """max|a - b| relative to max|b| (0 when both are zero)."""
-    a, b = a.double(), b.double()
-    scale = b.abs().max().item()
-    diff = (a - b).abs().max().item()
-    return diff / scale if scale > 0 else diff
 
 
 def torch_grads(name: str, batch: str, loss_kind: str, amp_dtype) -> dict:

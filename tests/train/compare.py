@@ -69,6 +69,14 @@ def _amax(t: torch.Tensor) -> float:
     return t.abs().max().item() if t.numel() else 0.0
 
 
+def rel_max(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max|a - b| relative to max|b| (the plain difference when b is all
+    zero or empty)."""
+    a, b = a.double(), b.double()
+    scale, diff = _amax(b), _amax(a - b)
+    return diff / scale if scale > 0 else diff
+
+
 def _ratio(diff: float, allow: float) -> float:
     return diff / allow if allow > 0 else (0.0 if diff == 0 else math.inf)
 
