@@ -14,8 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/cpu_executor.h"  // KernelChoice
-#include "backend/kernel_table.h"
+#include "backend/kernel_selection.h"
 #include "core/result.h"
 #include "core/tensor.h"
 #include "passes/memory_plan.h"
@@ -24,10 +23,7 @@ namespace kiln {
 
 struct DeviceRunnerOptions {
   uint64_t seed = 0;
-  DialectOrder dialects;
-  bool autotune = false;
-  std::vector<std::string> fixed_kernels;
-  std::vector<std::vector<cpu::KernelTiming>> fixed_timings;
+  KernelSelection kernels;
 };
 
 class DeviceStepRunner {

@@ -40,7 +40,7 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::create(const Model& mo
     s->trace_ = std::move(compiled->trace);
   } else {
     // Memory-counting passes see the views the CPU kernels really make.
-    s->config_.passes.is_view = [order = s->config_.dialects](const Node& n) {
+    s->config_.passes.is_view = [order = s->config_.kernels.dialects](const Node& n) {
       const KernelDef* k = KernelRegistry::cpu().select(n, order);
       return k && k->output_views_input0;
     };
@@ -52,11 +52,7 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::create(const Model& mo
   if (s->config_.device == "cuda") {
     auto backend = cudaBackend();
     if (!backend) return backend.error();
-    auto runner = (*backend)->create(*s->graph_, {.seed = s->config_.seed,
-                                                  .dialects = s->config_.dialects,
-                                                  .autotune = s->config_.autotune,
-                                                  .fixed_kernels = s->config_.fixed_kernels,
-                                                  .fixed_timings = s->config_.fixed_timings});
+    auto runner = (*backend)->create(*s->graph_, {.seed = s->config_.seed, .kernels = s->config_.kernels});
     if (!runner) return runner.error();
     s->device_ = std::move(*runner);
   } else if (s->config_.device != "cpu") {
@@ -67,10 +63,7 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::create(const Model& mo
                                                .num_threads = s->config_.num_threads,
                                                .concurrent_nodes = s->config_.concurrent_nodes,
                                                .min_beside_micros = s->config_.min_beside_micros,
-                                               .dialects = s->config_.dialects,
-                                               .autotune = s->config_.autotune,
-                                               .fixed_kernels = s->config_.fixed_kernels,
-                                               .fixed_timings = s->config_.fixed_timings,
+                                               .kernels = s->config_.kernels,
                                                .collectives = s->config_.collectives.get()});
     if (!ex) return ex.error();
     s->exec_ = std::make_unique<CpuExecutor>(std::move(*ex));

@@ -35,11 +35,8 @@ struct TrainingConfig {
   /// Run independent small nodes at the same time (CpuExecutorOptions).
   bool concurrent_nodes = true;
   double min_beside_micros = -1;  ///< CpuExecutorOptions::min_beside_micros
-  DialectOrder dialects;          ///< CpuExecutorOptions::dialects (--dialects)
-  bool autotune = false;          ///< CpuExecutorOptions::autotune (--autotune)
-  /// CpuExecutorOptions::fixed_kernels: a compiled plan's kernel choices.
-  std::vector<std::string> fixed_kernels;
-  std::vector<std::vector<cpu::KernelTiming>> fixed_timings;
+  /// Which kernels (--dialects, --autotune, a compiled plan's choices).
+  KernelSelection kernels;
   /// Passes to build the graph with instead of the default pipeline.
   std::vector<const PassInfo*> pipeline;
   /// PassManager switches (IR printing, dumps, verification).

@@ -137,7 +137,7 @@ nlohmann::ordered_json buildReport(const std::string& command, const TrainArgs& 
     nlohmann::ordered_json e = {{"node", k.node}, {"kernel", k.kernel}, {"dialect", k.dialect}, {"stage", stage_of[i]}};
     if (!k.timings.empty()) {
       nlohmann::ordered_json t = nlohmann::ordered_json::array();
-      for (const cpu::KernelTiming& c : k.timings) {
+      for (const KernelTiming& c : k.timings) {
         nlohmann::ordered_json one = {{"kernel", c.kernel}, {"millis", c.millis}};
         if (!c.error.empty()) one["error"] = c.error;
         t.push_back(one);
@@ -147,7 +147,7 @@ nlohmann::ordered_json buildReport(const std::string& command, const TrainArgs& 
     kernels.push_back(e);
   }
   j["kernels"] = kernels;
-  j["kernel_selection"] = {{"dialects", s.config().dialects.str()}, {"autotune", s.config().autotune}};
+  j["kernel_selection"] = {{"dialects", s.config().kernels.dialects.str()}, {"autotune", s.config().kernels.autotune}};
   j["device"] = s.deviceRunner() ? s.deviceRunner()->deviceName() : std::string("cpu");
   j["execution"] = {{"threads", s.cpuExecutor() ? s.cpuExecutor()->threads() : 0},
                     {"concurrent_nodes", s.config().concurrent_nodes},

@@ -149,7 +149,7 @@ std::string encodeStep(const TrainingSession& s, const std::string& model_path, 
   bool timed = false;
   for (const KernelChoice& k : s.kernelChoices()) {
     nlohmann::ordered_json t = nlohmann::ordered_json::array();
-    for (const cpu::KernelTiming& c : k.timings) t.push_back({{"kernel", c.kernel}, {"millis", c.millis}});
+    for (const KernelTiming& c : k.timings) t.push_back({{"kernel", c.kernel}, {"millis", c.millis}});
     timed |= !k.timings.empty();
     timings.push_back(t);
   }

@@ -34,7 +34,7 @@ struct CachedStep {
   std::set<std::string> frozen;
   std::vector<std::string> kernels;  ///< kernel name per node, in order
   /// With --autotune: each node's measured candidates (empty lists for nodes with one).
-  std::vector<std::vector<cpu::KernelTiming>> timings;
+  std::vector<std::vector<KernelTiming>> timings;
   uint64_t arena_bytes = 0;
 };
 

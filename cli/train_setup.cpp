@@ -381,11 +381,11 @@ Result<TrainSetup> setUp(const TrainArgs& a, TrainingGraphKind kind, bool lookup
   }
   auto dialects = parseDialectOrder(a.dialects, known_dialects);
   if (!a.dialects.empty() && !dialects) return dialects.error();
-  if (!a.dialects.empty()) cfg.dialects = std::move(*dialects);
-  cfg.autotune = a.autotune;
+  if (!a.dialects.empty()) cfg.kernels.dialects = std::move(*dialects);
+  cfg.kernels.autotune = a.autotune;
   if (cached && a.autotune) {  // the times measured when it was compiled: do not time again
-    cfg.fixed_kernels = cached->kernels;
-    cfg.fixed_timings = cached->timings;
+    cfg.kernels.fixed_kernels = cached->kernels;
+    cfg.kernels.fixed_timings = cached->timings;
   }
   if (ranks > 1) {
     DataParallelOptions& dp = to.data_parallel;

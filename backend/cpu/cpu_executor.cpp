@@ -52,9 +52,8 @@ Result<CpuExecutor> CpuExecutor::create(const Graph& graph, CpuExecutorOptions o
   const PoolScope pool(options.num_threads);
   std::vector<const Node*> all;
   for (const auto& n : graph.nodes()) all.push_back(n.get());
-  if (!options.fixed_kernels.empty() && options.fixed_kernels.size() != all.size())
-    return Error{"the compiled plan names " + std::to_string(options.fixed_kernels.size()) + " kernels for " +
-                 std::to_string(all.size()) + " nodes"};
+  const KernelSelection& sel = options.kernels;
+  if (Status st = checkFixedKernels(sel, all.size()); !st) return st.error();
   // Per node: the kernels that accept it, best first (one when not autotuning).
   std::vector<std::vector<const KernelDef*>> fits(all.size());
   std::vector<std::exception_ptr> errors(all.size());
@@ -64,18 +63,7 @@ Result<CpuExecutor> CpuExecutor::create(const Graph& graph, CpuExecutorOptions o
   for (size_t i = 0; i < count; ++i) {
     kilnTsanAcquire(&reg);
     try {
-      const Node& n = *all[i];
-      if (!options.fixed_kernels.empty()) {
-        const KernelDef* k = reg.byName(n.op(), options.fixed_kernels[i]);
-        if (!k || (k->supports && !k->supports(n)))
-          fail(n.describe() + ": kernel " + options.fixed_kernels[i] +
-               (k ? " no longer accepts it" : " does not exist"));
-        fits[i] = {k};
-      } else if (options.autotune) {
-        fits[i] = reg.applicable(n, options.dialects);
-      } else if (const KernelDef* k = reg.select(n, options.dialects)) {
-        fits[i] = {k};
-      }
+      fits[i] = kernelCandidates(reg, *all[i], i, sel);
     } catch (...) {
       errors[i] = std::current_exception();
     }
@@ -92,28 +80,21 @@ Result<CpuExecutor> CpuExecutor::create(const Graph& graph, CpuExecutorOptions o
     }
   // Autotuning: time the candidates of each distinct node signature once,
   // one node at a time with the whole pool (as the runs will have it).
-  std::map<std::string, std::vector<cpu::KernelTiming>> timed;
+  std::map<std::string, std::vector<KernelTiming>> timed;
+  const auto time = [&](const Node& n, const std::vector<const KernelDef*>& ks) {
+    return cpu::timeKernels(n, ks, ex.threads());
+  };
   for (size_t i = 0; i < all.size(); ++i) {
     const Node* n = all[i];
     if (fits[i].empty()) {
-      missing.add(*n, whyNoKernel(reg, *n, options.dialects));
+      missing.add(*n, whyNoKernel(reg, *n, sel.dialects));
       continue;
     }
-    const KernelDef* k = fits[i].front();
-    std::vector<cpu::KernelTiming> timings;
-    if (i < options.fixed_timings.size()) timings = options.fixed_timings[i];
-    if (fits[i].size() > 1) {
-      const std::string sig = cpu::nodeSignature(*n);
-      auto it = timed.find(sig);
-      if (it == timed.end()) it = timed.emplace(sig, cpu::timeKernels(*n, fits[i], ex.threads())).first;
-      timings = it->second;
-      const int best = cpu::fastest(timings);
-      if (best < 0) return Error{n->describe() + ": every kernel failed while autotuning: " + timings[0].error};
-      k = fits[i][best];
-    }
+    auto picked = catchErrors([&] { return pickKernel(*n, i, fits[i], sel, timed, time); });
+    if (!picked) return picked.error();
     ex.nodes_.push_back(n);
-    ex.kernels_.push_back(k);
-    ex.choices_.push_back({n->describe(), k->name, k->dialect, std::move(timings)});
+    ex.kernels_.push_back(picked->first);
+    ex.choices_.push_back(std::move(picked->second));
   }
   if (!missing.empty()) return Error{"no CPU kernel for " + missing.str()};
   std::unordered_map<const Node*, const KernelDef*> kernel_of;

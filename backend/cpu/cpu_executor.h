@@ -42,31 +42,12 @@ struct CpuExecutorOptions {
   /// pool for (node_stages.h); < 0: kMinBesideMicros. Tests set 0 to run
   /// every independent run of small nodes side by side.
   double min_beside_micros = -1;
-  /// Dialects kernels may come from, best first (`--dialects`); empty: all, by priority.
-  DialectOrder dialects;
-  /// Time every applicable kernel on each node's shapes and keep the
-  /// fastest (cpu_autotune.h), instead of taking the first by priority.
-  bool autotune = false;
-  /// Kernel names to bind, one per node in graph order (a compiled plan's
-  /// choices, read from the compile cache): no selection or timing; an
-  /// error when one no longer exists or no longer accepts its node.
-  std::vector<std::string> fixed_kernels;
-  /// The timings recorded with `fixed_kernels` (reported as measured then).
-  std::vector<std::vector<cpu::KernelTiming>> fixed_timings;
+  /// Which kernels: dialects, autotuning, or a compiled plan's choices.
+  KernelSelection kernels;
   /// The data-parallel run's collectives: collective nodes start on its
   /// communication thread and the run waits at their first reader
   /// (backend/comm/collective_engine.h). nullptr: one process.
   CollectiveEngine* collectives = nullptr;
-};
-
-/// Which kernel runs each node (for reports and `kiln run --verbose`).
-struct KernelChoice {
-  std::string node;     ///< "conv2d @layer1.0.conv1"
-  std::string kernel;   ///< "onednn.conv2d"
-  std::string dialect;  ///< "onednn"
-  /// With autotuning, every candidate's time on this node (the chosen one
-  /// among them); empty when the node had one candidate or was not timed.
-  std::vector<cpu::KernelTiming> timings;
 };
 
 class CpuExecutor {

@@ -4,7 +4,6 @@
 
 #include <cstring>
 
-#include "backend/cpu/cpu_autotune.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_libraries.h"
 #include "backend/cuda/cuda_node_runner.h"
@@ -28,59 +27,41 @@ bool isUpdate(OutputRole r) {
   return r == OutputRole::ParamUpdate || r == OutputRole::BufferUpdate || r == OutputRole::OptStateUpdate;
 }
 
-/// Chooses a kernel per node: fixed by name, autotuned, or by selection.
+/// Chooses a kernel per node (kernel_selection.h); candidates are timed with
+/// the node runner's CUDA events.
 Status chooseKernels(const Graph& graph, const CudaExecutorOptions& o, std::vector<const Node*>& nodes,
                      std::vector<const CudaKernelDef*>& kernels, std::vector<KernelChoice>& choices) {
   const CudaKernelRegistry& reg = CudaKernelRegistry::get();
-  if (!o.fixed_kernels.empty() && o.fixed_kernels.size() != graph.numNodes())
-    return Error{"the compiled plan names " + std::to_string(o.fixed_kernels.size()) + " kernels for " +
-                 std::to_string(graph.numNodes()) + " nodes"};
+  const KernelSelection& sel = o.kernels;
+  if (Status st = checkFixedKernels(sel, graph.numNodes()); !st) return st;
+  const auto time = [&](const Node& n, const std::vector<const CudaKernelDef*>& fits) {
+    const std::vector<Tensor> inputs = autotuneInputs(n);
+    std::vector<KernelTiming> ts;
+    for (const CudaKernelDef* c : fits) {
+      auto r = runNode(n, inputs, c, {.seed = o.seed, .timing_runs = 5});
+      ts.push_back(r ? KernelTiming{c->name, r->best_millis, {}} : KernelTiming{c->name, -1, r.error().message});
+    }
+    return ts;
+  };
   MissingKernels missing;
-  std::map<std::string, std::vector<cpu::KernelTiming>> timed;
+  std::map<std::string, std::vector<KernelTiming>> timed;
   size_t i = 0;
   for (const auto& owned : graph.nodes()) {
     const Node& n = *owned;
-    std::vector<const CudaKernelDef*> fits;
-    if (!o.fixed_kernels.empty()) {
-      const CudaKernelDef* k = reg.byName(n.op(), o.fixed_kernels[i]);
-      if (!k || (k->supports && !k->supports(n)))
-        return Error{n.describe() + ": kernel " + o.fixed_kernels[i] +
-                     (k ? " no longer accepts it" : " does not exist")};
-      fits = {k};
-    } else if (o.autotune) {
-      fits = reg.applicable(n, o.dialects);
-    } else if (const CudaKernelDef* k = reg.select(n, o.dialects)) {
-      fits = {k};
-    }
+    auto picked = catchErrors([&]() -> std::optional<std::pair<const CudaKernelDef*, KernelChoice>> {
+      const std::vector<const CudaKernelDef*> fits = kernelCandidates(reg, n, i, sel);
+      if (fits.empty()) return std::nullopt;
+      return pickKernel(n, i, fits, sel, timed, time);
+    });
     ++i;
-    if (fits.empty()) {
-      missing.add(n, whyNoKernel(reg, n, o.dialects));
+    if (!picked) return picked.error();
+    if (!*picked) {
+      missing.add(n, whyNoKernel(reg, n, sel.dialects));
       continue;
     }
-    const CudaKernelDef* k = fits.front();
-    std::vector<cpu::KernelTiming> timings;
-    if (i - 1 < o.fixed_timings.size()) timings = o.fixed_timings[i - 1];
-    if (fits.size() > 1) {
-      const std::string sig = cpu::nodeSignature(n);
-      auto it = timed.find(sig);
-      if (it == timed.end()) {
-        const std::vector<Tensor> inputs = cpu::autotuneInputs(n);
-        std::vector<cpu::KernelTiming> ts;
-        for (const CudaKernelDef* c : fits) {
-          auto r = runNode(n, inputs, c, {.seed = o.seed, .timing_runs = 5});
-          ts.push_back(r ? cpu::KernelTiming{c->name, r->best_millis, {}}
-                         : cpu::KernelTiming{c->name, -1, r.error().message});
-        }
-        it = timed.emplace(sig, std::move(ts)).first;
-      }
-      timings = it->second;
-      const int best = cpu::fastest(timings);
-      if (best < 0) return Error{n.describe() + ": every kernel failed while autotuning: " + timings[0].error};
-      k = fits[best];
-    }
     nodes.push_back(&n);
-    kernels.push_back(k);
-    choices.push_back({n.describe(), k->name, k->dialect, std::move(timings)});
+    kernels.push_back((*picked)->first);
+    choices.push_back(std::move((*picked)->second));
   }
   if (!missing.empty()) return Error{"no CUDA kernel for " + missing.str()};
   return {};

@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/cpu_executor.h"  // KernelChoice
+#include "backend/kernel_selection.h"
 #include "backend/cuda/cuda_kernel.h"
 #include "core/result.h"
 #include "core/tensor.h"
@@ -44,11 +44,10 @@ struct Libraries;
 struct CudaExecutorOptions {
   uint64_t seed = 0;                       ///< random ops draw from (seed, run index, node index) as on the CPU
   int device = 0;                          ///< CUDA device ordinal
-  DialectOrder dialects;                   ///< --dialects (cuda, cublas, cublaslt, cudnn, nvrtc)
-  bool autotune = false;                   ///< time every applicable kernel (cuda_node_runner.h), keep the fastest
-  std::vector<std::string> fixed_kernels;  ///< a compiled plan's choices, one per node
-  std::vector<std::vector<cpu::KernelTiming>> fixed_timings;  ///< the times recorded with them
-  bool cuda_graph = true;                                     ///< capture the step on the second run and replay it
+  /// Dialects (cuda, cublas, cublaslt, cudnn, nvrtc), autotuning (timed by
+  /// cuda_node_runner.h), or a compiled plan's choices.
+  KernelSelection kernels;
+  bool cuda_graph = true;  ///< capture the step on the second run and replay it
 };
 
 class CudaExecutor {

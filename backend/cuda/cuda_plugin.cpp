@@ -52,13 +52,7 @@ std::string target() {
 }
 
 Result<std::unique_ptr<DeviceStepRunner>> create(const Graph& graph, const DeviceRunnerOptions& o) {
-  auto ex = CudaExecutor::create(graph, {.seed = o.seed,
-                                         .device = 0,
-                                         .dialects = o.dialects,
-                                         .autotune = o.autotune,
-                                         .fixed_kernels = o.fixed_kernels,
-                                         .fixed_timings = o.fixed_timings,
-                                         .cuda_graph = true});
+  auto ex = CudaExecutor::create(graph, {.seed = o.seed, .device = 0, .kernels = o.kernels, .cuda_graph = true});
   if (!ex) return ex.error();
   return std::unique_ptr<DeviceStepRunner>(std::make_unique<Runner>(std::move(*ex)));
 }

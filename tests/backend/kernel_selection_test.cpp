@@ -86,38 +86,38 @@ const char* kConv = R"(graph g(%x: f32[2,8,16,16] data, %w: f32[8,8,3,3] data) {
 
 TEST(KernelSelection, CpuAutotuneTimesEachSignatureOnceAndKeepsTheFastest) {
   const Graph g = oneNode(kConv);
-  auto ex = CpuExecutor::create(g, {.autotune = true});
+  auto ex = CpuExecutor::create(g, {.kernels = {.autotune = true}});
   ASSERT_TRUE(ex.ok()) << ex.error().message;
   const auto& choices = ex->kernelChoices();
   ASSERT_EQ(choices.size(), 2u);
   for (const KernelChoice& c : choices) {
     ASSERT_GE(c.timings.size(), 2u) << c.node;  // onednn and blas at least
-    const int best = cpu::fastest(c.timings);
+    const int best = fastest(c.timings);
     ASSERT_GE(best, 0);
     EXPECT_EQ(c.kernel, c.timings[best].kernel);
   }
   // Same signature: timed once, so both nodes report the very same numbers.
   EXPECT_EQ(choices[0].timings[0].millis, choices[1].timings[0].millis);
-  EXPECT_EQ(cpu::nodeSignature(*g.nodes().front()), cpu::nodeSignature(*g.nodes().back()));
+  EXPECT_EQ(nodeSignature(*g.nodes().front()), nodeSignature(*g.nodes().back()));
 }
 
 TEST(KernelSelection, CpuFixedKernelsBindByNameOrFailClearly) {
   const Graph g = oneNode(kConv);
-  auto ex = CpuExecutor::create(g, {.fixed_kernels = {"blas.conv2d", "onednn.conv2d"}});
+  auto ex = CpuExecutor::create(g, {.kernels = {.fixed_kernels = {"blas.conv2d", "onednn.conv2d"}}});
   ASSERT_TRUE(ex.ok()) << ex.error().message;
   EXPECT_EQ(ex->kernelChoices()[0].kernel, "blas.conv2d");
   EXPECT_EQ(ex->kernelChoices()[1].kernel, "onednn.conv2d");
-  auto gone = CpuExecutor::create(g, {.fixed_kernels = {"blas.conv2d", "nvrtc.conv2d"}});
+  auto gone = CpuExecutor::create(g, {.kernels = {.fixed_kernels = {"blas.conv2d", "nvrtc.conv2d"}}});
   ASSERT_FALSE(gone.ok());
   EXPECT_NE(gone.error().message.find("kernel nvrtc.conv2d does not exist"), std::string::npos) << gone.error().message;
-  auto short_list = CpuExecutor::create(g, {.fixed_kernels = {"blas.conv2d"}});
+  auto short_list = CpuExecutor::create(g, {.kernels = {.fixed_kernels = {"blas.conv2d"}}});
   ASSERT_FALSE(short_list.ok());
   EXPECT_EQ(short_list.error().message, "the compiled plan names 1 kernels for 2 nodes");
 }
 
 TEST(KernelSelection, CpuDialectRestrictionNamesWhatIsMissing) {
   const Graph g = oneNode(kAdd);
-  auto ex = CpuExecutor::create(g, {.dialects = {{"onednn"}}});
+  auto ex = CpuExecutor::create(g, {.kernels = {.dialects = {{"onednn"}}}});
   ASSERT_FALSE(ex.ok());
   EXPECT_NE(ex.error().message.find("(dialects onednn have none; cpu would)"), std::string::npos) << ex.error().message;
 }
