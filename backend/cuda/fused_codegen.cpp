@@ -16,7 +16,7 @@
 namespace kiln::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = kPlanThreads;  // the generated kernels launch as the one-op plan says
 
 // ---- the prelude: every fusible op's math, kernels_elementwise.cu's formulas --
 
@@ -356,88 +356,6 @@ DType computeTypeOf(const Node& n, const Graph& body) {
     if (isFloat(v->dtype())) return v->dtype();
   const DType out0 = body.outputs()[0].value->dtype();
   return isFloat(out0) ? out0 : DType::F32;
-}
-
-// ---- the reduction plan (kernels_reduction.cu makePlan) ------------------------
-
-int64_t ceilDiv(int64_t a, int64_t b) {
-  return b == 0 ? 0 : (a + b - 1) / b;
-}
-int nextPow2(int64_t v) {
-  int p = 1;
-  while (p < v && p < (1 << 30)) p *= 2;
-  return p;
-}
-
-void push(FusedReducePlan::Dims& d, int64_t size, int64_t stride) {
-  if (d.n == FusedReducePlan::kMaxGroups)
-    fail("CUDA fused reduction: more than " + std::to_string(FusedReducePlan::kMaxGroups) + " dim groups");
-  d.size[d.n] = size;
-  d.stride[d.n] = stride;
-  ++d.n;
-}
-
-struct DimGroup {
-  bool reduced;
-  int64_t size;
-};
-
-FusedReducePlan makePlan(const Shape& shape, const std::vector<int64_t>& axes) {
-  std::vector<DimGroup> g;
-  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
-    if (shape[d] == 1) continue;
-    const bool red = std::find(axes.begin(), axes.end(), d) != axes.end();
-    if (!g.empty() && g.back().reduced == red)
-      g.back().size *= shape[d];
-    else
-      g.push_back({red, shape[d]});
-  }
-  FusedReducePlan p;
-  p.outputs = 1;
-  for (const DimGroup& d : g) (d.reduced ? p.count : p.outputs) *= d.size;
-  std::vector<int64_t> strides(g.size());
-  int64_t st = 1;
-  for (size_t k = g.size(); k-- > 0;) {
-    strides[k] = st;
-    st *= g[k].size;
-  }
-  p.row = !g.empty() && g.back().reduced;
-  const size_t last = g.empty() ? 0 : g.size() - 1;
-  p.inner = g.empty() ? 1 : g.back().size;
-  for (size_t k = last; k-- > 0;) push(g[k].reduced ? p.red : p.kept, g[k].size, strides[k]);
-  if (p.row) {
-    p.multi = p.red.n > 0;
-  } else {
-    if (p.red.n == 0) push(p.red, 1, 0);
-    p.multi = p.red.n > 1;
-  }
-  if (p.outputs == 0) return p;
-  const int64_t R = p.count;
-  if (p.row) {
-    if (R <= 32)
-      p.W = nextPow2(std::max<int64_t>(R, 1));
-    else if (R > 4096 || (R > 512 && p.outputs < 2048))
-      p.W = kThreads;
-    else
-      p.W = 32;
-    p.H = kThreads / p.W;
-    if (p.W == kThreads) p.splits = std::min(ceilDiv(R, 2048), std::max<int64_t>(1, ceilDiv(1024, p.outputs)));
-    p.splits = std::max<int64_t>(p.splits, 1);
-    p.chunk = ceilDiv(R, p.splits);
-    p.splits = R > 0 ? ceilDiv(R, p.chunk) : 1;
-    p.blocks = ceilDiv(p.outputs * p.splits, p.H);
-  } else {
-    p.W = p.inner >= 32 ? 32 : nextPow2(p.inner);
-    p.H = kThreads / p.W;
-    p.xtiles = ceilDiv(p.inner, p.W);
-    const int64_t base = p.xtiles * (p.outputs / p.inner);
-    p.splits = std::min(ceilDiv(R, int64_t{p.H} * 16), std::max<int64_t>(1, ceilDiv(1024, base)));
-    p.splits = std::max<int64_t>(p.splits, 1);
-    p.chunk = ceilDiv(R, p.splits);
-    p.splits = R > 0 ? ceilDiv(R, p.chunk) : 1;
-    p.blocks = base * p.splits;
-  }
-  return p;
 }
 
 // ---- source text ---------------------------------------------------------------

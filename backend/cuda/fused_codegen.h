@@ -57,6 +57,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/reduce_plan.h"
 #include "core/ir.h"
 
 namespace kiln::cuda {
@@ -74,23 +75,9 @@ struct OperandKind {
   int64_t period = 1;        ///< Broadcast: the operand's element count (a kernel argument)
 };
 
-/// The one-op CUDA reduction plan (kernels_reduction.cu makePlan), which
-/// the generated fused reduction follows.
-struct FusedReducePlan {
-  static constexpr int kMaxGroups = 12;
-  struct Dims {
-    int n = 0;
-    int64_t size[kMaxGroups] = {};
-    int64_t stride[kMaxGroups] = {};
-  };
-  int64_t outputs = 0, count = 1;
-  bool row = true;     ///< the innermost run is reduced
-  bool multi = false;  ///< row: reduced runs besides the innermost; column: more than one reduced run
-  Dims kept, red;
-  int64_t inner = 1;  ///< row: the innermost reduced run; column: the innermost kept run
-  int W = 1, H = 1;   ///< block (W, H)
-  int64_t xtiles = 1, splits = 1, chunk = 0, blocks = 0;
-};
+/// The one-op CUDA reduction plan (reduce_plan.h), which the generated
+/// fused reduction follows.
+using FusedReducePlan = Plan;
 
 /// Everything the source and the launches of one fused node depend on,
 /// derived from the node alone (its body text fixes every shape).
