@@ -98,6 +98,7 @@ class CudaKernelRegistry : public KernelTable<CudaKernelDef> {
 
 // Family registration, one per file of backend/cuda/.
 void registerCudaElementwiseKernels(CudaKernelRegistry& r);  // kernels_elementwise.cu
+void registerCudaUnaryKernels(CudaKernelRegistry& r);        // kernels_unary.cu (+ *_backward)
 void registerCudaShapeKernels(CudaKernelRegistry& r);        // kernels_shape.cu
 void registerCudaReductionKernels(CudaKernelRegistry& r);    // kernels_reduction.cu
 void registerCudaNormKernels(CudaKernelRegistry& r);         // kernels_norm.cu (+ softmax)

@@ -6,6 +6,7 @@ const CudaKernelRegistry& CudaKernelRegistry::get() {
   static const CudaKernelRegistry reg = [] {
     CudaKernelRegistry r;
     registerCudaElementwiseKernels(r);
+    registerCudaUnaryKernels(r);
     registerCudaShapeKernels(r);
     registerCudaReductionKernels(r);
     registerCudaNormKernels(r);

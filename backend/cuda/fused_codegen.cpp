@@ -10,6 +10,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "backend/cuda/device_math_source.h"
 #include "core/ops/op_helpers.h"
 #include "core/text_ir.h"
 
@@ -18,182 +19,15 @@ namespace {
 
 constexpr int kThreads = kPlanThreads;  // the generated kernels launch as the one-op plan says
 
-// ---- the prelude: every fusible op's math, kernels_elementwise.cu's formulas --
+// ---- the prelude: every fusible op's math -------------------------------------
 
-/// Copied from kernels_elementwise.cu (device math, expVec/tanhVec, the
-/// unary functors and unary_backward's gradients), with overloads for float
-/// and double instead of `if constexpr` on type traits (no <type_traits>
-/// here). The order of operations is the CPU's; NVRTC compiles with
-/// --fmad=false, so no product and sum are ever contracted into an FMA
-/// (the CPU builds with -ffp-contract=off); the one-op kernels' explicit
-/// fmul/fadd/fsub roundings are kept, as kmul/kadd/ksub.
+/// The generated source starts with device_math.cuh (embedded at build time:
+/// the one-op kernels' formulas, so a fused chain computes what the chain of
+/// one-op kernels does). NVRTC compiles with --fmad=false, so no product and
+/// sum are ever contracted into an FMA (the CPU builds with
+/// -ffp-contract=off).
 constexpr const char* kPrelude = R"CUDA(// Kiln fused kernel (backend/cuda/fused_codegen.cpp): generated, do not edit.
 typedef unsigned char kiln_u8;
-
-// ---- device math (kernels_elementwise.cu) ----
-__device__ __forceinline__ float mExp(float x) { return expf(x); }
-__device__ __forceinline__ double mExp(double x) { return exp(x); }
-__device__ __forceinline__ float mLog(float x) { return logf(x); }
-__device__ __forceinline__ double mLog(double x) { return log(x); }
-__device__ __forceinline__ float mLog1p(float x) { return log1pf(x); }
-__device__ __forceinline__ double mLog1p(double x) { return log1p(x); }
-__device__ __forceinline__ float mSqrt(float x) { return sqrtf(x); }
-__device__ __forceinline__ double mSqrt(double x) { return sqrt(x); }
-__device__ __forceinline__ float mSin(float x) { return sinf(x); }
-__device__ __forceinline__ double mSin(double x) { return sin(x); }
-__device__ __forceinline__ float mCos(float x) { return cosf(x); }
-__device__ __forceinline__ double mCos(double x) { return cos(x); }
-__device__ __forceinline__ float mTanh(float x) { return tanhf(x); }
-__device__ __forceinline__ double mTanh(double x) { return tanh(x); }
-__device__ __forceinline__ float mErf(float x) { return erff(x); }
-__device__ __forceinline__ double mErf(double x) { return erf(x); }
-__device__ __forceinline__ float mFabs(float x) { return fabsf(x); }
-__device__ __forceinline__ double mFabs(double x) { return fabs(x); }
-
-// a * b, a + b, a - b rounded separately (never an FMA): kernels_elementwise.cu's
-// fmul/fadd/fsub, renamed clear of C23's fadd/fsub/fmul in <math.h>.
-__device__ __forceinline__ float kmul(float a, float b) { return __fmul_rn(a, b); }
-__device__ __forceinline__ double kmul(double a, double b) { return __dmul_rn(a, b); }
-__device__ __forceinline__ float kadd(float a, float b) { return __fadd_rn(a, b); }
-__device__ __forceinline__ double kadd(double a, double b) { return __dadd_rn(a, b); }
-__device__ __forceinline__ float ksub(float a, float b) { return __fsub_rn(a, b); }
-__device__ __forceinline__ double ksub(double a, double b) { return __dsub_rn(a, b); }
-
-// cpu_math.h's expVec, operation for operation (Cephes' polynomial).
-__device__ __forceinline__ float expVec(float x) {
-  const float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
-  const float fn = __fsub_rn(__fadd_rn(__fmul_rn(xc, 1.44269504088896341f), 12582912.0f), 12582912.0f);
-  float r = __fsub_rn(xc, __fmul_rn(fn, 0.693359375f));
-  r = __fsub_rn(r, __fmul_rn(fn, -2.12194440e-4f));
-  float p = 1.9875691500e-4f;
-  p = __fadd_rn(__fmul_rn(p, r), 1.3981999507e-3f);
-  p = __fadd_rn(__fmul_rn(p, r), 8.3334519073e-3f);
-  p = __fadd_rn(__fmul_rn(p, r), 4.1665795894e-2f);
-  p = __fadd_rn(__fmul_rn(p, r), 1.6666665459e-1f);
-  p = __fadd_rn(__fmul_rn(p, r), 5.0000001201e-1f);
-  p = __fadd_rn(__fadd_rn(__fmul_rn(__fmul_rn(p, r), r), r), 1.0f);
-  const int n = static_cast<int>(fn), n1 = n >> 1, n2 = n - n1;
-  const float y = __fmul_rn(__fmul_rn(p, __int_as_float((n1 + 127) << 23)), __int_as_float((n2 + 127) << 23));
-  return x != x ? x : y;
-}
-
-// cpu_math.h's tanhVec (Cephes' tanhf), operation for operation.
-__device__ __forceinline__ float tanhVec(float x) {
-  const float a = fabsf(x);
-  const float z = __fmul_rn(x, x);
-  float p = -5.70498872745e-3f;
-  p = __fadd_rn(__fmul_rn(p, z), 2.06390887954e-2f);
-  p = __fsub_rn(__fmul_rn(p, z), 5.37397155531e-2f);
-  p = __fadd_rn(__fmul_rn(p, z), 1.33314422036e-1f);
-  p = __fsub_rn(__fmul_rn(p, z), 3.33332819422e-1f);
-  const float small = __fadd_rn(__fmul_rn(__fmul_rn(p, z), x), x);
-  const float big = __fsub_rn(1.0f, __fdiv_rn(2.0f, __fadd_rn(expVec(__fmul_rn(2.0f, a)), 1.0f)));
-  const float r = copysignf(a < 0.625f ? small : big, x);
-  return x != x ? x : r;
-}
-
-__device__ __forceinline__ float expAny(float x) { return expVec(x); }
-__device__ __forceinline__ double expAny(double x) { return exp(x); }
-__device__ __forceinline__ float tanhAny(float x) { return tanhVec(x); }
-__device__ __forceinline__ double tanhAny(double x) { return tanh(x); }
-
-// cpu_math.h's clampSelect: lo first (lo > hi gives hi), NaN stays NaN.
-template <class C>
-__device__ __forceinline__ C clampSel(C x, C lo, C hi) {
-  const C t = x < lo ? lo : x;
-  return t > hi ? hi : t;
-}
-
-// The <cmath> constants the CPU formulas use, spelled out (same doubles).
-#define KILN_SQRT2 1.41421356237309504880
-#define KILN_2_SQRTPI 1.12837916709551257390
-#define KILN_SQRT1_2 0.70710678118654752440
-
-// ---- the unary ops (unary_ops.h; kernels_elementwise.cu's *M functors) ----
-template <class C> __device__ __forceinline__ C op_neg(C x) { return -x; }
-template <class C> __device__ __forceinline__ C op_abs(C x) { return mFabs(x); }
-template <class C> __device__ __forceinline__ C op_relu(C x) { return x < C(0) ? C(0) : x; }
-template <class C> __device__ __forceinline__ C op_exp(C x) { return expAny(x); }
-template <class C> __device__ __forceinline__ C op_log(C x) { return mLog(x); }
-template <class C> __device__ __forceinline__ C op_sqrt(C x) { return mSqrt(x); }
-template <class C> __device__ __forceinline__ C op_rsqrt(C x) { return C(1) / mSqrt(x); }
-template <class C> __device__ __forceinline__ C op_reciprocal(C x) { return C(1) / x; }
-template <class C> __device__ __forceinline__ C op_tanh(C x) { return tanhAny(x); }
-template <class C> __device__ __forceinline__ C op_sigmoid(C x) { return C(1) / (C(1) + expAny(-x)); }
-template <class C> __device__ __forceinline__ C op_erf(C x) { return mErf(x); }
-template <class C> __device__ __forceinline__ C op_silu(C x) { return x / (C(1) + expAny(-x)); }
-template <class C> __device__ __forceinline__ C op_hardswish(C x) { return x * clampSel(x + C(3), C(0), C(6)) / C(6); }
-template <class C> __device__ __forceinline__ C op_hardsigmoid(C x) { return clampSel(x + C(3), C(0), C(6)) / C(6); }
-template <class C> __device__ __forceinline__ C op_gelu_tanh(C x) {
-  const C beta = C(KILN_SQRT2 * KILN_2_SQRTPI * 0.5), kappa = C(0.044715);
-  const C inner = beta * kadd(x, kmul(kappa, x * x * x));
-  return C(0.5) * x * (C(1) + tanhAny(inner));
-}
-template <class C> __device__ __forceinline__ C op_gelu_none(C x) {
-  return x * C(0.5) * (C(1) + mErf(x * C(KILN_SQRT1_2)));
-}
-// clamp and hardtanh: NaN stays NaN; min > max gives max.
-template <class C> __device__ __forceinline__ C op_clamp(C x, double lo, double hi) { return clampSel(x, C(lo), C(hi)); }
-template <class C> __device__ __forceinline__ C op_leaky_relu(C x, double slope) { return x > C(0) ? x : x * C(slope); }
-
-// ---- unary_backward (kernels_elementwise_grad.cpp; kernels_elementwise.cu's *G) ----
-// g: the incoming gradient; v: the forward input x, or its output y for
-// sqrt, rsqrt, reciprocal, tanh and sigmoid.
-template <class C> __device__ __forceinline__ C grad_abs(C g, C v) { return g * C((C(0) < v) - (v < C(0))); }
-template <class C> __device__ __forceinline__ C grad_log1p(C g, C v) { return g / (v + C(1)); }
-template <class C> __device__ __forceinline__ C grad_sqrt(C g, C v) { return g / (C(2) * v); }
-template <class C> __device__ __forceinline__ C grad_rsqrt(C g, C v) { return C(-0.5) * g * (v * v * v); }
-template <class C> __device__ __forceinline__ C grad_reciprocal(C g, C v) { return -g * (v * v); }
-template <class C> __device__ __forceinline__ C grad_sin(C g, C v) { return g * mCos(v); }
-template <class C> __device__ __forceinline__ C grad_cos(C g, C v) { return g * -mSin(v); }
-template <class C> __device__ __forceinline__ C grad_tanh(C g, C v) { return g * ksub(C(1), kmul(v, v)); }
-template <class C> __device__ __forceinline__ C grad_sigmoid(C g, C v) { return g * ((C(1) - v) * v); }
-template <class C> __device__ __forceinline__ C grad_erf(C g, C v) { return C(KILN_2_SQRTPI) * expAny(-(v * v)) * g; }
-template <class C> __device__ __forceinline__ C grad_silu(C g, C v) {
-  const C s = C(1) / (C(1) + expAny(-v));
-  return g * s * kadd(C(1), kmul(v, C(1) - s));
-}
-template <class C> __device__ __forceinline__ C grad_mish(C g, C v) {
-  const C s = C(1) / (C(1) + mExp(-v));
-  const C t = mTanh(mLog1p(mExp(v)));
-  return g * kadd(t, kmul(v * s, ksub(C(1), kmul(t, t))));
-}
-template <class C> __device__ __forceinline__ C grad_hardswish(C g, C v) {
-  return v < C(-3) ? C(0) : (v <= C(3) ? g * (v / C(3) + C(0.5)) : g);
-}
-// PyTorch multiplies by the float constant 1.0f / 6.0f in every dtype.
-template <class C> __device__ __forceinline__ C grad_hardsigmoid(C g, C v) {
-  return (v > C(-3)) & (v < C(3)) ? g * C(1.0f / 6.0f) : C(0);
-}
-// clamp passes the gradient on min <= x <= max; hardtanh only strictly inside.
-template <class C> __device__ __forceinline__ C grad_clamp(C g, C v, double lo, double hi) {
-  return (v >= C(lo)) & (v <= C(hi)) ? g : C(0);
-}
-template <class C> __device__ __forceinline__ C grad_hardtanh(C g, C v, double lo, double hi) {
-  return (v <= C(lo)) | (v >= C(hi)) ? C(0) : g;
-}
-template <class C> __device__ __forceinline__ C grad_gelu_tanh(C g, C x) {
-  const C beta = C(KILN_SQRT2 * KILN_2_SQRTPI * 0.5), kappa = C(0.044715);
-  const C x_sq = x * x, inner = beta * kadd(x, kmul(kappa, x_sq * x)), t = tanhAny(inner);
-  const C left = C(0.5) * x, right = C(1) + t;
-  const C right_derivative = left * ksub(C(1), kmul(t, t)) * (beta * kadd(C(1), kmul(C(3) * kappa, x_sq)));
-  return g * kadd(kmul(C(0.5), right), right_derivative);
-}
-template <class C> __device__ __forceinline__ C grad_gelu_none(C g, C x) {
-  const C cdf = C(0.5) * (C(1) + mErf(x * C(KILN_SQRT1_2)));
-  const C pdf = C(KILN_2_SQRTPI * KILN_SQRT1_2 * 0.5) * expAny(x * x * C(-0.5));
-  return g * kadd(cdf, kmul(x, pdf));
-}
-template <class C> __device__ __forceinline__ C grad_leaky_relu(C g, C x, double slope) {
-  return x > C(0) ? g : g * C(slope);
-}
-template <class C> __device__ __forceinline__ C grad_elu(C g, C x, double alpha) {
-  return x <= C(0) ? g * C(alpha) * expAny(x) : g;
-}
-template <class C> __device__ __forceinline__ C grad_softplus(C g, C x, double beta, double threshold) {
-  const C z = expAny(x * C(beta));
-  return x * C(beta) > C(threshold) ? g : g * z / (z + C(1));
-}
 )CUDA";
 
 /// The reduction kernels (kernels_reduction.cu's rowReduceKernel,
@@ -602,7 +436,8 @@ std::string fusedKernelSource(const Node& n, const FusedLayout& l) {
   if (!isFloat(l.compute))
     opFail(n, "the CUDA fused codegen computes in f32 or f64, not " + std::string(dtypeName(l.compute)));
   std::ostringstream s;
-  s << kPrelude << "\n// ---- this node: "
+  s << kDeviceMathSource << "\nusing namespace kiln_device;\n"
+    << kPrelude << "\n// ---- this node: "
     << (l.reduction ? (l.mean ? "fused_reduction (mean)" : "fused_reduction (sum)") : "fused_elementwise") << " ----\n";
   s << "typedef " << storageType(l.compute) << " C;  // the compute type\n";
   s << "typedef " << (l.wide_index ? "unsigned long long" : "unsigned int") << " I;  // loop indices\n";
