@@ -63,6 +63,22 @@ struct CudaContext {
   const Node* node = nullptr;          ///< for error messages
 };
 
+/// Sub-buffers of a node's workspace start on 256-byte boundaries: `bytes`
+/// rounded up to one.
+inline size_t alignUp(size_t bytes) {
+  return (bytes + 255) / 256 * 256;
+}
+
+/// ctx.workspace after checking that it holds `bytes` (nullptr for 0 bytes);
+/// less than that means the kernel's WorkspaceFn undercounted, a Kiln bug,
+/// reported naming the node.
+inline void* requireWorkspace(CudaContext& ctx, size_t bytes) {
+  if (bytes > ctx.workspace_bytes)
+    fail((ctx.node ? ctx.node->describe() : std::string("CUDA kernel")) + ": needs " + std::to_string(bytes) +
+         " bytes of workspace, got " + std::to_string(ctx.workspace_bytes));
+  return bytes ? ctx.workspace : nullptr;
+}
+
 using CudaKernelFn = void (*)(const Node& n, std::span<const DeviceTensor> inputs,
                               std::span<const DeviceTensor> outputs, CudaContext& ctx);
 /// Bytes of scratch the kernel needs for `n` (nullptr: none).
@@ -90,6 +106,19 @@ struct CudaKernelDef {
   bool writes_over_input = false;
 };
 
+/// A kernel of Kiln's own dialect `cuda`: op `op`, named "cuda.OP", priority 0.
+inline CudaKernelDef ownCudaKernel(const char* op, CudaKernelFn fn, WorkspaceFn workspace = nullptr,
+                                   KernelPredicate supports = nullptr) {
+  CudaKernelDef d;
+  d.op = op;
+  d.dialect = "cuda";
+  d.name = std::string("cuda.") + op;
+  d.supports = supports;
+  d.fn = fn;
+  d.workspace = workspace;
+  return d;
+}
+
 class CudaKernelRegistry : public KernelTable<CudaKernelDef> {
  public:
   /// Every CUDA kernel family registered.
@@ -101,8 +130,11 @@ void registerCudaElementwiseKernels(CudaKernelRegistry& r);  // kernels_elementw
 void registerCudaUnaryKernels(CudaKernelRegistry& r);        // kernels_unary.cu (+ *_backward)
 void registerCudaShapeKernels(CudaKernelRegistry& r);        // kernels_shape.cu
 void registerCudaReductionKernels(CudaKernelRegistry& r);    // kernels_reduction.cu
-void registerCudaNormKernels(CudaKernelRegistry& r);         // kernels_norm.cu (+ softmax)
-void registerCudaLossKernels(CudaKernelRegistry& r);         // kernels_loss.cu (+ embedding, dropout)
+void registerCudaNormKernels(CudaKernelRegistry& r);         // kernels_norm.cu
+void registerCudaSoftmaxKernels(CudaKernelRegistry& r);      // kernels_softmax.cu
+void registerCudaLossKernels(CudaKernelRegistry& r);         // kernels_loss.cu
+void registerCudaEmbeddingKernels(CudaKernelRegistry& r);    // kernels_embedding.cu
+void registerCudaDropoutKernels(CudaKernelRegistry& r);      // kernels_dropout.cu
 void registerCudaGemmKernels(CudaKernelRegistry& r);         // kernels_gemm.cpp (cuBLAS, cuBLASLt)
 void registerCudaConvKernels(CudaKernelRegistry& r);         // kernels_conv.cpp (cuDNN) + kernels_pool.cu
 void registerCudaOptimizerKernels(CudaKernelRegistry& r);    // kernels_optim.cu

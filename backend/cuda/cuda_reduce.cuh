@@ -1,5 +1,5 @@
 // Deterministic reductions for Kiln's own CUDA kernels: warp and block
-// combinations in a fixed tree (kernels_norm.cu, kernels_loss.cu,
+// combinations in a fixed tree (kernels_norm.cu, kernels_softmax.cu, kernels_loss.cu,
 // kernels_reduction.cu); kernels_reduction.cu and kernels_norm.cu run their
 // row and column kernels by reduce_plan.h's Plan. Results depend only on the
 // data and the shape, never on timing. Only .cu files include this.

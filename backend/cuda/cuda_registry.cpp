@@ -10,7 +10,10 @@ const CudaKernelRegistry& CudaKernelRegistry::get() {
     registerCudaShapeKernels(r);
     registerCudaReductionKernels(r);
     registerCudaNormKernels(r);
+    registerCudaSoftmaxKernels(r);
     registerCudaLossKernels(r);
+    registerCudaEmbeddingKernels(r);
+    registerCudaDropoutKernels(r);
     registerCudaGemmKernels(r);
     registerCudaConvKernels(r);
     registerCudaOptimizerKernels(r);

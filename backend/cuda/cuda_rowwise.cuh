@@ -1,4 +1,4 @@
-// Row-wise kernels of Kiln's own CUDA backend (kernels_norm.cu's softmax and
+// Row-wise kernels of Kiln's own CUDA backend (kernels_softmax.cu, kernels_norm.cu's
 // layer_norm, kernels_loss.cu's cross_entropy): a row of up to 1024
 // elements runs a warp with the row in registers (warpPer, withPer), a longer
 // one a block walking the row with 16-byte vector loads (walkRow); rowGrid

@@ -305,10 +305,6 @@ inline DType operandDType(const Node& n, size_t i) {
   return n.output()->dtype();
 }
 
-inline size_t alignUp(size_t bytes) {
-  return (bytes + kAlign - 1) / kAlign * kAlign;
-}
-
 /// Workspace of the ops whose operands may need a conversion first.
 inline size_t operandWorkspace(const Node& n) {
   size_t total = 0;
@@ -363,14 +359,7 @@ inline bool broadcastFits(const Node& n) {
 
 inline void add(CudaKernelRegistry& r, const char* op, CudaKernelFn fn, KernelPredicate supports = nullptr,
                 WorkspaceFn workspace = nullptr, bool elementwise = true) {
-  CudaKernelDef k;
-  k.op = op;
-  k.dialect = "cuda";
-  k.name = std::string("cuda.") + op;
-  k.priority = 0;
-  k.supports = supports;
-  k.fn = fn;
-  k.workspace = workspace;
+  CudaKernelDef k = ownCudaKernel(op, fn, workspace, supports);
   // Each loop reads index i of every operand before it writes index i (the
   // converted operands live in the workspace), so output 0 may be an input's buffer.
   k.writes_over_input = elementwise;

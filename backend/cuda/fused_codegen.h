@@ -3,11 +3,11 @@
 // NVRTC (nvrtc_compiler.h) by the kernels of kernels_fused.cpp.
 //
 // One translation unit per node shape class, with no #include (NVRTC has no
-// include path here): a prelude holding the math of every op the fuse pass
-// can put in a body (fusibleOps(), every unary_backward fn), copied formula
-// for formula from kernels_elementwise.cu, which matches the CPU's
-// functors (unary_ops.h, cpu_math.h, kernels_elementwise_grad.cpp) bit for
-// bit except where CUDA's libm differs from glibc's; then the body as one
+// include path here): device_math.cuh's text, embedded at build time, which
+// holds the math of every op the fuse pass can put in a body (fusibleOps(),
+// every unary_backward fn) and is what the one-op kernels run too (the CPU's
+// functors, unary_ops.h, cpu_math.h, kernels_elementwise_grad.cpp, bit for
+// bit except where CUDA's libm differs from glibc's); then the body as one
 // statement per body node in the compute type C (f32, or f64 when an
 // operand is f64), bool intermediates held as 0/1 in C as the CPU holds
 // them; then the kernels, which are `extern "C" __global__`:

@@ -1,18 +1,15 @@
-// CUDA kernels of the loss family and of embedding and dropout
-// (core/ops/loss.cpp, loss_grad.cpp, nn.cpp, nn_grad.cpp):
+// CUDA kernels of the loss family (core/ops/loss.cpp, loss_grad.cpp):
 //   cross_entropy, cross_entropy_backward {reduction, ignore_index, label_smoothing}
 //   nll_loss, nll_loss_backward {reduction, ignore_index[, num_classes]}
 //   mse_loss {reduction}
-//   embedding, embedding_backward {num_weights, padding_idx, scale_grad_by_freq}
-//   dropout {p, training}
 // Semantics are the CPU reference's (backend/cpu/kernels_loss.cpp,
-// kernels_loss_grad.cpp, kernels_nn.cpp, kernels_nn_grad.cpp): class inputs
+// kernels_loss_grad.cpp): class inputs
 // are [N, C, inner] (a 1-D input is one sample), targets equal to
 // ignore_index contribute nothing and "mean" divides by the targets not
 // ignored; label smoothing s gives (1 - s) * nll + s / C * sum_k(-log p_k).
-// A target (or embedding index) out of range cannot throw without a sync:
-// the kernel records the node in ctx.error_flag and treats the element as
-// ignored (a zero loss, a zero gradient row, a zero embedding row).
+// A target out of range cannot throw without a sync: the kernel records the
+// node in ctx.error_flag and treats the element as ignored (a zero loss, a
+// zero gradient row).
 //
 // cross_entropy is fused with its log_softmax: one read of each row gives
 // the max, the sum of exp (an online pair) and the sum of logits (for
@@ -35,6 +32,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_dtype.cuh"
+#include "backend/cuda/cuda_index.cuh"
 #include "backend/cuda/cuda_kernel.h"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/cuda_rowwise.cuh"
@@ -81,61 +79,8 @@ __device__ __forceinline__ RowStats<C> rsFinish(RowStats<C> a) {
   return a;
 }
 
-size_t alignUp(size_t v) {
-  return (v + 255) / 256 * 256;
-}
-
 constexpr int kThreads = 256;
 constexpr int kWarpsPerBlock = kThreads / 32;
-
-void* requireWorkspace(CudaContext& ctx, size_t bytes) {
-  if (bytes > ctx.workspace_bytes)
-    fail((ctx.node ? ctx.node->describe() : std::string("CUDA loss kernel")) + ": needs " + std::to_string(bytes) +
-         " bytes of workspace, got " + std::to_string(ctx.workspace_bytes));
-  return ctx.workspace;
-}
-
-/// Integer indices of any integer dtype, read as int64 (one switch, uniform
-/// across the grid, instead of a kernel per index dtype).
-struct Index {
-  const void* p;
-  int kind;
-  __device__ __forceinline__ int64_t operator[](int64_t i) const {
-    switch (kind) {
-      case 0:
-        return static_cast<const int64_t*>(p)[i];
-      case 1:
-        return static_cast<const int32_t*>(p)[i];
-      case 2:
-        return static_cast<const int16_t*>(p)[i];
-      case 3:
-        return static_cast<const int8_t*>(p)[i];
-      default:
-        return static_cast<const uint8_t*>(p)[i];
-    }
-  }
-};
-
-Index indexOf(const DeviceTensor& t, const Node& n) {
-  switch (t.dtype()) {
-    case DType::I64:
-      return {t.data, 0};
-    case DType::I32:
-      return {t.data, 1};
-    case DType::I16:
-      return {t.data, 2};
-    case DType::I8:
-      return {t.data, 3};
-    case DType::U8:
-      return {t.data, 4};
-    default:
-      fail(n.describe() + ": indices must be integers, got " + t.type.str());
-  }
-}
-
-bool integralDType(DType t) {
-  return t == DType::I64 || t == DType::I32 || t == DType::I16 || t == DType::I8 || t == DType::U8;
-}
 
 enum Reduction { kNone, kMean, kSum };
 
@@ -759,287 +704,7 @@ void mseLossKernel(const Node& n, std::span<const DeviceTensor> in, std::span<co
   });
 }
 
-// ---- embedding (weight, indices) -----------------------------------------------
-// Rows copied as raw bytes (any weight dtype), in the widest unit that
-// divides a row and the buffers' alignment; a warp per index.
-
-template <class U>
-__global__ void __launch_bounds__(kThreads)
-    embeddingKernel(const U* __restrict__ w, Index idx, U* __restrict__ out, int64_t count, int64_t rows, int64_t units,
-                    int* flag, uint64_t node) {
-  const int lane = threadIdx.x % 32;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32; i < count;
-       i += static_cast<int64_t>(gridDim.x) * kWarpsPerBlock) {
-    const int64_t id = idx[i];
-    U* dst = out + i * units;
-    if (id < 0 || id >= rows) {
-      if (lane == 0) raiseError(flag, node);
-      U zero;
-      memset(&zero, 0, sizeof(U));
-      for (int64_t j = lane; j < units; j += 32) dst[j] = zero;
-      continue;
-    }
-    const U* src = w + id * units;
-    for (int64_t j = lane; j < units; j += 32) dst[j] = src[j];
-  }
-}
-
-template <class U>
-void launchEmbedding(const DeviceTensor& w, Index idx, const DeviceTensor& out, int64_t count, int64_t row_bytes,
-                     CudaContext& ctx) {
-  const int64_t units = row_bytes / static_cast<int64_t>(sizeof(U));
-  embeddingKernel<U><<<rowGrid(count, kWarpsPerBlock), kThreads, 0, ctx.stream>>>(
-      static_cast<const U*>(w.data), idx, static_cast<U*>(out.data), count, w.shape()[0], units, ctx.error_flag,
-      ctx.node_index);
-  checkLaunch("embeddingKernel", ctx.node);
-}
-
-bool embeddingSupports(const Node& n) {
-  return integralDType(n.input(1)->dtype());
-}
-
-void embeddingKernelFn(const Node& n, std::span<const DeviceTensor> in, std::span<const DeviceTensor> out,
-                       CudaContext& ctx) {
-  const DeviceTensor& w = in[0];
-  const int64_t count = in[1].numel();
-  const int64_t row_bytes = w.shape()[1] * static_cast<int64_t>(dtypeSize(w.dtype()));
-  if (count == 0 || row_bytes == 0) return;
-  const Index idx = indexOf(in[1], n);
-  const auto fits = [&](int64_t unit) {
-    return row_bytes % unit == 0 && reinterpret_cast<uintptr_t>(w.data) % unit == 0 &&
-           reinterpret_cast<uintptr_t>(out[0].data) % unit == 0;
-  };
-  if (fits(16))
-    launchEmbedding<uint4>(w, idx, out[0], count, row_bytes, ctx);
-  else if (fits(8))
-    launchEmbedding<uint2>(w, idx, out[0], count, row_bytes, ctx);
-  else if (fits(4))
-    launchEmbedding<unsigned>(w, idx, out[0], count, row_bytes, ctx);
-  else if (fits(2))
-    launchEmbedding<unsigned short>(w, idx, out[0], count, row_bytes, ctx);
-  else
-    launchEmbedding<unsigned char>(w, idx, out[0], count, row_bytes, ctx);
-}
-
-// ---- embedding_backward (g, indices) -> [num_weights, dim] ---------------------
-// Deterministic and linear, no float atomics: the indices are sorted with
-// their positions (CUB's stable radix sort, in the workspace), each weight
-// row's run [first, last) of sorted positions is marked, and a thread per
-// (weight row, column) sums the gradient rows of its run in position order,
-// the CPU's order (so f32 results equal the CPU's bit for bit), writing
-// zeros for rows never looked up and for padding_idx. scale_grad_by_freq
-// scales each gradient row by 1 / (occurrences of its index), as PyTorch
-// does. Work is linear in positions * dim plus the output's size.
-
-struct EmbeddingLayout {
-  size_t keys_in = 0, keys_out = 0, vals_in = 0, vals_out = 0, first = 0, last = 0, temp = 0, temp_bytes = 0, total = 0;
-};
-
-int keyBits(int64_t rows) {
-  int bits = 1;
-  while (bits < 32 && (int64_t{1} << bits) <= rows) ++bits;  // rows itself (the sentinel) must fit
-  return bits;
-}
-
-/// CUB's scratch for sorting `count` keys below 2^keyBits(rows). The query
-/// needs a device; without one (a plan made on a host with no GPU) a
-/// generous bound: the alternate key/value buffers, the digit histograms
-/// and the look-back state come to well under 24 bytes per key plus 4 MiB.
-size_t sortTempBytes(int64_t count, int64_t rows) {
-  size_t bytes = 0;
-  const cudaError_t e = cub::DeviceRadixSort::SortPairs(
-      nullptr, bytes, static_cast<const uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr),
-      static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr), static_cast<int>(count), 0, keyBits(rows));
-  if (e == cudaSuccess) return bytes;
-  cudaGetLastError();
-  return static_cast<size_t>(count) * 24 + (size_t{4} << 20);
-}
-
-EmbeddingLayout embeddingLayout(int64_t count, int64_t rows) {
-  EmbeddingLayout l;
-  const size_t c = alignUp(static_cast<size_t>(count) * 4), r = alignUp(static_cast<size_t>(rows) * 4);
-  l.keys_in = 0;
-  l.keys_out = l.keys_in + c;
-  l.vals_in = l.keys_out + c;
-  l.vals_out = l.vals_in + c;
-  l.first = l.vals_out + c;
-  l.last = l.first + r;
-  l.temp = l.last + r;
-  l.temp_bytes = count > 0 ? sortTempBytes(count, rows) : 0;
-  l.total = l.temp + alignUp(l.temp_bytes);
-  return l;
-}
-
-size_t embeddingBackwardWorkspace(const Node& n) {
-  return embeddingLayout(n.input(1)->type().numel(), n.i("num_weights")).total;
-}
-
-__global__ void __launch_bounds__(kThreads)
-    embeddingKeysKernel(Index idx, uint32_t* __restrict__ keys, int32_t* __restrict__ vals, int64_t count, int64_t rows,
-                        int* flag, uint64_t node) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t id = idx[i];
-    const bool ok = id >= 0 && id < rows;
-    if (!ok) raiseError(flag, node);
-    keys[i] = static_cast<uint32_t>(ok ? id : rows);  // out of range: sorted last, never summed
-    vals[i] = static_cast<int32_t>(i);
-  }
-}
-
-__global__ void __launch_bounds__(kThreads)
-    embeddingRunsKernel(const uint32_t* __restrict__ keys, int32_t* __restrict__ first, int32_t* __restrict__ last,
-                        int64_t count, int64_t rows) {
-  for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < count;
-       j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const uint32_t k = keys[j];
-    if (k >= rows) continue;
-    if (j == 0 || keys[j - 1] != k) first[k] = static_cast<int32_t>(j);
-    if (j == count - 1 || keys[j + 1] != k) last[k] = static_cast<int32_t>(j + 1);
-  }
-}
-
-__device__ __forceinline__ float mulRn(float a, float b) {
-  return __fmul_rn(a, b);  // never contracted into an FMA: the CPU's rounding
-}
-__device__ __forceinline__ double mulRn(double a, double b) {
-  return __dmul_rn(a, b);
-}
-
-/// A thread per (weight row, column): the row's gradient rows summed in
-/// position order (eight loads in flight, added one by one), zero when the
-/// row was never looked up or is padding_idx.
-template <class T>
-__global__ void __launch_bounds__(kThreads)
-    embeddingGradKernel(const T* __restrict__ g, const int32_t* __restrict__ pos, const int32_t* __restrict__ first,
-                        const int32_t* __restrict__ last, T* __restrict__ out, int64_t rows, int64_t dim,
-                        int64_t padding_idx, bool scale_by_freq) {
-  using C = Cmp<T>;
-  constexpr int kUnroll = 8;
-  const int64_t total = rows * dim;
-  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
-       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = idx / dim, d = idx % dim;
-    const int32_t lo = first[r];
-    C acc = C(0);
-    if (lo >= 0 && r != padding_idx) {
-      const int32_t hi = last[r];
-      const C scale = C(1.0 / static_cast<double>(hi - lo));
-      int32_t j = lo;
-      for (; j + kUnroll <= hi; j += kUnroll) {
-        C v[kUnroll];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) v[u] = load<C>(g[static_cast<int64_t>(pos[j + u]) * dim + d]);
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) acc += scale_by_freq ? mulRn(scale, v[u]) : v[u];
-      }
-      for (; j < hi; ++j) {
-        const C v = load<C>(g[static_cast<int64_t>(pos[j]) * dim + d]);
-        acc += scale_by_freq ? mulRn(scale, v) : v;
-      }
-    }
-    out[idx] = store<T>(acc);
-  }
-}
-
-bool embeddingBackwardSupports(const Node& n) {
-  return isFloating(n.input(0)->dtype()) && integralDType(n.input(1)->dtype()) &&
-         n.input(1)->type().numel() < (int64_t{1} << 31) && n.i("num_weights") < (int64_t{1} << 31) - 1;
-}
-
-void embeddingBackwardKernel(const Node& n, std::span<const DeviceTensor> in, std::span<const DeviceTensor> out,
-                             CudaContext& ctx) {
-  const int64_t rows = out[0].shape()[0], dim = out[0].shape()[1], count = in[1].numel();
-  if (rows * dim == 0) return;
-  const EmbeddingLayout l = embeddingLayout(count, rows);
-  auto* ws = static_cast<unsigned char*>(requireWorkspace(ctx, l.total));
-  auto* keys_in = reinterpret_cast<uint32_t*>(ws + l.keys_in);
-  auto* keys_out = reinterpret_cast<uint32_t*>(ws + l.keys_out);
-  auto* vals_in = reinterpret_cast<int32_t*>(ws + l.vals_in);
-  auto* vals_out = reinterpret_cast<int32_t*>(ws + l.vals_out);
-  auto* first = reinterpret_cast<int32_t*>(ws + l.first);
-  auto* last = reinterpret_cast<int32_t*>(ws + l.last);
-  check(cudaMemsetAsync(first, 0xFF, static_cast<size_t>(rows) * 4, ctx.stream), "cudaMemsetAsync", ctx.node);
-  if (count > 0) {
-    const Index idx = indexOf(in[1], n);
-    embeddingKeysKernel<<<gridFor(count), kThreads, 0, ctx.stream>>>(idx, keys_in, vals_in, count, rows, ctx.error_flag,
-                                                                     ctx.node_index);
-    checkLaunch("embeddingKeysKernel", ctx.node);
-    size_t temp_bytes = l.temp_bytes;
-    check(cub::DeviceRadixSort::SortPairs(ws + l.temp, temp_bytes, keys_in, keys_out, vals_in, vals_out,
-                                          static_cast<int>(count), 0, keyBits(rows), ctx.stream),
-          "cub::DeviceRadixSort::SortPairs", ctx.node);
-    embeddingRunsKernel<<<gridFor(count), kThreads, 0, ctx.stream>>>(keys_out, first, last, count, rows);
-    checkLaunch("embeddingRunsKernel", ctx.node);
-  }
-  dispatchFloating(in[0].dtype(), "embedding_backward", [&](auto tag) {
-    using T = decltype(tag);
-    embeddingGradKernel<T>
-        <<<gridFor(rows * dim), kThreads, 0, ctx.stream>>>(in[0].as<T>(), vals_out, first, last, out[0].as<T>(), rows,
-                                                           dim, n.i("padding_idx"), n.i("scale_grad_by_freq") != 0);
-    checkLaunch("embeddingGradKernel", ctx.node);
-  });
-}
-
-// ---- dropout -------------------------------------------------------------------
-// The CPU's counter-based mask (backend/cpu/kernels_nn.cpp): key =
-// splitmix64(seed ^ splitmix64(node_index + 0x632BE59BD9B4E019)), element i
-// kept when (splitmix64(key + i) >> 11) * 2^-53 >= p, kept values scaled by
-// 1 / (1 - p) (0 when p = 1). The seed is read on the device, so a captured
-// graph replays with each run's seed.
-
-template <class T>
-__global__ void __launch_bounds__(kThreads)
-    dropoutKernel(const T* __restrict__ x, T* __restrict__ y, bool* __restrict__ mask, int64_t count, double p,
-                  Cmp<T> scale, const uint64_t* __restrict__ run_seed, uint64_t node_index) {
-  using C = Cmp<T>;
-  const uint64_t key = splitmix64(*run_seed ^ splitmix64(node_index + 0x632BE59BD9B4E019ull));
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const double u = static_cast<double>(splitmix64(key + static_cast<uint64_t>(i)) >> 11) * 0x1.0p-53;
-    const bool keep = u >= p;
-    mask[i] = keep;
-    y[i] = store<T>(keep ? load<C>(x[i]) * scale : C(0));
-  }
-}
-
-bool dropoutSupports(const Node& n) {
-  return isFloating(n.input(0)->dtype());
-}
-
-void dropoutKernelFn(const Node& n, std::span<const DeviceTensor> in, std::span<const DeviceTensor> out,
-                     CudaContext& ctx) {
-  const int64_t count = in[0].numel();
-  if (count == 0) return;
-  if (!n.i("training")) {
-    check(cudaMemcpyAsync(out[0].data, in[0].data, in[0].bytes(), cudaMemcpyDeviceToDevice, ctx.stream),
-          "cudaMemcpyAsync", ctx.node);
-    return;
-  }
-  const double p = n.f("p");
-  dispatchFloating(in[0].dtype(), "dropout", [&](auto tag) {
-    using T = decltype(tag);
-    using C = Cmp<T>;
-    const C scale = p < 1 ? static_cast<C>(1.0 / (1.0 - p)) : C(0);
-    dropoutKernel<T><<<gridFor(count), kThreads, 0, ctx.stream>>>(in[0].as<T>(), out[0].as<T>(), out[1].as<bool>(),
-                                                                  count, p, scale, ctx.run_seed, ctx.node_index);
-    checkLaunch("dropoutKernel", ctx.node);
-  });
-}
-
 // ---- registration --------------------------------------------------------------
-
-void add(CudaKernelRegistry& r, const char* op, CudaKernelFn fn, WorkspaceFn ws, KernelPredicate supports) {
-  CudaKernelDef d;
-  d.op = op;
-  d.dialect = "cuda";
-  d.name = std::string("cuda.") + op;
-  d.priority = 0;
-  d.supports = supports;
-  d.fn = fn;
-  d.workspace = ws;
-  r.add(std::move(d));
-}
 
 bool classLossSupports(const Node& n) {
   return isFloating(n.input(0)->dtype()) && integralDType(n.input(1)->dtype());
@@ -1048,15 +713,12 @@ bool classLossSupports(const Node& n) {
 }  // namespace
 
 void registerCudaLossKernels(CudaKernelRegistry& r) {
-  add(r, "cross_entropy", crossEntropyKernel, crossEntropyWorkspace, classLossSupports);
-  add(r, "cross_entropy_backward", crossEntropyBackwardKernel, crossEntropyBackwardWorkspace,
-      crossEntropyBackwardSupports);
-  add(r, "nll_loss", nllLossKernel, nllLossWorkspace, classLossSupports);
-  add(r, "nll_loss_backward", nllLossBackwardKernel, nllLossBackwardWorkspace, nllLossBackwardSupports);
-  add(r, "mse_loss", mseLossKernel, mseLossWorkspace, mseLossSupports);
-  add(r, "embedding", embeddingKernelFn, nullptr, embeddingSupports);
-  add(r, "embedding_backward", embeddingBackwardKernel, embeddingBackwardWorkspace, embeddingBackwardSupports);
-  add(r, "dropout", dropoutKernelFn, nullptr, dropoutSupports);
+  r.add(ownCudaKernel("cross_entropy", crossEntropyKernel, crossEntropyWorkspace, classLossSupports));
+  r.add(ownCudaKernel("cross_entropy_backward", crossEntropyBackwardKernel, crossEntropyBackwardWorkspace,
+                      crossEntropyBackwardSupports));
+  r.add(ownCudaKernel("nll_loss", nllLossKernel, nllLossWorkspace, classLossSupports));
+  r.add(ownCudaKernel("nll_loss_backward", nllLossBackwardKernel, nllLossBackwardWorkspace, nllLossBackwardSupports));
+  r.add(ownCudaKernel("mse_loss", mseLossKernel, mseLossWorkspace, mseLossSupports));
 }
 
 }  // namespace kiln::cuda

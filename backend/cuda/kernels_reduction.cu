@@ -7,7 +7,7 @@
 // a NaN win, argmax/argmin return the first index of the extreme (the first
 // NaN when there is one), var divides m2 by max(0, count - correction).
 //
-// Every reduction over dims runs one plan (cuda_reduce.cuh's, which
+// Every reduction over dims runs one plan (reduce_plan.h's, which
 // kernels_norm.cu's statistics run too): the input's dims are merged into
 // alternating kept/reduced runs (size-1 dims dropped, as the CPU does), then
 //   - row mode (the innermost run is reduced): a group of W threads (a
@@ -210,7 +210,7 @@ struct ProdStatsOp {
   __device__ Out finish(const Acc& a, int64_t) const { return a; }
 };
 
-// ---- the kernels (over a cuda_reduce.cuh Plan) ---------------------------------
+// ---- the kernels (over a reduce_plan.h Plan) ------------------------------------
 
 constexpr int kThreads = kPlanThreads;
 
@@ -339,13 +339,6 @@ size_t partialBytes(const Plan& p, size_t acc) {
 /// The largest accumulator of each kind, for the workspace bound.
 constexpr size_t kAccBytes = 8, kVarAccBytes = 24, kArgAccBytes = 16, kStatsBytes = 16;
 
-void* requireWorkspace(CudaContext& ctx, size_t bytes) {
-  if (bytes > ctx.workspace_bytes)
-    fail((ctx.node ? ctx.node->describe() : std::string("CUDA reduction")) + ": needs " + std::to_string(bytes) +
-         " bytes of workspace, got " + std::to_string(ctx.workspace_bytes));
-  return bytes ? ctx.workspace : nullptr;
-}
-
 // ---- sum, mean, prod, amax, amin, var ------------------------------------------
 
 enum Kind { kSum, kMean, kProd, kAmax, kAmin, kVar };
@@ -443,10 +436,6 @@ Plan prodBackwardPlan(const Node& n) {
   return makePlan(s, reductionAxes(n, n.is("dims"), static_cast<int64_t>(s.size())));
 }
 
-size_t alignUp(size_t v) {
-  return (v + 255) / 256 * 256;
-}
-
 size_t prodBackwardWorkspace(const Node& n) {
   const Plan p = prodBackwardPlan(n);
   return alignUp(static_cast<size_t>(p.outputs) * kStatsBytes) + partialBytes(p, kStatsBytes);
@@ -483,14 +472,7 @@ void prodBackwardKernelFn(const Node& n, std::span<const DeviceTensor> in, std::
 }
 
 void add(CudaKernelRegistry& r, const char* op, CudaKernelFn fn, WorkspaceFn ws) {
-  CudaKernelDef d;
-  d.op = op;
-  d.dialect = "cuda";
-  d.name = std::string("cuda.") + op;
-  d.priority = 0;
-  d.fn = fn;
-  d.workspace = ws;
-  r.add(std::move(d));
+  r.add(ownCudaKernel(op, fn, ws));
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// The CUDA elementwise kernels (backend/cuda/kernels_elementwise.cu) against
+// The CUDA elementwise kernels (backend/cuda/kernels_elementwise.cu, kernels_unary.cu) against
 // the CPU reference: every op over f32 and bf16 (f16, f64 and the integer
 // dtypes where the op takes them), same-shape operands of an odd size (the
 // grid-stride and vector tails), broadcast and scalar operands, mixed dtypes

@@ -1,4 +1,4 @@
-// CUDA loss, embedding and dropout kernels (backend/cuda/kernels_loss.cu)
+// CUDA loss, embedding and dropout kernels (backend/cuda/kernels_loss.cu, kernels_embedding.cu, kernels_dropout.cu)
 // against the CPU reference: cross_entropy and its backward over short rows
 // (a warp each), GPT-2's 50257 classes (a block each) and a class dim that
 // is not innermost, every reduction, ignore_index, label smoothing; nll_loss

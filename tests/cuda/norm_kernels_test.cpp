@@ -1,4 +1,4 @@
-// CUDA softmax and normalization kernels (backend/cuda/kernels_norm.cu)
+// CUDA softmax and normalization kernels (backend/cuda/kernels_softmax.cu, kernels_norm.cu)
 // against the CPU reference: every path (a warp per short row, a block per
 // long row such as GPT-2's 50257-wide logits, a thread per column when the
 // dim is not innermost), batch_norm in training and eval, mixed precision
