@@ -25,6 +25,7 @@
 
 #include "backend/cpu/cpu_loops.h"
 #include "backend/cpu/cpu_math.h"
+#include "core/ops/op_helpers.h"
 
 namespace kiln::cpu {
 
@@ -42,27 +43,6 @@ struct BufferSource {
   };
   Cursor cursor() const { return {p}; }
 };
-
-/// A run of adjacent input dims that are all kept or all reduced.
-struct DimGroup {
-  bool reduced;
-  int64_t size;
-};
-
-/// The input's dims merged into alternating kept / reduced runs; size-1 dims
-/// are dropped (they change nothing), size-0 dims kept.
-inline std::vector<DimGroup> groupDims(const Shape& s, const std::vector<int64_t>& axes) {
-  std::vector<DimGroup> g;
-  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
-    if (s[d] == 1) continue;
-    const bool red = std::find(axes.begin(), axes.end(), d) != axes.end();
-    if (!g.empty() && g.back().reduced == red)
-      g.back().size *= s[d];
-    else
-      g.push_back({red, s[d]});
-  }
-  return g;
-}
 
 /// Partial results are kept per fixed-size block so sums do not depend on the thread count.
 constexpr int64_t kReduceBlock = 16384;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/ops/op_helpers.h"
 #include "core/result.h"
 #include "core/tensor_type.h"
 
@@ -58,26 +59,6 @@ inline void push(Dims& d, int64_t size, int64_t stride) {
   d.size[d.n] = size;
   d.stride[d.n] = stride;
   ++d.n;
-}
-
-struct DimGroup {
-  bool reduced;
-  int64_t size;
-};
-
-/// The input's dims as alternating kept / reduced runs (size-1 dims
-/// dropped, size-0 kept), outermost first.
-inline std::vector<DimGroup> groupDims(const Shape& s, const std::vector<int64_t>& axes) {
-  std::vector<DimGroup> g;
-  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
-    if (s[d] == 1) continue;
-    const bool red = std::find(axes.begin(), axes.end(), d) != axes.end();
-    if (!g.empty() && g.back().reduced == red)
-      g.back().size *= s[d];
-    else
-      g.push_back({red, s[d]});
-  }
-  return g;
 }
 
 struct Plan {

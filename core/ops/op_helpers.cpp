@@ -96,6 +96,19 @@ std::vector<int64_t> reductionAxes(const Node& n, const std::vector<int64_t>& di
   return axes;
 }
 
+std::vector<DimGroup> groupDims(const Shape& s, const std::vector<int64_t>& axes) {
+  std::vector<DimGroup> g;
+  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
+    if (s[d] == 1) continue;
+    const bool red = std::find(axes.begin(), axes.end(), d) != axes.end();
+    if (!g.empty() && g.back().reduced == red)
+      g.back().size *= s[d];
+    else
+      g.push_back({red, s[d]});
+  }
+  return g;
+}
+
 Shape reducedShape(const Shape& in, const std::vector<int64_t>& axes, bool keepdim) {
   Shape out;
   for (int64_t i = 0; i < static_cast<int64_t>(in.size()); ++i) {

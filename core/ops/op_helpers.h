@@ -13,7 +13,9 @@
 namespace kiln {
 
 /// Attribute spec shorthands.
-inline AttrSpec reqAttr(std::string name, AttrKind k) { return {std::move(name), k, std::nullopt}; }
+inline AttrSpec reqAttr(std::string name, AttrKind k) {
+  return {std::move(name), k, std::nullopt};
+}
 inline AttrSpec optAttr(std::string name, Attr def) {
   AttrKind k = attrKind(def);
   return {std::move(name), k, std::move(def)};
@@ -43,6 +45,16 @@ int64_t pooledLength(int64_t in, int64_t kernel, int64_t stride, int64_t pad, in
 std::vector<int64_t> reductionAxes(const Node& n, const std::vector<int64_t>& dims, int64_t rank);
 /// Shape after reducing `axes`.
 Shape reducedShape(const Shape& in, const std::vector<int64_t>& axes, bool keepdim);
+
+/// A run of adjacent dims that are all kept or all reduced.
+struct DimGroup {
+  bool reduced;
+  int64_t size;
+};
+/// A shape's dims merged into alternating kept / reduced runs, outermost
+/// first; size-1 dims are dropped (they change nothing), size-0 dims kept.
+/// Every reduction kernel walks its input by these runs (CPU and CUDA).
+std::vector<DimGroup> groupDims(const Shape& s, const std::vector<int64_t>& axes);
 
 /// Expect a 2-element int list (e.g. stride), expanding a 1-element one.
 std::vector<int64_t> pair(const Node& n, const std::string& attr);
