@@ -1,10 +1,12 @@
 #include "backend/training_session.h"
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 
 #include "backend/checkpoint.h"
 #include "backend/comm/collective_engine.h"
+#include "backend/comm/gather_tensors.h"
 #include "passes/optimizer.h"
 
 namespace kiln {
@@ -290,7 +292,20 @@ TensorMap TrainingSession::optimizerState() const {
 }
 
 Status TrainingSession::saveCheckpoint(const std::string& dir) const {
-  Checkpoint c{stateDict(), optimizerState(), nlohmann::json::object()};
+  TensorMap opt = optimizerState();
+  CollectiveEngine* comm = config_.collectives.get();
+  if (comm && comm->size() > 1) {
+    // Under ZeRO-1 each rank holds its parameters' optimizer state: rank 0
+    // writes the union (every rank gathers, as every rank calls this).
+    const bool sharded = std::ranges::any_of(graph_->nodes(), [](const auto& n) { return n->op() == "allgather"; });
+    if (sharded) try {
+        opt = allGatherTensors(comm->communicator(), opt);
+      } catch (const KilnException& e) {
+        return Error{"gathering the sharded optimizer state for checkpoint " + dir + ": " + e.what()};
+      }
+    if (comm->rank() != 0) return {};
+  }
+  Checkpoint c{stateDict(), std::move(opt), nlohmann::json::object()};
   c.trainer["format"] = "kiln-checkpoint";
   c.trainer["version"] = 1;
   c.trainer["steps_done"] = steps_;

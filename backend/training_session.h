@@ -93,6 +93,9 @@ class TrainingSession {
   TensorMap optimizerState() const;
 
   /// Save / restore everything a resumed run needs (see backend/checkpoint.h).
+  /// In a data-parallel run every rank calls saveCheckpoint and rank 0
+  /// writes (ZeRO-1: after gathering every rank's optimizer state); each
+  /// rank's loadCheckpoint takes the state its graph holds.
   Status saveCheckpoint(const std::string& dir) const;
   Status loadCheckpoint(const std::string& dir);
 

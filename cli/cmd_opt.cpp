@@ -29,6 +29,8 @@ struct OptArgs {
   int nproc = 1;                    ///< --nproc: ranks the data_parallel pass communicates between
   std::string bucket_size = "25MiB";
   std::vector<std::string> sparse_grads;
+  int zero = 0;  ///< --zero: ZeRO stage for data_parallel and the optimizer
+  int rank = 0;  ///< --rank: whose graph a ZeRO-1 run shows
 };
 
 int runOpt(const OptArgs& a) {
@@ -63,6 +65,8 @@ int runOpt(const OptArgs& a) {
   if (!bucket) return reportError(Error{"--bucket-size: " + bucket.error().message});
   dp.bucket_bytes = *bucket;
   dp.sparse_patterns = a.sparse_grads;
+  dp.zero_stage = a.zero;
+  dp.rank = a.rank;
   PassManagerOptions o = passManagerOptions(a.flags, &std::cerr);
   if (Status s = runPipeline(*g, ctx, *pipeline, o); !s) return reportError(Error{a.input + ": " + s.error().message});
   std::string result = printGraph(*g);
@@ -83,11 +87,16 @@ void addOptCommand(CLI::App& app) {
   sub->add_option("graph", a->input, "a .kir text-IR file or a .json graph")->required();
   addPassFlags(sub, a->flags, "the passes to run, a,b,c")->required();
   sub->add_option("--freeze", a->freeze, "parameters the freeze pass freezes: a glob or a name prefix (repeatable)");
-  sub->add_option("--amp", a->amp, "mixed precision for the amp pass: none (default), bf16 or fp16 (with loss scaling)");
+  sub->add_option("--amp", a->amp,
+                  "mixed precision for the amp pass: none (default), bf16 or fp16 (with loss scaling)");
   sub->add_option("--memory-budget", a->memory_budget, "peak bytes for the remat pass, e.g. 512MiB or 2GiB");
   sub->add_option("--nproc", a->nproc, "ranks for the data_parallel pass (default 1: it changes nothing)");
   sub->add_option("--bucket-size", a->bucket_size, "gradient bytes per allreduce for the data_parallel pass");
   sub->add_option("--sparse-grads", a->sparse_grads, "block-sparse gradients for the data_parallel pass");
+  sub->add_option("--zero", a->zero, "ZeRO stage for data_parallel and optimizer (1: sharded optimizer state)")
+      ->check(CLI::Range(0, 1));
+  sub->add_option("--rank", a->rank, "with --zero 1: the rank whose graph to build (default 0)")
+      ->check(CLI::NonNegativeNumber);
   sub->callback([a] {
     int rc = runOpt(*a);
     if (rc) throw CLI::RuntimeError(rc);

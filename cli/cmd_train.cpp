@@ -15,8 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/commands.h"
 #include "cli/comm_report.h"
+#include "cli/commands.h"
 #include "cli/ranks.h"
 #include "cli/report.h"
 #include "cli/train_setup.h"
@@ -75,23 +75,29 @@ int train(const TrainCmd& c) {
 
   std::ostream& out = lead ? std::cout : nullStream();
   out << "kiln train " << c.train.model.path << ": " << setup->num_params << " trainable parameters, step graph "
-            << s.graph().numNodes() << " nodes (import " << fmt(setup->import_ms, 3) << " ms, compile "
-            << fmt(setup->compile_ms, 3) << " ms, compile cache " << setup->cache.status << "); data: " << setup->batches->describe() << "\n";
+      << s.graph().numNodes() << " nodes (import " << fmt(setup->import_ms, 3) << " ms, compile "
+      << fmt(setup->compile_ms, 3) << " ms, compile cache " << setup->cache.status
+      << "); data: " << setup->batches->describe() << "\n";
   if (args.collectives) {
-    int buckets = 0, sparse = 0;
-    for (const auto& n : s.graph().nodes())
-      if (n->op() == "allreduce" && n->i("bucket") >= 0) {
-        ++buckets;
-        sparse += n->i("sparse") != 0;
-      }
+    int buckets = 0, sparse = 0, scattered = 0, gathers = 0;
+    for (const auto& n : s.graph().nodes()) {
+      if ((n->op() == "allreduce" || n->op() == "reduce_scatter") && n->i("bucket") >= 0) ++buckets;
+      if (n->op() == "allreduce" && n->i("bucket") >= 0) sparse += n->i("sparse") != 0;
+      scattered += n->op() == "reduce_scatter";
+      gathers += n->op() == "allgather";
+    }
     out << "data parallel: " << args.collectives->size() << " ranks (" << args.collectives->communicator().backend()
-        << "), each on its 1/" << args.collectives->size() << " of every batch; " << buckets
-        << " gradient allreduce buckets (" << sparse << " block-sparse)\n";
+        << "), each on its 1/" << args.collectives->size() << " of every batch; " << buckets << " gradient buckets ("
+        << sparse << " block-sparse)";
+    if (scattered || gathers)
+      out << "; ZeRO-1: optimizer state sharded, " << scattered << " reduce-scatters, " << gathers
+          << " parameter all-gathers";
+    out << "\n";
   }
   if (c.train.verbose)
     for (const PassTraceEntry& p : s.passTrace()) {
       out << "  pass " << std::left << std::setw(10) << p.pass << fmt(p.millis, 3) << " ms, " << p.nodes_after
-                << " nodes";
+          << " nodes";
       for (const auto& [k, v] : p.result.statistics) out << ", " << k << " " << v;
       out << "\n";
     }
@@ -130,8 +136,7 @@ int train(const TrainCmd& c) {
       if (!loss) return reportError(loss.error());
       last_loss = *loss;
       last_metrics = s.readMetrics();
-      if (!std::isfinite(last_loss))
-        std::cerr << "kiln: warning: loss is " << last_loss << " at step " << i << "\n";
+      if (!std::isfinite(last_loss)) std::cerr << "kiln: warning: loss is " << last_loss << " at step " << i << "\n";
     }
     if (!c.report.empty()) steps_done.push_back({i, last_loss, step_ms, lr});
     if (log_now && log) {
@@ -142,21 +147,21 @@ int train(const TrainCmd& c) {
     }
     if (print_now) {
       double secs = std::chrono::duration<double>(now - t0).count();
-      std::fprintf(stderr, "\rstep %lld/%lld  loss %.4f", static_cast<long long>(i + 1),
-                   static_cast<long long>(steps), last_loss);
+      std::fprintf(stderr, "\rstep %lld/%lld  loss %.4f", static_cast<long long>(i + 1), static_cast<long long>(steps),
+                   last_loss);
       if (last_metrics.count("accuracy")) std::fprintf(stderr, "  accuracy %.3f", last_metrics["accuracy"]);
       std::fprintf(stderr, "  %.1f steps/s   ", static_cast<double>(i + 1 - start) / std::max(secs, 1e-9));
       last_print = now;
     }
-    if (lead && c.checkpoint_every > 0 && (i + 1) % c.checkpoint_every == 0 && i + 1 != steps)
+    if (c.checkpoint_every > 0 && (i + 1) % c.checkpoint_every == 0 && i + 1 != steps)  // rank 0 writes
       if (Status st = s.saveCheckpoint(c.checkpoint); !st) return reportError(st.error());
   }
   if (tty && steps > start) std::fprintf(stderr, "\n");
   double secs = std::chrono::duration<double>(Clock::now() - t0).count();
 
-  if (!lead) return 0;
-  if (!c.checkpoint.empty())
+  if (!c.checkpoint.empty())  // every rank: ZeRO-1 gathers the optimizer state; rank 0 writes
     if (Status st = s.saveCheckpoint(c.checkpoint); !st) return reportError(st.error());
+  if (!lead) return 0;
   if (!c.report.empty()) {
     auto report = buildReport("train", c.train, *setup, compile_ms);
     addSteps(report, steps_done);

@@ -23,6 +23,7 @@ std::string percent(double v) {
 
 std::string bucketName(const CollectiveRecord& r) {
   if (r.collective == "broadcast") return "buffers";
+  if (r.bucket == -2) return "norm";  // ZeRO-1's clipping norm (passes/optimizer.cpp)
   return r.bucket < 0 ? "loss" : std::to_string(r.bucket);
 }
 
@@ -93,14 +94,15 @@ void printCommTable(std::ostream& out, int ranks, const std::string& backend, co
   if (steps.empty()) return;
   const CommStep& last = steps.back();
   out << "communication of step " << last.step << " (" << ranks << " ranks, " << backend
-      << "; bytes sent by rank 0; dense allreduce: the ring's 2(N-1)/N x size):\n";
-  out << std::left << std::setw(9) << "bucket" << std::setw(11) << "collective" << std::setw(16) << "algorithm"
+      << "; bytes sent by rank 0; dense allreduce: the ring's 2(N-1)/N x size; reduce-scatter and all-gather: "
+         "the ring's, all slices but one):\n";
+  out << std::left << std::setw(9) << "bucket" << std::setw(15) << "collective" << std::setw(16) << "algorithm"
       << std::right << std::setw(8) << "tensors" << std::setw(12) << "dense" << std::setw(12) << "sent" << std::setw(8)
       << "sent%" << std::setw(10) << "ms" << std::setw(10) << "hidden"
       << "\n";
   for (const CollectiveRecord& r : last.collectives) {
     const double comm = r.end_ms - r.begin_ms;
-    out << std::left << std::setw(9) << bucketName(r) << std::setw(11) << r.collective << std::setw(16) << r.algorithm
+    out << std::left << std::setw(9) << bucketName(r) << std::setw(15) << r.collective << std::setw(16) << r.algorithm
         << std::right << std::setw(8) << r.tensors << std::setw(12)
         << humanCount(static_cast<double>(r.dense_bytes), "B") << std::setw(12)
         << humanCount(static_cast<double>(r.sent_bytes), "B") << std::setw(8)

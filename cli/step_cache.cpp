@@ -115,7 +115,10 @@ Result<std::string> stepCacheKeyMaterial(const TrainArgs& a, TrainingGraphKind k
     j["data_parallel"] = {{"world_size", ranks},
                           {"bucket_size", a.bucket_size},
                           {"sparse_grads", a.sparse_grads},
-                          {"dense_embeddings", a.dense_embeddings}};
+                          {"dense_embeddings", a.dense_embeddings},
+                          {"zero", a.zero},
+                          // a ZeRO-1 graph is one rank's
+                          {"rank", a.zero && a.collectives ? a.collectives->rank() : 0}};
   j["amp"] = a.amp;
   j["memory_budget"] = a.memory_budget;
   j["passes"] = a.pass_flags.passes;

@@ -55,6 +55,11 @@ Status validate(const TrainArgs& a) {
   if (a.nproc < 0) return bad("--nproc must be >= 1");
   if (auto b = parseByteSize(a.bucket_size); !b) return bad("--bucket-size: " + b.error().message);
   if (a.comm_timeout < 0 || !std::isfinite(a.comm_timeout)) return bad("--comm-timeout must be > 0 seconds");
+  if (a.zero != 0 && a.zero != 1) return bad("--zero must be 0 or 1 (stage 1 shards the optimizer state)");
+  if (a.zero == 1 && a.amp == "fp16")
+    return bad(
+        "--zero 1 with --amp fp16 is not supported (its loss scaling checks every gradient for overflow on "
+        "one rank); use --amp bf16");
   return {};
 }
 
@@ -147,14 +152,17 @@ void addTrainOptions(CLI::App* sub, TrainArgs& a, bool with_optimizer) {
   sub->add_option("--sparse-grads", a.sparse_grads,
                   "data parallel: allreduce these parameters' gradients block-sparse (only non-zero rows travel); "
                   "patterns as --freeze; embedding gradients are sparse anyway (repeatable)");
-  sub->add_flag("--dense-embeddings", a.dense_embeddings,
-                "data parallel: allreduce embedding gradients densely too");
+  sub->add_flag("--dense-embeddings", a.dense_embeddings, "data parallel: allreduce embedding gradients densely too");
   sub->add_option("--comm-timeout", a.comm_timeout,
                   "data parallel: seconds a rank waits for the others before it fails (default 60)");
   sub->add_flag("--no-cache", a.no_cache, "neither read nor write the compile cache (kiln cache)");
   sub->add_option("--cache-dir", a.cache_dir,
                   "compile cache directory (default: $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln)");
   if (!with_optimizer) return;
+  sub->add_option("--zero", a.zero,
+                  "data parallel: ZeRO stage; 1 shards the optimizer state (each rank keeps and updates the state of "
+                  "its share of the parameters; gradients are reduce-scattered, parameters all-gathered), with the "
+                  "same results as plain data parallel");
   sub->add_option("--data", a.data,
                   "a directory of safetensors batches (cycled), or a flat binary token file (language models)");
   sub->add_option("--token-type", a.token_type, "token file id type: u16 (default), i32 or i64");
@@ -393,11 +401,14 @@ Result<TrainSetup> setUp(const TrainArgs& a, TrainingGraphKind kind, bool lookup
     dp.bucket_bytes = *parseByteSize(a.bucket_size);
     dp.sparse_patterns = a.sparse_grads;
     dp.sparse_embeddings = !a.dense_embeddings;
+    dp.zero_stage = a.zero;
+    dp.rank = a.collectives ? a.collectives->rank() : 0;
     cfg.collectives = a.collectives;  // nullptr when only compiling
     auto isDp = [](const PassInfo* p) { return std::string_view(p->name) == "data_parallel"; };
     if (!pipeline->empty() && std::ranges::none_of(*pipeline, isDp))
-      return Error{"--nproc needs the data_parallel pass in --passes (after autodiff, e.g. "
-                   "loss,autodiff,data_parallel,optimizer)"};
+      return Error{
+          "--nproc needs the data_parallel pass in --passes (after autodiff, e.g. "
+          "loss,autodiff,data_parallel,optimizer)"};
   }
   cfg.pipeline = std::move(*pipeline);
   cfg.pass_options = passManagerOptions(a.pass_flags, &std::cout);

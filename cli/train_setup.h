@@ -61,6 +61,7 @@ struct TrainArgs {
   std::vector<std::string> sparse_grads;  ///< --sparse-grads: block-sparse allreduce for these gradients
   bool dense_embeddings = false;          ///< --dense-embeddings: no automatic sparse embedding gradients
   double comm_timeout = 0;                ///< --comm-timeout seconds (0: $KILN_COMM_TIMEOUT, else 60)
+  int zero = 0;                           ///< --zero: ZeRO stage (1: optimizer state sharded over the ranks)
   /// This process's rank of a data-parallel run (joinRanks); nullptr: one process.
   std::shared_ptr<CollectiveEngine> collectives;
 };

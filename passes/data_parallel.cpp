@@ -32,6 +32,7 @@ struct Grad {
   Value* value;
   size_t position;  ///< its producer's index in the node list (0: a graph input)
   bool sparse = false;
+  int owner = 0;  ///< ZeRO-1: the rank that updates this parameter
 };
 
 /// Elements per sparse block: one row of a matrix (an embedding row), else a fixed size.
@@ -59,6 +60,20 @@ Node* insertAfterProducers(Graph& g, const std::unordered_map<const Node*, size_
 }
 
 }  // namespace
+
+std::vector<int> zeroOwners(const std::vector<int64_t>& numels, int world_size) {
+  std::vector<size_t> order(numels.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return numels[a] > numels[b]; });
+  std::vector<int64_t> load(static_cast<size_t>(std::max(world_size, 1)), 0);
+  std::vector<int> owners(numels.size(), 0);
+  for (size_t i : order) {
+    const auto least = std::min_element(load.begin(), load.end());  // the first of the least loaded
+    owners[i] = static_cast<int>(least - load.begin());
+    *least += numels[i];
+  }
+  return owners;
+}
 
 Result<PassResult> runDataParallel(Graph& g, PassContext& ctx) {
   return catchErrors([&]() -> PassResult {
@@ -91,6 +106,16 @@ Result<PassResult> runDataParallel(Graph& g, PassContext& ctx) {
     for (size_t k = 0; k < dp.sparse_patterns.size(); ++k)
       if (!pattern_used[k])
         fail("--sparse-grads " + dp.sparse_patterns[k] + ": selects no trained parameter's gradient");
+    const bool zero = dp.zero_stage == 1;
+    if (dp.zero_stage != 0 && !zero) fail("data_parallel: ZeRO stage " + std::to_string(dp.zero_stage) + " (0 or 1)");
+    if (zero && (dp.rank < 0 || dp.rank >= dp.world_size))
+      fail("data_parallel: rank " + std::to_string(dp.rank) + " is not in 0.." + std::to_string(dp.world_size - 1));
+    if (zero) {  // partitioned in parameter order, as ZeroRedundancyOptimizer does
+      std::vector<int64_t> numels;
+      for (const Grad& gr : grads) numels.push_back(gr.value->type().numel());
+      const std::vector<int> owners = zeroOwners(numels, dp.world_size);
+      for (size_t k = 0; k < grads.size(); ++k) grads[k].owner = owners[k];
+    }
     std::stable_sort(grads.begin(), grads.end(), [](const Grad& a, const Grad& b) { return a.position < b.position; });
 
     // Buckets in production order; a sparse gradient is a bucket of its own.
@@ -120,11 +145,16 @@ Result<PassResult> runDataParallel(Graph& g, PassContext& ctx) {
     auto& outs = g.mutableOutputs();
     uint64_t grad_bytes = 0;
     int64_t sparse_count = 0;
+    std::vector<size_t> not_owned;  // ZeRO-1: Gradient outputs another rank updates
+    if (zero) ctx.zero_plan.emplace();
     for (size_t b = 0; b < buckets.size(); ++b) {
       std::vector<Value*> ins;
+      std::vector<int64_t> owners;
       for (const Grad* gr : buckets[b]) {
         ins.push_back(gr->value);
+        owners.push_back(gr->owner);
         grad_bytes += gr->value->type().bytes();
+        if (zero) ctx.zero_plan->owners.emplace_back(outs[gr->output].name, gr->owner);
       }
       AttrMap attrs = {{"bucket", static_cast<int64_t>(b)}, {"average", int64_t{1}}};
       if (bucket_sparse[b]) {
@@ -132,9 +162,27 @@ Result<PassResult> runDataParallel(Graph& g, PassContext& ctx) {
         attrs["block"] = sparseBlock(ins[0]);
         ++sparse_count;
       }
-      Node* n = insertAfterProducers(g, position, order, "allreduce", ins, std::move(attrs));
-      for (size_t k = 0; k < buckets[b].size(); ++k) outs[buckets[b][k]->output].value = n->output(k);
+      // ZeRO-1 reduces a dense bucket only to the owners; a sparse gradient
+      // keeps its allreduce (its exchange is already about the rows sent).
+      const bool scatter = zero && !bucket_sparse[b];
+      if (scatter) {
+        attrs["rank"] = static_cast<int64_t>(dp.rank);
+        attrs["owners"] = owners;
+      }
+      Node* n =
+          insertAfterProducers(g, position, order, scatter ? "reduce_scatter" : "allreduce", ins, std::move(attrs));
+      size_t next_out = 0;
+      for (size_t k = 0; k < buckets[b].size(); ++k) {
+        const Grad& gr = *buckets[b][k];
+        if (zero && gr.owner != dp.rank) {
+          not_owned.push_back(gr.output);
+          continue;
+        }
+        outs[gr.output].value = n->output(scatter ? next_out++ : k);
+      }
     }
+    std::sort(not_owned.begin(), not_owned.end());
+    for (size_t k = not_owned.size(); k-- > 0;) outs.erase(outs.begin() + static_cast<std::ptrdiff_t>(not_owned[k]));
 
     // What the step reports: the mean over ranks of the loss and accuracy.
     std::vector<size_t> averaged;
@@ -163,6 +211,7 @@ Result<PassResult> runDataParallel(Graph& g, PassContext& ctx) {
     r.statistics = {{"buckets", static_cast<double>(buckets.size())},
                     {"sparse_gradients", static_cast<double>(sparse_count)},
                     {"gradient_bytes", static_cast<double>(grad_bytes)}};
+    if (zero) r.statistics["owned_gradients"] = static_cast<double>(grads.size() - not_owned.size());
     return r;
   });
 }

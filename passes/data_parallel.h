@@ -23,8 +23,22 @@ namespace kiln {
 ///  - BufferUpdate outputs (BatchNorm running statistics) are broadcast from
 ///    rank 0, DDP's broadcast_buffers.
 /// The Gradient outputs then hold the allreduced values; the optimizer
-/// consumes them as before. Statistics: buckets, sparse_gradients,
-/// gradient_bytes.
+/// consumes them as before.
+///
+/// With zero_stage 1 (ZeRO-1) each communicated parameter gets an owner rank
+/// (zeroOwners) and the graph is rank `rank`'s: a dense bucket becomes one
+/// `reduce_scatter {average=1}` whose outputs are this rank's gradients
+/// only; sparse gradients keep their allreduce. Only the owned parameters
+/// keep a Gradient output, and ctx.zero_plan lists every parameter with its
+/// owner for the optimizer pass (which updates the owned ones and
+/// all-gathers them all). Statistics: buckets, sparse_gradients,
+/// gradient_bytes, and with ZeRO-1 owned_gradients.
 Result<PassResult> runDataParallel(Graph& g, PassContext& ctx);
+
+/// ZeRO-1's partition, as torch's ZeroRedundancyOptimizer makes it: the
+/// tensors sorted by element count, largest first (ties in the given order),
+/// each given to the rank with the fewest elements so far (the lowest such
+/// rank). Returns each tensor's owner, in the given order.
+std::vector<int> zeroOwners(const std::vector<int64_t>& numels, int world_size);
 
 }  // namespace kiln

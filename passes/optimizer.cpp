@@ -7,11 +7,14 @@
 // parameter (multi-tensor: one kernel for the whole update). Nothing here
 // needs a value on the host: clipping is a coefficient tensor, the step
 // counter is a tensor, so the step runs without a device-to-host sync.
+// Under ZeRO-1 the update covers this rank's shard and allgathers follow it
+// (optimizer.h).
 // Guarantees: every trained parameter has a ParamUpdate output; no Gradient
 // outputs remain.
 #include "passes/optimizer.h"
 
 #include <algorithm>
+#include <map>
 
 #include "passes/amp.h"
 
@@ -24,9 +27,56 @@ Value* constant(Graph& g, double v, DType dt) {
   return g.add("full", {}, {{"shape", std::vector<int64_t>{}}, {"value", v}, {"dtype", dt}}, kScope);
 }
 
+/// ZeRO-1's clipping norm: `partial` is the norm of this rank's gradients;
+/// the global one is the square root of the sum over ranks of their squares.
+Value* zeroGlobalNorm(Graph& g, Value* partial) {
+  Value* squares = g.add("mul", {partial, partial}, {}, kScope);
+  Node* sum = g.create("allreduce", {squares}, {{"bucket", int64_t{-2}}, {"average", int64_t{0}}}, kScope);
+  return g.add("sqrt", {sum->output(0)}, {}, kScope);
+}
+
+/// ZeRO-1: every rank gets every parameter as its owner updated it, through
+/// allgathers of about bucket_bytes each, in the plan's order; the
+/// ParamUpdate outputs are their results. `updated`: this rank's updates.
+void gatherShardedParams(Graph& g, const ZeroShardPlan& plan, const DataParallelOptions& dp,
+                         const std::map<std::string, Value*>& updated) {
+  struct Bucket {
+    std::vector<Value*> ins;
+    std::vector<int64_t> owners;
+    std::vector<std::string> names;
+    uint64_t bytes = 0;
+  };
+  std::vector<Bucket> buckets;
+  for (const auto& [name, owner] : plan.owners) {
+    Value* param = g.findInput(name);
+    if (!param) fail("optimizer: ZeRO-1 plan names '" + name + "', which is not an input");
+    Value* in = param;  // another rank's parameter: a placeholder of its type
+    if (owner == dp.rank) {
+      auto it = updated.find(name);
+      if (it == updated.end()) fail("optimizer: ZeRO-1 gives '" + name + "' to this rank but it has no update");
+      in = it->second;
+    }
+    if (buckets.empty() || buckets.back().bytes >= dp.bucket_bytes) buckets.emplace_back();
+    Bucket& b = buckets.back();
+    b.ins.push_back(in);
+    b.owners.push_back(owner);
+    b.names.push_back(name);
+    b.bytes += param->type().bytes();
+  }
+  for (size_t k = 0; k < buckets.size(); ++k) {
+    Bucket& b = buckets[k];
+    Node* n = g.create(
+        "allgather", b.ins,
+        {{"bucket", static_cast<int64_t>(k)}, {"rank", static_cast<int64_t>(dp.rank)}, {"owners", b.owners}}, kScope);
+    for (size_t i = 0; i < b.names.size(); ++i) g.addOutput(n->output(i), b.names[i], OutputRole::ParamUpdate);
+  }
+}
+
 }  // namespace
 
-std::string optimizerStateName(const std::string& kind, const std::string& param) { return kind + "." + param; }
+std::string optimizerStateName(const std::string& kind, const std::string& param) {
+  return kind + "." + param;
+}
 
 Result<PassResult> runOptimizer(Graph& g, PassContext& ctx) {
   return catchErrors([&]() -> PassResult {
@@ -38,7 +88,16 @@ Result<PassResult> runOptimizer(Graph& g, PassContext& ctx) {
         if (!p || p->role() != ValueRole::Param) fail("optimizer: gradient output '" + o.name + "' names no parameter");
         pairs.emplace_back(p, o.value);
       }
-    if (pairs.empty()) fail("optimizer: nothing to train (no parameter gets a gradient from the loss)");
+    // ZeRO-1 (data_parallel made ctx.zero_plan): this rank updates only the
+    // parameters it owns, whose gradients are the ones left; a frozen one
+    // has neither owner nor update here.
+    const ZeroShardPlan* zero = ctx.zero_plan ? &*ctx.zero_plan : nullptr;
+    if (zero) {
+      if (ctx.training.amp.scalesLoss())
+        fail("optimizer: ZeRO-1 with fp16 loss scaling is not supported (the ranks' overflow checks would disagree)");
+      std::erase_if(pairs, [&](const auto& pg) { return ctx.training.frozen.count(pg.first->name()) != 0; });
+    }
+    if (pairs.empty() && !zero) fail("optimizer: nothing to train (no parameter gets a gradient from the loss)");
     for (const char* name : {kLearningRateInput, kStepInput})
       if (g.findInput(name)) fail(std::string("optimizer: the model already has an input named '") + name + "'");
 
@@ -72,8 +131,9 @@ Result<PassResult> runOptimizer(Graph& g, PassContext& ctx) {
     if (opt.clip_grad_norm > 0) {
       std::vector<Value*> grads;
       for (auto& [p, gr] : pairs) grads.push_back(gr);
-      grad_norm = g.add("global_norm", grads, {}, kScope);
+      grad_norm = grads.empty() ? constant(g, 0.0, coef_dt) : g.add("global_norm", grads, {}, kScope);
       if (grad_norm->dtype() != coef_dt) grad_norm = g.add("cast", {grad_norm}, {{"dtype", coef_dt}}, kScope);
+      if (zero) grad_norm = zeroGlobalNorm(g, grad_norm);
       if (inv_scale) grad_norm = g.add("mul", {grad_norm, inv_scale}, {}, kScope);  // the unscaled gradients' norm
       // clip_coef = max_norm / (total_norm + 1e-6), clamped to at most 1.
       Value* denom = g.add("add", {grad_norm, constant(g, 1e-6, coef_dt)}, {}, kScope);
@@ -95,7 +155,9 @@ Result<PassResult> runOptimizer(Graph& g, PassContext& ctx) {
     std::string op;
     if (opt.kind == OptimizerKind::Sgd) {
       op = "sgd_update";
-      attrs = {{"momentum", opt.momentum}, {"dampening", opt.dampening}, {"nesterov", int64_t{opt.nesterov}},
+      attrs = {{"momentum", opt.momentum},
+               {"dampening", opt.dampening},
+               {"nesterov", int64_t{opt.nesterov}},
                {"weight_decay", opt.weightDecay()}};
       for (auto& [p, gr] : pairs) {
         inputs.insert(inputs.end(), {p, gr});
@@ -108,7 +170,10 @@ Result<PassResult> runOptimizer(Graph& g, PassContext& ctx) {
       }
     } else {
       op = "adam_update";
-      attrs = {{"beta1", opt.beta1}, {"beta2", opt.beta2}, {"eps", opt.eps}, {"weight_decay", opt.weightDecay()},
+      attrs = {{"beta1", opt.beta1},
+               {"beta2", opt.beta2},
+               {"eps", opt.eps},
+               {"weight_decay", opt.weightDecay()},
                {"decoupled", int64_t{opt.kind == OptimizerKind::AdamW}}};
       for (auto& [p, gr] : pairs) {
         Value* m = stateInput("exp_avg", p);
@@ -120,12 +185,17 @@ Result<PassResult> runOptimizer(Graph& g, PassContext& ctx) {
       }
     }
     if (scaler) attrs["skip_nonfinite"] = int64_t{1};
-    Node* update = g.create(op, inputs, attrs, kScope);
+    Node* update = pairs.empty() ? nullptr : g.create(op, inputs, attrs, kScope);
 
     auto& outs = g.mutableOutputs();
     std::erase_if(outs, [](const GraphOutput& o) { return o.role == OutputRole::Gradient; });
-    for (size_t i = 0; i < out_names.size(); ++i)
-      g.addOutput(update->output(i), out_names[i].first, out_names[i].second);
+    std::map<std::string, Value*> updated;
+    for (size_t i = 0; i < out_names.size(); ++i) {
+      if (out_names[i].second == OutputRole::ParamUpdate) updated[out_names[i].first] = update->output(i);
+      if (out_names[i].second != OutputRole::ParamUpdate || !zero)
+        g.addOutput(update->output(i), out_names[i].first, out_names[i].second);
+    }
+    if (zero) gatherShardedParams(g, *zero, ctx.training.data_parallel, updated);
     g.addOutput(next_step, kStepInput, OutputRole::OptStateUpdate);
     if (grad_norm) g.addOutput(grad_norm, "grad_norm", OutputRole::Metric);
 

@@ -6,8 +6,8 @@
 namespace kiln {
 
 /// Graph inputs the optimizer pass adds (besides per-parameter state).
-inline constexpr const char* kLearningRateInput = "lr";    ///< Scalar f64[]: set by the host each step
-inline constexpr const char* kStepInput = "step";          ///< OptState f64[]: steps taken so far
+inline constexpr const char* kLearningRateInput = "lr";  ///< Scalar f64[]: set by the host each step
+inline constexpr const char* kStepInput = "step";        ///< OptState f64[]: steps taken so far
 
 /// Name of a parameter's optimizer state tensor, e.g. "exp_avg.fc.weight".
 std::string optimizerStateName(const std::string& kind, const std::string& param);
@@ -26,6 +26,11 @@ std::string optimizerStateName(const std::string& kind, const std::string& param
 ///    grad_scale, GradScaler's scale update, and skip_nonfinite=1 on the
 ///    update so a step with an inf/NaN gradient changes nothing (`step`
 ///    does not advance either).
+///  - under ZeRO-1 (ctx.zero_plan, made by data_parallel): the update covers
+///    only this rank's parameters (and only they have optimizer state here);
+///    clipping sums the ranks' squared partial norms with an allreduce; and
+///    allgather nodes give every rank every updated parameter, which the
+///    ParamUpdate outputs then are. A rank that owns nothing has no update.
 /// The Gradient outputs are removed. Statistics: params_updated.
 Result<PassResult> runOptimizer(Graph& g, PassContext& ctx);
 

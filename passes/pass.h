@@ -4,7 +4,10 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/ir.h"
 #include "core/liveness.h"
@@ -13,6 +16,13 @@
 
 namespace kiln {
 
+/// What the data_parallel pass decided under ZeRO-1, for the optimizer pass:
+/// every communicated parameter, in the order its gradient was bucketed,
+/// with the rank that owns it (passes/data_parallel.h).
+struct ZeroShardPlan {
+  std::vector<std::pair<std::string, int>> owners;
+};
+
 struct PassContext {
   /// Loss, optimizer and what to train; read by the training passes.
   TrainingOptions training;
@@ -20,6 +30,10 @@ struct PassContext {
   /// executor's kernels (TrainingSession sets it), so passes that count
   /// memory (remat) count what will run. Empty: mayAliasInput.
   ViewPredicate is_view;
+  /// Set by data_parallel with training.data_parallel.zero_stage 1; read by
+  /// the optimizer pass, which updates only this rank's parameters and
+  /// all-gathers the rest.
+  std::optional<ZeroShardPlan> zero_plan;
 };
 
 struct PassResult {

@@ -47,6 +47,16 @@ class ListScheduler {
       reads_.emplace_back(read.begin(), read.end());
       for (size_t b : before) addEdge(b, i);
     }
+    // Every rank must issue its collectives in the same order (each one
+    // waits for the matching call on the others), and under ZeRO-1 the
+    // ranks' graphs differ: keep the collectives' relative order as it is,
+    // the same on every rank.
+    size_t last_collective = nodes_.size();
+    for (size_t i = 0; i < nodes_.size(); ++i)
+      if (nodes_[i]->def().has(kCollective)) {
+        if (last_collective < nodes_.size()) addEdge(last_collective, i);
+        last_collective = i;
+      }
     // An update waits for every other reader of the state it replaces.
     const InPlaceUpdates updates = inPlaceCandidates(g, analyzeLiveness(g));
     for (const auto& [out, state] : updates) {

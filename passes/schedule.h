@@ -12,7 +12,9 @@
 // A collective (data_parallel's allreduce of a gradient bucket) runs as
 // soon as its inputs are ready, whatever it frees, and a node that reads a
 // collective's result only when no other node is ready, so the
-// communication overlaps the rest of the backward.
+// communication overlaps the rest of the backward. Collectives keep their
+// relative order: every rank must issue them in the same order, and under
+// ZeRO-1 the ranks' graphs (and so their ready lists) differ.
 // An update that may write over the state it replaces (an optimizer update,
 // a BatchNorm running statistic) waits until every other reader of that
 // state has run, so writing in place stays possible.

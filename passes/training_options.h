@@ -51,6 +51,13 @@ struct DataParallelOptions {
   /// Sparse falls back to dense when it would send more than this times
   /// the dense ring's bytes (decided at run time on the real counts).
   double sparse_max_ratio = 1.0;
+  /// ZeRO stage: 0 plain data parallel; 1 shards the optimizer state (each
+  /// parameter has one owner rank that keeps its state and updates it;
+  /// gradients are reduce-scattered to the owners, the updated parameters
+  /// all-gathered). The graph differs per rank then: `rank` says whose.
+  int zero_stage = 0;
+  /// The rank this graph is compiled for (only ZeRO-1 graphs depend on it).
+  int rank = 0;
 };
 
 struct TrainingOptions {

@@ -10,13 +10,18 @@ namespace kiln {
 
 /// A started collective. Tensors of one dtype share one staging buffer.
 struct CollectiveEngine::Job {
+  enum class Kind { Allreduce, Broadcast, ReduceScatter, AllGather };
   struct Group {
     DType dtype;
     std::vector<unsigned char>* staging;
     std::vector<std::pair<Tensor, size_t>> outs;  ///< output, byte offset in the staging buffer
+    /// reduce_scatter / allgather: elements per rank, the ranks' slices laid
+    /// out in rank order.
+    std::vector<size_t> counts;
   };
   size_t index = 0;
-  bool broadcast = false, average = false, sparse = false;
+  Kind kind = Kind::Allreduce;
+  bool average = false, sparse = false;
   int64_t root = 0, block = 0;
   std::vector<Group> groups;
   CollectiveRecord record;
@@ -83,28 +88,49 @@ void CollectiveEngine::beginStep() {
 }
 
 void CollectiveEngine::start(size_t index, const Node& n, std::span<const Tensor> ins, std::span<const Tensor> outs) {
+  using Kind = Job::Kind;
   auto job = std::make_shared<Job>();
   job->index = index;
-  job->broadcast = n.op() == "broadcast";
-  if (job->broadcast) {
+  job->kind = n.op() == "broadcast"        ? Kind::Broadcast
+              : n.op() == "reduce_scatter" ? Kind::ReduceScatter
+              : n.op() == "allgather"      ? Kind::AllGather
+                                           : Kind::Allreduce;
+  std::vector<int64_t> owners(ins.size(), 0);  // reduce_scatter / allgather: each tensor's rank
+  if (job->kind == Kind::Broadcast) {
     job->root = n.i("root");
     if (job->root >= size())
       fail(n.describe() + ": root rank " + std::to_string(job->root) + " of " + std::to_string(size()));
-  } else {
-    job->average = n.i("average") != 0;
+  } else if (job->kind == Kind::Allreduce) {
     job->sparse = n.i("sparse") != 0;
     job->block = n.i("block");
+  } else {
+    // A ZeRO-1 graph is one rank's: running it on another would exchange
+    // the wrong slices.
+    if (n.i("rank") != rank())
+      fail(n.describe() + ": compiled for rank " + std::to_string(n.i("rank")) + ", run on rank " +
+           std::to_string(rank()));
+    owners = n.is("owners");
+    for (int64_t o : owners)
+      if (o >= size()) fail(n.describe() + ": owner rank " + std::to_string(o) + " of " + std::to_string(size()));
   }
+  job->average = job->kind != Kind::Broadcast && job->kind != Kind::AllGather && n.i("average") != 0;
   CollectiveRecord& rec = job->record;
   rec.node = n.describe();
   rec.collective = n.op();
-  rec.bucket = job->broadcast ? -1 : n.i("bucket");
+  rec.bucket = job->kind == Kind::Broadcast ? -1 : n.i("bucket");
   rec.tensors = ins.size();
   rec.start_ms = sinceStep();
   // Group the tensors by dtype (a bucket of gradients is one group); lay
-  // each group out in one staging buffer, kept for the next steps.
+  // each group out in one staging buffer, kept for the next steps. For a
+  // reduce_scatter or allgather the members go in owner order, so that each
+  // rank's tensors are one slice.
   std::map<DType, std::vector<size_t>> by_dtype;
   for (size_t k = 0; k < ins.size(); ++k) by_dtype[ins[k].dtype()].push_back(k);
+  for (auto& [dt, members] : by_dtype)
+    std::stable_sort(members.begin(), members.end(), [&](size_t a, size_t b) { return owners[a] < owners[b]; });
+  // reduce_scatter: output j is the j-th input this rank owns.
+  std::vector<size_t> out_of(ins.size(), 0);
+  for (size_t k = 0, j = 0; k < ins.size(); ++k) out_of[k] = owners[k] == rank() ? j++ : k;
   auto& buffers = staging_[index];
   buffers.resize(by_dtype.size());
   size_t g = 0;
@@ -113,16 +139,24 @@ void CollectiveEngine::start(size_t index, const Node& n, std::span<const Tensor
     for (size_t k : members) bytes += ins[k].bytes();
     std::vector<unsigned char>& buf = buffers[g++];
     buf.resize(bytes);
-    Job::Group group{dt, &buf, {}};
+    Job::Group group{dt, &buf, {}, std::vector<size_t>(static_cast<size_t>(size()), 0)};
     size_t at = 0;
     for (size_t k : members) {
+      const bool mine = owners[k] == rank();
+      group.counts[static_cast<size_t>(owners[k])] += static_cast<size_t>(ins[k].numel());
       // DDP's division by the world size, done while copying (one pass over
-      // the gradient instead of two).
-      if (ins[k].bytes() && job->average && size() > 1)
+      // the gradient instead of two). An allgather reads only what this rank
+      // owns: the other inputs are placeholders.
+      if (!ins[k].bytes() || (job->kind == Kind::AllGather && !mine)) {
+      } else if (job->average && size() > 1) {
         divideInto(buf.data() + at, ins[k].raw(), static_cast<size_t>(ins[k].numel()), dt, size());
-      else if (ins[k].bytes())
+      } else {
         std::memcpy(buf.data() + at, ins[k].raw(), ins[k].bytes());
-      group.outs.emplace_back(outs[k], at);
+      }
+      if (job->kind != Kind::ReduceScatter)
+        group.outs.emplace_back(outs[k], at);
+      else if (mine)
+        group.outs.emplace_back(outs[out_of[k]], at);
       at += ins[k].bytes();
     }
     rec.dense_bytes += bytes;
@@ -168,11 +202,23 @@ void CollectiveEngine::run(Job& job) {
     const size_t bytes = g.staging->size();
     const size_t count = bytes / dtypeSize(g.dtype);
     void* data = g.staging->data();
-    if (job.broadcast) {
+    const size_t es = dtypeSize(g.dtype);
+    const size_t me = static_cast<size_t>(rank());
+    if (job.kind == Job::Kind::Broadcast) {
       comm_->broadcast(data, bytes, static_cast<int>(job.root));
       rec.algorithm = "broadcast";
       // A ring/tree broadcast sends each byte about once per rank.
       rec.sent_bytes += rank() == job.root || n <= 1 ? bytes : 0;
+    } else if (job.kind == Job::Kind::ReduceScatter) {
+      if (n > 1) comm_->reduceScatterSum(data, g.counts, g.dtype);
+      rec.algorithm = "ring";
+      // The ring passes on every slice but this rank's own.
+      rec.sent_bytes += n > 1 ? bytes - g.counts[me] * es : 0;
+    } else if (job.kind == Job::Kind::AllGather) {
+      if (n > 1) comm_->allGather(data, g.counts, g.dtype);
+      rec.algorithm = "ring";
+      // The ring passes on every slice but the next rank's (it has it).
+      rec.sent_bytes += n > 1 ? bytes - g.counts[(me + 1) % static_cast<size_t>(n)] * es : 0;
     } else {
       if (job.sparse) {
         const SparseAllreduceStats s =

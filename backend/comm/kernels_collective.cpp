@@ -17,14 +17,19 @@ void collectiveKernel(const Node& n, std::span<const Tensor> ins, std::span<Tens
     ctx.collectives->start(ctx.node_index, n, ins, outs);
     return;
   }
-  for (size_t i = 0; i < outs.size(); ++i)
-    if (ins[i].bytes()) std::memcpy(outs[i].raw(), ins[i].raw(), ins[i].bytes());
+  // One rank: each output is its input (a reduce_scatter's are the inputs
+  // this rank owns, in order).
+  for (size_t i = 0, o = 0; i < ins.size() && o < outs.size(); ++i) {
+    if (n.op() == "reduce_scatter" && n.is("owners")[i] != n.i("rank")) continue;
+    if (ins[i].bytes()) std::memcpy(outs[o].raw(), ins[i].raw(), ins[i].bytes());
+    ++o;
+  }
 }
 
 }  // namespace
 
 void registerCpuCollectiveKernels(KernelRegistry& r) {
-  for (const char* op : {"allreduce", "broadcast"}) {
+  for (const char* op : {"allreduce", "broadcast", "reduce_scatter", "allgather"}) {
     KernelDef k{op, "gloo", std::string("gloo.") + op, 0, nullptr, collectiveKernel};
     k.runs_beside_others = false;  // one collective at a time, in graph order on every rank
     r.add(k);

@@ -8,11 +8,20 @@
 //       sparse=1: block-sparse exchange of the non-zero `block`-element
 //       blocks (backend/comm/sparse_allreduce.h), same result.
 //   broadcast(t0, ...) {root} -> t0', ...   every rank gets rank root's values
+//   reduce_scatter(t0, t1, ...) {bucket, average, rank, owners} -> the
+//       inputs `rank` owns, summed (averaged) over ranks: ZeRO-1's gradient
+//       bucket. owners[k] is the rank that owns input k; the outputs are the
+//       inputs with owners[k] == rank, in input order. Every rank passes the
+//       same inputs and owners; the graph differs per rank in `rank` only.
+//   allgather(t0, t1, ...) {bucket, rank, owners} -> t0', t1', ...
+//       every rank gets each tensor as its owner has it (ZeRO-1's updated
+//       parameters); the inputs this rank does not own are placeholders of
+//       the right type whose values are not read.
 //
-// `bucket` numbers the allreduce for reports (the order backward fills the
-// buckets in). The ops are side effects: every rank must run the same ones in
-// the same order, so no pass may remove, merge or fold them; backends run
-// them asynchronously and wait at the first reader of an output.
+// `bucket` numbers the collective for reports (the order backward fills the
+// buckets in; -1 the loss and metrics, -2 ZeRO-1's clipping norm). The ops are side effects: every rank must run the
+// same ones in the same order, so no pass may remove, merge or fold them; backends run them asynchronously and wait at
+// the first reader of an output.
 #include "core/ops/op_helpers.h"
 
 namespace kiln {
@@ -28,6 +37,23 @@ std::vector<TensorType> inferCollective(const Node& n) {
       if (v->dtype() == DType::Bool) opFail(n, "cannot sum a bool tensor");
   }
   if (n.op() == "broadcast" && n.i("root") < 0) opFail(n, "root must be >= 0");
+  if (n.op() == "reduce_scatter" || n.op() == "allgather") {
+    const std::vector<int64_t>& owners = n.is("owners");
+    if (owners.size() != n.numInputs())
+      opFail(n, "owners has " + std::to_string(owners.size()) + " ranks for " + std::to_string(n.numInputs()) +
+                    " tensors");
+    if (n.i("rank") < 0) opFail(n, "rank must be >= 0");
+    for (int64_t o : owners)
+      if (o < 0) opFail(n, "an owner rank must be >= 0");
+    for (Value* v : n.inputs())
+      if (n.op() == "reduce_scatter" && v->dtype() == DType::Bool) opFail(n, "cannot sum a bool tensor");
+    if (n.op() == "reduce_scatter") {
+      std::vector<TensorType> owned;
+      for (size_t k = 0; k < owners.size(); ++k)
+        if (owners[k] == n.i("rank")) owned.push_back(out[k]);
+      return owned;
+    }
+  }
   return out;
 }
 
@@ -36,7 +62,8 @@ std::vector<TensorType> inferCollective(const Node& n) {
 Cost collectiveCost(const Node& n) {
   double elems = 0;
   for (Value* v : n.inputs()) elems += static_cast<double>(v->type().numel());
-  return {n.op() == "allreduce" && n.i("average") ? elems : 0.0, ioBytes(n)};
+  const bool averages = (n.op() == "allreduce" || n.op() == "reduce_scatter") && n.i("average");
+  return {averages ? elems : 0.0, ioBytes(n)};
 }
 
 }  // namespace
@@ -59,7 +86,26 @@ void registerCollectiveOps(OpTable& t) {
          {optAttr("root", int64_t{0})},
          inferCollective,
          collectiveCost});
+  t.add({"reduce_scatter",
+         "each rank gets the sum (or mean) over ranks of the tensors it owns (ZeRO-1 gradients)",
+         1,
+         -1,
+         kCollective | kSideEffect,
+         {optAttr("bucket", int64_t{0}), optAttr("average", int64_t{1}), reqAttr("rank", AttrKind::Int),
+          reqAttr("owners", AttrKind::Ints)},
+         inferCollective,
+         collectiveCost});
+  t.add({"allgather",
+         "every rank gets each tensor from the rank that owns it (ZeRO-1 parameters)",
+         1,
+         -1,
+         kCollective | kSideEffect,
+         {optAttr("bucket", int64_t{0}), reqAttr("rank", AttrKind::Int), reqAttr("owners", AttrKind::Ints)},
+         inferCollective,
+         collectiveCost});
   t.setNoGrad("allreduce", "inserted after autodiff, on gradients");
+  t.setNoGrad("reduce_scatter", "inserted after autodiff, on gradients");
+  t.setNoGrad("allgather", "inserted after the optimizer, on parameters");
   t.setNoGrad("broadcast", "inserted after autodiff, on buffer updates");
 }
 

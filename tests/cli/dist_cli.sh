@@ -88,6 +88,12 @@ expect_error "a --sparse-grads pattern that selects nothing" "--sparse-grads not
   train "$M" --input-file "$B" --steps 1 --no-cache --nproc 2 --sparse-grads nothing_here
 expect_error "a bad --bucket-size" "--bucket-size: 'lots' is not a size" \
   train "$M" --input-file "$B" --steps 1 --no-cache --nproc 2 --bucket-size lots
+expect_error "--zero 2" "--zero must be 0 or 1" \
+  train "$M" --input-file "$B" --steps 1 --no-cache --nproc 2 --zero 2
+expect_error "--zero 1 with fp16 loss scaling" "--zero 1 with --amp fp16 is not supported" \
+  train "$M" --input-file "$B" --steps 1 --no-cache --nproc 2 --zero 1 --amp fp16
+expect_error "--zero for kiln grad (no optimizer)" "--zero" \
+  grad "$M" --input-file "$B" --no-cache --nproc 2 --zero 1 --output "$W/grads.safetensors"
 passed "bad data-parallel combinations are clear errors"
 
 [ $fails = 0 ] && echo "all data-parallel CLI checks passed" || { echo "$fails failed"; exit 1; }

@@ -18,6 +18,12 @@ tensor) and every logged loss:
   huge_buckets  float64, AdamW, --bucket-size 1GiB (one bucket)
   all_sparse    float64, AdamW, --sparse-grads '*': every gradient through
                 the block-sparse allreduce (dense fallback where it pays)
+  zero_adamw    float64, AdamW, --zero 1: optimizer state sharded, gradients
+                reduce-scattered, parameters all-gathered
+  zero_sgd      float32, SGD with momentum and clipping, --zero 1 with 1KiB
+                buckets (the clipping norm summed from the ranks' parts)
+  zero_resume   float64, AdamW, --zero 1: 3 steps with --checkpoint (rank 0
+                writes every rank's optimizer state), then --resume to the end
 
 (AdamW in float32 is not a variant: it turns gradients that are zero up to
 rounding, like an attention key bias's, into +-lr steps whose sign the
@@ -30,6 +36,7 @@ deletes kiln's outputs (parity.tidy_outputs).
 
 import argparse
 import os
+import shutil
 import sys
 import time
 
@@ -49,7 +56,11 @@ VARIANTS = {  # name: (dtype, optimizer args, data-parallel args, tolerance)
     "tiny_buckets": ("float64", ADAMW, ["--bucket-size", "1KiB"], 1e-9),
     "huge_buckets": ("float64", ADAMW, ["--bucket-size", "1GiB"], 1e-9),
     "all_sparse": ("float64", ADAMW, ["--sparse-grads", "*"], 1e-9),
+    "zero_adamw": ("float64", ADAMW, ["--zero", "1"], 1e-9),
+    "zero_sgd": ("float32", SGD, ["--zero", "1", "--bucket-size", "1KiB"], 1e-5),
+    "zero_resume": ("float64", ADAMW, ["--zero", "1"], 1e-9),
 }
+RESUMED = {"zero_resume"}  # variants whose data-parallel run stops at a checkpoint and resumes
 
 
 def main(argv=None) -> int:
@@ -80,8 +91,16 @@ def main(argv=None) -> int:
             for label, extra in (("single", []), ("dp", ["--nproc", str(a.nproc)] + dp)):
                 w = os.path.join(a.work_dir, f"{variant}.{label}.safetensors")
                 log = os.path.join(a.work_dir, f"{variant}.{label}.jsonl")
+                if label == "dp" and variant in RESUMED:  # stop after 3 steps, resume from the checkpoint
+                    ckpt = os.path.join(a.work_dir, f"{variant}.checkpoint")
+                    shutil.rmtree(ckpt, ignore_errors=True)  # --resume takes the latest step in it
+                    first = [x if x != str(a.steps) else str(min(3, a.steps)) for x in base]
+                    parity.run_kiln(a.kiln, first + extra + ["--checkpoint", ckpt, "--log-file", log])
+                    extra = extra + ["--resume", ckpt]
                 parity.run_kiln(a.kiln, base + extra + ["--save-weights", w, "--log-file", log])
                 out[label] = (st_io.load(w), ref.read_log(log))
+                if label == "dp" and variant in RESUMED:
+                    shutil.rmtree(ckpt, ignore_errors=True)
             (ws, ls), (wd, ld) = out["single"], out["dp"]
             worst, where = 0.0, ""
             if set(ws) != set(wd):
