@@ -32,7 +32,12 @@ Liveness analyzeLiveness(const Graph& g, const ViewPredicate& is_view, const InP
         continue;
       }
       l.buffer_of[o] = l.buffers.size();
-      l.buffers.push_back({.value = o, .bytes = o->type().bytes(), .def = i, .last = i});
+      // A collective writes its outputs later, from its communication
+      // thread or stream; the executor waits for it at the first reader or
+      // at the end of the step. An output nothing reads (a sparse gradient
+      // another ZeRO-1 rank updates) is therefore written until the end.
+      const bool async_unread = n->def().has(kCollective) && o->uses().empty();
+      l.buffers.push_back({.value = o, .bytes = o->type().bytes(), .def = i, .last = async_unread ? end : i});
     }
   }
   for (const GraphOutput& o : g.outputs()) {

@@ -5,24 +5,19 @@
 #include <map>
 
 #include "backend/comm/sparse_allreduce.h"
+#include "core/collective_layout.h"
 
 namespace kiln {
 
-/// A started collective. Tensors of one dtype share one staging buffer.
+/// A started collective: its layout (core/collective_layout.h) and, per
+/// group, the staging buffer and where each result goes.
 struct CollectiveEngine::Job {
-  enum class Kind { Allreduce, Broadcast, ReduceScatter, AllGather };
   struct Group {
-    DType dtype;
     std::vector<unsigned char>* staging;
     std::vector<std::pair<Tensor, size_t>> outs;  ///< output, byte offset in the staging buffer
-    /// reduce_scatter / allgather: elements per rank, the ranks' slices laid
-    /// out in rank order.
-    std::vector<size_t> counts;
   };
   size_t index = 0;
-  Kind kind = Kind::Allreduce;
-  bool average = false, sparse = false;
-  int64_t root = 0, block = 0;
+  CollectiveLayout layout;
   std::vector<Group> groups;
   CollectiveRecord record;
   bool done = false;
@@ -88,78 +83,38 @@ void CollectiveEngine::beginStep() {
 }
 
 void CollectiveEngine::start(size_t index, const Node& n, std::span<const Tensor> ins, std::span<const Tensor> outs) {
-  using Kind = Job::Kind;
   auto job = std::make_shared<Job>();
   job->index = index;
-  job->kind = n.op() == "broadcast"        ? Kind::Broadcast
-              : n.op() == "reduce_scatter" ? Kind::ReduceScatter
-              : n.op() == "allgather"      ? Kind::AllGather
-                                           : Kind::Allreduce;
-  std::vector<int64_t> owners(ins.size(), 0);  // reduce_scatter / allgather: each tensor's rank
-  if (job->kind == Kind::Broadcast) {
-    job->root = n.i("root");
-    if (job->root >= size())
-      fail(n.describe() + ": root rank " + std::to_string(job->root) + " of " + std::to_string(size()));
-  } else if (job->kind == Kind::Allreduce) {
-    job->sparse = n.i("sparse") != 0;
-    job->block = n.i("block");
-  } else {
-    // A ZeRO-1 graph is one rank's: running it on another would exchange
-    // the wrong slices.
-    if (n.i("rank") != rank())
-      fail(n.describe() + ": compiled for rank " + std::to_string(n.i("rank")) + ", run on rank " +
-           std::to_string(rank()));
-    owners = n.is("owners");
-    for (int64_t o : owners)
-      if (o >= size()) fail(n.describe() + ": owner rank " + std::to_string(o) + " of " + std::to_string(size()));
-  }
-  job->average = job->kind != Kind::Broadcast && job->kind != Kind::AllGather && n.i("average") != 0;
+  job->layout = layoutCollective(n, rank(), size());
+  const CollectiveLayout& l = job->layout;
   CollectiveRecord& rec = job->record;
   rec.node = n.describe();
   rec.collective = n.op();
-  rec.bucket = job->kind == Kind::Broadcast ? -1 : n.i("bucket");
+  rec.bucket = l.kind == CollectiveLayout::Kind::Broadcast ? -1 : n.i("bucket");
   rec.tensors = ins.size();
   rec.start_ms = sinceStep();
-  // Group the tensors by dtype (a bucket of gradients is one group); lay
-  // each group out in one staging buffer, kept for the next steps. For a
-  // reduce_scatter or allgather the members go in owner order, so that each
-  // rank's tensors are one slice.
-  std::map<DType, std::vector<size_t>> by_dtype;
-  for (size_t k = 0; k < ins.size(); ++k) by_dtype[ins[k].dtype()].push_back(k);
-  for (auto& [dt, members] : by_dtype)
-    std::stable_sort(members.begin(), members.end(), [&](size_t a, size_t b) { return owners[a] < owners[b]; });
-  // reduce_scatter: output j is the j-th input this rank owns.
-  std::vector<size_t> out_of(ins.size(), 0);
-  for (size_t k = 0, j = 0; k < ins.size(); ++k) out_of[k] = owners[k] == rank() ? j++ : k;
+  rec.dense_bytes = l.bytes;
+  // Each group's staging buffer is kept for the next steps.
   auto& buffers = staging_[index];
-  buffers.resize(by_dtype.size());
-  size_t g = 0;
-  for (const auto& [dt, members] : by_dtype) {
-    size_t bytes = 0;
-    for (size_t k : members) bytes += ins[k].bytes();
-    std::vector<unsigned char>& buf = buffers[g++];
-    buf.resize(bytes);
-    Job::Group group{dt, &buf, {}, std::vector<size_t>(static_cast<size_t>(size()), 0)};
-    size_t at = 0;
-    for (size_t k : members) {
-      const bool mine = owners[k] == rank();
-      group.counts[static_cast<size_t>(owners[k])] += static_cast<size_t>(ins[k].numel());
+  buffers.resize(l.groups.size());
+  for (size_t g = 0; g < l.groups.size(); ++g) {
+    const CollectiveLayout::Group& lg = l.groups[g];
+    std::vector<unsigned char>& buf = buffers[g];
+    buf.resize(lg.bytes);
+    Job::Group group{&buf, {}};
+    for (const CollectiveLayout::Member& m : lg.members) {
+      const Tensor& in = ins[m.input];
       // DDP's division by the world size, done while copying (one pass over
       // the gradient instead of two). An allgather reads only what this rank
       // owns: the other inputs are placeholders.
-      if (!ins[k].bytes() || (job->kind == Kind::AllGather && !mine)) {
-      } else if (job->average && size() > 1) {
-        divideInto(buf.data() + at, ins[k].raw(), static_cast<size_t>(ins[k].numel()), dt, size());
+      if (!m.bytes || (l.kind == CollectiveLayout::Kind::AllGather && !m.mine)) {
+      } else if (l.average && size() > 1) {
+        divideInto(buf.data() + m.offset, in.raw(), static_cast<size_t>(in.numel()), lg.dtype, size());
       } else {
-        std::memcpy(buf.data() + at, ins[k].raw(), ins[k].bytes());
+        std::memcpy(buf.data() + m.offset, in.raw(), m.bytes);
       }
-      if (job->kind != Kind::ReduceScatter)
-        group.outs.emplace_back(outs[k], at);
-      else if (mine)
-        group.outs.emplace_back(outs[out_of[k]], at);
-      at += ins[k].bytes();
+      if (m.output >= 0) group.outs.emplace_back(outs[static_cast<size_t>(m.output)], m.offset);
     }
-    rec.dense_bytes += bytes;
     job->groups.push_back(std::move(group));
   }
   {
@@ -195,43 +150,42 @@ void CollectiveEngine::loop() {
 }
 
 void CollectiveEngine::run(Job& job) {
+  using Kind = CollectiveLayout::Kind;
   CollectiveRecord& rec = job.record;
+  const CollectiveLayout& l = job.layout;
   rec.begin_ms = sinceStep();
   const int n = size();
-  for (Job::Group& g : job.groups) {
-    const size_t bytes = g.staging->size();
-    const size_t count = bytes / dtypeSize(g.dtype);
+  for (size_t gi = 0; gi < l.groups.size(); ++gi) {
+    const CollectiveLayout::Group& lg = l.groups[gi];
+    Job::Group& g = job.groups[gi];
+    const size_t count = lg.bytes / dtypeSize(lg.dtype);
     void* data = g.staging->data();
-    const size_t es = dtypeSize(g.dtype);
-    const size_t me = static_cast<size_t>(rank());
-    if (job.kind == Job::Kind::Broadcast) {
-      comm_->broadcast(data, bytes, static_cast<int>(job.root));
-      rec.algorithm = "broadcast";
-      // A ring/tree broadcast sends each byte about once per rank.
-      rec.sent_bytes += rank() == job.root || n <= 1 ? bytes : 0;
-    } else if (job.kind == Job::Kind::ReduceScatter) {
-      if (n > 1) comm_->reduceScatterSum(data, g.counts, g.dtype);
-      rec.algorithm = "ring";
-      // The ring passes on every slice but this rank's own.
-      rec.sent_bytes += n > 1 ? bytes - g.counts[me] * es : 0;
-    } else if (job.kind == Job::Kind::AllGather) {
-      if (n > 1) comm_->allGather(data, g.counts, g.dtype);
-      rec.algorithm = "ring";
-      // The ring passes on every slice but the next rank's (it has it).
-      rec.sent_bytes += n > 1 ? bytes - g.counts[(me + 1) % static_cast<size_t>(n)] * es : 0;
+    if (l.kind == Kind::Allreduce && l.sparse) {
+      const SparseAllreduceStats s =
+          sparseBlockAllreduce(*comm_, data, count, lg.dtype, static_cast<size_t>(l.block), sparse_max_ratio_);
+      rec.algorithm = s.sparse ? "block-sparse" : "dense fallback";
+      rec.sent_bytes += s.sent_bytes;
+      rec.blocks += s.blocks;
+      rec.nonzero_blocks += s.nonzero_blocks;
     } else {
-      if (job.sparse) {
-        const SparseAllreduceStats s =
-            sparseBlockAllreduce(*comm_, data, count, g.dtype, static_cast<size_t>(job.block), sparse_max_ratio_);
-        rec.algorithm = s.sparse ? "block-sparse" : "dense fallback";
-        rec.sent_bytes += s.sent_bytes;
-        rec.blocks += s.blocks;
-        rec.nonzero_blocks += s.nonzero_blocks;
-      } else {
-        if (n > 1) comm_->allreduceSum(data, count, g.dtype);
-        rec.algorithm = comm_->allreduceAlgorithm();
-        rec.sent_bytes += ringAllreduceBytes(bytes, n);
-      }
+      if (n > 1) switch (l.kind) {
+          case Kind::Broadcast:
+            comm_->broadcast(data, lg.bytes, static_cast<int>(l.root));
+            break;
+          case Kind::ReduceScatter:
+            comm_->reduceScatterSum(data, lg.counts, lg.dtype);
+            break;
+          case Kind::AllGather:
+            comm_->allGather(data, lg.counts, lg.dtype);
+            break;
+          case Kind::Allreduce:
+            comm_->allreduceSum(data, count, lg.dtype);
+            break;
+        }
+      rec.algorithm = l.kind == Kind::Broadcast   ? "broadcast"
+                      : l.kind == Kind::Allreduce ? comm_->allreduceAlgorithm()
+                                                  : "ring";
+      rec.sent_bytes += l.ringSentBytes(lg, rank(), n);
     }
     for (auto& [out, at] : g.outs) {
       Tensor t = out;  // shares the buffer the executor bound

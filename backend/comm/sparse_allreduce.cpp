@@ -107,13 +107,6 @@ struct Layout {
 
 }  // namespace
 
-uint64_t ringAllreduceBytes(uint64_t bytes, int ranks) {
-  if (ranks <= 1) return 0;
-  // 128-bit: 2 (N-1) x bytes overflows 64 bits for tensors past 2^60 / N.
-  const unsigned __int128 b = static_cast<unsigned __int128>(bytes) * 2u * static_cast<unsigned>(ranks - 1);
-  return static_cast<uint64_t>(b / static_cast<unsigned>(ranks));
-}
-
 SparseAllreduceStats sparseBlockAllreduce(Communicator& comm, void* data, size_t count, DType dtype, size_t block,
                                           double max_ratio) {
   if (block == 0) fail("sparseBlockAllreduce: block must be at least 1 element");

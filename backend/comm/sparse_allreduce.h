@@ -39,6 +39,7 @@
 #include <cstdint>
 
 #include "backend/comm/communicator.h"
+#include "core/collective_layout.h"  // ringAllreduceBytes
 
 namespace kiln {
 
@@ -59,8 +60,5 @@ struct SparseAllreduceStats {
 /// errors as the communicator's collectives.
 SparseAllreduceStats sparseBlockAllreduce(Communicator& comm, void* data, size_t count, DType dtype, size_t block,
                                           double max_ratio = 1.0);
-
-/// Bytes one rank sends in a ring allreduce of `bytes`: 2 (N-1)/N x bytes.
-uint64_t ringAllreduceBytes(uint64_t bytes, int ranks);
 
 }  // namespace kiln
