@@ -24,6 +24,14 @@ namespace kiln {
 struct DeviceRunnerOptions {
   uint64_t seed = 0;
   KernelSelection kernels;
+  /// Data parallel: this rank of world_size; with more than one, the ranks
+  /// meet through NCCL with `nccl_id` (DeviceBackend::ncclUniqueId, made by
+  /// rank 0 and passed to the others), and the runner takes GPU
+  /// `local_rank` modulo the devices it sees.
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  std::string nccl_id;
 };
 
 class DeviceStepRunner {
@@ -53,6 +61,8 @@ struct DeviceBackend {
   /// Bind kernels and lay out device memory for `graph`, which must outlive
   /// the runner. An Error when no device can run it.
   Result<std::unique_ptr<DeviceStepRunner>> (*create)(const Graph& graph, const DeviceRunnerOptions& options);
+  /// A new NCCL unique id for DeviceRunnerOptions::nccl_id (rank 0 calls it).
+  Result<std::string> (*ncclUniqueId)();
 };
 
 /// The CUDA backend, loaded on first use: an Error saying why when this

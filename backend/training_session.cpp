@@ -30,6 +30,13 @@ const Node* crossEntropyOf(const Value* target) {
   return nullptr;
 }
 
+/// This rank's index among the ranks of its machine: LOCAL_RANK as torchrun
+/// sets it (kiln's launcher too), else the global rank.
+int localRank(int rank) {
+  if (const char* l = std::getenv("LOCAL_RANK"); l && *l) return std::max(0, std::atoi(l));
+  return rank;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<TrainingSession>> TrainingSession::create(const Model& model, TrainingConfig config,
@@ -54,7 +61,28 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::create(const Model& mo
   if (s->config_.device == "cuda") {
     auto backend = cudaBackend();
     if (!backend) return backend.error();
-    auto runner = (*backend)->create(*s->graph_, {.seed = s->config_.seed, .kernels = s->config_.kernels});
+    DeviceRunnerOptions ro{.seed = s->config_.seed, .kernels = s->config_.kernels};
+    if (CollectiveEngine* comm = s->config_.collectives.get(); comm && comm->size() > 1) {
+      // NCCL runs the step's collectives; the ranks meet through an id rank 0
+      // makes and broadcasts over the host communicator (Gloo).
+      ro.rank = comm->rank();
+      ro.world_size = comm->size();
+      ro.local_rank = localRank(ro.rank);
+      if (ro.rank == 0) {
+        auto id = (*backend)->ncclUniqueId();
+        if (!id) return id.error();
+        ro.nccl_id = *id;
+      }
+      uint64_t len = ro.nccl_id.size();
+      auto shared = catchErrors([&]() -> bool {
+        comm->communicator().broadcast(&len, sizeof len, 0);
+        ro.nccl_id.resize(len);
+        comm->communicator().broadcast(ro.nccl_id.data(), len, 0);
+        return true;
+      });
+      if (!shared) return Error{"sharing the NCCL id from rank 0: " + shared.error().message};
+    }
+    auto runner = (*backend)->create(*s->graph_, ro);
     if (!runner) return runner.error();
     s->device_ = std::move(*runner);
   } else if (s->config_.device != "cpu") {

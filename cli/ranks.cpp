@@ -171,9 +171,9 @@ Status joinRanks(TrainArgs& a) {
   if (!opts) return opts.error();
   if (opts->world_size <= 1) return {};
   setErrorPrefix("rank " + std::to_string(opts->rank) + ": ");
-  if (a.device != "cpu")
-    return Error{"data-parallel training runs on the CPU (Gloo) so far; --device " + a.device +
-                 " with more than one rank needs the NCCL communicator"};
+  // --device cuda: NCCL runs the step's collectives (one GPU per rank); the
+  // Gloo communicator below still carries the set-up (initial weights, the
+  // NCCL id, checkpoints).
   // The ranks on this machine split its cores (unless --threads says otherwise).
   if (a.threads == 0) {
     int local = opts->world_size;

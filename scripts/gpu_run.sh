@@ -48,17 +48,18 @@ run() {
   ln -sf openblas-pthread/libopenblas.so.0 "$multiarch/libopenblas.so.0"
   export LD_LIBRARY_PATH=$multiarch:$multiarch/openblas-pthread:${LD_LIBRARY_PATH:-}
   local py=python3
-  local torch_prefix cudnn_root
+  local torch_prefix cudnn_root nccl_root
   torch_prefix=$($py -c 'import torch; print(torch.utils.cmake_prefix_path)')
   cudnn_root=$($py -c 'import nvidia.cudnn, os; print(os.path.dirname(nvidia.cudnn.__file__) if nvidia.cudnn.__file__ else list(nvidia.cudnn.__path__)[0])' 2>/dev/null)
-  export LD_LIBRARY_PATH=$cudnn_root/lib:$LD_LIBRARY_PATH
+  nccl_root=$($py -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])' 2>/dev/null)
+  export LD_LIBRARY_PATH=$cudnn_root/lib:$nccl_root/lib:$LD_LIBRARY_PATH
   { nvidia-smi; nvcc --version; cmake --version; $py -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
-    echo "cudnn: $cudnn_root"; } >"$out/machine.txt" 2>&1
+    echo "cudnn: $cudnn_root"; echo "nccl: $nccl_root"; } >"$out/machine.txt" 2>&1
   cat "$out/machine.txt"
 
   echo "== configure and build (build-gpu/)"
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_WITH_CUDA=ON -DKILN_WITH_GUI=OFF \
-    -DKILN_CUDA_ARCHITECTURES=90 -DCUDNN_ROOT="$cudnn_root" \
+    -DKILN_CUDA_ARCHITECTURES=90 -DCUDNN_ROOT="$cudnn_root" -DNCCL_ROOT="$nccl_root" \
     -DCMAKE_PREFIX_PATH="$sysroot/usr;$multiarch/cmake;$torch_prefix" \
     -DCMAKE_INCLUDE_PATH="$sysroot/usr/include;$sysroot/usr/include/x86_64-linux-gnu/openblas-pthread" \
     -DCMAKE_LIBRARY_PATH="$multiarch;$multiarch/openblas-pthread" >"$out/configure.log" 2>&1 ||

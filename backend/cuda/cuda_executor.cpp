@@ -2,15 +2,19 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_collectives.h"
 #include "backend/cuda/cuda_libraries.h"
 #include "backend/cuda/cuda_node_runner.h"
 #include "backend/cuda/cuda_step_kernels.h"
 #include "backend/cuda/cuda_sync.h"
 #include "backend/cuda/kernels_optim.h"
+#include "backend/cuda/nccl_communicator.h"
 #include "core/liveness.h"
+#include "core/op_table.h"
 
 namespace kiln::cuda {
 namespace {
@@ -165,6 +169,28 @@ Status CudaExecutor::bind() {
       ins_.push_back(std::move(in));
       outs_.push_back(std::move(out));
     }
+    // With a communicator (NCCL), collectives go on the communication
+    // stream, each with a staging buffer of its own (several may be in
+    // flight); a node waits for those whose outputs (or views of them) it reads.
+    if (options_.nccl) {
+      check(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking), "cudaStreamCreate (communication)");
+      std::unordered_map<size_t, size_t> collective_of_buffer;
+      for (size_t i = 0; i < nodes_.size(); ++i) {
+        if (!nodes_[i]->def().has(kCollective)) continue;
+        Collective& c = collectives_[i];
+        c.staging = alloc(collectiveStagingBytes(*nodes_[i]), "a collective's staging buffer");
+        check(cudaEventCreateWithFlags(&c.packed, cudaEventDisableTiming), "cudaEventCreate");
+        check(cudaEventCreateWithFlags(&c.done, cudaEventDisableTiming), "cudaEventCreate");
+        for (const Value* o : nodes_[i]->outputs()) collective_of_buffer[plan.liveness.buffer_of.at(o)] = i;
+      }
+      waits_.assign(nodes_.size(), {});
+      for (size_t i = 0; i < nodes_.size(); ++i)
+        for (const Value* v : nodes_[i]->inputs())
+          if (auto it = collective_of_buffer.find(plan.liveness.buffer_of.at(v));
+              it != collective_of_buffer.end() && it->second != i &&
+              std::find(waits_[i].begin(), waits_[i].end(), it->second) == waits_[i].end())
+            waits_[i].push_back(it->second);
+    }
     // Consecutive optimizer updates with the same attributes (a run of
     // them, as the optimizer pass emits them without split_updates) become
     // one multi-tensor launch instead of one launch per parameter.
@@ -203,6 +229,12 @@ CudaExecutor::~CudaExecutor() {
     if (p) deviceFree(p);
   if (batch_ready_) cudaEventDestroy(batch_ready_);
   if (batch_taken_) cudaEventDestroy(batch_taken_);
+  if (comm_) drain(comm_);
+  for (auto& [_, c] : collectives_) {
+    if (c.packed) cudaEventDestroy(c.packed);
+    if (c.done) cudaEventDestroy(c.done);
+  }
+  if (comm_) cudaStreamDestroy(comm_);
   if (compute_) cudaStreamDestroy(compute_);
   if (copy_) cudaStreamDestroy(copy_);
 }
@@ -253,9 +285,28 @@ void CudaExecutor::enqueueStep() {
   ctx.workspace_bytes = workspace_bytes_;
   ctx.run_seed = run_seed_;
   ctx.error_flag = error_flag_;
+  ctx.nccl = options_.nccl.get();
+  std::vector<char> in_flight(collectives_.empty() ? 0 : nodes_.size(), 0);
+  const auto awaitCollectives = [&](size_t first, size_t end) {
+    if (collectives_.empty()) return;
+    for (size_t k = first; k < end; ++k)
+      for (size_t j : waits_[k])
+        if (in_flight[j]) {
+          check(cudaStreamWaitEvent(compute_, collectives_.at(j).done, 0), "waiting for a collective", nodes_[k]);
+          in_flight[j] = 0;
+        }
+  };
   for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (auto c = collectives_.find(i); c != collectives_.end()) {
+      enqueueCollective(*nodes_[i], ins_[i], outs_[i], c->second.staging, options_.nccl.get(), compute_, comm_,
+                        c->second.packed);
+      check(cudaEventRecord(c->second.done, comm_), "recording a collective's end", nodes_[i]);
+      in_flight[i] = 1;
+      continue;
+    }
     if (auto run = multi_tensor_runs_.find(i); run != multi_tensor_runs_.end()) {
       const size_t end = run->second;
+      awaitCollectives(i, end);
       ctx.node_index = i;
       ctx.node = nodes_[i];
       enqueueMultiTensor({nodes_.begin() + i, nodes_.begin() + end}, {ins_.begin() + i, ins_.begin() + end},
@@ -264,10 +315,15 @@ void CudaExecutor::enqueueStep() {
       continue;
     }
     if (kernels_[i]->output_views_input0) continue;  // the output is the input's buffer
+    awaitCollectives(i, i + 1);
     ctx.node_index = i;
     ctx.node = nodes_[i];
     kernels_[i]->fn(*nodes_[i], ins_[i], outs_[i], ctx);
   }
+  // Join: every collective is complete before the updates are written back
+  // (and before a capture ends).
+  for (size_t j = 0; j < in_flight.size(); ++j)
+    if (in_flight[j]) check(cudaStreamWaitEvent(compute_, collectives_.at(j).done, 0), "waiting for a collective");
   for (const Copy& c : state_copies_)
     check(cudaMemcpyAsync(c.to, c.from, c.bytes, cudaMemcpyDeviceToDevice, compute_), "writing an update back");
   enqueueAdvanceSeed(run_seed_, compute_);

@@ -11,6 +11,13 @@
 // executor is created, so no step allocates and the whole step can be
 // captured once into a CUDA graph and replayed.
 //
+// Collectives (data parallel, cuda_collectives.h): each packs its inputs
+// into a staging buffer of its own on the compute stream, then exchanges
+// them through NCCL on a communication stream while the compute stream goes
+// on; the compute stream waits for it (an event) just before the first
+// kernel that reads one of its outputs, and for all of them at the end of
+// the step, so the capture joins the two streams again.
+//
 // Streams: the step runs on a compute stream; setBatch() copies the next
 // batch host -> pinned staging -> device on a copy stream while the current
 // step runs, and the compute stream waits on an event before taking it
@@ -31,8 +38,8 @@
 #include <string>
 #include <vector>
 
-#include "backend/kernel_selection.h"
 #include "backend/cuda/cuda_kernel.h"
+#include "backend/kernel_selection.h"
 #include "core/result.h"
 #include "core/tensor.h"
 #include "passes/memory_plan.h"
@@ -42,12 +49,16 @@ namespace kiln::cuda {
 struct Libraries;
 
 struct CudaExecutorOptions {
-  uint64_t seed = 0;                       ///< random ops draw from (seed, run index, node index) as on the CPU
-  int device = 0;                          ///< CUDA device ordinal
+  uint64_t seed = 0;  ///< random ops draw from (seed, run index, node index) as on the CPU
+  int device = 0;     ///< CUDA device ordinal
   /// Dialects (cuda, cublas, cublaslt, cudnn, nvrtc), autotuning (timed by
   /// cuda_node_runner.h), or a compiled plan's choices.
   KernelSelection kernels;
   bool cuda_graph = true;  ///< capture the step on the second run and replay it
+  /// Data parallel: the ranks' NCCL communicator (nullptr: one process,
+  /// collectives are copies on the compute stream). With one, collectives
+  /// run on a communication stream.
+  std::shared_ptr<NcclCommunicator> nccl;
 };
 
 class CudaExecutor {
@@ -93,6 +104,16 @@ class CudaExecutor {
 
   std::unique_ptr<Libraries> libs_;
   cudaStream_t compute_ = nullptr, copy_ = nullptr;
+  cudaStream_t comm_ = nullptr;  ///< collectives, with a communicator
+  /// Per collective node (by index), when it runs on comm_: its staging
+  /// buffer, the event after its packing, the event after its outputs.
+  struct Collective {
+    void* staging = nullptr;
+    cudaEvent_t packed = nullptr, done = nullptr;
+  };
+  std::map<size_t, Collective> collectives_;
+  /// Per node: the collectives (node indices) whose outputs it reads.
+  std::vector<std::vector<size_t>> waits_;
   cudaEvent_t batch_ready_ = nullptr, batch_taken_ = nullptr;
   cudaGraphExec_t graph_exec_ = nullptr;
 

@@ -50,6 +50,8 @@ struct DeviceTensor {
 
 /// Library handles, created once per executor (cuda_libraries.h).
 struct Libraries;
+/// NCCL between the ranks of a data-parallel run (nccl_communicator.h).
+class NcclCommunicator;
 
 /// What a kernel may use while it enqueues one node.
 struct CudaContext {
@@ -61,6 +63,7 @@ struct CudaContext {
   const uint64_t* run_seed = nullptr;  ///< device: this run's seed (CPU's ctx.seed)
   int* error_flag = nullptr;           ///< device: 0, or the faulting node_index + 1
   const Node* node = nullptr;          ///< for error messages
+  NcclCommunicator* nccl = nullptr;    ///< collectives: the ranks (nullptr: one rank)
 };
 
 /// Sub-buffers of a node's workspace start on 256-byte boundaries: `bytes`
@@ -90,7 +93,7 @@ using PrepareFn = void (*)(const Node& n);
 
 struct CudaKernelDef {
   std::string op;
-  std::string dialect;                 ///< "cuda", "cublas", "cublaslt", "cudnn", "nvrtc"
+  std::string dialect;                 ///< "cuda", "cublas", "cublaslt", "cudnn", "nvrtc", "nccl"
   std::string name;                    ///< unique, "dialect.op[_variant]"
   int priority = 0;                    ///< higher wins
   KernelPredicate supports = nullptr;  ///< nullptr: all nodes of `op`
@@ -139,5 +142,6 @@ void registerCudaGemmKernels(CudaKernelRegistry& r);         // kernels_gemm.cpp
 void registerCudaConvKernels(CudaKernelRegistry& r);         // kernels_conv.cpp (cuDNN) + kernels_pool.cu
 void registerCudaOptimizerKernels(CudaKernelRegistry& r);    // kernels_optim.cu
 void registerCudaFusedKernels(CudaKernelRegistry& r);        // kernels_fused.cpp (NVRTC)
+void registerCudaCollectiveKernels(CudaKernelRegistry& r);   // kernels_collective.cu (NCCL)
 
 }  // namespace kiln::cuda

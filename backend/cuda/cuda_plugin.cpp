@@ -9,6 +9,7 @@
 
 #include "backend/cuda/cuda_executor.h"
 #include "backend/cuda/cuda_node_runner.h"
+#include "backend/cuda/nccl_communicator.h"
 #include "backend/device_step.h"
 
 namespace kiln::cuda {
@@ -52,12 +53,26 @@ std::string target() {
 }
 
 Result<std::unique_ptr<DeviceStepRunner>> create(const Graph& graph, const DeviceRunnerOptions& o) {
-  auto ex = CudaExecutor::create(graph, {.seed = o.seed, .device = 0, .kernels = o.kernels, .cuda_graph = true});
+  int device = 0;
+  std::shared_ptr<NcclCommunicator> nccl;
+  if (o.world_size > 1) {
+    // One GPU per rank of this machine; NCCL joins on the current device.
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1) return Error{"--device cuda: no CUDA device"};
+    device = o.local_rank % count;
+    if (cudaSetDevice(device) != cudaSuccess)
+      return Error{"--device cuda: cannot select GPU " + std::to_string(device)};
+    auto comm = NcclCommunicator::create(o.rank, o.world_size, o.nccl_id);
+    if (!comm) return comm.error();
+    nccl = std::move(*comm);
+  }
+  auto ex = CudaExecutor::create(
+      graph, {.seed = o.seed, .device = device, .kernels = o.kernels, .cuda_graph = true, .nccl = std::move(nccl)});
   if (!ex) return ex.error();
   return std::unique_ptr<DeviceStepRunner>(std::make_unique<Runner>(std::move(*ex)));
 }
 
-const DeviceBackend kBackend{dialects, target, create};
+const DeviceBackend kBackend{dialects, target, create, NcclCommunicator::uniqueId};
 
 }  // namespace
 }  // namespace kiln::cuda

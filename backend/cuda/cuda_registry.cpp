@@ -18,6 +18,7 @@ const CudaKernelRegistry& CudaKernelRegistry::get() {
     registerCudaConvKernels(r);
     registerCudaOptimizerKernels(r);
     registerCudaFusedKernels(r);
+    registerCudaCollectiveKernels(r);
     return r;
   }();
   return reg;

@@ -1,0 +1,131 @@
+#include "backend/cuda/nccl_communicator.h"
+
+#include <nccl.h>
+
+#include <cstring>
+
+namespace kiln::cuda {
+namespace {
+
+ncclComm_t asComm(void* p) {
+  return static_cast<ncclComm_t>(p);
+}
+
+ncclDataType_t ncclType(DType t, const std::string& where) {
+  switch (t) {
+    case DType::F32:
+      return ncclFloat32;
+    case DType::F64:
+      return ncclFloat64;
+    case DType::F16:
+      return ncclFloat16;
+    case DType::BF16:
+      return ncclBfloat16;
+    case DType::I32:
+      return ncclInt32;
+    case DType::I64:
+      return ncclInt64;
+    default:
+      fail(where + ": dtype " + std::string(dtypeName(t)) + " is not supported (f32, f64, f16, bf16, i32, i64)");
+  }
+}
+
+void checkNccl(ncclResult_t r, const std::string& where, void* comm = nullptr) {
+  if (r == ncclSuccess) return;
+  std::string why = ncclGetErrorString(r);
+  if (comm)
+    if (const char* last = ncclGetLastError(asComm(comm)); last && *last) why += ": " + std::string(last);
+  fail(where + ": " + why);
+}
+
+}  // namespace
+
+std::string NcclCommunicator::version() {
+  int v = 0;
+  ncclGetVersion(&v);
+  return "NCCL " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+}
+
+Result<std::string> NcclCommunicator::uniqueId() {
+  return catchErrors([&]() -> std::string {
+    ncclUniqueId id;
+    checkNccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    return std::string(id.internal, sizeof id.internal);
+  });
+}
+
+Result<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(int rank, int size, const std::string& unique_id) {
+  return catchErrors([&]() -> std::unique_ptr<NcclCommunicator> {
+    if (size < 1 || rank < 0 || rank >= size)
+      fail("nccl communicator: rank " + std::to_string(rank) + " of " + std::to_string(size));
+    std::unique_ptr<NcclCommunicator> c(new NcclCommunicator(rank, size));
+    if (size == 1 && unique_id.empty()) return c;  // local: nothing to meet
+    ncclUniqueId id;
+    if (unique_id.size() != sizeof id.internal)
+      fail("nccl communicator: the unique id has " + std::to_string(unique_id.size()) + " bytes, expected " +
+           std::to_string(sizeof id.internal));
+    std::memcpy(id.internal, unique_id.data(), sizeof id.internal);
+    ncclComm_t comm = nullptr;
+    checkNccl(ncclCommInitRank(&comm, size, id, rank), c->where("joining the NCCL ranks"));
+    c->comm_ = comm;
+    return c;
+  });
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (comm_) ncclCommDestroy(asComm(comm_));
+}
+
+std::string NcclCommunicator::where(const char* what) const {
+  return std::string("nccl ") + what + " (rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ")";
+}
+
+void NcclCommunicator::allreduceSum(void* data, size_t count, DType dtype, cudaStream_t stream) {
+  if (!comm_ || count == 0) return;
+  const std::string w = where("allreduce");
+  checkNccl(ncclAllReduce(data, data, count, ncclType(dtype, w), ncclSum, asComm(comm_), stream), w, comm_);
+}
+
+void NcclCommunicator::reduceScatterSum(void* data, const std::vector<size_t>& counts, DType dtype,
+                                        cudaStream_t stream) {
+  const std::string w = where("reduce-scatter");
+  if (counts.size() != static_cast<size_t>(size_)) fail(w + ": " + std::to_string(counts.size()) + " counts");
+  if (!comm_) return;
+  const ncclDataType_t t = ncclType(dtype, w);
+  auto* p = static_cast<char*>(data);
+  const size_t es = dtypeSize(dtype);
+  // Rank r's slice summed onto rank r: one ncclReduce per owner, grouped.
+  checkNccl(ncclGroupStart(), w);
+  size_t at = 0;
+  for (int r = 0; r < size_; ++r) {
+    if (counts[r])
+      checkNccl(ncclReduce(p + at * es, p + at * es, counts[r], t, ncclSum, r, asComm(comm_), stream), w, comm_);
+    at += counts[r];
+  }
+  checkNccl(ncclGroupEnd(), w, comm_);
+}
+
+void NcclCommunicator::allGather(void* data, const std::vector<size_t>& counts, DType dtype, cudaStream_t stream) {
+  const std::string w = where("all-gather");
+  if (counts.size() != static_cast<size_t>(size_)) fail(w + ": " + std::to_string(counts.size()) + " counts");
+  if (!comm_) return;
+  auto* p = static_cast<char*>(data);
+  const size_t es = dtypeSize(dtype);
+  // Each rank's slice broadcast from it: uneven slices, grouped.
+  checkNccl(ncclGroupStart(), w);
+  size_t at = 0;
+  for (int r = 0; r < size_; ++r) {
+    if (counts[r])
+      checkNccl(ncclBroadcast(p + at * es, p + at * es, counts[r] * es, ncclUint8, r, asComm(comm_), stream), w, comm_);
+    at += counts[r];
+  }
+  checkNccl(ncclGroupEnd(), w, comm_);
+}
+
+void NcclCommunicator::broadcast(void* data, size_t bytes, int root, cudaStream_t stream) {
+  if (!comm_ || bytes == 0) return;
+  const std::string w = where("broadcast");
+  checkNccl(ncclBroadcast(data, data, bytes, ncclUint8, root, asComm(comm_), stream), w, comm_);
+}
+
+}  // namespace kiln::cuda
