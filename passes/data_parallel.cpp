@@ -13,7 +13,8 @@
 // Guarantees: each Gradient output is the mean over ranks of the ranks'
 // gradients (every rank the same bits); frozen parameters' gradients are not
 // communicated (the freeze pass drops them next); with one rank, nothing
-// changes.
+// changes. Under ZeRO-1 only this rank's parameters keep a Gradient output
+// (the same mean), and ctx.zero_plan names every parameter's owner.
 #include "passes/data_parallel.h"
 
 #include <algorithm>

@@ -3,6 +3,7 @@
 #include <nccl.h>
 
 #include <cstring>
+#include <functional>
 
 namespace kiln::cuda {
 namespace {
@@ -86,40 +87,37 @@ void NcclCommunicator::allreduceSum(void* data, size_t count, DType dtype, cudaS
   checkNccl(ncclAllReduce(data, data, count, ncclType(dtype, w), ncclSum, asComm(comm_), stream), w, comm_);
 }
 
-void NcclCommunicator::reduceScatterSum(void* data, const std::vector<size_t>& counts, DType dtype,
-                                        cudaStream_t stream) {
-  const std::string w = where("reduce-scatter");
+void NcclCommunicator::perRankSlices(const char* what, const std::vector<size_t>& counts, size_t elem_bytes,
+                                     const std::function<ncclResult_t(size_t offset, size_t count, int root)>& call) {
+  const std::string w = where(what);
   if (counts.size() != static_cast<size_t>(size_)) fail(w + ": " + std::to_string(counts.size()) + " counts");
   if (!comm_) return;
-  const ncclDataType_t t = ncclType(dtype, w);
-  auto* p = static_cast<char*>(data);
-  const size_t es = dtypeSize(dtype);
-  // Rank r's slice summed onto rank r: one ncclReduce per owner, grouped.
   checkNccl(ncclGroupStart(), w);
   size_t at = 0;
   for (int r = 0; r < size_; ++r) {
-    if (counts[r])
-      checkNccl(ncclReduce(p + at * es, p + at * es, counts[r], t, ncclSum, r, asComm(comm_), stream), w, comm_);
+    if (counts[r]) checkNccl(call(at * elem_bytes, counts[r], r), w, comm_);
     at += counts[r];
   }
   checkNccl(ncclGroupEnd(), w, comm_);
 }
 
+void NcclCommunicator::reduceScatterSum(void* data, const std::vector<size_t>& counts, DType dtype,
+                                        cudaStream_t stream) {
+  // Rank r's slice summed onto rank r: one ncclReduce per owner, grouped.
+  const ncclDataType_t t = ncclType(dtype, where("reduce-scatter"));
+  auto* p = static_cast<char*>(data);
+  perRankSlices("reduce-scatter", counts, dtypeSize(dtype), [&](size_t offset, size_t count, int root) {
+    return ncclReduce(p + offset, p + offset, count, t, ncclSum, root, asComm(comm_), stream);
+  });
+}
+
 void NcclCommunicator::allGather(void* data, const std::vector<size_t>& counts, DType dtype, cudaStream_t stream) {
-  const std::string w = where("all-gather");
-  if (counts.size() != static_cast<size_t>(size_)) fail(w + ": " + std::to_string(counts.size()) + " counts");
-  if (!comm_) return;
+  // Each rank's slice broadcast from it: uneven slices, grouped.
   auto* p = static_cast<char*>(data);
   const size_t es = dtypeSize(dtype);
-  // Each rank's slice broadcast from it: uneven slices, grouped.
-  checkNccl(ncclGroupStart(), w);
-  size_t at = 0;
-  for (int r = 0; r < size_; ++r) {
-    if (counts[r])
-      checkNccl(ncclBroadcast(p + at * es, p + at * es, counts[r] * es, ncclUint8, r, asComm(comm_), stream), w, comm_);
-    at += counts[r];
-  }
-  checkNccl(ncclGroupEnd(), w, comm_);
+  perRankSlices("all-gather", counts, es, [&](size_t offset, size_t count, int root) {
+    return ncclBroadcast(p + offset, p + offset, count * es, ncclUint8, root, asComm(comm_), stream);
+  });
 }
 
 void NcclCommunicator::broadcast(void* data, size_t bytes, int root, cudaStream_t stream) {

@@ -17,9 +17,12 @@
 
 #include <cuda_runtime_api.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <nccl.h>
 
 #include "core/dtype.h"
 #include "core/result.h"
@@ -52,9 +55,13 @@ class NcclCommunicator {
  private:
   NcclCommunicator(int rank, int size) : rank_(rank), size_(size) {}
   std::string where(const char* what) const;
+  /// One NCCL call per rank with a non-empty slice, as one group: `call`
+  /// gets the slice's byte offset, element count and rank.
+  void perRankSlices(const char* what, const std::vector<size_t>& counts, size_t elem_bytes,
+                     const std::function<ncclResult_t(size_t offset, size_t count, int root)>& call);
 
   int rank_ = 0, size_ = 1;
-  void* comm_ = nullptr;  ///< ncclComm_t (kept out of this header)
+  void* comm_ = nullptr;  ///< ncclComm_t
 };
 
 }  // namespace kiln::cuda

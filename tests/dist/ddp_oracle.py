@@ -48,7 +48,7 @@ import losses  # noqa: E402
 import parity  # noqa: E402
 import reference as ref  # noqa: E402
 import st_io  # noqa: E402
-from compare import rel_max  # noqa: E402
+from dist_compare import compare_run, finish, summary  # noqa: E402
 
 SGD = ref.OptConfig(optimizer="sgd", lr=0.05, momentum=0.9)
 ADAMW = ref.OptConfig(optimizer="adamw", lr=1e-3)
@@ -127,31 +127,11 @@ def main(argv=None) -> int:
                                      "--no-cache", "--nproc", str(a.nproc), "--save-weights", w, "--log-file", log]
                             + cfg.cli_args() + dp)
             got, got_losses = st_io.load(w), ref.read_log(log)
-            worst, where = 0.0, ""
-            for k in sorted(want):
-                if k.endswith("num_batches_tracked"):
-                    continue  # an integer count kiln does not keep
-                if k not in got:
-                    bad.append(f"{variant}: kiln wrote no '{k}'")
-                    continue
-                e = rel_max(got[k], want[k].to(got[k].dtype))
-                if e > worst:
-                    worst, where = e, k
-                if e > tol:
-                    bad.append(f"{variant}: {k}: relative error {e:.3g} > {tol:g}")
-            if len(got_losses) != len(want_losses):
-                bad.append(f"{variant}: {len(got_losses)} losses logged, DDP {len(want_losses)}")
-            for i, (x, y) in enumerate(zip(got_losses, want_losses)):
-                if abs(x - y) > tol * max(abs(y), 1e-30):
-                    bad.append(f"{variant}: loss of step {i}: kiln {x} vs DDP {y}")
-            print(f"{a.name} --nproc {a.nproc} {variant} vs DDP: worst relative error {worst:.3g} ({where}), "
-                  f"tol {tol:g}, losses {want_losses[0]:.6g} -> {want_losses[-1]:.6g} ({time.time() - t0:.1f} s)")
+            worst, where = compare_run(variant, got, want, got_losses, want_losses, tol, bad, "DDP")
+            print(summary(a.name, a.nproc, variant + " vs DDP", worst, where, tol, want_losses, time.time() - t0))
     except parity.Failure as e:
-        print(f"{a.name} --nproc {a.nproc}: ERROR: {e}")
-        return parity.tidy_outputs(a.work_dir, 2, False)
-    for line in bad:
-        print(f"{a.name} --nproc {a.nproc}: FAIL {line}")
-    return parity.tidy_outputs(a.work_dir, 1 if bad else 0, False)
+        return finish(a.name, a.nproc, a.work_dir, bad, str(e))
+    return finish(a.name, a.nproc, a.work_dir, bad)
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "models"))
 import parity  # noqa: E402  (prepare, tidy_outputs)
 import reference as ref  # noqa: E402
 import st_io  # noqa: E402
-from compare import rel_max  # noqa: E402
+from dist_compare import compare_run, finish, summary  # noqa: E402
 
 ADAMW = ["--optimizer", "adamw", "--lr", "1e-3"]
 SGD = ["--optimizer", "sgd", "--lr", "0.01", "--momentum", "0.9", "--nesterov", "--clip-grad-norm", "1.0"]
@@ -102,29 +102,11 @@ def main(argv=None) -> int:
                 if label == "dp" and variant in RESUMED:
                     shutil.rmtree(ckpt, ignore_errors=True)
             (ws, ls), (wd, ld) = out["single"], out["dp"]
-            worst, where = 0.0, ""
-            if set(ws) != set(wd):
-                bad.append(f"{variant}: tensor names differ: {sorted(set(ws) ^ set(wd))}")
-            for k in sorted(set(ws) & set(wd)):
-                e = rel_max(wd[k], ws[k])
-                if e > worst:
-                    worst, where = e, k
-                if e > tol:
-                    bad.append(f"{variant}: {k}: relative error {e:.3g} > {tol:g}")
-            if len(ls) != len(ld):
-                bad.append(f"{variant}: {len(ld)} losses logged, {len(ls)} single-process")
-            for i, (x, y) in enumerate(zip(ld, ls)):
-                e = abs(x - y) / max(abs(y), 1e-30)
-                if e > tol:
-                    bad.append(f"{variant}: loss of step {i}: {x} vs {y}")
-            print(f"{a.name} --nproc {a.nproc} {variant}: worst relative error {worst:.3g} ({where}), "
-                  f"tol {tol:g}, losses {ld[0]:.6g} -> {ld[-1]:.6g} ({time.time() - t0:.1f} s)")
+            worst, where = compare_run(variant, wd, ws, ld, ls, tol, bad, "single-process")
+            print(summary(a.name, a.nproc, variant, worst, where, tol, ld, time.time() - t0))
     except parity.Failure as e:
-        print(f"{a.name} --nproc {a.nproc}: ERROR: {e}")
-        return parity.tidy_outputs(a.work_dir, 2, False)
-    for line in bad:
-        print(f"{a.name} --nproc {a.nproc}: FAIL {line}")
-    return parity.tidy_outputs(a.work_dir, 1 if bad else 0, False)
+        return finish(a.name, a.nproc, a.work_dir, bad, str(e))
+    return finish(a.name, a.nproc, a.work_dir, bad)
 
 
 if __name__ == "__main__":
