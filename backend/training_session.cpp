@@ -325,8 +325,7 @@ Status TrainingSession::saveCheckpoint(const std::string& dir) const {
   if (comm && comm->size() > 1) {
     // Under ZeRO-1 each rank holds its parameters' optimizer state: rank 0
     // writes the union (every rank gathers, as every rank calls this).
-    const bool sharded = std::ranges::any_of(graph_->nodes(), [](const auto& n) { return n->op() == "allgather"; });
-    if (sharded) try {
+    if (config_.passes.training.data_parallel.zero_stage == 1) try {
         opt = allGatherTensors(comm->communicator(), opt);
       } catch (const KilnException& e) {
         return Error{"gathering the sharded optimizer state for checkpoint " + dir + ": " + e.what()};

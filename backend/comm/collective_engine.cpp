@@ -5,7 +5,6 @@
 #include <map>
 
 #include "backend/comm/sparse_allreduce.h"
-#include "core/collective_layout.h"
 
 namespace kiln {
 
@@ -17,7 +16,7 @@ struct CollectiveEngine::Job {
     std::vector<std::pair<Tensor, size_t>> outs;  ///< output, byte offset in the staging buffer
   };
   size_t index = 0;
-  CollectiveLayout layout;
+  const CollectiveLayout* layout = nullptr;  ///< the engine's, made at the node's first start
   std::vector<Group> groups;
   CollectiveRecord record;
   bool done = false;
@@ -85,8 +84,11 @@ void CollectiveEngine::beginStep() {
 void CollectiveEngine::start(size_t index, const Node& n, std::span<const Tensor> ins, std::span<const Tensor> outs) {
   auto job = std::make_shared<Job>();
   job->index = index;
-  job->layout = layoutCollective(n, rank(), size());
-  const CollectiveLayout& l = job->layout;
+  // The layout depends on the node only: made once, kept with the staging.
+  auto known = layouts_.find(index);
+  if (known == layouts_.end()) known = layouts_.emplace(index, layoutCollective(n, rank(), size())).first;
+  job->layout = &known->second;
+  const CollectiveLayout& l = known->second;
   CollectiveRecord& rec = job->record;
   rec.node = n.describe();
   rec.collective = n.op();
@@ -152,7 +154,7 @@ void CollectiveEngine::loop() {
 void CollectiveEngine::run(Job& job) {
   using Kind = CollectiveLayout::Kind;
   CollectiveRecord& rec = job.record;
-  const CollectiveLayout& l = job.layout;
+  const CollectiveLayout& l = *job.layout;
   rec.begin_ms = sinceStep();
   const int n = size();
   for (size_t gi = 0; gi < l.groups.size(); ++gi) {

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "backend/comm/communicator.h"
+#include "core/collective_layout.h"
 #include "core/ir.h"
 #include "core/tensor.h"
 
@@ -95,8 +96,11 @@ class CollectiveEngine {
   std::deque<std::shared_ptr<Job>> queue_;
   std::unordered_map<size_t, std::shared_ptr<Job>> started_;  ///< by node index, until waited for
   std::vector<CollectiveRecord> records_;
-  /// Per node index: its staging buffers (reused every step).
+  /// Per node index: its staging buffers and its layout (reused every step;
+  /// the communication thread reads a layout through its job's pointer,
+  /// which later insertions leave valid).
   std::unordered_map<size_t, std::vector<std::vector<unsigned char>>> staging_;
+  std::unordered_map<size_t, CollectiveLayout> layouts_;
   bool stop_ = false;
   std::thread thread_;
 };
