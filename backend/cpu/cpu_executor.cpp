@@ -1,6 +1,7 @@
 #include "backend/cpu/cpu_executor.h"
 
 #include "backend/comm/collective_engine.h"
+#include "backend/cpu/blas_threads.h"
 #include "backend/cpu/node_stages.h"
 #include "core/op_table.h"
 #include "core/trace.h"
@@ -18,24 +19,28 @@ namespace {
 
 /// The OpenMP pool as the executor uses it for one create() or run():
 /// `threads` threads (0: as the process has it) and no nested parallelism,
-/// so loops inside a node that runs beside others stay on its thread. The
-/// process's settings come back afterwards: one executor's thread count
-/// never leaks into another's, or into the rest of the process.
+/// so loops inside a node that runs beside others stay on its thread; the
+/// BLAS library's pool gets the same count (blas_threads.h). The process's
+/// settings come back afterwards: one executor's thread count never leaks
+/// into another's, or into the rest of the process.
 class PoolScope {
  public:
-  explicit PoolScope(int threads) : threads_(omp_get_max_threads()), levels_(omp_get_max_active_levels()) {
+  explicit PoolScope(int threads)
+      : threads_(omp_get_max_threads()), levels_(omp_get_max_active_levels()), blas_(blasThreads()) {
     if (threads > 0) omp_set_num_threads(threads);
+    setBlasThreads(threads);
     omp_set_max_active_levels(1);
   }
   ~PoolScope() {
     omp_set_num_threads(threads_);
+    setBlasThreads(blas_);
     omp_set_max_active_levels(levels_);
   }
   PoolScope(const PoolScope&) = delete;
   PoolScope& operator=(const PoolScope&) = delete;
 
  private:
-  const int threads_, levels_;
+  const int threads_, levels_, blas_;
 };
 
 }  // namespace
