@@ -19,6 +19,7 @@ const KernelRegistry& KernelRegistry::cpu() {
     registerCpuNormGradKernels(r);
     registerCpuLossGradKernels(r);
     registerCpuOptimizerKernels(r);
+    registerCpuRowSparseKernels(r);
     registerCpuFusedKernels(r);
     registerCpuCollectiveKernels(r);
     return r;

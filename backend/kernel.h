@@ -92,6 +92,7 @@ void registerCpuNNGradKernels(KernelRegistry& r);
 void registerCpuNormGradKernels(KernelRegistry& r);
 void registerCpuLossGradKernels(KernelRegistry& r);
 void registerCpuOptimizerKernels(KernelRegistry& r);
+void registerCpuRowSparseKernels(KernelRegistry& r);  // backend/cpu/kernels_row_sparse.cpp
 void registerCpuFusedKernels(KernelRegistry& r);
 void registerCpuCollectiveKernels(KernelRegistry& r);  // backend/comm/kernels_collective.cpp
 

@@ -24,6 +24,7 @@ const OpTable& OpTable::get() {
     registerLossOps(t);
     registerOptimizerOps(t);
     registerCollectiveOps(t);
+    registerRowSparseOps(t);
     registerElementwiseGrads(t);
     registerReductionGrads(t);
     registerShapeGrads(t);
@@ -63,7 +64,9 @@ static OpDef& mustFind(std::map<std::string, OpDef, std::less<>>& ops, std::stri
   return it->second;
 }
 
-void OpTable::setGrad(std::string_view op, GradFn fn) { mustFind(ops_, op).grad = fn; }
+void OpTable::setGrad(std::string_view op, GradFn fn) {
+  mustFind(ops_, op).grad = fn;
+}
 
 void OpTable::setNoGrad(std::string_view op, std::string reason) {
   mustFind(ops_, op).no_grad_reason = std::move(reason);
@@ -82,6 +85,8 @@ Cost defaultCost(const Node& n) {
   return {flops, ioBytes(n)};
 }
 
-Cost nodeCost(const Node& n) { return n.def().cost ? n.def().cost(n) : defaultCost(n); }
+Cost nodeCost(const Node& n) {
+  return n.def().cost ? n.def().cost(n) : defaultCost(n);
+}
 
 }  // namespace kiln

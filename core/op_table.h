@@ -110,6 +110,7 @@ void registerNNOps(OpTable& t);
 void registerLossOps(OpTable& t);
 void registerOptimizerOps(OpTable& t);
 void registerCollectiveOps(OpTable& t);  // allreduce, broadcast (data parallel)
+void registerRowSparseOps(OpTable& t);   // row-sparse embedding gradients (data parallel)
 
 // Gradient rules (core/ops/*_grad.cpp); called after every op is registered.
 void registerElementwiseGrads(OpTable& t);

@@ -42,6 +42,39 @@ int64_t sparseBlock(const Value* v) {
   return s.size() >= 2 && s.back() > 0 ? s.back() : kDefaultSparseBlock;
 }
 
+/// An embedding gradient that can stay row-sparse: embedding_backward's
+/// (without scale_grad_by_freq) of an f32/f64 table.
+bool rowSparseEmbedding(const Value* grad) {
+  const Node* p = grad->producer();
+  return p && p->op() == "embedding_backward" && !p->i("scale_grad_by_freq") &&
+         (grad->dtype() == DType::F32 || grad->dtype() == DType::F64) && grad->shape().size() == 2;
+}
+
+/// Replace an embedding gradient's embedding_backward and sparse allreduce by
+/// the row-sparse chain, right after the embedding_backward it replaces:
+/// rows, their allreduce, and (when this rank updates the parameter,
+/// `dense`) the dense gradient for the readers that want one
+/// (sparse_updates gives SGD the rows instead). Returns that gradient.
+Value* rowSparseAllreduce(Graph& g, const std::unordered_map<const Node*, size_t>& position,
+                          const std::vector<Node*>& order, const Value* grad, int64_t bucket, int world_size,
+                          bool dense) {
+  Node* eb = grad->producer();
+  const size_t at = position.at(eb);
+  const int64_t rows = grad->shape()[0];
+  g.setInsertPoint(at + 1 < order.size() ? order[at + 1] : nullptr);
+  Node* er = g.create("embedding_backward_rows", {eb->input(0), eb->input(1)},
+                      {{"num_weights", rows}, {"padding_idx", eb->i("padding_idx")}}, eb->scope(), eb->provenance());
+  Node* ar = g.create("allreduce_rows", {er->output(0), er->output(1)},
+                      {{"bucket", bucket},
+                       {"average", int64_t{1}},
+                       {"num_rows", rows},
+                       {"world_size", static_cast<int64_t>(world_size)}},
+                      kScope);
+  Value* out = dense ? g.add("rows_to_dense", {ar->output(0), ar->output(1)}, {{"num_rows", rows}}, kScope) : nullptr;
+  g.setInsertPoint(nullptr);
+  return out;
+}
+
 /// Insert `op` over `ins` right after the latest of their producers; point
 /// the graph outputs `outs` (indices) at its results.
 Node* insertAfterProducers(Graph& g, const std::unordered_map<const Node*, size_t>& position,
@@ -147,6 +180,7 @@ Result<PassResult> runDataParallel(Graph& g, PassContext& ctx) {
     uint64_t grad_bytes = 0;
     int64_t sparse_count = 0;
     std::vector<size_t> not_owned;  // ZeRO-1: Gradient outputs another rank updates
+    std::vector<Node*> replaced;    // embedding_backward nodes the row-sparse chain replaced
     if (zero) ctx.zero_plan.emplace();
     for (size_t b = 0; b < buckets.size(); ++b) {
       std::vector<Value*> ins;
@@ -156,6 +190,18 @@ Result<PassResult> runDataParallel(Graph& g, PassContext& ctx) {
         owners.push_back(gr->owner);
         grad_bytes += gr->value->type().bytes();
         if (zero) ctx.zero_plan->owners.emplace_back(outs[gr->output].name, gr->owner);
+      }
+      if (bucket_sparse[b] && dp.row_sparse_embeddings && rowSparseEmbedding(ins[0])) {
+        ++sparse_count;
+        replaced.push_back(ins[0]->producer());
+        const Grad& gr = *buckets[b][0];
+        const bool owned = !zero || gr.owner == dp.rank;
+        Value* dense = rowSparseAllreduce(g, position, order, ins[0], static_cast<int64_t>(b), dp.world_size, owned);
+        if (owned)
+          outs[gr.output].value = dense;
+        else
+          not_owned.push_back(gr.output);
+        continue;
       }
       AttrMap attrs = {{"bucket", static_cast<int64_t>(b)}, {"average", int64_t{1}}};
       if (bucket_sparse[b]) {
@@ -184,6 +230,10 @@ Result<PassResult> runDataParallel(Graph& g, PassContext& ctx) {
     }
     std::sort(not_owned.begin(), not_owned.end());
     for (size_t k = not_owned.size(); k-- > 0;) outs.erase(outs.begin() + static_cast<std::ptrdiff_t>(not_owned[k]));
+    for (Node* eb : replaced)
+      if (eb->output(0)->uses().empty() &&
+          std::ranges::none_of(outs, [&](const GraphOutput& o) { return o.value == eb->output(0); }))
+        g.erase(eb);
 
     // What the step reports: the mean over ranks of the loss and accuracy.
     std::vector<size_t> averaged;

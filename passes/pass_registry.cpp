@@ -5,8 +5,8 @@
 #include "passes/cse.h"
 #include "passes/data_parallel.h"
 #include "passes/dce.h"
-#include "passes/freeze.h"
 #include "passes/fold.h"
+#include "passes/freeze.h"
 #include "passes/fuse.h"
 #include "passes/loss.h"
 #include "passes/memory_plan.h"
@@ -14,6 +14,7 @@
 #include "passes/remat.h"
 #include "passes/schedule.h"
 #include "passes/simplify.h"
+#include "passes/sparse_updates.h"
 #include "passes/split_updates.h"
 
 namespace kiln {
@@ -80,6 +81,12 @@ const std::vector<PassInfo>& allPasses() {
        "scalars (lr, step, gradient scale) do not depend on the gradients (no clipping, no fp16 loss scaling); "
        "schedule then frees each gradient as soon as it is applied. Bit for bit the same values.",
        runSplitUpdates},
+      {"sparse_updates", "SGD updates only the rows a row-sparse (embedding) gradient lists",
+       "Needs the optimizer. In an sgd_update without momentum and weight decay, a parameter whose gradient is "
+       "rows_to_dense(rows, values) (data_parallel's row-sparse embedding gradient) gets sgd_update_rows: the "
+       "rows the batch touched are updated in place, the rest of the table is not touched, and the dense "
+       "gradient goes unless something else reads it. Bit for bit the same values.",
+       runSparseUpdates},
       {"schedule", "order the step for a low memory peak (frees as early as possible)",
        "List scheduling over the data dependences: the ready node that frees the most runs first, else the one "
        "earliest in the current order; an update that can write over its state waits for that state's other "

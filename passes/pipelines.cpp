@@ -13,6 +13,7 @@ const std::vector<PipelineEntry>& trainingPipeline(TrainingGraphKind kind) {
       {"simplify", "after all that emit nodes, before fuse: rules, folding, then cse and dce (subsumes them)"},
       {"fuse", "after everything that rewrites single ops: turns the final elementwise chains into fused kernels"},
       {"split_updates", "after the last pass that edits the update's inputs (freeze, simplify)"},
+      {"sparse_updates", "after split_updates: takes row-sparse gradients' parameters out of the SGD update"},
       {"schedule", "once the node set is final: only the order changes from here on"},
       {"remat", "after schedule, on the order that runs: recomputes activations only if --memory-budget needs it"},
       {"memory_plan", "last: plans the order that runs (analysis only)"},

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "backend/comm/sparse_allreduce.h"
 
@@ -18,6 +19,14 @@ struct CollectiveEngine::Job {
   size_t index = 0;
   const CollectiveLayout* layout = nullptr;  ///< the engine's, made at the node's first start
   std::vector<Group> groups;
+  /// allreduce_rows (no layout): the staged rows and values, the outputs.
+  struct Rows {
+    std::vector<unsigned char>*rows, *values;
+    size_t capacity, dim, num_rows;
+    DType dtype;
+    Tensor out_rows, out_values;
+  };
+  std::optional<Rows> rows;
   CollectiveRecord record;
   bool done = false;
   std::exception_ptr error;
@@ -82,14 +91,68 @@ void CollectiveEngine::beginStep() {
 }
 
 void CollectiveEngine::start(size_t index, const Node& n, std::span<const Tensor> ins, std::span<const Tensor> outs) {
+  {  // before its staging buffers are written again
+    std::lock_guard<std::mutex> lock(mu_);
+    if (started_.count(index)) fail(n.describe() + ": started again before it was waited for");
+  }
   auto job = std::make_shared<Job>();
   job->index = index;
+  if (n.op() == "allreduce_rows") {
+    startRows(*job, n, ins, outs);
+  } else {
+    startDense(*job, n, ins, outs);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    started_[index] = job;
+    queue_.push_back(job);
+  }
+  cv_.notify_all();
+}
+
+void CollectiveEngine::startRows(Job& job, const Node& n, std::span<const Tensor> ins, std::span<const Tensor> outs) {
+  const size_t index = job.index;
+  CollectiveRecord& rec = job.record;
+  rec.node = n.describe();
+  rec.collective = n.op();
+  rec.bucket = n.i("bucket");
+  rec.tensors = 1;
+  rec.start_ms = sinceStep();
+  const Tensor& values = ins[1];
+  const size_t dim = static_cast<size_t>(values.shape()[1]);
+  rec.dense_bytes = static_cast<uint64_t>(n.i("num_rows")) * dim * dtypeSize(values.dtype());
+  auto& buffers = staging_[index];
+  buffers.resize(2);
+  buffers[0].resize(ins[0].bytes());
+  if (ins[0].bytes()) std::memcpy(buffers[0].data(), ins[0].raw(), ins[0].bytes());
+  buffers[1].resize(values.bytes());
+  // Only the real rows need DDP's division; the padding is zero.
+  size_t real = 0;
+  const int64_t* r = ins[0].data<int64_t>();
+  while (real < static_cast<size_t>(ins[0].numel()) && r[real] >= 0) ++real;
+  if (real && n.i("average") && size() > 1) {
+    divideInto(buffers[1].data(), values.raw(), real * dim, values.dtype(), size());
+  } else if (real) {
+    std::memcpy(buffers[1].data(), values.raw(), real * dim * dtypeSize(values.dtype()));
+  }
+  job.rows = Job::Rows{&buffers[0],
+                       &buffers[1],
+                       static_cast<size_t>(ins[0].numel()),
+                       dim,
+                       static_cast<size_t>(n.i("num_rows")),
+                       values.dtype(),
+                       outs[0],
+                       outs[1]};
+}
+
+void CollectiveEngine::startDense(Job& job, const Node& n, std::span<const Tensor> ins, std::span<const Tensor> outs) {
+  const size_t index = job.index;
   // The layout depends on the node only: made once, kept with the staging.
   auto known = layouts_.find(index);
   if (known == layouts_.end()) known = layouts_.emplace(index, layoutCollective(n, rank(), size())).first;
-  job->layout = &known->second;
+  job.layout = &known->second;
   const CollectiveLayout& l = known->second;
-  CollectiveRecord& rec = job->record;
+  CollectiveRecord& rec = job.record;
   rec.node = n.describe();
   rec.collective = n.op();
   rec.bucket = l.kind == CollectiveLayout::Kind::Broadcast ? -1 : n.i("bucket");
@@ -117,15 +180,8 @@ void CollectiveEngine::start(size_t index, const Node& n, std::span<const Tensor
       }
       if (m.output >= 0) group.outs.emplace_back(outs[static_cast<size_t>(m.output)], m.offset);
     }
-    job->groups.push_back(std::move(group));
+    job.groups.push_back(std::move(group));
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (started_.count(index)) fail(n.describe() + ": started again before it was waited for");
-    started_[index] = job;
-    queue_.push_back(job);
-  }
-  cv_.notify_all();
 }
 
 void CollectiveEngine::loop() {
@@ -151,8 +207,27 @@ void CollectiveEngine::loop() {
   }
 }
 
+void CollectiveEngine::runRows(Job& job) {
+  CollectiveRecord& rec = job.record;
+  rec.begin_ms = sinceStep();
+  Job::Rows& r = *job.rows;
+  // Rows past the real ones are -1 in the staged copy too; their values
+  // were not staged and are not read.
+  const SparseAllreduceStats s = sparseRowAllreduce(
+      *comm_, RowSparse{reinterpret_cast<const int64_t*>(r.rows->data()), r.values->data(), r.capacity, r.dim},
+      RowSparseOut{r.out_rows.data<int64_t>(), static_cast<uint8_t*>(r.out_values.raw()),
+                   static_cast<size_t>(r.out_rows.numel())},
+      r.num_rows, r.dtype, sparse_max_ratio_);
+  rec.algorithm = s.sparse ? "row-sparse" : "dense fallback";
+  rec.sent_bytes = s.sent_bytes;
+  rec.blocks = s.blocks;
+  rec.nonzero_blocks = s.nonzero_blocks;
+  rec.end_ms = sinceStep();
+}
+
 void CollectiveEngine::run(Job& job) {
   using Kind = CollectiveLayout::Kind;
+  if (job.rows) return runRows(job);
   CollectiveRecord& rec = job.record;
   const CollectiveLayout& l = *job.layout;
   rec.begin_ms = sinceStep();

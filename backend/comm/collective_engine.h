@@ -38,8 +38,9 @@ namespace kiln {
 struct CollectiveRecord {
   std::string node;        ///< "allreduce @data_parallel"
   std::string collective;  ///< "allreduce", "broadcast"
-  /// "ring" (the communicator's dense allreduce), "block-sparse", "dense
-  /// fallback" (a sparse allreduce too dense to pay), "broadcast".
+  /// "ring" (the communicator's dense allreduce), "block-sparse",
+  /// "row-sparse" (allreduce_rows), "dense fallback" (a sparse allreduce too
+  /// dense to pay), "broadcast".
   std::string algorithm;
   int64_t bucket = 0;                     ///< the node's bucket attribute (-1: loss and metrics)
   size_t tensors = 0;                     ///< tensors in it
@@ -65,7 +66,7 @@ class CollectiveEngine {
   int rank() const { return comm_->rank(); }
   int size() const { return comm_->size(); }
 
-  /// Start node `index`'s collective (`n`: an allreduce or broadcast node).
+  /// Start node `index`'s collective (`n`: a collective op's node).
   /// `outs` must already be bound to their buffers (they are written later,
   /// on the communication thread); `ins` are copied before this returns.
   void start(size_t index, const Node& n, std::span<const Tensor> ins, std::span<const Tensor> outs);
@@ -85,7 +86,10 @@ class CollectiveEngine {
  private:
   struct Job;
   void loop();
+  void startDense(Job& job, const Node& n, std::span<const Tensor> ins, std::span<const Tensor> outs);
+  void startRows(Job& job, const Node& n, std::span<const Tensor> ins, std::span<const Tensor> outs);
   void run(Job& job);
+  void runRows(Job& job);
   double sinceStep() const;
 
   std::shared_ptr<Communicator> comm_;

@@ -105,46 +105,42 @@ struct Layout {
   }
 };
 
-}  // namespace
-
-SparseAllreduceStats sparseBlockAllreduce(Communicator& comm, void* data, size_t count, DType dtype, size_t block,
-                                          double max_ratio) {
-  if (block == 0) fail("sparseBlockAllreduce: block must be at least 1 element");
-  std::vector<uint64_t> mine;
-  AddFn add = nullptr;
+AddFn adderFor(DType dtype, const char* who) {
   switch (dtype) {
     case DType::F32:
-      mine = findNonZeroBlocks<float>(data, count, block);
-      add = addBlock<float>;
-      break;
+      return addBlock<float>;
     case DType::F64:
-      mine = findNonZeroBlocks<double>(data, count, block);
-      add = addBlock<double>;
-      break;
+      return addBlock<double>;
     case DType::I32:
-      mine = findNonZeroBlocks<int32_t>(data, count, block);
-      add = addBlock<int32_t>;
-      break;
+      return addBlock<int32_t>;
     case DType::I64:
-      mine = findNonZeroBlocks<int64_t>(data, count, block);
-      add = addBlock<int64_t>;
-      break;
+      return addBlock<int64_t>;
     default:
-      fail("sparseBlockAllreduce: dtype " + std::string(dtypeName(dtype)) +
+      fail(std::string(who) + ": dtype " + std::string(dtypeName(dtype)) +
            " is not supported (f32, f64, i32, i64; use the dense allreduceSum for f16/bf16)");
   }
+}
+
+/// What the sparse exchange left on every rank: each owner's pack of summed
+/// non-zero blocks (ascending indices within the pack, owners in rank order,
+/// so the whole is ascending).
+struct SummedPacks {
+  bool sparse = false;  ///< false: the rule chose the dense allreduce; nothing was exchanged but the counts
+  std::vector<uint8_t> gathered;
+  std::vector<size_t> offset;   ///< owner q's pack at gathered[offset[q]]
+  std::vector<int64_t> blocks;  ///< blocks in owner q's pack
+};
+
+/// The exchange of sparse_allreduce.h on this rank's non-zero blocks `mine`
+/// (ascending), block j's elements at block_at(j). Fills the statistics;
+/// with n > 1 ranks only.
+template <typename BlockAt>
+SummedPacks exchangeBlocks(Communicator& comm, const Layout& L, const std::vector<uint64_t>& mine, BlockAt block_at,
+                           AddFn add, double max_ratio, SparseAllreduceStats& st) {
   const int n = comm.size();
   const int rank = comm.rank();
   const size_t nn = static_cast<size_t>(n);
-  SparseAllreduceStats st;
-  st.blocks = count == 0 ? 0 : (count + block - 1) / block;
-  st.nonzero_blocks = st.nonzero_blocks_all = st.union_blocks = mine.size();
-  st.sparse = true;
-  st.dense_bytes = static_cast<uint64_t>(count) * dtypeSize(dtype);
-  // Nothing to exchange: one rank (the sum is the tensor itself, left as it
-  // is, -0.0 included), or an empty tensor (count matches on every rank).
-  if (n <= 1 || count == 0) return st;
-  const Layout L{count, block, dtypeSize(dtype), st.blocks, st.blocks <= (uint64_t{1} << 32) ? 4u : 8u, n};
+  SummedPacks out;
 
   // Counts: word [p][q] = (rank p's non-zero blocks in q's range) << 1 | "the
   // short last block is among them", so every rank knows every pack's bytes.
@@ -182,14 +178,15 @@ SparseAllreduceStats sparseBlockAllreduce(Communicator& comm, void* data, size_t
     st.sparse = false;
     st.union_blocks = 0;
     st.sent_bytes = ring + st.count_bytes;
-    comm.allreduceSum(data, count, dtype);
-    return st;
+    return out;
   }
+  out.sparse = true;
+  out.offset.assign(nn + 1, 0);
+  out.blocks.assign(nn, 0);
   if (st.nonzero_blocks_all == 0) {  // every rank all zero: nothing to send (they all know)
     st.union_blocks = 0;
     st.sent_bytes = st.count_bytes;
-    std::memset(data, 0, st.dense_bytes);
-    return st;
+    return out;
   }
 
   // Phase 1: each owner's blocks to it, packed in owner order.
@@ -209,7 +206,7 @@ SparseAllreduceStats sparseBlockAllreduce(Communicator& comm, void* data, size_t
     for (size_t j = 0; j < k; ++j) {
       const uint64_t b = mine[first[q] + j];
       L.putIndex(w, j, b);
-      std::memcpy(L.blockAt(w, k, j), static_cast<const uint8_t*>(data) + b * block * L.esize, L.len(b) * L.esize);
+      std::memcpy(L.blockAt(w, k, j), block_at(first[q] + j), L.len(b) * L.esize);
     }
     w += send_counts[q];
   }
@@ -224,7 +221,7 @@ SparseAllreduceStats sparseBlockAllreduce(Communicator& comm, void* data, size_t
     for (size_t j = 0; j < nnz(p, rank); ++j) {
       const uint64_t k = L.index(recv.data() + off, j);
       if (k < lo || k >= hi)
-        fail("sparseBlockAllreduce: rank " + std::to_string(p) + " sent block " + std::to_string(k) + " to rank " +
+        fail("sparse allreduce: rank " + std::to_string(p) + " sent block " + std::to_string(k) + " to rank " +
              std::to_string(rank) + ", which owns blocks " + std::to_string(lo) + ".." + std::to_string(hi));
       uni.push_back(k);
     }
@@ -233,19 +230,21 @@ SparseAllreduceStats sparseBlockAllreduce(Communicator& comm, void* data, size_t
 
   // Phase 2 counts, then the summed packs: this rank's written straight into
   // its slot of the all-gather buffer (zeroed), adding in rank order 0..N-1.
-  std::vector<int64_t> sums(nn, 0);
-  sums[rank] = static_cast<int64_t>(uni.size());
-  comm.allGather(sums.data(), std::vector<size_t>(nn, 1), DType::I64);
+  out.blocks[rank] = static_cast<int64_t>(uni.size());
+  comm.allGather(out.blocks.data(), std::vector<size_t>(nn, 1), DType::I64);
   st.count_bytes += static_cast<uint64_t>(n - 1) * sizeof(int64_t);
-  std::vector<size_t> counts2(nn), offset2(nn + 1, 0);
+  std::vector<size_t> counts2(nn);
   st.union_blocks = 0;
   for (int q = 0; q < n; ++q) {
-    counts2[q] = L.pack(static_cast<uint64_t>(sums[q]), tail_of[q]);
-    offset2[q + 1] = offset2[q] + counts2[q];
-    st.union_blocks += static_cast<size_t>(sums[q]);
+    if (out.blocks[q] < 0 || static_cast<uint64_t>(out.blocks[q]) > L.begin(q + 1) - L.begin(q))
+      fail("sparse allreduce: rank " + std::to_string(q) + " announced " + std::to_string(out.blocks[q]) +
+           " summed blocks for its range of " + std::to_string(L.begin(q + 1) - L.begin(q)));
+    counts2[q] = L.pack(static_cast<uint64_t>(out.blocks[q]), tail_of[q]);
+    out.offset[q + 1] = out.offset[q] + counts2[q];
+    st.union_blocks += static_cast<size_t>(out.blocks[q]);
   }
-  std::vector<uint8_t> gathered(offset2[nn]);
-  uint8_t* own = gathered.data() + offset2[rank];
+  out.gathered.assign(out.offset[nn], 0);
+  uint8_t* own = out.gathered.data() + out.offset[rank];
   for (size_t j = 0; j < uni.size(); ++j) L.putIndex(own, j, uni[j]);
   off = 0;
   for (int p = 0; p < n; off += recv_counts[p], ++p) {
@@ -257,22 +256,136 @@ SparseAllreduceStats sparseBlockAllreduce(Communicator& comm, void* data, size_t
     }
   }
   recv = {};
-  comm.allGather(gathered.data(), counts2, DType::U8);
-  st.sent_bytes = st.count_bytes + st.phase1_bytes + offset2[nn] - counts2[(rank + 1) % n];
+  comm.allGather(out.gathered.data(), counts2, DType::U8);
+  st.sent_bytes = st.count_bytes + st.phase1_bytes + out.offset[nn] - counts2[(rank + 1) % n];
+  return out;
+}
 
-  // All-zero bits are +0 for every supported dtype: what nobody sent.
-  std::memset(data, 0, st.dense_bytes);
-  for (int q = 0; q < n; ++q) {
-    const uint8_t* pack = gathered.data() + offset2[q];
-    const size_t k = static_cast<size_t>(sums[q]);
+/// Call fn(index, elements) for every block of the summed packs, in
+/// ascending index order; checks each owner sent back only its range.
+template <typename Fn>
+void forEachSummedBlock(const Layout& L, const SummedPacks& s, Fn fn) {
+  for (int q = 0; q < L.n; ++q) {
+    const uint8_t* pack = s.gathered.data() + s.offset[q];
+    const size_t k = static_cast<size_t>(s.blocks[q]);
     for (size_t j = 0; j < k; ++j) {
       const uint64_t b = L.index(pack, j);
       if (b < L.begin(q) || b >= L.begin(q + 1))
-        fail("sparseBlockAllreduce: rank " + std::to_string(q) + " sent back block " + std::to_string(b) +
+        fail("sparse allreduce: rank " + std::to_string(q) + " sent back block " + std::to_string(b) +
              " outside its range");
-      std::memcpy(static_cast<uint8_t*>(data) + b * block * L.esize, L.blockAt(pack, k, j), L.len(b) * L.esize);
+      fn(b, L.blockAt(pack, k, j));
     }
   }
+}
+
+SparseAllreduceStats baseStats(size_t count, size_t block, DType dtype) {
+  SparseAllreduceStats st;
+  st.blocks = count == 0 ? 0 : (count + block - 1) / block;
+  st.sparse = true;
+  st.dense_bytes = static_cast<uint64_t>(count) * dtypeSize(dtype);
+  return st;
+}
+
+Layout layoutFor(const SparseAllreduceStats& st, size_t count, size_t block, DType dtype, int n) {
+  return Layout{count, block, dtypeSize(dtype), st.blocks, st.blocks <= (uint64_t{1} << 32) ? 4u : 8u, n};
+}
+
+}  // namespace
+
+SparseAllreduceStats sparseBlockAllreduce(Communicator& comm, void* data, size_t count, DType dtype, size_t block,
+                                          double max_ratio) {
+  if (block == 0) fail("sparseBlockAllreduce: block must be at least 1 element");
+  const AddFn add = adderFor(dtype, "sparseBlockAllreduce");
+  std::vector<uint64_t> mine;
+  switch (dtype) {
+    case DType::F32:
+      mine = findNonZeroBlocks<float>(data, count, block);
+      break;
+    case DType::F64:
+      mine = findNonZeroBlocks<double>(data, count, block);
+      break;
+    case DType::I32:
+      mine = findNonZeroBlocks<int32_t>(data, count, block);
+      break;
+    default:
+      mine = findNonZeroBlocks<int64_t>(data, count, block);
+      break;
+  }
+  SparseAllreduceStats st = baseStats(count, block, dtype);
+  st.nonzero_blocks = st.nonzero_blocks_all = st.union_blocks = mine.size();
+  // Nothing to exchange: one rank (the sum is the tensor itself, left as it
+  // is, -0.0 included), or an empty tensor (count matches on every rank).
+  if (comm.size() <= 1 || count == 0) return st;
+  const Layout L = layoutFor(st, count, block, dtype, comm.size());
+  auto* bytes = static_cast<uint8_t*>(data);
+  const SummedPacks s = exchangeBlocks(
+      comm, L, mine, [&](size_t j) { return bytes + mine[j] * block * L.esize; }, add, max_ratio, st);
+  if (!s.sparse) {
+    comm.allreduceSum(data, count, dtype);
+    return st;
+  }
+  // All-zero bits are +0 for every supported dtype: what nobody sent.
+  std::memset(data, 0, st.dense_bytes);
+  forEachSummedBlock(
+      L, s, [&](uint64_t b, const uint8_t* src) { std::memcpy(bytes + b * block * L.esize, src, L.len(b) * L.esize); });
+  return st;
+}
+
+SparseAllreduceStats sparseRowAllreduce(Communicator& comm, const RowSparse& in, const RowSparseOut& out,
+                                        size_t num_rows, DType dtype, double max_ratio) {
+  const size_t dim = in.dim, esize = dtypeSize(dtype), row_bytes = dim * esize;
+  if (dim == 0) fail("sparseRowAllreduce: rows of 0 elements");
+  const AddFn add = adderFor(dtype, "sparseRowAllreduce");
+  // This rank's rows: the valid prefix, ascending and in range.
+  std::vector<uint64_t> mine;
+  for (size_t j = 0; j < in.capacity && in.rows[j] >= 0; ++j) {
+    const auto r = static_cast<uint64_t>(in.rows[j]);
+    if (r >= num_rows || (!mine.empty() && r <= mine.back()))
+      fail("sparseRowAllreduce: row " + std::to_string(in.rows[j]) + " at " + std::to_string(j) +
+           (r >= num_rows ? " is out of range for " + std::to_string(num_rows) + " rows"
+                          : " does not ascend from " + std::to_string(mine.back())));
+    mine.push_back(r);
+  }
+  SparseAllreduceStats st = baseStats(num_rows * dim, dim, dtype);
+  st.nonzero_blocks = st.nonzero_blocks_all = st.union_blocks = mine.size();
+  size_t filled = 0;
+  auto put = [&](uint64_t r, const uint8_t* src) {
+    if (filled == out.capacity)
+      fail("sparseRowAllreduce: the sum has more than the " + std::to_string(out.capacity) + " rows it has room for");
+    out.rows[filled] = static_cast<int64_t>(r);
+    std::memcpy(out.values + filled * row_bytes, src, row_bytes);
+    ++filled;
+  };
+  auto finish = [&] {
+    for (size_t j = filled; j < out.capacity; ++j) out.rows[j] = -1;
+    std::memset(out.values + filled * row_bytes, 0, (out.capacity - filled) * row_bytes);
+  };
+  if (comm.size() <= 1) {  // the sum is this rank's rows
+    for (size_t j = 0; j < mine.size(); ++j) put(mine[j], in.values + j * row_bytes);
+    finish();
+    return st;
+  }
+  const Layout L = layoutFor(st, num_rows * dim, dim, dtype, comm.size());
+  const SummedPacks s = exchangeBlocks(
+      comm, L, mine, [&](size_t j) { return in.values + j * row_bytes; }, add, max_ratio, st);
+  if (s.sparse) {
+    forEachSummedBlock(L, s, put);
+  } else {
+    // Too dense to pay: the dense ring over the whole table, then its
+    // non-zero rows (a row summing to exactly zero changes nothing that
+    // reads the result, dense or row by row).
+    std::vector<uint8_t> dense(num_rows * row_bytes, 0);
+    for (size_t j = 0; j < mine.size(); ++j)
+      std::memcpy(dense.data() + mine[j] * row_bytes, in.values + j * row_bytes, row_bytes);
+    comm.allreduceSum(dense.data(), num_rows * dim, dtype);
+    const std::vector<uint64_t> nonzero =
+        dtype == DType::F32   ? findNonZeroBlocks<float>(dense.data(), num_rows * dim, dim)
+        : dtype == DType::F64 ? findNonZeroBlocks<double>(dense.data(), num_rows * dim, dim)
+        : dtype == DType::I32 ? findNonZeroBlocks<int32_t>(dense.data(), num_rows * dim, dim)
+                              : findNonZeroBlocks<int64_t>(dense.data(), num_rows * dim, dim);
+    for (uint64_t r : nonzero) put(r, dense.data() + r * row_bytes);
+  }
+  finish();
   return st;
 }
 

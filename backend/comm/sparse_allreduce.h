@@ -61,4 +61,28 @@ struct SparseAllreduceStats {
 SparseAllreduceStats sparseBlockAllreduce(Communicator& comm, void* data, size_t count, DType dtype, size_t block,
                                           double max_ratio = 1.0);
 
+/// A row-sparse tensor (core/ops/row_sparse.cpp): `capacity` rows, the real
+/// ones first (ascending, distinct, in range), then -1; row j's `dim`
+/// elements at values + j x dim x the element size.
+struct RowSparse {
+  const int64_t* rows;
+  const uint8_t* values;
+  size_t capacity, dim;
+};
+struct RowSparseOut {
+  int64_t* rows;
+  uint8_t* values;
+  size_t capacity;
+};
+
+/// The same exchange on a row-sparse tensor of a [num_rows, dim] table: the
+/// blocks are its rows and this rank's non-zero blocks are the rows it
+/// lists (nothing scans the table, nothing dense is written). `out` gets the
+/// rows of the sum, ascending (the union of the ranks' rows), then -1 and
+/// zeros; on the dense fallback, the non-zero rows of the dense ring's sum.
+/// Fails when the sum does not fit out.capacity (min(N x in.capacity,
+/// num_rows) always fits) or a row is out of range or out of order.
+SparseAllreduceStats sparseRowAllreduce(Communicator& comm, const RowSparse& in, const RowSparseOut& out,
+                                        size_t num_rows, DType dtype, double max_ratio = 1.0);
+
 }  // namespace kiln

@@ -14,6 +14,10 @@ tensor) and every logged loss:
 
   f64_adamw     float64, AdamW: the default buckets (25 MiB)      tol 1e-9
   f32_sgd       float32, SGD with momentum, Nesterov, clipping   tol 1e-5
+  plain_sgd     float32, SGD without momentum: embeddings stay row-sparse
+                to the update (sgd_update_rows touches the batch's rows only)
+  plain_sgd_clip  the same with clipping (the embedding leaves the one
+                multi-tensor update; the norm reads the dense gradient)
   tiny_buckets  float64, AdamW, --bucket-size 1KiB (a bucket per gradient or two)
   huge_buckets  float64, AdamW, --bucket-size 1GiB (one bucket)
   all_sparse    float64, AdamW, --sparse-grads '*': every gradient through
@@ -50,9 +54,12 @@ from dist_compare import compare_run, finish, summary  # noqa: E402
 
 ADAMW = ["--optimizer", "adamw", "--lr", "1e-3"]
 SGD = ["--optimizer", "sgd", "--lr", "0.01", "--momentum", "0.9", "--nesterov", "--clip-grad-norm", "1.0"]
+PLAIN_SGD = ["--optimizer", "sgd", "--lr", "0.05"]
 VARIANTS = {  # name: (dtype, optimizer args, data-parallel args, tolerance)
     "f64_adamw": ("float64", ADAMW, [], 1e-9),
     "f32_sgd": ("float32", SGD, [], 1e-5),
+    "plain_sgd": ("float32", PLAIN_SGD, [], 1e-5),
+    "plain_sgd_clip": ("float32", PLAIN_SGD + ["--clip-grad-norm", "0.5"], [], 1e-5),
     "tiny_buckets": ("float64", ADAMW, ["--bucket-size", "1KiB"], 1e-9),
     "huge_buckets": ("float64", ADAMW, ["--bucket-size", "1GiB"], 1e-9),
     "all_sparse": ("float64", ADAMW, ["--sparse-grads", "*"], 1e-9),
