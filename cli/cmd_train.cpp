@@ -20,6 +20,7 @@
 #include "cli/ranks.h"
 #include "cli/report.h"
 #include "cli/train_setup.h"
+#include "core/op_table.h"
 #include "core/safetensors.h"
 
 namespace kiln::cli {
@@ -79,16 +80,18 @@ int train(const TrainCmd& c) {
       << fmt(setup->compile_ms, 3) << " ms, compile cache " << setup->cache.status
       << "); data: " << setup->batches->describe() << "\n";
   if (args.collectives) {
-    int buckets = 0, sparse = 0, scattered = 0, gathers = 0;
+    int buckets = 0, sparse = 0, rows = 0, scattered = 0, gathers = 0;
     for (const auto& n : s.graph().nodes()) {
-      if ((n->op() == "allreduce" || n->op() == "reduce_scatter") && n->i("bucket") >= 0) ++buckets;
+      const bool gradient_bucket = n->def().has(kCollective) && n->op() != "allgather" && n->op() != "broadcast";
+      if (gradient_bucket && n->i("bucket") >= 0) ++buckets;
       if (n->op() == "allreduce" && n->i("bucket") >= 0) sparse += n->i("sparse") != 0;
+      rows += n->op() == "allreduce_rows";
       scattered += n->op() == "reduce_scatter";
       gathers += n->op() == "allgather";
     }
     out << "data parallel: " << args.collectives->size() << " ranks (" << args.collectives->communicator().backend()
         << "), each on its 1/" << args.collectives->size() << " of every batch; " << buckets << " gradient buckets ("
-        << sparse << " block-sparse)";
+        << rows << " row-sparse, " << sparse << " block-sparse)";
     if (scattered || gathers)
       out << "; ZeRO-1: optimizer state sharded, " << scattered << " reduce-scatters, " << gathers
           << " parameter all-gathers";

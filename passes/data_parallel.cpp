@@ -163,7 +163,12 @@ Result<PassResult> runDataParallel(Graph& g, PassContext& ctx) {
         bucket_sparse.push_back(true);
         continue;
       }
-      if (!open || open_bytes >= dp.bucket_bytes) {
+      // The first bucket closes early, as DDP's rebuilt buckets do (1 MiB):
+      // the last layers' gradients start on the wire while the backward of
+      // the rest runs, instead of waiting for 25 MiB of them.
+      const bool first = std::ranges::count(bucket_sparse, false) <= 1;  // the open bucket is the first dense one
+      const uint64_t cap = first ? std::min(dp.first_bucket_bytes, dp.bucket_bytes) : dp.bucket_bytes;
+      if (!open || open_bytes >= cap) {
         buckets.emplace_back();
         bucket_sparse.push_back(false);
         open_bytes = 0;

@@ -10,14 +10,18 @@ namespace kiln {
 /// rank ends with the gradients of the whole batch, as PyTorch's
 /// DistributedDataParallel gives them:
 ///  - the gradients of trained parameters (frozen ones excepted) are grouped
-///    into buckets of about `bucket_bytes`, in the order the backward
+///    into buckets of about `bucket_bytes` (the first of about
+///    `first_bucket_bytes`, 1 MiB, as DDP's), in the order the backward
 ///    produces them; each bucket is one `allreduce {average=1}` node placed
 ///    right after its last gradient's producer, so it can start while the
 ///    rest of the backward runs (the schedule pass keeps collectives early);
 ///  - embedding gradients, and those `sparse_patterns` select (patterns as
 ///    --freeze takes them; one that selects nothing is an error), get an
 ///    allreduce of their own with sparse=1 (block = one row), which sends
-///    only the non-zero rows;
+///    only the non-zero rows; with `row_sparse_embeddings` an embedding's
+///    gradient is never made dense for it: embedding_backward_rows,
+///    allreduce_rows and rows_to_dense (core/ops/row_sparse.cpp) replace its
+///    embedding_backward, and sparse_updates gives SGD the rows;
 ///  - the Loss output and the accuracy metric are averaged over the ranks
 ///    (what single-process training on the whole batch reports);
 ///  - BufferUpdate outputs (BatchNorm running statistics) are broadcast from

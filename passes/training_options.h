@@ -43,6 +43,10 @@ struct DataParallelOptions {
   /// Gradients are grouped into allreduce buckets of about this many bytes
   /// (DDP's bucket_cap_mb, 25 MiB), in the order backward produces them.
   uint64_t bucket_bytes = 25ull << 20;
+  /// ...except the first, which closes at this many (or bucket_bytes if
+  /// smaller): DDP's first_bucket_bytes (1 MiB), so that communication
+  /// starts early in the backward.
+  uint64_t first_bucket_bytes = 1ull << 20;
   /// Gradients to allreduce block-sparse besides the embeddings' (patterns
   /// as --freeze takes them: a name, a module prefix or a glob).
   std::vector<std::string> sparse_patterns;
