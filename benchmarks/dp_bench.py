@@ -4,7 +4,7 @@ block-sparse allreduce of the embedding gradient, on a GPT-2-style model
 with GPT-2's 50257-token vocabulary (zoo gpt2_cls50k: 25.7 MB of token
 embedding, 1.6 MB of everything else).
 
-    benchmarks/dp_bench.py [--kiln build/kiln] [--nproc 4] [--steps 12] [--out-dir DIR]
+    benchmarks/dp_bench.py [--kiln build/kiln] [--nproc 4] [--steps 30] [--out-dir DIR] [--no-torch]
 
 For each configuration it runs `kiln train --nproc N --report` twice, with
 the embedding gradient dense (--dense-embeddings) and block-sparse (the
@@ -18,6 +18,11 @@ communication time hidden behind compute. Configurations:
   compute-bound  AdamW and a batch 4x larger: the update of 6.4M
                  parameters and the larger forward/backward dominate
 
+Then it trains the same model, weights, batch slices and optimizer with
+PyTorch DistributedDataParallel (Gloo, the same threads per rank), with
+dense embedding gradients and, for SGD, nn.Embedding(sparse=True) (DDP
+allreduces torch sparse gradients), and prints the ratios (--no-torch skips).
+
 Writes results.json into --out-dir. The README's numbers come from here.
 """
 
@@ -27,6 +32,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..")
@@ -62,6 +68,61 @@ def run(kiln, pt, data, nproc, steps, extra, report):
     return json.load(open(report))
 
 
+def ddp_rank(rank, world, port, pt, data, cfg, steps, sparse, out):
+    """One PyTorch DDP rank (Gloo, as many threads as kiln's ranks get) on the
+    same model, weights, batch slice and optimizer; rank 0 writes its step
+    times (ms) to `out`. sparse: nn.Embedding(sparse=True), whose gradient
+    DDP allreduces as a torch sparse tensor (SGD only)."""
+    import losses
+    import parity
+    import reference as ref
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    model = parity.eager_model(MODEL, torch.float32)
+    model.load_state_dict(torch.jit.load(pt, map_location="cpu").state_dict())
+    model.train()
+    if sparse:
+        for m in model.modules():
+            if isinstance(m, torch.nn.Embedding):
+                m.sparse = True
+    ddp = DDP(model)
+    inputs, target = ref.load_batch(data)
+    rows = inputs[0].shape[0] // world
+    shard = slice(rank * rows, (rank + 1) * rows)
+    inputs, target = [x[shard] for x in inputs], target[shard]
+    opt_args = dict(zip(cfg["args"][::2], cfg["args"][1::2]))
+    params = ddp.parameters()
+    lr = float(opt_args["--lr"])
+    opt = torch.optim.SGD(params, lr=lr) if opt_args["--optimizer"] == "sgd" else torch.optim.AdamW(params, lr=lr)
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = losses.loss("cross_entropy", ddp(*inputs), target)
+        loss.backward()
+        opt.step()
+        times.append(1e3 * (time.perf_counter() - t0))
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump(times, f)
+    dist.destroy_process_group()
+
+
+def run_ddp(pt, data, cfg, nproc, steps, sparse, out, skip=2):
+    """Mean and median step time of PyTorch DDP over the steps after `skip`."""
+    import socket
+    import torch.multiprocessing as mp
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(ddp_rank, args=(nproc, port, pt, data, cfg, steps, sparse, out), nprocs=nproc)
+    times = json.load(open(out))[skip:]
+    return {"step_ms": statistics.mean(times), "step_ms_median": statistics.median(times)}
+
+
 def summarize(rep, skip=2):
     steps = rep["communication"]["steps"][skip:]
     emb = [c for s in steps for c in s["collectives"] if c.get("blocks") or c["dense_bytes"] > 20e6]
@@ -89,8 +150,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kiln", default=os.path.join(ROOT, "build", "kiln"))
     ap.add_argument("--nproc", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "build", "bench", "dp"))
+    ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch DDP runs")
     a = ap.parse_args()
     os.makedirs(a.out_dir, exist_ok=True)
     results = {}
@@ -102,6 +164,11 @@ def main() -> int:
                       os.path.join(a.out_dir, f"{name}.{mode}.json"))
             r[mode] = summarize(rep)
         r["speedup"] = r["dense"]["step_ms"] / r["sparse"]["step_ms"]
+        if not a.no_torch:
+            r["torch_ddp"] = run_ddp(pt, data, cfg, a.nproc, a.steps, False, os.path.join(a.out_dir, f"{name}.ddp.json"))
+            if cfg["args"][1] == "sgd":  # torch's sparse embedding gradients take SGD, not AdamW
+                r["torch_ddp_sparse"] = run_ddp(pt, data, cfg, a.nproc, a.steps, True,
+                                                os.path.join(a.out_dir, f"{name}.ddp_sparse.json"))
         results[name] = r
         print(f"{MODEL} {name} (batch {cfg['batch']}, {a.nproc} ranks, {' '.join(cfg['args'])}):")
         for mode in ("dense", "sparse"):
@@ -117,6 +184,11 @@ def main() -> int:
                          f"(rank 0's non-zero blocks {100 * frac:.2f}%)")
             print(line)
         print(f"  sparse vs dense step time: {r['speedup']:.2f}x")
+        for key, what in (("torch_ddp", "PyTorch DDP"), ("torch_ddp_sparse", "PyTorch DDP, nn.Embedding(sparse=True)")):
+            if key in r:
+                t = r[key]["step_ms"]
+                print(f"  {what}: step {t:7.1f} ms (median {r[key]['step_ms_median']:.1f}); kiln sparse is "
+                      f"{t / r['sparse']['step_ms']:.2f}x faster, kiln dense {t / r['dense']['step_ms']:.2f}x")
     with open(os.path.join(a.out_dir, "results.json"), "w") as f:
         json.dump(results, f, indent=2)
     return 0
