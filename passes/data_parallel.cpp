@@ -42,6 +42,17 @@ int64_t sparseBlock(const Value* v) {
   return s.size() >= 2 && s.back() > 0 ? s.back() : kDefaultSparseBlock;
 }
 
+/// An embedding gradient worth exchanging sparsely: embedding_backward's,
+/// of a table with more rows than the ranks' indices together can touch.
+/// In a smaller one (a position embedding) every row may well be touched:
+/// it rides in a dense bucket instead of paying for exchanges of its own.
+bool sparseEmbedding(const Value* grad, int world_size) {
+  const Node* p = grad->producer();
+  if (!p || p->op() != "embedding_backward" || grad->shape().empty()) return false;
+  return static_cast<double>(world_size) * static_cast<double>(p->input(1)->type().numel()) <
+         static_cast<double>(grad->shape()[0]);
+}
+
 /// An embedding gradient that can stay row-sparse: embedding_backward's
 /// (without scale_grad_by_freq) of an f32/f64 table.
 bool rowSparseEmbedding(const Value* grad) {
@@ -128,7 +139,7 @@ Result<PassResult> runDataParallel(Graph& g, PassContext& ctx) {
       const GraphOutput& o = g.outputs()[i];
       if (o.role != OutputRole::Gradient || ctx.training.frozen.count(o.name)) continue;
       Grad gr{i, o.value, o.value->producer() ? position.at(o.value->producer()) + 1 : 0};
-      gr.sparse = dp.sparse_embeddings && o.value->producer() && o.value->producer()->op() == "embedding_backward";
+      gr.sparse = dp.sparse_embeddings && sparseEmbedding(o.value, dp.world_size);
       for (size_t k = 0; k < dp.sparse_patterns.size(); ++k)
         if (freezePatternMatches(dp.sparse_patterns[k], o.name)) {
           gr.sparse = true;
@@ -235,10 +246,6 @@ Result<PassResult> runDataParallel(Graph& g, PassContext& ctx) {
     }
     std::sort(not_owned.begin(), not_owned.end());
     for (size_t k = not_owned.size(); k-- > 0;) outs.erase(outs.begin() + static_cast<std::ptrdiff_t>(not_owned[k]));
-    for (Node* eb : replaced)
-      if (eb->output(0)->uses().empty() &&
-          std::ranges::none_of(outs, [&](const GraphOutput& o) { return o.value == eb->output(0); }))
-        g.erase(eb);
 
     // What the step reports: the mean over ranks of the loss and accuracy.
     std::vector<size_t> averaged;
@@ -248,7 +255,9 @@ Result<PassResult> runDataParallel(Graph& g, PassContext& ctx) {
     if (!averaged.empty()) {
       std::vector<Value*> ins;
       for (size_t i : averaged) ins.push_back(outs[i].value);
-      Node* n = g.create("allreduce", ins, {{"bucket", int64_t{-1}}, {"average", int64_t{1}}}, kScope);
+      // Right after the loss: on the wire while the backward runs.
+      Node* n = insertAfterProducers(g, position, order, "allreduce", ins,
+                                     {{"bucket", int64_t{-1}}, {"average", int64_t{1}}});
       for (size_t k = 0; k < averaged.size(); ++k) outs[averaged[k]].value = n->output(k);
     }
     // Running statistics as rank 0 has them (DDP's broadcast_buffers).
@@ -258,9 +267,14 @@ Result<PassResult> runDataParallel(Graph& g, PassContext& ctx) {
     if (!buffers.empty()) {
       std::vector<Value*> ins;
       for (size_t i : buffers) ins.push_back(outs[i].value);
-      Node* n = g.create("broadcast", ins, {{"root", int64_t{0}}}, kScope);
+      Node* n = insertAfterProducers(g, position, order, "broadcast", ins, {{"root", int64_t{0}}});
       for (size_t k = 0; k < buffers.size(); ++k) outs[buffers[k]].value = n->output(k);
     }
+    // Last: `order` (insertion points above) may hold them.
+    for (Node* eb : replaced)
+      if (eb->output(0)->uses().empty() &&
+          std::ranges::none_of(outs, [&](const GraphOutput& o) { return o.value == eb->output(0); }))
+        g.erase(eb);
 
     PassResult r;
     r.changed = true;

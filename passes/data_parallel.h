@@ -15,7 +15,8 @@ namespace kiln {
 ///    produces them; each bucket is one `allreduce {average=1}` node placed
 ///    right after its last gradient's producer, so it can start while the
 ///    rest of the backward runs (the schedule pass keeps collectives early);
-///  - embedding gradients, and those `sparse_patterns` select (patterns as
+///  - embedding gradients of tables with more rows than the ranks' indices
+///    can touch together, and those `sparse_patterns` select (patterns as
 ///    --freeze takes them; one that selects nothing is an error), get an
 ///    allreduce of their own with sparse=1 (block = one row), which sends
 ///    only the non-zero rows; with `row_sparse_embeddings` an embedding's
@@ -23,9 +24,10 @@ namespace kiln {
 ///    allreduce_rows and rows_to_dense (core/ops/row_sparse.cpp) replace its
 ///    embedding_backward, and sparse_updates gives SGD the rows;
 ///  - the Loss output and the accuracy metric are averaged over the ranks
-///    (what single-process training on the whole batch reports);
+///    (what single-process training on the whole batch reports), by an
+///    allreduce right after them (it travels during the backward);
 ///  - BufferUpdate outputs (BatchNorm running statistics) are broadcast from
-///    rank 0, DDP's broadcast_buffers.
+///    rank 0, DDP's broadcast_buffers, right after they are computed.
 /// The Gradient outputs then hold the allreduced values; the optimizer
 /// consumes them as before.
 ///

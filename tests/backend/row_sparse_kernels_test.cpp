@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -112,37 +114,55 @@ TEST(RowSparseKernels, MatchTheDenseKernelsBitForBit) {
   expectRowsMatchDense({"f32", "i64", 8, 64, 128, 500, -1}, 1.0);  // threads split the rows
 }
 
-TEST(RowSparseKernels, SkipNonFiniteLeavesTheParameter) {
-  const char* ir =
-      "graph t(%w: f32[6,2] param, %rows: i64[3] data, %values: f32[3,2] data, %lr: f64[] scalar, %step: f64[] "
-      "opt_state, %scale: f32[] data) {\n"
-      "  %0 = sgd_update_rows(%lr, %step, %scale, %w, %rows, %values) {skip_nonfinite=1} : f32[6,2]\n"
-      "  return %0 \"w\" param_update\n}\n";
+/// One sgd_update_rows node over a [num_rows, dim] f32 parameter `w` and
+/// `capacity` listed rows, with its executor.
+struct RowsUpdate {
+  std::unique_ptr<Graph> graph;  // where the executor points
+  std::optional<CpuExecutor> executor;
+};
+
+RowsUpdate rowsUpdate(int64_t num_rows, int64_t dim, int64_t capacity, bool skip_nonfinite) {
+  const std::string p = "f32[" + std::to_string(num_rows) + "," + std::to_string(dim) + "]";
+  const std::string k = std::to_string(capacity);
+  const std::string ir = "graph t(%w: " + p + " param, %rows: i64[" + k + "] data, %values: f32[" + k + "," +
+                         std::to_string(dim) +
+                         "] data, %lr: f64[] scalar, %step: f64[] opt_state, %scale: f32[] data) {\n"
+                         "  %0 = sgd_update_rows(%lr, %step, %scale, %w, %rows, %values) {skip_nonfinite=" +
+                         std::to_string(skip_nonfinite ? 1 : 0) + "} : " + p + "\n  return %0 \"w\" param_update\n}\n";
   auto g = parseGraph(ir, "t");
-  ASSERT_TRUE(g.ok()) << g.error().message;
-  auto ex = CpuExecutor::create(*g);
-  ASSERT_TRUE(ex.ok()) << ex.error().message;
+  EXPECT_TRUE(g.ok()) << g.error().message;
+  RowsUpdate u{std::make_unique<Graph>(std::move(*g)), std::nullopt};
+  auto ex = CpuExecutor::create(*u.graph);
+  EXPECT_TRUE(ex.ok()) << ex.error().message;
+  u.executor.emplace(std::move(*ex));
+  return u;
+}
+
+/// Its inputs: w[i] = weight(i), the rows (-1 pads), values[i] = value(i).
+TensorMap rowsUpdateInputs(const Graph& g, double (*weight)(int64_t), const std::vector<int64_t>& rows,
+                           double (*value)(int64_t), double lr, double scale) {
   TensorMap in;
-  in["w"] = Tensor(TensorType{DType::F32, {6, 2}});
-  for (int64_t i = 0; i < 12; ++i) in["w"].set(i, 0.5 * double(i));
-  in["rows"] = Tensor(TensorType{DType::I64, {3}});
-  in["rows"].set(0, 1);
-  in["rows"].set(1, 4);
-  in["rows"].set(2, -1);
-  in["values"] = Tensor(TensorType{DType::F32, {3, 2}});
-  for (int64_t i = 0; i < 6; ++i) in["values"].set(i, 1.0);
-  in["lr"] = Tensor(TensorType{DType::F64, {}});
-  in["lr"].set(0, 0.5);
-  in["step"] = Tensor(TensorType{DType::F64, {}});
+  for (const Value* v : g.inputs()) in[v->name()] = Tensor(v->type());
+  for (int64_t i = 0; i < in["w"].numel(); ++i) in["w"].set(i, weight(i));
+  for (size_t j = 0; j < rows.size(); ++j) in["rows"].set(static_cast<int64_t>(j), double(rows[j]));
+  for (int64_t i = 0; i < in["values"].numel(); ++i) in["values"].set(i, value(i));
+  in["lr"].set(0, lr);
   in["step"].set(0, 1);
-  in["scale"] = Tensor(TensorType{DType::F32, {}});
-  in["scale"].set(0, INFINITY);
+  in["scale"].set(0, scale);
+  return in;
+}
+
+TEST(RowSparseKernels, SkipNonFiniteLeavesTheParameter) {
+  RowsUpdate u = rowsUpdate(6, 2, 3, true);
+  auto half = [](int64_t i) { return 0.5 * double(i); };
+  auto one = [](int64_t) { return 1.0; };
+  TensorMap in = rowsUpdateInputs(*u.graph, half, {1, 4, -1}, one, 0.5, INFINITY);
   const Tensor before = in["w"].clone();
-  auto out = ex->run(in);
+  auto out = u.executor->run(in);
   ASSERT_TRUE(out.ok()) << out.error().message;
   EXPECT_TRUE(sameBits((*out)[0], before)) << "an overflowed step changed the parameter";
   in["scale"].set(0, 1.0);
-  out = ex->run(in);
+  out = u.executor->run(in);
   ASSERT_TRUE(out.ok()) << out.error().message;
   for (int64_t i = 0; i < 12; ++i) {
     const bool listed = i / 2 == 1 || i / 2 == 4;
@@ -151,32 +171,13 @@ TEST(RowSparseKernels, SkipNonFiniteLeavesTheParameter) {
 }
 
 TEST(RowSparseKernels, UpdatesTheDonatedParameterInPlace) {
-  const char* ir =
-      "graph t(%w: f32[1000,8] param, %rows: i64[4] data, %values: f32[4,8] data, %lr: f64[] scalar, %step: f64[] "
-      "opt_state, %scale: f32[] data) {\n"
-      "  %0 = sgd_update_rows(%lr, %step, %scale, %w, %rows, %values) : f32[1000,8]\n"
-      "  return %0 \"w\" param_update\n}\n";
-  auto g = parseGraph(ir, "t");
-  ASSERT_TRUE(g.ok()) << g.error().message;
-  auto ex = CpuExecutor::create(*g);
-  ASSERT_TRUE(ex.ok()) << ex.error().message;
-  TensorMap in;
-  in["w"] = Tensor(TensorType{DType::F32, {1000, 8}});
-  for (int64_t i = 0; i < 8000; ++i) in["w"].set(i, std::sin(double(i)));
-  in["rows"] = Tensor(TensorType{DType::I64, {4}});
-  const int64_t rows[] = {3, 500, 999, -1};
-  for (int64_t j = 0; j < 4; ++j) in["rows"].set(j, double(rows[j]));
-  in["values"] = Tensor(TensorType{DType::F32, {4, 8}});
-  for (int64_t i = 0; i < 24; ++i) in["values"].set(i, 1.0 + double(i));
-  for (const char* s : {"lr", "step"}) {
-    in[s] = Tensor(TensorType{DType::F64, {}});
-    in[s].set(0, 1.0);
-  }
-  in["scale"] = Tensor(TensorType{DType::F32, {}});
-  in["scale"].set(0, 1.0);
+  RowsUpdate u = rowsUpdate(1000, 8, 4, false);
+  auto wave = [](int64_t i) { return std::sin(double(i)); };
+  auto ramp = [](int64_t i) { return 1.0 + double(i); };
+  TensorMap in = rowsUpdateInputs(*u.graph, wave, {3, 500, 999, -1}, ramp, 1.0, 1.0);
   const Tensor before = in["w"].clone();
   const void* w = in["w"].raw();
-  auto out = ex->run(in, {"w"});
+  auto out = u.executor->run(in, {"w"});
   ASSERT_TRUE(out.ok()) << out.error().message;
   EXPECT_EQ((*out)[0].raw(), w) << "not updated in place";
   for (int64_t r = 0; r < 1000; ++r)
