@@ -4,7 +4,8 @@
 //    as embedding_backward does (rows_to_dense of it has the same bits);
 //  - sgd_update_rows computes sgdGroup's p + (-lr) x (g x scale) on the
 //    listed rows; on every other row the dense update would compute
-//    p + (-lr) x (0 x scale) = p, so leaving it untouched is the same.
+//    p + (-lr) x (0 x scale) = p, so leaving it untouched is the same
+//    (a non-finite scale makes that NaN: then every row gets it).
 // The sizes are the batch's, never the table's: nothing here walks all of
 // an embedding except rows_to_dense, which is there for the readers that
 // need the dense gradient.
@@ -141,7 +142,25 @@ void sgdUpdateRowsKernel(const Node& n, std::span<const Tensor> in, std::span<Te
   const double lr = in[0].at(0), scale = in[2].at(0);
   if (n.i("skip_nonfinite") && !std::isfinite(scale)) return;  // amp's overflow: the step is skipped
   const size_t k = checkedRows(n, in[4], p.shape()[0]);
-  cpu::dispatchFloat(p.dtype(), [&](auto t) { sgdRows<decltype(t)>(p, in[4], k, in[5], p_out, lr, scale); });
+  cpu::dispatchFloat(p.dtype(), [&](auto t) {
+    using T = decltype(t);
+    // A non-finite scale (clipping after a NaN or infinite norm) makes the
+    // dense update's 0 x scale NaN on every row: so here too.
+    sgdRows<T>(p, in[4], k, in[5], p_out, lr, scale);
+    if (!std::isfinite(static_cast<T>(scale))) {
+      const int64_t dim = p.shape()[1];
+      const int64_t* listed = in[4].data<int64_t>();
+      const T step = static_cast<T>(-lr) * (T(0) * static_cast<T>(scale));
+      T* po = p_out.data<T>();
+      for (int64_t r = 0, j = 0; r < p.shape()[0]; ++r) {
+        if (j < static_cast<int64_t>(k) && listed[j] == r) {
+          ++j;
+          continue;
+        }
+        for (int64_t d = 0; d < dim; ++d) po[r * dim + d] = po[r * dim + d] + step;
+      }
+    }
+  });
 }
 
 bool f32OrF64(const Node& n, size_t input) {

@@ -2,8 +2,9 @@
 // backend/cpu/kernels_row_sparse.cpp) against the dense kernels they stand
 // in for, bit for bit: embedding_backward_rows then rows_to_dense equals
 // embedding_backward (duplicate indices, padding_idx, i32 indices, f64),
-// and sgd_update_rows equals sgd_update on that gradient, bound in place to
-// the donated parameter or not, with amp's skip flag.
+// and sgd_update_rows equals sgd_update on that gradient (a non-finite
+// gradient scale included), bound in place to the donated parameter or not,
+// with amp's skip flag.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -112,6 +113,10 @@ TEST(RowSparseKernels, MatchTheDenseKernelsBitForBit) {
   expectRowsMatchDense({"f32", "i32", 3, 7, 5, 40, 2}, 0.37);
   expectRowsMatchDense({"f64", "i64", 2, 33, 17, 30, 0}, 1.0);
   expectRowsMatchDense({"f32", "i64", 8, 64, 128, 500, -1}, 1.0);  // threads split the rows
+  // Clipping after a NaN or infinite norm: the dense update makes every row
+  // NaN (0 x scale), so must the row update.
+  expectRowsMatchDense({"f32", "i64", 2, 8, 4, 20, -1}, INFINITY);
+  expectRowsMatchDense({"f64", "i64", 2, 8, 4, 20, -1}, NAN);
 }
 
 /// One sgd_update_rows node over a [num_rows, dim] f32 parameter `w` and
