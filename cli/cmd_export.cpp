@@ -1,34 +1,62 @@
-// kiln export MODEL --format json|text|dot -o FILE: write the imported graph.
+// kiln export MODEL --format json|text|dot|svg|fx -o FILE [--graph forward|step|gradients]
+//             [training options]: write a graph. `forward` (the default) is
+// the imported model; `step` and `gradients` are the optimized training
+// step and gradient graph, built exactly as `kiln compile` builds them (the
+// same options and pipeline, --passes included).
 // kiln ops: list every op Kiln knows, with its CPU kernels.
 #include <iostream>
 #include <memory>
 
 #include "backend/kernel.h"
+#include "backend/training_session.h"
 #include "cli/cli_common.h"
 #include "cli/commands.h"
+#include "cli/train_setup.h"
+#include "core/export/fx_python.h"
 #include "core/file_io.h"
 #include "core/graph_dot.h"
 #include "core/graph_json.h"
+#include "core/graphviz/render.h"
 #include "core/op_table.h"
 #include "core/text_ir.h"
 
 namespace kiln::cli {
-
-void addModelOptionsTo(CLI::App* sub, ModelArgs& a);
-
 namespace {
 
-int exportGraph(const ModelArgs& args, const std::string& format, const std::string& out) {
-  auto model = loadAndVerify(args);
-  if (!model.ok()) return reportError(model.error());
-  std::string text;
-  if (format == "json") text = graphToJsonText(model->graph);
-  else if (format == "text") text = printGraph(model->graph);
-  else text = graphToDot(model->graph);
-  Status s = writeFileAtomic(out, text);
-  if (!s.ok()) return reportError(s.error());
-  std::cout << "wrote " << format << " graph (" << model->graph.numNodes() << " nodes) to " << out << "\n";
-  return 0;
+struct ExportCmd {
+  TrainArgs train;
+  std::string graph = "forward";
+  std::string format = "text";
+  std::string out;
+};
+
+Result<std::string> formatGraph(const Graph& g, const std::string& format) {
+  if (format == "json") return graphToJsonText(g);
+  if (format == "text") return printGraph(g);
+  if (format == "dot") return graphToDot(g);
+  if (format == "fx") return graphToFxPython(g);
+  return renderDot(graphToDot(g), "svg");
+}
+
+int exportGraph(const ExportCmd& c) {
+  auto write = [&](const Graph& g) {
+    auto text = formatGraph(g, c.format);
+    if (!text) return reportError(text.error());
+    if (Status s = writeFileAtomic(c.out, *text); !s) return reportError(s.error());
+    std::cout << "wrote the " << c.graph << " graph (" << g.numNodes() << " nodes) as " << c.format << " to " << c.out
+              << "\n";
+    return 0;
+  };
+  if (c.graph == "forward") {
+    auto model = loadAndVerify(c.train.model);
+    if (!model) return reportError(model.error());
+    return write(model->graph);
+  }
+  TrainArgs args = c.train;
+  args.compile_only = true;
+  auto setup = setUpTraining(args, c.graph == "step" ? TrainingGraphKind::Step : TrainingGraphKind::Gradients);
+  if (!setup) return reportError(setup.error(), c.train.verbose);
+  return write(setup->session->graph());
 }
 
 int listOps() {
@@ -44,7 +72,8 @@ int listOps() {
     std::string grad = def.grad ? "rule" : !def.no_grad_reason.empty() ? "none (" + def.no_grad_reason + ")" : "-";
     with_grad += def.grad != nullptr;
     no_grad += !def.grad && !def.no_grad_reason.empty();
-    std::cout << line << " " << def.summary << "\n" << indent << "cpu: " << (ks.empty() ? "-" : ks) << "\n"
+    std::cout << line << " " << def.summary << "\n"
+              << indent << "cpu: " << (ks.empty() ? "-" : ks) << "\n"
               << indent << "gradient: " << grad << "\n";
   }
   std::cout << OpTable::get().all().size() << " ops, " << with_kernel << " with a CPU kernel, " << with_grad
@@ -55,15 +84,22 @@ int listOps() {
 }  // namespace
 
 void addExportCommand(CLI::App& app) {
-  auto args = std::make_shared<ModelArgs>();
-  auto format = std::make_shared<std::string>("text");
-  auto out = std::make_shared<std::string>();
-  CLI::App* sub = app.add_subcommand("export", "write a model's graph as JSON, text IR or Graphviz DOT");
-  addModelOptionsTo(sub, *args);
-  sub->add_option("--format", *format, "json | text | dot")->check(CLI::IsMember({"json", "text", "dot"}));
-  sub->add_option("-o,--output", *out, "output file")->required();
-  sub->callback([args, format, out] {
-    int rc = exportGraph(*args, *format, *out);
+  auto c = std::make_shared<ExportCmd>();
+  CLI::App* sub = app.add_subcommand(
+      "export", "write a model's graph, or its optimized training step, as JSON, text IR, Graphviz DOT or SVG");
+  addTrainOptions(sub, c->train, true);
+  sub->add_flag("--train", c->train.model.train, "--graph forward: import in training mode");
+  sub->add_option("--graph", c->graph,
+                  "forward (the imported model, default), step (the optimized training step, as kiln compile "
+                  "builds it from the training options) or gradients (as kiln grad)")
+      ->check(CLI::IsMember({"forward", "step", "gradients"}));
+  sub->add_option("--format", c->format,
+                  "json (loads back), text (IR), dot, svg (laid out by Graphviz), or fx (a Python file that "
+                  "rebuilds the graph as a torch.fx.GraphModule of aten ops)")
+      ->check(CLI::IsMember({"json", "text", "dot", "svg", "fx"}));
+  sub->add_option("-o,--output", c->out, "output file")->required();
+  sub->callback([c] {
+    int rc = exportGraph(*c);
     if (rc) throw CLI::RuntimeError(rc);
   });
 }

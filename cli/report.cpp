@@ -3,6 +3,8 @@
 // what compiling cost.
 #include "cli/report.h"
 
+#include "core/text_ir.h"
+
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -92,6 +94,7 @@ nlohmann::ordered_json buildReport(const std::string& command, const TrainArgs& 
                    {"lr_schedule", a.lr_schedule},
                    {"weight_decay", o.weightDecay()},
                    {"clip_grad_norm", o.clip_grad_norm},
+                   {"memory_budget", to.memory_budget},
                    {"freeze", a.freeze},
                    {"frozen", std::vector<std::string>(to.frozen.begin(), to.frozen.end())},
                    {"batch", batch},
@@ -117,7 +120,8 @@ nlohmann::ordered_json buildReport(const std::string& command, const TrainArgs& 
   j["graph"] = {{"nodes", g.numNodes()},
                 {"flops", number(graphFlops(g))},
                 {"peak_bytes", estimatePeakBytes(g)},
-                {"hash", hashHex(structuralHash(g))}};
+                {"hash", hashHex(structuralHash(g))},
+                {"ir", printGraph(g)}};  // kiln-studio draws the graph from it
 
   j["memory"] = memoryJson(s.memoryPlan());  // the plan the executor runs
 

@@ -19,18 +19,22 @@ std::string escape(const std::string& s) {
   return out;
 }
 
-std::string topScope(const std::string& scope) { return scope.substr(0, scope.find('.')); }
+std::string topScope(const std::string& scope) {
+  return scope.substr(0, scope.find('.'));
+}
 
 }  // namespace
 
-std::string graphToDot(const Graph& g) {
+std::string graphToDot(const Graph& g, bool inputs_and_outputs) {
   std::unordered_map<const Value*, std::string> src;  // value -> dot node id
-  std::string out = "digraph \"" + escape(g.name) + "\" {\n  rankdir=TB;\n  node [shape=box, fontname=\"monospace\"];\n";
+  std::string out =
+      "digraph \"" + escape(g.name) + "\" {\n  rankdir=TB;\n  node [shape=box, fontname=\"monospace\"];\n";
   for (const Value* v : g.inputs()) {
     std::string id = "in" + std::to_string(v->id());
     src[v] = id;
-    out += "  " + id + " [shape=ellipse, label=\"" + escape(v->name()) + "\\n" + v->type().str() + " " +
-           std::string(roleName(v->role())) + "\"];\n";
+    if (inputs_and_outputs)
+      out += "  " + id + " [shape=ellipse, label=\"" + escape(v->name()) + "\\n" + v->type().str() + " " +
+             std::string(roleName(v->role())) + "\"];\n";
   }
   std::map<std::string, std::vector<std::string>> clusters;
   int k = 0;
@@ -42,7 +46,8 @@ std::string graphToDot(const Graph& g) {
                        (n->scope().empty() ? "" : ", tooltip=\"" + escape(n->scope()) + "\"") + "];";
     clusters[topScope(n->scope())].push_back(line);
     for (const Value* o : n->outputs()) src[o] = id;
-    for (const Value* in : n->inputs()) out += "  " + src.at(in) + " -> " + id + ";\n";
+    for (const Value* in : n->inputs())
+      if (inputs_and_outputs || in->producer()) out += "  " + src.at(in) + " -> " + id + ";\n";
   }
   int c = 0;
   for (const auto& [scope, lines] : clusters) {
@@ -51,11 +56,11 @@ std::string graphToDot(const Graph& g) {
     for (const auto& l : lines) out += (boxed ? "    " : "  ") + l + "\n";
     if (boxed) out += "  }\n";
   }
-  for (size_t i = 0; i < g.outputs().size(); ++i) {
+  for (size_t i = 0; inputs_and_outputs && i < g.outputs().size(); ++i) {
     const GraphOutput& o = g.outputs()[i];
     std::string id = "out" + std::to_string(i);
-    out += "  " + id + " [shape=ellipse, label=\"" + escape(o.name) + "\\n" +
-           std::string(outputRoleName(o.role)) + "\"];\n  " + src.at(o.value) + " -> " + id + ";\n";
+    out += "  " + id + " [shape=ellipse, label=\"" + escape(o.name) + "\\n" + std::string(outputRoleName(o.role)) +
+           "\"];\n  " + src.at(o.value) + " -> " + id + ";\n";
   }
   return out + "}\n";
 }

@@ -8,6 +8,9 @@
 
 namespace kiln {
 
-std::string graphToDot(const Graph& g);
+/// `inputs_and_outputs` false leaves out the graph's inputs and outputs
+/// (parameters, optimizer state, the batch, the updates): the compact
+/// drawing kiln-studio lays out.
+std::string graphToDot(const Graph& g, bool inputs_and_outputs = true);
 
 }  // namespace kiln

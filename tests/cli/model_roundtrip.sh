@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End to end through the CLI on bundled models: export from PyTorch (trace and
 # FX), inspect, run, compare with PyTorch, and export the graph as text, JSON
-# and DOT — the text and JSON must verify and hash the same.
+# and DOT — the text and JSON must verify and hash the same; then the
+# optimized training step as text, JSON (the same graph again) and SVG.
 # usage: model_roundtrip.sh KILN WORKDIR
 set -euo pipefail
 KILN=$1
@@ -27,6 +28,25 @@ for model in cnn_bn_train gpt2_mini; do
     [ "$h1" = "$h2" ] || { echo "FAIL: text and JSON exports hash differently ($h1 vs $h2)"; exit 1; }
     grep -q '^digraph' "$d/g.dot" || { echo "FAIL: DOT export is not a digraph"; exit 1; }
   done
+done
+# The optimized training step (and the gradient graph), as kiln compile
+# builds it: text and JSON load back to the same graph, SVG is Graphviz's.
+for model in cnn_bn_train gpt2_mini; do
+  d="$W/$model-trace"
+  src="$d/$model.pt"
+  echo "== $model: step export"
+  "$KILN" export "$src" --graph step --optimizer sgd --momentum 0.9 --format text -o "$d/step.kir"
+  "$KILN" export "$src" --graph step --optimizer sgd --momentum 0.9 --format json -o "$d/step.json"
+  "$KILN" export "$src" --graph step --optimizer sgd --momentum 0.9 --format svg -o "$d/step.svg"
+  "$KILN" export "$src" --graph gradients --format text -o "$d/grad.kir"
+  h1=$("$KILN" verify "$d/step.kir" | awk '{print $NF}')
+  h2=$("$KILN" verify "$d/step.json" | awk '{print $NF}')
+  [ "$h1" = "$h2" ] || { echo "FAIL: step text and JSON exports hash differently ($h1 vs $h2)"; exit 1; }
+  grep -q 'sgd_update' "$d/step.kir" || { echo "FAIL: the step export holds no optimizer update"; exit 1; }
+  grep -q 'param_update' "$d/step.kir" || { echo "FAIL: the step export returns no parameter update"; exit 1; }
+  grep -q ' gradient' "$d/grad.kir" || { echo "FAIL: the gradient export returns no gradient"; exit 1; }
+  grep -q '<svg' "$d/step.svg" || { echo "FAIL: the SVG export is not SVG"; exit 1; }
+  [ "$(grep -c '<g id="node' "$d/step.svg")" -gt 20 ] || { echo "FAIL: the SVG export has too few nodes"; exit 1; }
 done
 # Train-mode BatchNorm: the running stats Kiln computes match PyTorch's.
 "$KILN" compare "$W/cnn_bn_train-trace/out.safetensors" "$W/cnn_bn_train-trace/cnn_bn_train.expected.safetensors" \

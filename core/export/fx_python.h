@@ -1,0 +1,18 @@
+// Export of a Kiln graph (normally the optimized training step) as a Python
+// file that rebuilds it as a runnable torch.fx.GraphModule of aten ops, so
+// that a PyTorch user can run Kiln's step in PyTorch and get the same
+// results (`kiln export --format fx`).
+#pragma once
+
+#include <string>
+
+#include "core/ir.h"
+#include "core/result.h"
+
+namespace kiln {
+
+/// The Python source. Fails, naming the node, on an op that has no PyTorch
+/// equivalent here (collectives: a data-parallel step needs its ranks).
+Result<std::string> graphToFxPython(const Graph& g);
+
+}  // namespace kiln

@@ -1,0 +1,15 @@
+// Rendering a view to a file: PNG (a raster of the widget; a graph view's
+// whole scene at a size that keeps its labels readable) or SVG (vector,
+// through QSvgGenerator, so large graphs stay sharp).
+#pragma once
+
+#include <QString>
+
+#include "gui/views/view.h"
+
+namespace kiln::studio {
+
+/// Write `view` to `path`; the format comes from the extension (.png, .svg).
+bool exportView(View& view, const QString& path, QString* error);
+
+}  // namespace kiln::studio

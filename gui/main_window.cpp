@@ -1,0 +1,220 @@
+#include "gui/main_window.h"
+
+#include <QApplication>
+#include <QDir>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QProcess>
+#include <QProgressDialog>
+#include <QSaveFile>
+#include <QSettings>
+#include <QStandardPaths>
+#include <QStatusBar>
+#include <QTemporaryDir>
+
+#include "core/file_io.h"
+#include "core/graph_dot.h"
+#include "gui/export_view.h"
+#include "gui/views/chart_views.h"
+#include "gui/views/graph_view.h"
+#include "gui/views/table_view.h"
+
+namespace kiln::studio {
+namespace {
+
+constexpr int kRecentFiles = 8;
+
+/// The kiln executable that compiles models for us: beside kiln-studio, one
+/// directory up (the build tree), or on PATH.
+QString kilnExecutable() {
+  const QString dir = QCoreApplication::applicationDirPath();
+  for (const QString& p : {dir + "/kiln", dir + "/../kiln"})
+    if (QFileInfo(p).isExecutable()) return QFileInfo(p).canonicalFilePath();
+  return QStandardPaths::findExecutable("kiln");
+}
+
+}  // namespace
+
+MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
+  setWindowTitle("kiln-studio");
+  tabs_ = new QTabWidget(this);
+  graph_ = new GraphView(tabs_);
+  views_ = {graph_, new PassesView(tabs_), new MemoryView(tabs_), new KernelsView(tabs_), new CommView(tabs_)};
+  for (View* v : views_) tabs_->addTab(v, v->name());
+  setCentralWidget(tabs_);
+  buildMenus();
+  QSettings s;
+  restoreGeometry(s.value("window/geometry").toByteArray());
+  restoreState(s.value("window/state").toByteArray());
+  if (s.contains("window/view")) showView(s.value("window/view").toString());
+  statusBar()->showMessage("Open a report (kiln compile --report R.json) or a model: File > Open (Ctrl+O)");
+}
+
+MainWindow::~MainWindow() {
+  QSettings s;
+  s.setValue("window/geometry", saveGeometry());
+  s.setValue("window/state", saveState());
+  if (currentView()) s.setValue("window/view", currentView()->name());
+}
+
+void MainWindow::buildMenus() {
+  QMenu* file = menuBar()->addMenu("&File");
+  file->addAction("&Open...", QKeySequence::Open, this, [this] {
+    const QString path = QFileDialog::getOpenFileName(this, "Open a report or a model", QString(),
+                                                      "Reports and models (*.json *.pt *.fx.json);;All files (*)");
+    QString error;
+    if (!path.isEmpty() && !openPath(path, &error)) QMessageBox::warning(this, "kiln-studio", error);
+  });
+  recent_ = file->addMenu("Open &recent");
+  rebuildRecentMenu();
+  file->addAction("&Export view...", QKeySequence("Ctrl+E"), this, [this] {
+    if (!currentView()) return;
+    const QString path = QFileDialog::getSaveFileName(this, "Export the view", currentView()->name() + ".svg",
+                                                      "SVG (*.svg);;PNG (*.png)");
+    QString error;
+    if (!path.isEmpty() && !exportCurrentView(path, &error)) QMessageBox::warning(this, "kiln-studio", error);
+  });
+  file->addAction("Export graph as &DOT...", this, [this] {
+    if (!doc_ || !doc_->graph()) return;
+    const QString path = QFileDialog::getSaveFileName(this, "Export the graph", "step.dot", "DOT (*.dot)");
+    if (path.isEmpty()) return;
+    if (Status st = writeFileAtomic(path.toStdString(), graphToDot(*doc_->graph())); !st)
+      QMessageBox::warning(this, "kiln-studio", QString::fromStdString(st.error().message));
+  });
+  file->addSeparator();
+  file->addAction("&Quit", QKeySequence::Quit, this, &QWidget::close);
+  QMenu* view = menuBar()->addMenu("&View");
+  view->addAction("&Find in graph", QKeySequence::Find, this, [this] {
+    showView("graph");
+    graph_->findChild<QLineEdit*>()->setFocus();
+  });
+  view->addAction("&Fit graph", QKeySequence("Ctrl+0"), this, [this] { graph_->fit(); });
+  view->addAction("Zoom &in", QKeySequence::ZoomIn, this, [this] {
+    if (auto* gv = qobject_cast<QGraphicsView*>(graph_->renderTarget())) gv->scale(1.25, 1.25);
+  });
+  view->addAction("Zoom &out", QKeySequence::ZoomOut, this, [this] {
+    if (auto* gv = qobject_cast<QGraphicsView*>(graph_->renderTarget())) gv->scale(0.8, 0.8);
+  });
+  for (int i = 0; i < int(views_.size()); ++i)
+    view->addAction(views_[size_t(i)]->name(), QKeySequence(QString("Ctrl+%1").arg(i + 1)), this,
+                    [this, i] { tabs_->setCurrentIndex(i); });
+}
+
+bool MainWindow::openPath(const QString& path, QString* error) {
+  QString report = path;
+  QTemporaryDir tmp;
+  if (!path.endsWith(".json") || path.endsWith(".fx.json")) {
+    // A model: compile it with kiln (the same pipeline kiln train runs),
+    // showing its output as progress.
+    const QString kiln = kilnExecutable();
+    if (kiln.isEmpty()) {
+      if (error) *error = "cannot find the kiln executable to compile " + path + " (put it on PATH)";
+      return false;
+    }
+    report = tmp.path() + "/report.json";
+    QProcess p;
+    p.setProcessChannelMode(QProcess::MergedChannels);
+    QProgressDialog progress("Compiling " + QFileInfo(path).fileName() + "...", "Cancel", 0, 0, this);
+    progress.setWindowModality(Qt::WindowModal);
+    progress.setMinimumDuration(300);
+    p.start(kiln, {"compile", path, "--no-cache", "--report", report});
+    while (!p.waitForFinished(100)) {
+      if (p.state() == QProcess::NotRunning) break;
+      const QString out = QString::fromUtf8(p.readAll()).trimmed();
+      if (!out.isEmpty()) progress.setLabelText(out.section('\n', -1));
+      QApplication::processEvents();
+      if (progress.wasCanceled()) {
+        p.kill();
+        p.waitForFinished();
+        if (error) *error = "compiling " + path + " was cancelled";
+        return false;
+      }
+    }
+    if (p.exitStatus() != QProcess::NormalExit || p.exitCode() != 0) {
+      if (error) *error = QString::fromUtf8(p.readAll()).trimmed().section('\n', -1);
+      if (error && error->isEmpty()) *error = "kiln compile " + path + " failed";
+      return false;
+    }
+  }
+  auto doc = StudioDocument::open(report.toStdString());
+  if (!doc) {
+    if (error) *error = QString::fromStdString(doc.error().message);
+    return false;
+  }
+  setDocument(*doc);
+  rememberRecent(path);
+  setWindowTitle("kiln-studio - " + QFileInfo(path).fileName());
+  statusBar()->showMessage(path);
+  return true;
+}
+
+void MainWindow::setDocument(std::shared_ptr<const StudioDocument> doc) {
+  doc_ = std::move(doc);
+  for (View* v : views_) v->setDocument(doc_);
+}
+
+bool MainWindow::showView(const QString& name) {
+  for (int i = 0; i < int(views_.size()); ++i)
+    if (views_[size_t(i)]->name() == name) {
+      tabs_->setCurrentIndex(i);
+      return true;
+    }
+  return false;
+}
+
+View* MainWindow::currentView() const {
+  return dynamic_cast<View*>(tabs_->currentWidget());
+}
+
+View* MainWindow::view(const QString& name) const {
+  for (View* v : views_)
+    if (v->name() == name) return v;
+  return nullptr;
+}
+
+bool MainWindow::exportCurrentView(const QString& path, QString* error) {
+  View* v = currentView();
+  if (!v) return false;
+  if (v == graph_) graph_->waitForLayout();
+  return exportView(*v, path, error);
+}
+
+bool MainWindow::screenshotCurrentView(const QString& path, QString* error) {
+  View* v = currentView();
+  if (!v) return false;
+  if (v == graph_) {
+    graph_->waitForLayout();
+    graph_->fit();
+  }
+  QSaveFile file(path);
+  if (!file.open(QIODevice::WriteOnly) || !v->grab().save(&file, "PNG") || !file.commit()) {
+    if (error) *error = path + ": cannot write the PNG (" + file.errorString() + ")";
+    return false;
+  }
+  return true;
+}
+
+void MainWindow::rememberRecent(const QString& path) {
+  QSettings s;
+  QStringList recent = s.value("recent").toStringList();
+  recent.removeAll(QFileInfo(path).absoluteFilePath());
+  recent.prepend(QFileInfo(path).absoluteFilePath());
+  while (recent.size() > kRecentFiles) recent.removeLast();
+  s.setValue("recent", recent);
+  rebuildRecentMenu();
+}
+
+void MainWindow::rebuildRecentMenu() {
+  recent_->clear();
+  const QStringList recent = QSettings().value("recent").toStringList();
+  for (const QString& p : recent)
+    recent_->addAction(p, this, [this, p] {
+      QString error;
+      if (!openPath(p, &error)) QMessageBox::warning(this, "kiln-studio", error);
+    });
+  recent_->setEnabled(!recent.isEmpty());
+}
+
+}  // namespace kiln::studio

@@ -1,0 +1,54 @@
+// kiln-studio's window: the five views as tabs over one document, File
+// (open a report or a model, recent files, export the current view as SVG
+// or PNG, the graph as DOT), View (find, fit, zoom) and a remembered window
+// state (QSettings).
+#pragma once
+
+#include <QMainWindow>
+#include <QTabWidget>
+#include <memory>
+#include <vector>
+
+#include "gui/studio_document.h"
+#include "gui/views/view.h"
+
+namespace kiln::studio {
+
+class GraphView;
+
+class MainWindow : public QMainWindow {
+ public:
+  explicit MainWindow(QWidget* parent = nullptr);
+  ~MainWindow() override;
+
+  /// Open a report (.json); a model (.pt, .fx.json) is compiled first with
+  /// `kiln compile --report` (the kiln executable beside this one). Returns
+  /// false with `error` set when it cannot.
+  bool openPath(const QString& path, QString* error = nullptr);
+  void setDocument(std::shared_ptr<const StudioDocument> doc);
+  std::shared_ptr<const StudioDocument> document() const { return doc_; }
+
+  /// Show the view named `name` (graph, passes, memory, kernels, comm).
+  bool showView(const QString& name);
+  View* currentView() const;
+  View* view(const QString& name) const;
+  GraphView* graphView() const { return graph_; }
+  /// Render the current view to `path` (.png or .svg): the whole content
+  /// (a graph's whole scene). False on failure.
+  bool exportCurrentView(const QString& path, QString* error = nullptr);
+  /// Save the current view as shown in the window (PNG): --screenshot.
+  bool screenshotCurrentView(const QString& path, QString* error = nullptr);
+
+ private:
+  void buildMenus();
+  void rememberRecent(const QString& path);
+  void rebuildRecentMenu();
+
+  QTabWidget* tabs_;
+  std::vector<View*> views_;
+  GraphView* graph_ = nullptr;
+  QMenu* recent_ = nullptr;
+  std::shared_ptr<const StudioDocument> doc_;
+};
+
+}  // namespace kiln::studio

@@ -1,0 +1,38 @@
+// What kiln-studio shows: a compile report (docs/report-schema.md) as
+// `kiln compile/train --report` writes it, with its final step graph parsed
+// back from the report's text IR. Every view reads this one object.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/ir.h"
+#include "core/result.h"
+
+namespace kiln::studio {
+
+class StudioDocument {
+ public:
+  /// Read `path` (a kiln-report JSON). Errors say what is wrong and where:
+  /// unreadable, not JSON, not a kiln report, a newer schema version.
+  static Result<std::shared_ptr<StudioDocument>> open(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  const nlohmann::json& report() const { return report_; }
+  /// The final step graph; nullptr when the report carries none (written
+  /// before reports held `graph.ir`).
+  const Graph* graph() const { return graph_.get(); }
+  /// "compile" or "train".
+  std::string command() const;
+  /// The model path the report names.
+  std::string modelPath() const;
+
+ private:
+  std::string path_;
+  nlohmann::json report_;
+  std::unique_ptr<Graph> graph_;
+};
+
+}  // namespace kiln::studio

@@ -1,0 +1,74 @@
+// The views that are drawn rather than tabulated: the memory timeline
+// (live bytes over the schedule, the largest tensors as bands of their own,
+// the peak and the budget marked; hovering names the tensor under the
+// cursor) and the communication view (per bucket dense against sent bytes,
+// and a row per step of compute and communication).
+#pragma once
+
+#include <QTableWidget>
+
+#include "gui/views/view.h"
+
+namespace kiln::studio {
+
+/// The timeline drawing, a widget of its own so it can be rendered alone.
+class MemoryChart : public QWidget {
+ public:
+  explicit MemoryChart(QWidget* parent = nullptr);
+  void setDocument(std::shared_ptr<const StudioDocument> doc);
+  /// The tensor drawn at `pos` ("" where none): what the tooltip says.
+  QString describeAt(QPoint pos) const;
+
+ protected:
+  void paintEvent(QPaintEvent*) override;
+  void mouseMoveEvent(QMouseEvent* e) override;
+
+ private:
+  struct Band {
+    QString name, producer, scope;
+    int64_t first = 0, last = 0;
+    double bytes = 0;
+  };
+  QRectF plotArea() const;
+  std::shared_ptr<const StudioDocument> doc_;
+  std::vector<double> timeline_;
+  std::vector<Band> bands_;  ///< largest tensors, drawn on the bottom, largest first
+  double peak_ = 0, budget_ = 0;
+  int64_t peak_node_ = 0;
+};
+
+class MemoryView : public View {
+ public:
+  explicit MemoryView(QWidget* parent = nullptr);
+  QString name() const override { return "memory"; }
+  void setDocument(std::shared_ptr<const StudioDocument> doc) override;
+  QWidget* renderTarget() override { return chart_; }
+
+ private:
+  MemoryChart* chart_;
+};
+
+class CommChart : public QWidget {
+ public:
+  explicit CommChart(QWidget* parent = nullptr);
+  void setDocument(std::shared_ptr<const StudioDocument> doc);
+
+ protected:
+  void paintEvent(QPaintEvent*) override;
+
+ private:
+  std::shared_ptr<const StudioDocument> doc_;
+};
+
+class CommView : public View {
+ public:
+  explicit CommView(QWidget* parent = nullptr);
+  QString name() const override { return "comm"; }
+  void setDocument(std::shared_ptr<const StudioDocument> doc) override;
+
+ private:
+  QTableWidget* table_;
+  CommChart* chart_;
+};
+
+}  // namespace kiln::studio

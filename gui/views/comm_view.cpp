@@ -1,0 +1,121 @@
+// The communication view (chart_views.h): report.communication, the last
+// step's collectives in a table (dense against sent bytes, collective,
+// algorithm, time, hidden share) and every step as a row of compute and
+// communication time with the hidden part.
+#include <QHeaderView>
+#include <QLabel>
+#include <QPainter>
+#include <QVBoxLayout>
+#include <algorithm>
+#include <cmath>
+
+#include "gui/views/chart_views.h"
+
+namespace kiln::studio {
+namespace {
+
+QString kb(double b) {
+  return b >= 1e6 ? QString::number(b / 1e6, 'f', 2) + " MB" : QString::number(b / 1e3, 'f', 1) + " KB";
+}
+
+double round2(double v) {
+  return std::round(v * 100) / 100;
+}
+
+const nlohmann::json* steps(const std::shared_ptr<const StudioDocument>& doc) {
+  if (!doc || !doc->report().contains("communication")) return nullptr;
+  const nlohmann::json& s = doc->report()["communication"]["steps"];
+  return s.is_array() && !s.empty() ? &s : nullptr;
+}
+
+}  // namespace
+
+CommChart::CommChart(QWidget* parent) : QWidget(parent) {
+  setMinimumSize(400, 160);
+}
+
+void CommChart::setDocument(std::shared_ptr<const StudioDocument> doc) {
+  doc_ = std::move(doc);
+  update();
+}
+
+void CommChart::paintEvent(QPaintEvent*) {
+  QPainter p(this);
+  p.fillRect(rect(), Qt::white);
+  const nlohmann::json* all = steps(doc_);
+  if (!all) {
+    p.drawText(rect(), Qt::AlignCenter, "No data-parallel communication in this report (kiln train --nproc N).");
+    return;
+  }
+  double longest = 1;
+  for (const auto& s : *all) longest = std::max(longest, s.value("step_ms", 0.0));
+  const double left = 70, right = width() - 20, row = std::min(24.0, (height() - 30.0) / double(all->size()));
+  auto x = [&](double ms) { return left + (right - left) * ms / longest; };
+  for (size_t i = 0; i < all->size(); ++i) {
+    const nlohmann::json& s = (*all)[i];
+    const double top = 20 + row * double(i), h = row * 0.7;
+    const double step = s.value("step_ms", 0.0), comm = s.value("comm_ms", 0.0), exposed = s.value("exposed_ms", 0.0);
+    p.setPen(Qt::black);
+    p.drawText(QRectF(0, top, left - 6, h), Qt::AlignRight | Qt::AlignVCenter, QString("step %1").arg(i));
+    p.fillRect(QRectF(x(0), top, x(step) - x(0), h / 2), QColor(0x4e, 0x79, 0xa7));          // the step
+    p.fillRect(QRectF(x(0), top + h / 2, x(comm) - x(0), h / 2), QColor(0xf2, 0x8e, 0x2b));  // communication
+    const double waited = std::min(exposed, comm);  // the step also waits for collectives still queued
+    p.fillRect(QRectF(x(comm - waited), top + h / 2, x(waited) - x(0), h / 2),
+               QColor(0xe1, 0x57, 0x59));  // the part the step waited for
+  }
+  p.setPen(Qt::black);
+  p.drawText(
+      QRectF(left, 0, right - left, 18), Qt::AlignLeft,
+      QString("blue: step, orange: communication (hidden), red: exposed; full width %1 ms").arg(longest, 0, 'f', 1));
+}
+
+CommView::CommView(QWidget* parent) : View(parent) {
+  auto* layout = new QVBoxLayout(this);
+  table_ = new QTableWidget(this);
+  table_->setSortingEnabled(true);
+  table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  table_->verticalHeader()->setVisible(false);
+  table_->horizontalHeader()->setStretchLastSection(true);
+  chart_ = new CommChart(this);
+  layout->addWidget(new QLabel("The last step's collectives (bytes sent by rank 0):", this));
+  layout->addWidget(table_, 1);
+  layout->addWidget(chart_, 1);
+}
+
+void CommView::setDocument(std::shared_ptr<const StudioDocument> doc) {
+  chart_->setDocument(doc);
+  table_->setSortingEnabled(false);
+  table_->clear();
+  const QStringList columns = {"bucket", "collective", "algorithm", "tensors", "dense",
+                               "sent",   "sent %",     "ms",        "hidden %"};
+  table_->setColumnCount(static_cast<int>(columns.size()));
+  table_->setHorizontalHeaderLabels(columns);
+  const nlohmann::json* all = steps(doc);
+  const nlohmann::json none = nlohmann::json::array();
+  const nlohmann::json& last = all ? all->back().value("collectives", none) : none;
+  table_->setRowCount(static_cast<int>(last.size()));
+  int r = 0;
+  for (const auto& c : last) {
+    const double dense = c.value("dense_bytes", 0.0), sent = c.value("sent_bytes", 0.0);
+    const double ms = c.value("end_ms", 0.0) - c.value("begin_ms", 0.0), waited = c.value("waited_ms", 0.0);
+    const std::vector<QVariant> cells = {c.value("bucket", 0),
+                                         QString::fromStdString(c.value("collective", "")),
+                                         QString::fromStdString(c.value("algorithm", "")),
+                                         c.value("tensors", 0),
+                                         kb(dense),
+                                         kb(sent),
+                                         round2(dense > 0 ? 100.0 * sent / dense : 0.0),
+                                         round2(ms),
+                                         round2(ms > 0 ? std::clamp(100.0 * (1 - waited / ms), 0.0, 100.0) : 100.0)};
+    for (size_t k = 0; k < cells.size(); ++k) {
+      auto* item = new QTableWidgetItem;
+      item->setData(Qt::DisplayRole, cells[k]);
+      table_->setItem(r, static_cast<int>(k), item);
+    }
+    ++r;
+  }
+  table_->setSortingEnabled(true);
+  table_->resizeColumnsToContents();
+}
+
+}  // namespace kiln::studio

@@ -1,0 +1,143 @@
+// kiln-studio's widget tests (QTest, headless: QT_QPA_PLATFORM=offscreen).
+// The reports come from the CTest fixture gui.reports (gui/CMakeLists.txt):
+// `kiln compile --report` and `kiln train --nproc 2 --report` on gpt2_mini,
+// named by KILN_STUDIO_COMPILE_REPORT and KILN_STUDIO_TRAIN_REPORT. Every
+// view is opened and exported as PNG and SVG and checked to be a valid,
+// non-blank file; the graph is laid out and searched; bad files give one
+// clear error; the window remembers its view.
+#include <QImage>
+#include <QSet>
+#include <QSettings>
+#include <QStandardPaths>
+#include <QSvgRenderer>
+#include <QTableWidget>
+#include <QTemporaryDir>
+#include <QtTest/QtTest>
+
+#include "gui/main_window.h"
+#include "gui/views/graph_view.h"
+
+using kiln::studio::GraphView;
+using kiln::studio::MainWindow;
+using kiln::studio::StudioDocument;
+
+namespace {
+
+QString env(const char* name) {
+  const QString v = qEnvironmentVariable(name);
+  if (v.isEmpty()) qFatal("%s is not set (run through ctest: the gui.reports fixture writes it)", name);
+  return v;
+}
+
+/// Distinct colours in a sample of the image: a blank export has one.
+int colours(const QImage& image) {
+  QSet<QRgb> seen;
+  for (int y = 0; y < image.height(); y += std::max(1, image.height() / 200))
+    for (int x = 0; x < image.width(); x += std::max(1, image.width() / 200)) seen.insert(image.pixel(x, y));
+  return int(seen.size());
+}
+
+}  // namespace
+
+class StudioTest : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void initTestCase() { QStandardPaths::setTestModeEnabled(true); }
+
+  void everyViewOpensAndExports() {
+    MainWindow w;
+    w.resize(1200, 800);
+    w.show();
+    QString error;
+    QVERIFY2(w.openPath(env("KILN_STUDIO_COMPILE_REPORT"), &error), qPrintable(error));
+    QTemporaryDir dir;
+    for (const char* name : {"graph", "passes", "memory", "kernels", "comm"}) {
+      QVERIFY(w.showView(name));
+      QApplication::processEvents();
+      const QString png = dir.filePath(QString(name) + ".png"), svg = dir.filePath(QString(name) + ".svg");
+      QVERIFY2(w.exportCurrentView(png, &error), qPrintable(error));
+      QVERIFY2(w.exportCurrentView(svg, &error), qPrintable(error));
+      const QImage image(png);
+      QVERIFY2(!image.isNull(), qPrintable(png + " is not a PNG"));
+      QVERIFY2(colours(image) > 2, qPrintable(png + " is blank"));
+      QSvgRenderer renderer(svg);
+      QVERIFY2(renderer.isValid(), qPrintable(svg + " is not valid SVG"));
+    }
+    const QString shot = dir.filePath("shot.png");
+    QVERIFY2(w.screenshotCurrentView(shot, &error), qPrintable(error));
+    QVERIFY2(colours(QImage(shot)) > 2, "the screenshot is blank");
+    QVERIFY(!w.exportCurrentView(dir.filePath("x.bmp"), &error));
+    QVERIFY(error.contains(".png or .svg"));
+  }
+
+  void graphIsLaidOutAndSearchable() {
+    MainWindow w;
+    QString error;
+    QVERIFY2(w.openPath(env("KILN_STUDIO_COMPILE_REPORT"), &error), qPrintable(error));
+    GraphView* g = w.graphView();
+    g->waitForLayout();
+    const kiln::Graph* graph = w.document()->graph();
+    QVERIFY(graph);
+    QCOMPARE(g->drawnNodes(), graph->numNodes());
+    const int first = g->findNext("matmul");
+    QVERIFY(first >= 0);
+    const int second = g->findNext("matmul");
+    QVERIFY(second >= 0 && second != first);
+    int k = 0;
+    for (const auto& n : graph->nodes())
+      if (k++ == second) QCOMPARE(QString::fromStdString(n->op()), QString("matmul"));
+    QCOMPARE(g->findNext("no_such_op_anywhere"), -1);
+    // Colouring by dialect: the legend names the dialects the kernels came from.
+    g->colourByDialect(true);
+    QVERIFY2(g->status().contains("dialects:") && g->status().contains("cpu"), qPrintable(g->status()));
+    g->colourByDialect(false);
+    QVERIFY(!g->status().contains("dialects:"));
+  }
+
+  void trainReportFillsTheCommunicationView() {
+    MainWindow w;
+    QString error;
+    QVERIFY2(w.openPath(env("KILN_STUDIO_TRAIN_REPORT"), &error), qPrintable(error));
+    auto* table = w.view("comm")->findChild<QTableWidget*>();
+    QVERIFY(table);
+    QVERIFY2(table->rowCount() >= 2, "expected the gradient buckets and the loss allreduce");
+    bool allreduce = false;
+    for (int r = 0; r < table->rowCount(); ++r) allreduce |= table->item(r, 1)->text().startsWith("allreduce");
+    QVERIFY(allreduce);
+  }
+
+  void badFilesGiveOneClearError() {
+    QTemporaryDir dir;
+    const QString junk = dir.filePath("junk.json"), other = dir.filePath("other.json");
+    QFile f(junk);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write("{\"schema\": \"kiln-report\", \"version\": 1, \"passes\": [");  // truncated
+    f.close();
+    QFile g(other);
+    QVERIFY(g.open(QIODevice::WriteOnly));
+    g.write("{\"hello\": 1}");
+    g.close();
+    MainWindow w;
+    QString error;
+    QVERIFY(!w.openPath(junk, &error));
+    QVERIFY2(error.contains("not JSON") && error.contains(junk), qPrintable(error));
+    QVERIFY(!w.openPath(other, &error));
+    QVERIFY2(error.contains("not a kiln report"), qPrintable(error));
+    QVERIFY(!w.openPath(dir.filePath("missing.json"), &error));
+    QVERIFY2(error.contains("missing.json"), qPrintable(error));
+    QVERIFY(!w.document());  // nothing was opened
+  }
+
+  void windowRemembersItsView() {
+    {
+      MainWindow w;
+      QVERIFY(w.showView("memory"));
+    }
+    MainWindow again;
+    QCOMPARE(again.currentView()->name(), QString("memory"));
+  }
+};
+
+QTEST_MAIN(StudioTest)
+#include "studio_test.moc"
