@@ -43,6 +43,11 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   graph_ = new GraphView(tabs_);
   views_ = {graph_, new PassesView(tabs_), new MemoryView(tabs_), new KernelsView(tabs_), new CommView(tabs_)};
   for (View* v : views_) tabs_->addTab(v, v->name());
+  // A click on the memory timeline selects that node in the graph.
+  static_cast<MemoryView*>(views_[2])->chart()->on_node_clicked = [this](int node) {
+    showView("graph");
+    graph_->select(node);
+  };
   setCentralWidget(tabs_);
   buildMenus();
   QSettings s;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <QTableWidget>
+#include <functional>
 
 #include "gui/views/view.h"
 
@@ -15,6 +16,10 @@ namespace kiln::studio {
 class MemoryChart : public QWidget {
  public:
   explicit MemoryChart(QWidget* parent = nullptr);
+  /// Called with the node under a click (the graph view selects it).
+  std::function<void(int)> on_node_clicked;
+  /// The node index at `pos` on the time axis, -1 outside the plot.
+  int nodeAt(QPoint pos) const;
   void setDocument(std::shared_ptr<const StudioDocument> doc);
   /// The tensor drawn at `pos` ("" where none): what the tooltip says.
   QString describeAt(QPoint pos) const;
@@ -22,6 +27,7 @@ class MemoryChart : public QWidget {
  protected:
   void paintEvent(QPaintEvent*) override;
   void mouseMoveEvent(QMouseEvent* e) override;
+  void mousePressEvent(QMouseEvent* e) override;
 
  private:
   struct Band {
@@ -43,6 +49,7 @@ class MemoryView : public View {
   QString name() const override { return "memory"; }
   void setDocument(std::shared_ptr<const StudioDocument> doc) override;
   QWidget* renderTarget() override { return chart_; }
+  MemoryChart* chart() const { return chart_; }
 
  private:
   MemoryChart* chart_;

@@ -106,8 +106,12 @@ GraphView::GraphView(QWidget* parent) : View(parent) {
   colouring_ = new QComboBox(this);
   colouring_->addItems({"colour by op kind", "colour by dialect"});
   bar->addWidget(find_, 1);
+  cancel_ = new QPushButton("Cancel layout", this);
+  cancel_->setVisible(false);
   bar->addWidget(colouring_);
   bar->addWidget(status_);
+  bar->addWidget(cancel_);
+  connect(cancel_, &QPushButton::clicked, this, [this] { cancelLayout(); });
   layout->addLayout(bar);
   auto* split = new QSplitter(this);
   scene_ = new QGraphicsScene(this);
@@ -145,6 +149,8 @@ void GraphView::setDocument(std::shared_ptr<const StudioDocument> doc) {
   }
   const Graph* g = doc_->graph();
   status_->setText(QString("laying out %1 nodes...").arg(g->numNodes()));
+  cancelled_ = false;
+  cancel_->setVisible(true);
   const std::string dot = graphToDot(*g, /*inputs_and_outputs=*/false);
   watcher_->setFuture(QtConcurrent::run([dot] {
     auto plain = renderDot(dot, "plain");
@@ -164,7 +170,16 @@ void GraphView::waitForLayout() {
   }
 }
 
+void GraphView::cancelLayout() {
+  if (!watcher_->isRunning()) return;
+  cancelled_ = true;
+  cancel_->setVisible(false);
+  status_->setText("layout cancelled");
+}
+
 void GraphView::showLayout(const GraphLayout& layout) {
+  cancel_->setVisible(false);
+  if (cancelled_) return;
   if (!layout.error.isEmpty()) {
     status_->setText(layout.error);
     return;

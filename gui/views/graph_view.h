@@ -11,6 +11,7 @@
 #include <QGraphicsView>
 #include <QLabel>
 #include <QLineEdit>
+#include <QPushButton>
 #include <QTextEdit>
 #include <vector>
 
@@ -47,7 +48,11 @@ class GraphView : public View {
   /// returns its index, -1 when none matches.
   int findNext(const QString& text);
   void fit();
+  /// Drop the layout running on the worker thread: nothing is drawn.
+  void cancelLayout();
   int selectedNode() const { return selected_; }
+  /// Select node `node` (its index in the graph), centre it, show its details.
+  void select(int node);
   /// Colour the nodes by op kind (false) or by the dialect of their kernel.
   void colourByDialect(bool by_dialect);
   /// The status line (node count, layout progress or error, dialect legend).
@@ -56,7 +61,6 @@ class GraphView : public View {
 
  private:
   void showLayout(const GraphLayout& layout);
-  void select(int node);
   QString describe(int node) const;
 
   std::shared_ptr<const StudioDocument> doc_;
@@ -65,6 +69,8 @@ class GraphView : public View {
   QLineEdit* find_;
   QLabel* status_;
   QComboBox* colouring_;
+  QPushButton* cancel_;  ///< abandons a layout still running (Graphviz cannot stop; its result is dropped)
+  bool cancelled_ = false;
   QTextEdit* details_;
   QFutureWatcher<GraphLayout>* watcher_;
   std::vector<QGraphicsItem*> node_items_;  ///< by node index

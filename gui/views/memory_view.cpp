@@ -124,13 +124,22 @@ void MemoryChart::paintEvent(QPaintEvent*) {
   }
 }
 
-QString MemoryChart::describeAt(QPoint pos) const {
-  if (timeline_.empty()) return {};
+int MemoryChart::nodeAt(QPoint pos) const {
   const QRectF a = plotArea();
-  if (!a.contains(pos)) return {};
+  if (timeline_.empty() || !a.contains(pos)) return -1;
   const double n = static_cast<double>(timeline_.size());
   const auto i = static_cast<int64_t>(std::lround((pos.x() - a.left()) / a.width() * std::max(1.0, n - 1)));
-  if (i < 0 || i >= int64_t(n)) return {};
+  return i < 0 || i >= int64_t(n) ? -1 : int(i);
+}
+
+void MemoryChart::mousePressEvent(QMouseEvent* e) {
+  const int node = nodeAt(e->pos());
+  if (node >= 0 && on_node_clicked) on_node_clicked(node);
+}
+
+QString MemoryChart::describeAt(QPoint pos) const {
+  const int64_t i = nodeAt(pos);
+  if (i < 0) return {};
   QString s = QString("node %1: %2 live").arg(i).arg(mb(timeline_[size_t(i)]));
   for (const Band& b : bands_)
     if (b.first <= i && i <= b.last)

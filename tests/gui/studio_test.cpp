@@ -15,6 +15,7 @@
 #include <QtTest/QtTest>
 
 #include "gui/main_window.h"
+#include "gui/views/chart_views.h"
 #include "gui/views/graph_view.h"
 
 using kiln::studio::GraphView;
@@ -93,6 +94,36 @@ class StudioTest : public QObject {
     QVERIFY2(g->status().contains("dialects:") && g->status().contains("cpu"), qPrintable(g->status()));
     g->colourByDialect(false);
     QVERIFY(!g->status().contains("dialects:"));
+  }
+
+  void memoryClickSelectsTheNodeInTheGraph() {
+    MainWindow w;
+    w.resize(1200, 800);
+    w.show();
+    QString error;
+    QVERIFY2(w.openPath(env("KILN_STUDIO_COMPILE_REPORT"), &error), qPrintable(error));
+    w.graphView()->waitForLayout();
+    QVERIFY(w.showView("memory"));
+    auto* chart = static_cast<kiln::studio::MemoryView*>(w.view("memory"))->chart();
+    QApplication::processEvents();
+    const QPoint middle(chart->width() / 2, chart->height() / 2);
+    const int node = chart->nodeAt(middle);
+    QVERIFY(node > 0);
+    QTest::mouseClick(chart, Qt::LeftButton, {}, middle);
+    QCOMPARE(w.currentView()->name(), QString("graph"));
+    QCOMPARE(w.graphView()->selectedNode(), node);
+    QVERIFY(!chart->describeAt(middle).isEmpty());
+  }
+
+  void cancelledLayoutDrawsNothing() {
+    MainWindow w;
+    QString error;
+    QVERIFY2(w.openPath(env("KILN_STUDIO_COMPILE_REPORT"), &error), qPrintable(error));
+    w.graphView()->cancelLayout();
+    w.graphView()->waitForLayout();
+    // Either the layout had finished already (drawn) or it was dropped.
+    QVERIFY(w.graphView()->drawnNodes() == 0 || w.graphView()->drawnNodes() == w.document()->graph()->numNodes());
+    QVERIFY(w.graphView()->drawnNodes() != 0 || w.graphView()->status() == "layout cancelled");
   }
 
   void trainReportFillsTheCommunicationView() {
