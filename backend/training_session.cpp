@@ -30,13 +30,6 @@ const Node* crossEntropyOf(const Value* target) {
   return nullptr;
 }
 
-/// This rank's index among the ranks of its machine: LOCAL_RANK as torchrun
-/// sets it (kiln's launcher too), else the global rank.
-int localRank(int rank) {
-  if (const char* l = std::getenv("LOCAL_RANK"); l && *l) return std::max(0, std::atoi(l));
-  return rank;
-}
-
 }  // namespace
 
 Result<std::unique_ptr<TrainingSession>> TrainingSession::create(const Model& model, TrainingConfig config,
@@ -67,7 +60,7 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::create(const Model& mo
       // makes and broadcasts over the host communicator (Gloo).
       ro.rank = comm->rank();
       ro.world_size = comm->size();
-      ro.local_rank = localRank(ro.rank);
+      ro.local_rank = s->config_.local_rank;
       if (ro.rank == 0) {
         auto id = (*backend)->ncclUniqueId();
         if (!id) return id.error();

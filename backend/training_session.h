@@ -48,6 +48,8 @@ struct TrainingConfig {
   /// the step's collectives run on it, and the initial parameters and
   /// buffers are broadcast from rank 0. nullptr: one process.
   std::shared_ptr<CollectiveEngine> collectives;
+  /// This rank among its machine's (LOCAL_RANK): which GPU it drives.
+  int local_rank = 0;
 };
 
 /// A step graph compiled earlier (the compile cache): the session binds it

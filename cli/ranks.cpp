@@ -175,11 +175,9 @@ Status joinRanks(TrainArgs& a) {
   // Gloo communicator below still carries the set-up (initial weights, the
   // NCCL id, checkpoints).
   // The ranks on this machine split its cores (unless --threads says otherwise).
-  if (a.threads == 0) {
-    int local = opts->world_size;
-    if (const char* l = std::getenv("LOCAL_WORLD_SIZE")) local = std::max(1, std::atoi(l));
-    a.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local);
-  }
+  if (a.threads == 0)
+    a.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / opts->local_world_size);
+  a.local_rank = opts->local_rank;
   auto comm = createGlooCommunicator(*opts);
   if (!comm) return comm.error();
   a.collectives = std::make_shared<CollectiveEngine>(std::shared_ptr<Communicator>(std::move(*comm)));

@@ -405,6 +405,7 @@ Result<TrainSetup> setUp(const TrainArgs& a, TrainingGraphKind kind, bool lookup
     dp.zero_stage = a.zero;
     dp.rank = a.collectives ? a.collectives->rank() : 0;
     cfg.collectives = a.collectives;  // nullptr when only compiling
+    cfg.local_rank = a.local_rank;
     auto isDp = [](const PassInfo* p) { return std::string_view(p->name) == "data_parallel"; };
     if (!pipeline->empty() && std::ranges::none_of(*pipeline, isDp))
       return Error{

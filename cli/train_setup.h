@@ -64,6 +64,7 @@ struct TrainArgs {
   int zero = 0;                           ///< --zero: ZeRO stage (1: optimizer state sharded over the ranks)
   /// This process's rank of a data-parallel run (joinRanks); nullptr: one process.
   std::shared_ptr<CollectiveEngine> collectives;
+  int local_rank = 0;  ///< this rank among its machine's (CommOptions::local_rank)
 };
 
 /// What the compile cache did for this run (the report's `cache` object).

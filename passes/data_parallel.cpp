@@ -18,6 +18,7 @@
 #include "passes/data_parallel.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <unordered_map>
 
 #include "passes/freeze.h"
@@ -167,7 +168,7 @@ Result<PassResult> runDataParallel(Graph& g, PassContext& ctx) {
     std::vector<std::vector<const Grad*>> buckets;
     std::vector<bool> bucket_sparse;
     uint64_t open_bytes = 0;
-    bool open = false;
+    size_t dense_buckets = 0, open = SIZE_MAX;  // open: the dense bucket being filled (sparse ones may follow it)
     for (const Grad& gr : grads) {
       if (gr.sparse) {
         buckets.push_back({&gr});
@@ -177,18 +178,15 @@ Result<PassResult> runDataParallel(Graph& g, PassContext& ctx) {
       // The first bucket closes early, as DDP's rebuilt buckets do (1 MiB):
       // the last layers' gradients start on the wire while the backward of
       // the rest runs, instead of waiting for 25 MiB of them.
-      const bool first = std::ranges::count(bucket_sparse, false) <= 1;  // the open bucket is the first dense one
-      const uint64_t cap = first ? std::min(dp.first_bucket_bytes, dp.bucket_bytes) : dp.bucket_bytes;
-      if (!open || open_bytes >= cap) {
+      const uint64_t cap = dense_buckets == 1 ? std::min(dp.first_bucket_bytes, dp.bucket_bytes) : dp.bucket_bytes;
+      if (open == SIZE_MAX || open_bytes >= cap) {
         buckets.emplace_back();
         bucket_sparse.push_back(false);
+        open = buckets.size() - 1;
+        ++dense_buckets;
         open_bytes = 0;
-        open = true;
       }
-      // The open bucket is the last dense one; sparse ones may follow it.
-      size_t b = buckets.size() - 1;
-      while (bucket_sparse[b]) --b;
-      buckets[b].push_back(&gr);
+      buckets[open].push_back(&gr);
       open_bytes += gr.value->type().bytes();
     }
 

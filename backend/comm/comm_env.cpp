@@ -48,6 +48,22 @@ Result<CommOptions> commOptionsFromEnv() {
     o.rank = static_cast<int>(*r);
     o.world_size = static_cast<int>(*w);
   }
+  o.local_rank = o.rank;
+  o.local_world_size = o.world_size;
+  if (const auto lw = env("LOCAL_WORLD_SIZE")) {
+    const auto v = parseInt(*lw, 1, o.world_size);
+    if (!v)
+      return Error{"LOCAL_WORLD_SIZE='" + *lw + "' is not a number of processes (1.." + std::to_string(o.world_size) +
+                   ")"};
+    o.local_world_size = static_cast<int>(*v);
+  }
+  if (const auto lr = env("LOCAL_RANK")) {
+    const auto v = parseInt(*lr, 0, o.local_world_size - 1);
+    if (!v)
+      return Error{"LOCAL_RANK='" + *lr + "' is out of range for LOCAL_WORLD_SIZE=" +
+                   std::to_string(o.local_world_size) + " (0.." + std::to_string(o.local_world_size - 1) + ")"};
+    o.local_rank = static_cast<int>(*v);
+  }
   if (const auto addr = env("MASTER_ADDR")) o.master_addr = *addr;
   if (const auto dir = env("KILN_STORE_DIR")) o.store_dir = *dir;
   if (const auto port = env("MASTER_PORT")) {

@@ -29,6 +29,11 @@ namespace kiln {
 struct CommOptions {
   int rank = 0;
   int world_size = 1;
+  /// This rank among those of its machine, and how many they are
+  /// (torchrun's LOCAL_RANK / LOCAL_WORLD_SIZE; default: rank, world_size):
+  /// the ranks of one machine split its cores and its GPUs by them.
+  int local_rank = 0;
+  int local_world_size = 1;
   /// TCP store: rank 0 listens on master_addr:master_port, the others
   /// connect there (torchrun's MASTER_ADDR / MASTER_PORT).
   std::string master_addr = "127.0.0.1";

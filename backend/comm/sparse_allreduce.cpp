@@ -47,6 +47,20 @@ std::vector<uint64_t> findNonZeroBlocks(const void* data, size_t count, size_t b
   return out;
 }
 
+/// The non-zero blocks of a tensor of one of adderFor's dtypes.
+std::vector<uint64_t> nonZeroBlocks(const void* data, size_t count, size_t block, DType dtype) {
+  switch (dtype) {
+    case DType::F32:
+      return findNonZeroBlocks<float>(data, count, block);
+    case DType::F64:
+      return findNonZeroBlocks<double>(data, count, block);
+    case DType::I32:
+      return findNonZeroBlocks<int32_t>(data, count, block);
+    default:
+      return findNonZeroBlocks<int64_t>(data, count, block);
+  }
+}
+
 // out[i] += src[i] for n elements; both sit at any byte offset of a packed
 // buffer, hence memcpy. Integers wrap like the dense allreduce does in
 // practice, without signed-overflow UB.
@@ -296,21 +310,7 @@ SparseAllreduceStats sparseBlockAllreduce(Communicator& comm, void* data, size_t
                                           double max_ratio) {
   if (block == 0) fail("sparseBlockAllreduce: block must be at least 1 element");
   const AddFn add = adderFor(dtype, "sparseBlockAllreduce");
-  std::vector<uint64_t> mine;
-  switch (dtype) {
-    case DType::F32:
-      mine = findNonZeroBlocks<float>(data, count, block);
-      break;
-    case DType::F64:
-      mine = findNonZeroBlocks<double>(data, count, block);
-      break;
-    case DType::I32:
-      mine = findNonZeroBlocks<int32_t>(data, count, block);
-      break;
-    default:
-      mine = findNonZeroBlocks<int64_t>(data, count, block);
-      break;
-  }
+  const std::vector<uint64_t> mine = nonZeroBlocks(data, count, block, dtype);
   SparseAllreduceStats st = baseStats(count, block, dtype);
   st.nonzero_blocks = st.nonzero_blocks_all = st.union_blocks = mine.size();
   // Nothing to exchange: one rank (the sum is the tensor itself, left as it
@@ -378,12 +378,7 @@ SparseAllreduceStats sparseRowAllreduce(Communicator& comm, const RowSparse& in,
     for (size_t j = 0; j < mine.size(); ++j)
       std::memcpy(dense.data() + mine[j] * row_bytes, in.values + j * row_bytes, row_bytes);
     comm.allreduceSum(dense.data(), num_rows * dim, dtype);
-    const std::vector<uint64_t> nonzero =
-        dtype == DType::F32   ? findNonZeroBlocks<float>(dense.data(), num_rows * dim, dim)
-        : dtype == DType::F64 ? findNonZeroBlocks<double>(dense.data(), num_rows * dim, dim)
-        : dtype == DType::I32 ? findNonZeroBlocks<int32_t>(dense.data(), num_rows * dim, dim)
-                              : findNonZeroBlocks<int64_t>(dense.data(), num_rows * dim, dim);
-    for (uint64_t r : nonzero) put(r, dense.data() + r * row_bytes);
+    for (uint64_t r : nonZeroBlocks(dense.data(), num_rows * dim, dim, dtype)) put(r, dense.data() + r * row_bytes);
   }
   finish();
   return st;

@@ -17,8 +17,8 @@ namespace {
 
 class CommEnv : public ::testing::Test {
  protected:
-  static constexpr const char* kVars[] = {"RANK",        "WORLD_SIZE",     "MASTER_ADDR",
-                                          "MASTER_PORT", "KILN_STORE_DIR", "KILN_COMM_TIMEOUT"};
+  static constexpr const char* kVars[] = {"RANK",           "WORLD_SIZE",        "MASTER_ADDR", "MASTER_PORT",
+                                          "KILN_STORE_DIR", "KILN_COMM_TIMEOUT", "LOCAL_RANK",  "LOCAL_WORLD_SIZE"};
   void SetUp() override {
     for (const char* v : kVars) {
       const char* old = std::getenv(v);
@@ -44,6 +44,27 @@ TEST_F(CommEnv, UnsetMeansOneProcess) {
   EXPECT_EQ(o->rank, 0);
   EXPECT_EQ(o->master_addr, "127.0.0.1");
   EXPECT_EQ(o->timeout, std::chrono::milliseconds(60000));
+}
+
+TEST_F(CommEnv, LocalRankDefaultsToTheGlobalOneAndIsChecked) {
+  ::setenv("RANK", "5", 1);
+  ::setenv("WORLD_SIZE", "8", 1);
+  ::setenv("MASTER_PORT", "29500", 1);
+  auto o = commOptionsFromEnv();
+  ASSERT_TRUE(o.ok()) << o.error().message;
+  EXPECT_EQ(o->local_rank, 5);  // one machine: the local ranks are the global ones
+  EXPECT_EQ(o->local_world_size, 8);
+  ::setenv("LOCAL_WORLD_SIZE", "4", 1);
+  ::setenv("LOCAL_RANK", "1", 1);
+  o = commOptionsFromEnv();
+  ASSERT_TRUE(o.ok()) << o.error().message;
+  EXPECT_EQ(o->local_rank, 1);
+  EXPECT_EQ(o->local_world_size, 4);
+  ::setenv("LOCAL_RANK", "4", 1);
+  EXPECT_NE(error().find("LOCAL_RANK='4' is out of range for LOCAL_WORLD_SIZE=4"), std::string::npos) << error();
+  ::setenv("LOCAL_RANK", "0", 1);
+  ::setenv("LOCAL_WORLD_SIZE", "two", 1);
+  EXPECT_NE(error().find("LOCAL_WORLD_SIZE='two'"), std::string::npos) << error();
 }
 
 TEST_F(CommEnv, ReadsEveryVariable) {
