@@ -30,6 +30,7 @@ Exits 1 on a mismatch, 2 when something could not run.
 """
 
 import argparse
+import datetime
 import json
 import os
 import socket
@@ -68,7 +69,10 @@ def free_port() -> int:
 def ddp_rank(rank, world, port, name, dtype, pt, batch, loss_kind, cfg, steps, out):
     """One DDP rank; rank 0 saves the state_dict and the mean losses to `out`."""
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    # A bounded wait: if another test took the port between free_port() and
+    # here, fail in a minute instead of hanging until ctest's timeout.
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
     model = parity.eager_model(name, getattr(torch, dtype))
     model.load_state_dict(torch.jit.load(pt, map_location="cpu").state_dict())  # the weights kiln trains
     model.train()
