@@ -66,7 +66,12 @@ void addCompileCommand(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "compile", "build the training step and bind kernels without training; print the pass table, write a report");
   addTrainOptions(sub, c->train, true);
-  sub->add_option("--report", c->report, "write the compile report (JSON, docs/report-schema.md) here");
+  CLI::Option* report =
+      sub->add_option("--report", c->report, "write the compile report (JSON, docs/report-schema.md) here");
+  sub->add_flag("--report-pass-ir", c->train.keep_pass_ir,
+                "also keep the text IR after every pass that changed the graph in the report (kiln-studio's "
+                "passes view diffs them); compiles even when the cache has the step")
+      ->needs(report);
   sub->callback([c] {
     int rc = compile(*c);
     if (rc) throw CLI::RuntimeError(rc);

@@ -212,9 +212,13 @@ void addTrainCommand(CLI::App& app) {
                   "write a Chrome trace-event file (Perfetto, chrome://tracing) of the first steps: a slice per "
                   "node with its op, kernel and bytes, the data loading on its own row");
   sub->add_option("--trace-steps", c->trace_steps, "how many steps --trace records (default 3)");
-  sub->add_option("--report", c->report,
-                  "write the compile report plus every step's loss and time (JSON, docs/report-schema.md); "
-                  "reads the loss back every step");
+  CLI::Option* report = sub->add_option("--report", c->report,
+                                        "write the compile report plus every step's loss and time (JSON, "
+                                        "docs/report-schema.md); reads the loss back every step");
+  sub->add_flag("--report-pass-ir", c->train.keep_pass_ir,
+                "also keep the text IR after every pass that changed the graph in the report (kiln-studio's "
+                "passes view diffs them)")
+      ->needs(report);
   sub->callback([c] {
     int rc = train(*c);
     if (rc) throw CLI::RuntimeError(rc);

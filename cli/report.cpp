@@ -105,14 +105,19 @@ nlohmann::ordered_json buildReport(const std::string& command, const TrainArgs& 
   for (const PassTraceEntry& p : s.passTrace()) {
     nlohmann::ordered_json stats = nlohmann::ordered_json::object();
     for (const auto& [k, v] : p.result.statistics) stats[k] = number(v);
-    passes.push_back({{"name", p.pass},
-                      {"millis", p.millis},
-                      {"changed", p.result.changed},
-                      {"nodes", p.nodes_after},
-                      {"flops", number(p.flops_after)},
-                      {"peak_bytes", p.peak_bytes_after},
-                      {"hash", hashHex(p.hash_after)},
-                      {"statistics", stats}});
+    nlohmann::ordered_json entry = {{"name", p.pass},
+                                    {"millis", p.millis},
+                                    {"changed", p.result.changed},
+                                    {"nodes", p.nodes_after},
+                                    {"flops", number(p.flops_after)},
+                                    {"peak_bytes", p.peak_bytes_after},
+                                    {"hash", hashHex(p.hash_after)},
+                                    {"statistics", stats}};
+    // --report-pass-ir: the graph the pipeline started from, and the graph
+    // after every pass that changed it (an unchanged pass's is the last one).
+    if (p.ir_before && passes.empty()) entry["ir_before"] = *p.ir_before;
+    if (p.ir_after && p.result.changed) entry["ir"] = *p.ir_after;
+    passes.push_back(std::move(entry));
     pass_ms += p.millis;
   }
   j["passes"] = passes;

@@ -189,10 +189,12 @@ void addTrainOptions(CLI::App* sub, TrainArgs& a, bool with_optimizer) {
 namespace {
 
 /// Whether this run reads and writes the compile cache: not with --no-cache,
-/// nor when the user asked to watch the passes run (IR printing, dumps).
+/// nor when the user asked to watch the passes run (IR printing, dumps,
+/// the report's pass IR).
 bool cacheEnabled(const TrainArgs& a) {
   const PassFlags& f = a.pass_flags;
-  return !a.no_cache && f.print_ir_after.empty() && !f.print_ir_after_change && f.dump_dir.empty();
+  return !a.no_cache && !a.keep_pass_ir && f.print_ir_after.empty() && !f.print_ir_after_change &&
+         f.dump_dir.empty();
 }
 
 void warnOnce(TrainSetup& setup, const std::string& problem) {
@@ -414,6 +416,8 @@ Result<TrainSetup> setUp(const TrainArgs& a, TrainingGraphKind kind, bool lookup
   }
   cfg.pipeline = std::move(*pipeline);
   cfg.pass_options = passManagerOptions(a.pass_flags, &std::cout);
+  cfg.pass_options.keep_ir = a.keep_pass_ir;
+  cfg.pass_options.progress = a.pass_progress;
   cfg.compile_only = a.compile_only;
 
   // 6. Compile the step (or take the cached one) and bind kernels.

@@ -3,6 +3,7 @@
 // batch source (--input-file, --data, or synthetic batches).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,6 +49,11 @@ struct TrainArgs {
   bool verbose = false;
   PassFlags pass_flags;   ///< --passes (instead of the default pipeline), IR printing, dumps
   bool no_cache = false;  ///< --no-cache: neither read nor write the compile cache
+  /// --report-pass-ir: keep every pass's IR for the report (compiles even
+  /// when the cache has the step: a cached step has no pass IR).
+  bool keep_pass_ir = false;
+  /// Told each pass's turn; false cancels (PassManagerOptions::progress).
+  std::function<bool(size_t index, size_t count, const std::string& pass)> pass_progress;
   std::string cache_dir;  ///< --cache-dir (default: CompileCache::defaultDir())
   /// kiln compile / memory: build and bind the step only; on a cache hit the
   /// model is not even imported.

@@ -24,6 +24,10 @@ namespace kiln {
 struct PrintOptions {
   bool scopes = true;      ///< print "@scope"
   bool provenance = true;  ///< print loc("...")
+  /// Number intermediates by their Value id instead of 0, 1, ... in order,
+  /// so a value keeps its number from one pass's dump to the next (the
+  /// before/after diffs of kiln-studio's passes view). Still parses.
+  bool value_ids = false;
 };
 
 /// Print a graph.

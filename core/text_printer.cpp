@@ -26,6 +26,7 @@ class Printer {
 
   std::string ref(const Value* v) {
     if (v->isGraphInput()) return "%" + (isPlainName(v->name()) ? v->name() : quoted(v->name()));
+    if (opts_.value_ids) return "%" + std::to_string(v->id());
     auto it = numbers_.find(v);
     if (it == numbers_.end()) it = numbers_.emplace(v, next_++).first;
     return "%" + std::to_string(it->second);

@@ -62,8 +62,13 @@ Status runPipeline(Graph& g, PassContext& ctx, const std::vector<const PassInfo*
     if (Status s = dump(o, 0, "input", g); !s) return s;
   }
   uint64_t hash = structuralHash(g);
+  auto irOf = [](const Graph& graph) {
+    return std::make_shared<const std::string>(printGraph(graph, {.value_ids = true}));
+  };
+  std::shared_ptr<const std::string> ir = o.keep_ir ? irOf(g) : nullptr;
   for (size_t i = 0; i < pipeline.size(); ++i) {
     const PassInfo& p = *pipeline[i];
+    if (o.progress && !o.progress(i, pipeline.size(), p.name)) return Error{"cancelled"};
     auto t0 = std::chrono::steady_clock::now();
     auto r = p.run(g, ctx);
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -78,6 +83,8 @@ Status runPipeline(Graph& g, PassContext& ctx, const std::vector<const PassInfo*
       out << "// ---- IR after " << p.name << (r->changed ? "" : " (unchanged)") << " ----\n" << printGraph(g);
     if (!o.dump_dir.empty())
       if (Status s = dump(o, i + 1, p.name, g); !s) return s;
+    std::shared_ptr<const std::string> ir_before = ir;
+    if (o.keep_ir && r->changed) ir = irOf(g);
     if (trace)
       trace->push_back({.pass = p.name,
                         .millis = ms,
@@ -85,7 +92,9 @@ Status runPipeline(Graph& g, PassContext& ctx, const std::vector<const PassInfo*
                         .nodes_after = g.numNodes(),
                         .hash_after = after,
                         .flops_after = graphFlops(g),
-                        .peak_bytes_after = estimatePeakBytes(g)});
+                        .peak_bytes_after = estimatePeakBytes(g),
+                        .ir_before = std::move(ir_before),
+                        .ir_after = ir});
   }
   if (!o.verify_each && !pipeline.empty()) {
     Status ok = verify(g);

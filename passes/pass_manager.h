@@ -8,7 +8,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -27,6 +29,9 @@ struct PassTraceEntry {
   uint64_t hash_after = 0;        ///< structuralHash of the graph after the pass
   double flops_after = 0;         ///< graphFlops of the graph after the pass (core/graph_cost.h)
   uint64_t peak_bytes_after = 0;  ///< estimatePeakBytes of the graph after the pass
+  /// With PassManagerOptions::keep_ir: the text IR before and after the pass
+  /// (values numbered by id); one shared string when the pass changed nothing.
+  std::shared_ptr<const std::string> ir_before, ir_after;
 };
 
 struct PassManagerOptions {
@@ -41,6 +46,13 @@ struct PassManagerOptions {
   std::string dump_dir;
   /// Where the printed IR goes (stderr when null).
   std::ostream* out = nullptr;
+  /// Keep each pass's IR before and after in its trace entry (kiln compile
+  /// --report-pass-ir, kiln-studio's passes view).
+  bool keep_ir = false;
+  /// Called before each pass with its index, the pipeline's length and its
+  /// name; returning false stops the pipeline with the error "cancelled"
+  /// (kiln-studio's compile progress and Cancel).
+  std::function<bool(size_t index, size_t count, const std::string& pass)> progress;
 };
 
 /// A list of pass names, checked against the registry up front so a typo

@@ -149,6 +149,33 @@ ok "kiln memory (text and --json)"
 [ "$(ls "$W/dump" | wc -l)" = $(($(wc -l <"$W/pipeline.txt") + 1)) ] || fail "--dump-dir: $(ls "$W/dump")"
 ok "kiln compile --dump-dir"
 
+# --report-pass-ir: the IR before the pipeline and after every pass that
+# changed the graph; each parses (kiln opt) and has the pass's node count.
+"$KILN" compile "$W/mlp.pt" --report "$W/pass_ir.json" --report-pass-ir >/dev/null 2>&1 ||
+  fail "--report-pass-ir exited $?"
+"$PY" - "$W" "$KILN" <<'EOF' || fail "--report-pass-ir"
+import json, subprocess, sys
+w, kiln = sys.argv[1], sys.argv[2]
+passes = json.load(open(f"{w}/pass_ir.json"))["passes"]
+assert "ir_before" in passes[0], "no ir_before on the first pass"
+assert all(("ir" in p) == p["changed"] for p in passes), [(p["name"], p["changed"], "ir" in p) for p in passes]
+assert all("ir_before" not in p for p in passes[1:])
+for p in passes:
+    if "ir" not in p:
+        continue
+    nodes = sum(1 for l in p["ir"].splitlines()[1:] if l.startswith("  %") or (l.startswith("  ") and "(" in l and not l.startswith("  return")))
+    assert nodes == p["nodes"], (p["name"], nodes, p["nodes"])
+    open(f"{w}/p.kir", "w").write(p["ir"])
+    out = subprocess.run([kiln, "opt", f"{w}/p.kir", "--passes", "dce"], capture_output=True, text=True)
+    assert out.returncode == 0, (p["name"], out.stderr)
+plain = json.load(open(f"{w}/full.json"))["passes"]
+assert all("ir" not in p and "ir_before" not in p for p in plain), "IR without --report-pass-ir"
+print(f"{sum('ir' in p for p in passes)} passes kept their IR")
+EOF
+out=$("$KILN" compile "$W/mlp.pt" --report-pass-ir 2>&1 >/dev/null) && fail "--report-pass-ir without --report: exit 0"
+[[ "$out" == *"--report-pass-ir requires --report"* ]] || fail "--report-pass-ir without --report: $out"
+ok "kiln compile --report-pass-ir"
+
 mkdir -p "$W/adir"
 for args in "$W/nope.pt|no such file" \
             "$M --passes loss,autodif|unknown pass 'autodif'" \

@@ -49,6 +49,18 @@ TEST(TextIrTest, FloatsKeepFullPrecision) {
   EXPECT_EQ(back->nodes().front()->f("negative_slope"), 0.1 + 0.2);
 }
 
+TEST(TextIrTest, ValueIdsNumberIntermediatesByIdAndStillParse) {
+  auto g = parseGraph(kSample, "sample");
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  const Value* gelu = (*std::next(g->nodes().begin()))->output();
+  const std::string ids = printGraph(*g, {.value_ids = true});
+  EXPECT_NE(ids.find("%" + std::to_string(gelu->id()) + " = gelu("), std::string::npos) << ids;
+  EXPECT_NE(ids.find("%0.w \"0.w\" buffer_update"), std::string::npos) << "graph inputs keep their names";
+  auto back = parseGraph(ids, "ids");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(printGraph(*back), kSample) << "the same graph, renumbered";
+}
+
 TEST(TextIrTest, EmptyListsKeepTheirKind) {
   Graph g;
   Value* x = g.addInput("x", {DType::F32, {3}}, ValueRole::Data);

@@ -114,6 +114,52 @@ TEST(PassManager, DumpDirHoldsTheIrBeforeAndAfterEveryPass) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(PassManager, KeepIrHoldsEachPassesBeforeAndAfterWithStableValueNumbers) {
+  Graph g = parsed();
+  PassContext ctx;
+  std::vector<PassTraceEntry> trace;
+  ASSERT_TRUE(runPipeline(g, ctx, pipeline({"dce", "dce"}), {.keep_ir = true}, &trace).ok());
+  ASSERT_EQ(trace.size(), 2u);
+  ASSERT_TRUE(trace[0].ir_before && trace[0].ir_after);
+  EXPECT_NE(trace[0].ir_before->find("relu"), std::string::npos);
+  EXPECT_EQ(trace[0].ir_after->find("relu"), std::string::npos);
+  // The unchanged second dce shares the first one's text.
+  EXPECT_EQ(trace[1].ir_before, trace[0].ir_after);
+  EXPECT_EQ(trace[1].ir_after, trace[0].ir_after);
+  // Values keep their numbers: the mean's result is the same %N before and after.
+  auto resultOf = [](const std::string& ir, const std::string& op) {
+    size_t at = ir.find(" = " + op + "(");
+    size_t start = ir.rfind('%', at);
+    return ir.substr(start, at - start);
+  };
+  EXPECT_EQ(resultOf(*trace[0].ir_before, "mean"), resultOf(*trace[0].ir_after, "mean"));
+  auto reparsed = parseGraph(*trace[0].ir_after, "after dce");
+  ASSERT_TRUE(reparsed.ok()) << reparsed.error().message;
+  EXPECT_EQ(structuralHash(*reparsed), structuralHash(g));
+
+  std::vector<PassTraceEntry> none;
+  Graph h = parsed();
+  ASSERT_TRUE(runPipeline(h, ctx, pipeline({"dce"}), {}, &none).ok());
+  EXPECT_FALSE(none[0].ir_before || none[0].ir_after) << "IR is kept only when asked";
+}
+
+TEST(PassManager, ProgressSeesEveryPassAndCanCancel) {
+  Graph g = parsed();
+  PassContext ctx;
+  std::vector<std::string> seen;
+  PassManagerOptions o;
+  o.progress = [&](size_t i, size_t n, const std::string& pass) {
+    seen.push_back(std::to_string(i) + "/" + std::to_string(n) + " " + pass);
+    return i < 1;  // cancel before the second pass
+  };
+  std::vector<PassTraceEntry> trace;
+  Status s = runPipeline(g, ctx, pipeline({"dce", "cse"}), o, &trace);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().message, "cancelled");
+  EXPECT_EQ(seen, (std::vector<std::string>{"0/2 dce", "1/2 cse"}));
+  EXPECT_EQ(trace.size(), 1u) << "the cancelled pass never ran";
+}
+
 TEST(PassManager, ErrorsNameThePass) {
   Graph g = parsed();  // no Loss output: autodiff has nothing to differentiate
   PassContext ctx;
