@@ -40,7 +40,11 @@ struct TrainingConfig {
   /// Passes to build the graph with instead of the default pipeline.
   std::vector<const PassInfo*> pipeline;
   /// PassManager switches (IR printing, dumps, verification).
-  PassManagerOptions pass_options{.verify_each = true};
+  PassManagerOptions pass_options = [] {
+    PassManagerOptions o;
+    o.verify_each = true;
+    return o;
+  }();
   /// Only compile and bind kernels (kiln compile, kiln memory): the session
   /// takes no weights and cannot step.
   bool compile_only = false;

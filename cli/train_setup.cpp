@@ -193,8 +193,7 @@ namespace {
 /// the report's pass IR).
 bool cacheEnabled(const TrainArgs& a) {
   const PassFlags& f = a.pass_flags;
-  return !a.no_cache && !a.keep_pass_ir && f.print_ir_after.empty() && !f.print_ir_after_change &&
-         f.dump_dir.empty();
+  return !a.no_cache && !a.keep_pass_ir && f.print_ir_after.empty() && !f.print_ir_after_change && f.dump_dir.empty();
 }
 
 void warnOnce(TrainSetup& setup, const std::string& problem) {

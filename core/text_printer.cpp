@@ -18,7 +18,9 @@ bool isPlainName(const std::string& s) {
   return !all_digits;
 }
 
-std::string quoted(const std::string& s) { return attrToString(Attr{s}); }
+std::string quoted(const std::string& s) {
+  return attrToString(Attr{s});
+}
 
 class Printer {
  public:
@@ -80,8 +82,12 @@ class Printer {
 
 }  // namespace
 
-std::string printGraph(const Graph& g, const PrintOptions& options) { return Printer(options).graph(g); }
+std::string printGraph(const Graph& g, const PrintOptions& options) {
+  return Printer(options).graph(g);
+}
 
-std::string printNode(const Node& n) { return Printer(PrintOptions{}).node(n); }
+std::string printNode(const Node& n) {
+  return Printer(PrintOptions{}).node(n);
+}
 
 }  // namespace kiln

@@ -1,7 +1,7 @@
 // kiln-studio [MODEL|REPORT] [--view graph|passes|memory|kernels|comm]
-//             [--screenshot FILE.png|FILE.svg]
-// Opens a report (kiln compile/train --report) or a model (compiled with
-// kiln compile first). With --screenshot it renders the view, saves it and
+//             [--pass NAME] [--screenshot FILE.png|FILE.svg]
+// Opens a report (kiln compile/train --report) or a model (compiled in this
+// process, every pass's IR kept). With --screenshot it renders the view, saves it and
 // exits (the README's pictures are made so): exit 1 with one line on error.
 #include <QApplication>
 #include <QCommandLineParser>
@@ -10,6 +10,7 @@
 
 #include "gui/main_window.h"
 #include "gui/views/graph_view.h"
+#include "gui/views/passes_view.h"
 
 int main(int argc, char** argv) {
   QApplication app(argc, argv);
@@ -20,6 +21,8 @@ int main(int argc, char** argv) {
   cli.addHelpOption();
   cli.addPositionalArgument("file", "a report (kiln compile/train --report R.json) or a model (.pt, .fx.json)");
   cli.addOption({"view", "the view to show: graph, passes, memory, kernels, comm", "view", "graph"});
+  cli.addOption(
+      {"pass", "in the passes view, show this pass before and after (default: the first that changed)", "name"});
   cli.addOption({"screenshot",
                  "save the view as the window shows it (.png), or its whole content as vector (.svg), and exit",
                  "file"});
@@ -35,13 +38,19 @@ int main(int argc, char** argv) {
     QString error;
     if (!window.openPath(cli.positionalArguments().front(), &error)) return fail(error);
   }
+  if (cli.isSet("pass")) {
+    auto* passes = dynamic_cast<kiln::studio::PassesView*>(window.view("passes"));
+    const int index = passes ? passes->passIndex(cli.value("pass")) : -1;
+    if (index < 0) return fail("no pass '" + cli.value("pass") + "' in this report");
+    if (!passes->showPass(size_t(index)))
+      return fail(passes->headline().isEmpty() ? "cannot show pass " + cli.value("pass") : passes->headline());
+  }
   if (cli.isSet("screenshot")) {
     if (cli.positionalArguments().isEmpty()) return fail("--screenshot needs a report or a model to open");
     window.resize(1400, 900);
     window.show();
     QApplication::processEvents();
-    window.graphView()->waitForLayout();
-    QApplication::processEvents();
+    window.waitForLayouts();
     QString error;
     const QString out = cli.value("screenshot");
     const bool ok = out.endsWith(".png", Qt::CaseInsensitive) ? window.screenshotCurrentView(out, &error)

@@ -2,38 +2,33 @@
 
 #include <QApplication>
 #include <QDir>
+#include <QEventLoop>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QFutureWatcher>
 #include <QMenuBar>
 #include <QMessageBox>
-#include <QProcess>
+#include <QPointer>
 #include <QProgressDialog>
 #include <QSaveFile>
 #include <QSettings>
-#include <QStandardPaths>
 #include <QStatusBar>
-#include <QTemporaryDir>
+#include <QtConcurrent/QtConcurrent>
+#include <atomic>
 
 #include "core/file_io.h"
 #include "core/graph_dot.h"
 #include "gui/export_view.h"
+#include "gui/model_compiler.h"
 #include "gui/views/chart_views.h"
 #include "gui/views/graph_view.h"
+#include "gui/views/passes_view.h"
 #include "gui/views/table_view.h"
 
 namespace kiln::studio {
 namespace {
 
 constexpr int kRecentFiles = 8;
-
-/// The kiln executable that compiles models for us: beside kiln-studio, one
-/// directory up (the build tree), or on PATH.
-QString kilnExecutable() {
-  const QString dir = QCoreApplication::applicationDirPath();
-  for (const QString& p : {dir + "/kiln", dir + "/../kiln"})
-    if (QFileInfo(p).isExecutable()) return QFileInfo(p).canonicalFilePath();
-  return QStandardPaths::findExecutable("kiln");
-}
 
 }  // namespace
 
@@ -93,7 +88,7 @@ void MainWindow::buildMenus() {
   QMenu* view = menuBar()->addMenu("&View");
   view->addAction("&Find in graph", QKeySequence::Find, this, [this] {
     showView("graph");
-    graph_->findChild<QLineEdit*>()->setFocus();
+    graph_->focusFind();
   });
   view->addAction("&Fit graph", QKeySequence("Ctrl+0"), this, [this] { graph_->fit(); });
   view->addAction("Zoom &in", QKeySequence::ZoomIn, this, [this] {
@@ -108,42 +103,12 @@ void MainWindow::buildMenus() {
 }
 
 bool MainWindow::openPath(const QString& path, QString* error) {
-  QString report = path;
-  QTemporaryDir tmp;
+  Result<std::shared_ptr<StudioDocument>> doc = Error{""};
   if (!path.endsWith(".json") || path.endsWith(".fx.json")) {
-    // A model: compile it with kiln (the same pipeline kiln train runs),
-    // showing its output as progress.
-    const QString kiln = kilnExecutable();
-    if (kiln.isEmpty()) {
-      if (error) *error = "cannot find the kiln executable to compile " + path + " (put it on PATH)";
-      return false;
-    }
-    report = tmp.path() + "/report.json";
-    QProcess p;
-    p.setProcessChannelMode(QProcess::MergedChannels);
-    QProgressDialog progress("Compiling " + QFileInfo(path).fileName() + "...", "Cancel", 0, 0, this);
-    progress.setWindowModality(Qt::WindowModal);
-    progress.setMinimumDuration(300);
-    p.start(kiln, {"compile", path, "--no-cache", "--report", report});
-    while (!p.waitForFinished(100)) {
-      if (p.state() == QProcess::NotRunning) break;
-      const QString out = QString::fromUtf8(p.readAll()).trimmed();
-      if (!out.isEmpty()) progress.setLabelText(out.section('\n', -1));
-      QApplication::processEvents();
-      if (progress.wasCanceled()) {
-        p.kill();
-        p.waitForFinished();
-        if (error) *error = "compiling " + path + " was cancelled";
-        return false;
-      }
-    }
-    if (p.exitStatus() != QProcess::NormalExit || p.exitCode() != 0) {
-      if (error) *error = QString::fromUtf8(p.readAll()).trimmed().section('\n', -1);
-      if (error && error->isEmpty()) *error = "kiln compile " + path + " failed";
-      return false;
-    }
+    doc = compileModel(path);
+  } else {
+    doc = StudioDocument::open(path.toStdString());
   }
-  auto doc = StudioDocument::open(report.toStdString());
   if (!doc) {
     if (error) *error = QString::fromStdString(doc.error().message);
     return false;
@@ -153,6 +118,42 @@ bool MainWindow::openPath(const QString& path, QString* error) {
   setWindowTitle("kiln-studio - " + QFileInfo(path).fileName());
   statusBar()->showMessage(path);
   return true;
+}
+
+Result<std::shared_ptr<StudioDocument>> MainWindow::compileModel(const QString& path) {
+  // The same step kiln compile builds, on a worker thread, every pass's IR
+  // kept; the dialog follows the passes and Cancel stops at the next one.
+  QProgressDialog progress("Compiling " + QFileInfo(path).fileName() + "...", "Cancel", 0, 100, this);
+  progress.setWindowModality(Qt::WindowModal);
+  progress.setMinimumDuration(300);
+  std::atomic<bool> cancel{false};
+  QObject::connect(&progress, &QProgressDialog::canceled, [&] { cancel = true; });
+  const std::string model = path.toStdString();
+  QFutureWatcher<Result<nlohmann::json>> watcher;
+  QEventLoop loop;
+  QObject::connect(&watcher, &QFutureWatcherBase::finished, &loop, &QEventLoop::quit);
+  QPointer<QProgressDialog> dialog(&progress);
+  watcher.setFuture(QtConcurrent::run([model, &cancel, dialog]() -> Result<nlohmann::json> {
+    return compileModelReport(model, [&cancel, dialog](int percent, const std::string& stage) {
+      QMetaObject::invokeMethod(
+          qApp,
+          [dialog, percent, text = QString::fromStdString(stage)] {
+            if (!dialog) return;
+            dialog->setValue(percent);
+            dialog->setLabelText(text);
+          },
+          Qt::QueuedConnection);
+      return !cancel.load();
+    });
+  }));
+  if (!watcher.isFinished()) loop.exec();
+  progress.reset();
+  Result<nlohmann::json> report = watcher.result();
+  if (!report) {
+    if (report.error().message == "cancelled") return Error{"compiling " + model + " was cancelled"};
+    return report.error();
+  }
+  return StudioDocument::fromReport(std::move(*report), model);
 }
 
 void MainWindow::setDocument(std::shared_ptr<const StudioDocument> doc) {
@@ -182,23 +183,27 @@ View* MainWindow::view(const QString& name) const {
 bool MainWindow::exportCurrentView(const QString& path, QString* error) {
   View* v = currentView();
   if (!v) return false;
-  if (v == graph_) graph_->waitForLayout();
+  waitForLayouts();
   return exportView(*v, path, error);
 }
 
 bool MainWindow::screenshotCurrentView(const QString& path, QString* error) {
   View* v = currentView();
   if (!v) return false;
-  if (v == graph_) {
-    graph_->waitForLayout();
-    graph_->fit();
-  }
+  waitForLayouts();
+  if (v == graph_) graph_->fit();
   QSaveFile file(path);
   if (!file.open(QIODevice::WriteOnly) || !v->grab().save(&file, "PNG") || !file.commit()) {
     if (error) *error = path + ": cannot write the PNG (" + file.errorString() + ")";
     return false;
   }
   return true;
+}
+
+void MainWindow::waitForLayouts() {
+  graph_->waitForLayout();
+  if (auto* passes = dynamic_cast<PassesView*>(view("passes"))) passes->waitForLayout();
+  QApplication::processEvents();
 }
 
 void MainWindow::rememberRecent(const QString& path) {

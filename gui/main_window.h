@@ -1,7 +1,7 @@
 // kiln-studio's window: the five views as tabs over one document, File
-// (open a report or a model, recent files, export the current view as SVG
-// or PNG, the graph as DOT), View (find, fit, zoom) and a remembered window
-// state (QSettings).
+// (open a report, or a model compiled in-process; recent files; export the
+// current view as SVG or PNG, the graph as DOT), View (find, fit, zoom) and
+// a remembered window state (QSettings).
 #pragma once
 
 #include <QMainWindow>
@@ -21,9 +21,10 @@ class MainWindow : public QMainWindow {
   explicit MainWindow(QWidget* parent = nullptr);
   ~MainWindow() override;
 
-  /// Open a report (.json); a model (.pt, .fx.json) is compiled first with
-  /// `kiln compile --report` (the kiln executable beside this one). Returns
-  /// false with `error` set when it cannot.
+  /// Open a report (.json); a model (.pt, .fx.json) is compiled first, in
+  /// this process on a worker thread, as kiln compile --report
+  /// --report-pass-ir would (a progress dialog with Cancel). Returns false
+  /// with `error` set when it cannot.
   bool openPath(const QString& path, QString* error = nullptr);
   void setDocument(std::shared_ptr<const StudioDocument> doc);
   std::shared_ptr<const StudioDocument> document() const { return doc_; }
@@ -38,8 +39,11 @@ class MainWindow : public QMainWindow {
   bool exportCurrentView(const QString& path, QString* error = nullptr);
   /// Save the current view as shown in the window (PNG): --screenshot.
   bool screenshotCurrentView(const QString& path, QString* error = nullptr);
+  /// Block until the graph layouts running on worker threads are drawn.
+  void waitForLayouts();
 
  private:
+  Result<std::shared_ptr<StudioDocument>> compileModel(const QString& path);
   void buildMenus();
   void rememberRecent(const QString& path);
   void rebuildRecentMenu();

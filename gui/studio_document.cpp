@@ -12,13 +12,19 @@ constexpr int kKnownReportVersion = 1;  // cli/report.h kReportVersion
 Result<std::shared_ptr<StudioDocument>> StudioDocument::open(const std::string& path) {
   auto text = readFile(path);
   if (!text) return text.error();
-  auto doc = std::make_shared<StudioDocument>();
-  doc->path_ = path;
+  nlohmann::json report;
   try {
-    doc->report_ = nlohmann::json::parse(*text);
+    report = nlohmann::json::parse(*text);
   } catch (const nlohmann::json::parse_error& e) {
     return Error{path + ": not JSON (" + std::string(e.what()) + ")"};
   }
+  return fromReport(std::move(report), path);
+}
+
+Result<std::shared_ptr<StudioDocument>> StudioDocument::fromReport(nlohmann::json report, const std::string& path) {
+  auto doc = std::make_shared<StudioDocument>();
+  doc->path_ = path;
+  doc->report_ = std::move(report);
   const nlohmann::json& r = doc->report_;
   if (!r.is_object() || r.value("schema", "") != "kiln-report")
     return Error{path + ": not a kiln report (no \"schema\": \"kiln-report\"; write one with kiln compile --report)"};
@@ -39,6 +45,41 @@ std::string StudioDocument::command() const {
 
 std::string StudioDocument::modelPath() const {
   return report_.contains("model") ? report_["model"].value("path", "") : "";
+}
+
+namespace {
+const nlohmann::json& passesOf(const nlohmann::json& report) {
+  static const nlohmann::json kNone = nlohmann::json::array();
+  auto it = report.find("passes");
+  return it != report.end() && it->is_array() ? *it : kNone;
+}
+
+/// entry[key] when it is a string, else "" (a report is user input).
+std::string stringAt(const nlohmann::json& entry, const char* key) {
+  auto it = entry.is_object() ? entry.find(key) : entry.end();
+  return it != entry.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+}  // namespace
+
+bool StudioDocument::hasPassIr() const {
+  const nlohmann::json& passes = passesOf(report_);
+  return !passes.empty() && passes[0].is_object() && passes[0].contains("ir_before");
+}
+
+std::string StudioDocument::passIrBefore(size_t i) const {
+  const nlohmann::json& passes = passesOf(report_);
+  if (!hasPassIr() || i >= passes.size()) return {};
+  // The graph after the last pass before i that changed it, else the input.
+  for (size_t k = i; k-- > 0;)
+    if (passes[k].is_object() && passes[k].contains("ir")) return stringAt(passes[k], "ir");
+  return stringAt(passes[0], "ir_before");
+}
+
+std::string StudioDocument::passIrAfter(size_t i) const {
+  const nlohmann::json& passes = passesOf(report_);
+  if (!hasPassIr() || i >= passes.size()) return {};
+  if (passes[i].is_object() && passes[i].contains("ir")) return stringAt(passes[i], "ir");
+  return passIrBefore(i);
 }
 
 }  // namespace kiln::studio

@@ -18,6 +18,9 @@ class StudioDocument {
   /// Read `path` (a kiln-report JSON). Errors say what is wrong and where:
   /// unreadable, not JSON, not a kiln report, a newer schema version.
   static Result<std::shared_ptr<StudioDocument>> open(const std::string& path);
+  /// A report already in memory (a model compiled in-process); `path` names
+  /// it in errors and the title.
+  static Result<std::shared_ptr<StudioDocument>> fromReport(nlohmann::json report, const std::string& path);
 
   const std::string& path() const { return path_; }
   const nlohmann::json& report() const { return report_; }
@@ -28,6 +31,14 @@ class StudioDocument {
   std::string command() const;
   /// The model path the report names.
   std::string modelPath() const;
+
+  /// Whether the report keeps each pass's IR (kiln compile --report-pass-ir,
+  /// or a model compiled by kiln-studio).
+  bool hasPassIr() const;
+  /// The text IR before and after pass `i` (values numbered by id); empty
+  /// without pass IR. An unchanged pass's before and after are the same.
+  std::string passIrBefore(size_t i) const;
+  std::string passIrAfter(size_t i) const;
 
  private:
   std::string path_;

@@ -1,79 +1,60 @@
-// The graph view: the step graph laid out by Graphviz (dot) on a worker
-// thread, drawn in a QGraphicsScene (zoom with the wheel, pan by dragging,
-// fit), nodes coloured by op kind, a find box over op, scope, value names
-// and types (Enter: next match), colouring by op kind or by the kernel's
-// dialect, and a side panel with the selected node's
-// op, attributes, types, scope, provenance, kernel, flops and bytes.
+// The graph view: the step graph in a GraphCanvas (folded by module scope
+// when large, laid out off the GUI thread), a find box over op, scope,
+// value names and types (Enter: next, Shift+Enter: previous; a match inside
+// a folded scope opens it), colouring by op kind or by the kernel's
+// dialect, and a side panel with the selected node's op, attributes, types,
+// scope, provenance, kernel, flops and bytes.
 #pragma once
 
 #include <QComboBox>
-#include <QFutureWatcher>
-#include <QGraphicsView>
-#include <QLabel>
 #include <QLineEdit>
-#include <QPushButton>
 #include <QTextEdit>
-#include <vector>
 
+#include "gui/views/graph_canvas.h"
 #include "gui/views/view.h"
 
 namespace kiln::studio {
 
-/// Node and edge positions in points (Graphviz "plain" output scaled).
-struct GraphLayout {
-  struct Box {
-    QString id;  ///< "n<index>" for nodes, "in<id>"/"out<k>" for graph inputs/outputs
-    QRectF rect;
-    QString label;
-  };
-  std::vector<Box> boxes;
-  std::vector<QPolygonF> edges;
-  QString error;
-};
-
-/// Parse Graphviz's "plain" output (exposed for tests).
-GraphLayout parsePlainLayout(const std::string& plain);
+/// A node's fill colour by its op kind (matmuls, fused, reductions, ...).
+QColor opKindColour(const Node& n);
 
 class GraphView : public View {
  public:
   explicit GraphView(QWidget* parent = nullptr);
   QString name() const override { return "graph"; }
   void setDocument(std::shared_ptr<const StudioDocument> doc) override;
-  QWidget* renderTarget() override { return view_; }
+  QWidget* renderTarget() override { return canvas_->view(); }
 
+  GraphCanvas* canvas() const { return canvas_; }
   /// Block until the layout running on the worker thread is drawn (tests,
   /// --screenshot).
-  void waitForLayout();
-  /// Select the next node matching `text` (op, scope, value name or type);
-  /// returns its index, -1 when none matches.
-  int findNext(const QString& text);
-  void fit();
-  /// Drop the layout running on the worker thread: nothing is drawn.
-  void cancelLayout();
+  void waitForLayout() { canvas_->waitForLayout(); }
+  /// Select the next (previous) node matching `text` (op, scope, value name
+  /// or type), opening its folded scope; returns its index, -1 when none.
+  int findNext(const QString& text, bool backwards = false);
+  void fit() { canvas_->fit(); }
+  void focusFind() { find_->setFocus(); }
+  void cancelLayout() { canvas_->cancelLayout(); }
   int selectedNode() const { return selected_; }
   /// Select node `node` (its index in the graph), centre it, show its details.
   void select(int node);
   /// Colour the nodes by op kind (false) or by the dialect of their kernel.
   void colourByDialect(bool by_dialect);
-  /// The status line (node count, layout progress or error, dialect legend).
-  QString status() const { return status_->text(); }
-  size_t drawnNodes() const { return node_items_.size(); }
+  QString status() const { return canvas_->status(); }
+  /// "dialects: cpu ..." when coloured by dialect; find's "no node matches".
+  QString legend() const { return legend_->text(); }
+  size_t drawnNodes() const { return canvas_->drawnNodes(); }
 
  private:
-  void showLayout(const GraphLayout& layout);
   QString describe(int node) const;
 
   std::shared_ptr<const StudioDocument> doc_;
-  QGraphicsScene* scene_;
-  QGraphicsView* view_;
+  std::vector<const Node*> nodes_;
+  GraphCanvas* canvas_;
   QLineEdit* find_;
-  QLabel* status_;
   QComboBox* colouring_;
-  QPushButton* cancel_;  ///< abandons a layout still running (Graphviz cannot stop; its result is dropped)
-  bool cancelled_ = false;
+  QLabel* legend_;
   QTextEdit* details_;
-  QFutureWatcher<GraphLayout>* watcher_;
-  std::vector<QGraphicsItem*> node_items_;  ///< by node index
   int selected_ = -1;
 };
 

@@ -2,23 +2,12 @@
 
 #include <QHeaderView>
 #include <QVBoxLayout>
-#include <cmath>
 
 namespace kiln::studio {
 namespace {
 
 QString op(const std::string& node) {
   return QString::fromStdString(node.substr(0, node.find(' ')));
-}
-
-QString bytes(double b) {
-  const char* units[] = {"B", "KB", "MB", "GB"};
-  int u = 0;
-  while (b >= 1000 && u < 3) {
-    b /= 1000;
-    ++u;
-  }
-  return QString::number(b, 'f', u ? 2 : 0) + " " + units[u];
 }
 
 }  // namespace
@@ -85,35 +74,6 @@ void KernelsView::setDocument(std::shared_ptr<const StudioDocument> doc) {
                   .arg(r.contains("execution") ? r["execution"].value("stages", 0) : 0);
   }
   fill({"#", "node", "op", "dialect", "kernel", "stage", "ms", "share %"}, rows, summary);
-}
-
-void PassesView::setDocument(std::shared_ptr<const StudioDocument> doc) {
-  std::vector<std::vector<QVariant>> rows;
-  QString summary = "No report open.";
-  if (doc) {
-    const nlohmann::json passes = doc->report().value("passes", nlohmann::json::array());
-    int64_t before = -1;
-    double total = 0;
-    for (const auto& p : passes) {
-      const int64_t nodes = p.value("nodes", int64_t{0});
-      QString stats;
-      const nlohmann::json statistics = p.value("statistics", nlohmann::json::object());
-      for (const auto& [k, v] : statistics.items())
-        stats += QString("%1=%2 ").arg(QString::fromStdString(k)).arg(v.is_number() ? v.get<double>() : 0.0);
-      rows.push_back({QString::fromStdString(p.value("name", "")), std::round(p.value("millis", 0.0) * 1000) / 1000,
-                      p.value("changed", false) ? "yes" : "no", static_cast<qlonglong>(nodes),
-                      before < 0 ? QVariant("-") : QVariant(static_cast<qlonglong>(nodes - before)),
-                      p.value("flops", 0.0), bytes(p.value("peak_bytes", 0.0)), stats.trimmed()});
-      before = nodes;
-      total += p.value("millis", 0.0);
-    }
-    summary = QString(
-                  "%1 passes, %2 ms in all. Peak memory is each pass's estimate of running its graph in "
-                  "node order.")
-                  .arg(passes.size())
-                  .arg(total, 0, 'f', 2);
-  }
-  fill({"pass", "ms", "changed", "nodes", "delta", "flops", "peak", "statistics"}, rows, summary);
 }
 
 }  // namespace kiln::studio

@@ -1,6 +1,7 @@
 // Views that are a sortable table over part of the report: kernels (node ->
-// op -> dialect -> kernel -> stage -> measured time -> share) and the pass
-// pipeline. A summary line above the table says what the numbers are.
+// op -> dialect -> kernel -> stage -> measured time -> share), and the pass
+// pipeline (views/passes_view.h). A summary line above the table says what
+// the numbers are.
 #pragma once
 
 #include <QLabel>
@@ -28,13 +29,6 @@ class KernelsView : public TableView {
  public:
   using TableView::TableView;
   QString name() const override { return "kernels"; }
-  void setDocument(std::shared_ptr<const StudioDocument> doc) override;
-};
-
-class PassesView : public TableView {
- public:
-  using TableView::TableView;
-  QString name() const override { return "passes"; }
   void setDocument(std::shared_ptr<const StudioDocument> doc) override;
 };
 

@@ -10,7 +10,8 @@
 namespace kiln {
 namespace {
 
-const char* kSample = R"(graph mlp(%input0: f32[2,3] data, %fc.weight: f32[4,3] param, %fc.bias: f32[4] param, %0.w: f32[4] buffer) {
+const char* kSample =
+    R"(graph mlp(%input0: f32[2,3] data, %fc.weight: f32[4,3] param, %fc.bias: f32[4] param, %0.w: f32[4] buffer) {
   %0 = linear(%input0, %fc.weight, %fc.bias) : f32[2,4] @fc loc("model.py:12")
   %1 = gelu(%0) {approximate="tanh"} : f32[2,4] @act
   %2, %3 = split(%1) {dim=1, sizes=[1,3]} : f32[2,1], f32[2,3]
@@ -97,7 +98,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "undefined value %y"},
         BadCase{"bad_dtype", "graph g(%x: q7[2] data) {\n  return %x \"o\"\n}", "unknown dtype 'q7'"},
         BadCase{"bad_role", "graph g(%x: f32[2] wobble) {\n  return %x \"o\"\n}", "unknown input role"},
-        BadCase{"redefined", "graph g(%x: f32[2] data) {\n  %0 = relu(%x) : f32[2]\n  %0 = relu(%x) : f32[2]\n  return %0 \"o\"\n}",
+        BadCase{"redefined",
+                "graph g(%x: f32[2] data) {\n  %0 = relu(%x) : f32[2]\n  %0 = relu(%x) : f32[2]\n  return %0 \"o\"\n}",
                 "defined twice"},
         BadCase{"missing_return", "graph g(%x: f32[2] data) {\n  %0 = relu(%x) : f32[2]\n", "missing 'return'"},
         BadCase{"unterminated", "graph g(%x: f32[2] data) {\n  %0 = gelu(%x) {approximate=\"tanh} : f32[2]\n}",
@@ -120,8 +122,7 @@ TEST(VerifierTest, CatchesWrongResultType) {
 }
 
 TEST(VerifierTest, CatchesUnknownAndMissingAttributes) {
-  auto g = parseGraph(
-      "graph g(%x: f32[2,3] data) {\n  %0 = softmax(%x) {axis=1} : f32[2,3]\n  return %0 \"o\"\n}");
+  auto g = parseGraph("graph g(%x: f32[2,3] data) {\n  %0 = softmax(%x) {axis=1} : f32[2,3]\n  return %0 \"o\"\n}");
   ASSERT_TRUE(g.ok()) << g.error().message;
   Status s = verify(*g);
   ASSERT_FALSE(s.ok());
@@ -130,8 +131,8 @@ TEST(VerifierTest, CatchesUnknownAndMissingAttributes) {
 }
 
 TEST(VerifierTest, CatchesWrongAttributeKind) {
-  auto g = parseGraph(
-      "graph g(%x: f32[2,3] data) {\n  %0 = softmax(%x) {dim=\"one\"} : f32[2,3]\n  return %0 \"o\"\n}");
+  auto g =
+      parseGraph("graph g(%x: f32[2,3] data) {\n  %0 = softmax(%x) {dim=\"one\"} : f32[2,3]\n  return %0 \"o\"\n}");
   ASSERT_TRUE(g.ok()) << g.error().message;
   Status s = verify(*g);
   ASSERT_FALSE(s.ok());

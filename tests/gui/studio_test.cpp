@@ -1,11 +1,15 @@
 // kiln-studio's widget tests (QTest, headless: QT_QPA_PLATFORM=offscreen).
 // The reports come from the CTest fixture gui.reports (gui/CMakeLists.txt):
 // `kiln compile --report` and `kiln train --nproc 2 --report` on gpt2_mini,
-// named by KILN_STUDIO_COMPILE_REPORT and KILN_STUDIO_TRAIN_REPORT. Every
-// view is opened and exported as PNG and SVG and checked to be a valid,
-// non-blank file; the graph is laid out and searched; bad files give one
-// clear error; the window remembers its view.
+// named by KILN_STUDIO_COMPILE_REPORT and KILN_STUDIO_TRAIN_REPORT, and the
+// model itself (KILN_STUDIO_MODEL), which kiln-studio compiles in-process.
+// Every view is opened and exported as PNG and SVG and checked to be a
+// valid, non-blank file; the graph is laid out and searched; the passes view
+// shows a pass before and after with its changes and keeps the two sides'
+// selection in sync; bad files give one clear error; the window remembers
+// its view.
 #include <QImage>
+#include <QJsonDocument>
 #include <QSet>
 #include <QSettings>
 #include <QStandardPaths>
@@ -17,9 +21,12 @@
 #include "gui/main_window.h"
 #include "gui/views/chart_views.h"
 #include "gui/views/graph_view.h"
+#include "gui/views/passes_view.h"
 
 using kiln::studio::GraphView;
 using kiln::studio::MainWindow;
+using kiln::studio::NodeChange;
+using kiln::studio::PassesView;
 using kiln::studio::StudioDocument;
 
 namespace {
@@ -80,20 +87,29 @@ class StudioTest : public QObject {
     g->waitForLayout();
     const kiln::Graph* graph = w.document()->graph();
     QVERIFY(graph);
-    QCOMPARE(g->drawnNodes(), graph->numNodes());
+    // gpt2_mini's 192 nodes open folded by scope: a box for every item.
+    const auto& folded = g->canvas()->folded();
+    QCOMPARE(folded.item_of_node.size(), graph->numNodes());
+    QCOMPARE(g->canvas()->drawnItems(), folded.items.size());
+    QVERIFY(folded.items.size() <= kiln::studio::GraphCanvas::kMaxItems);
     const int first = g->findNext("matmul");
     QVERIFY(first >= 0);
     const int second = g->findNext("matmul");
     QVERIFY(second >= 0 && second != first);
+    // find opens the scope the match is folded in and draws it alone.
+    g->waitForLayout();
+    QCOMPARE(g->canvas()->selectedNode(), second);
+    QCOMPARE(g->canvas()->folded().items[size_t(g->canvas()->folded().item_of_node[size_t(second)])].node, second);
+    QCOMPARE(g->findNext("matmul", /*backwards=*/true), first);
     int k = 0;
     for (const auto& n : graph->nodes())
       if (k++ == second) QCOMPARE(QString::fromStdString(n->op()), QString("matmul"));
     QCOMPARE(g->findNext("no_such_op_anywhere"), -1);
     // Colouring by dialect: the legend names the dialects the kernels came from.
     g->colourByDialect(true);
-    QVERIFY2(g->status().contains("dialects:") && g->status().contains("cpu"), qPrintable(g->status()));
+    QVERIFY2(g->legend().contains("dialects:") && g->legend().contains("cpu"), qPrintable(g->legend()));
     g->colourByDialect(false);
-    QVERIFY(!g->status().contains("dialects:"));
+    QVERIFY(!g->legend().contains("dialects:"));
   }
 
   void memoryClickSelectsTheNodeInTheGraph() {
@@ -122,8 +138,92 @@ class StudioTest : public QObject {
     w.graphView()->cancelLayout();
     w.graphView()->waitForLayout();
     // Either the layout had finished already (drawn) or it was dropped.
-    QVERIFY(w.graphView()->drawnNodes() == 0 || w.graphView()->drawnNodes() == w.document()->graph()->numNodes());
-    QVERIFY(w.graphView()->drawnNodes() != 0 || w.graphView()->status() == "layout cancelled");
+    const auto* canvas = w.graphView()->canvas();
+    QVERIFY(canvas->drawnItems() == 0 || canvas->drawnItems() == canvas->folded().items.size());
+    QVERIFY(canvas->drawnItems() != 0 || w.graphView()->status() == "layout cancelled");
+  }
+
+  void openingAModelCompilesItInProcess() {
+    MainWindow w;
+    w.resize(1200, 800);
+    w.show();
+    QString error;
+    QVERIFY2(w.openPath(env("KILN_STUDIO_MODEL"), &error), qPrintable(error));
+    auto doc = w.document();
+    QVERIFY(doc && doc->graph());
+    QCOMPARE(QString::fromStdString(doc->command()), QString("compile"));
+    QVERIFY(doc->hasPassIr());
+    // The same step kiln compile builds: the report's graph hash.
+    QJsonDocument fixture;
+    {
+      QFile f(env("KILN_STUDIO_COMPILE_REPORT"));
+      QVERIFY(f.open(QIODevice::ReadOnly));
+      fixture = QJsonDocument::fromJson(f.readAll());
+    }
+    QCOMPARE(QString::fromStdString(doc->report()["graph"]["hash"].get<std::string>()),
+             fixture["graph"]["hash"].toString());
+    // All five views have something to show.
+    w.graphView()->waitForLayout();
+    QVERIFY(w.graphView()->canvas()->drawnItems() > 0);
+    auto* passes = static_cast<PassesView*>(w.view("passes"));
+    QVERIFY(passes->table()->rowCount() > 5);
+    QVERIFY(passes->shownPass() >= 0);
+    QVERIFY(w.view("kernels")->findChild<QTableWidget*>()->rowCount() > 0);
+    // A missing model is one clear error, and the open document stays.
+    QVERIFY(!w.openPath(env("KILN_STUDIO_MODEL") + ".missing.pt", &error));
+    QVERIFY2(error.contains(".missing.pt"), qPrintable(error));
+    QCOMPARE(w.document(), doc);
+  }
+
+  void passesViewShowsAPassBeforeAndAfter() {
+    MainWindow w;
+    w.resize(1400, 900);
+    w.show();
+    QString error;
+    QVERIFY2(w.openPath(env("KILN_STUDIO_MODEL"), &error), qPrintable(error));
+    auto* passes = static_cast<PassesView*>(w.view("passes"));
+    const int fuse = passes->passIndex("fuse");
+    QVERIFY(fuse >= 0);
+    QVERIFY2(passes->showPass(size_t(fuse)), qPrintable(passes->headline()));
+    passes->waitForLayout();
+    const auto& d = passes->diff();
+    // fuse replaces chains of elementwise nodes by fused ones.
+    QVERIFY(d.removed > 0 && d.added > 0);
+    QVERIFY2(passes->headline().contains("added") && passes->headline().contains("removed"),
+             qPrintable(passes->headline()));
+    QVERIFY(passes->diffText().contains("@@ "));
+    QVERIFY(passes->diffText().contains("\n+") && passes->diffText().contains("fused_"));
+    QCOMPARE(passes->before()->drawnItems(), passes->before()->folded().items.size());
+    QCOMPARE(passes->after()->drawnItems(), passes->after()->folded().items.size());
+    // Every added node is tied to what it replaced.
+    int tied = 0;
+    for (size_t a = 0; a < d.after.size(); ++a)
+      if (d.after[a] == NodeChange::Added) tied += !d.before_of_after[a].empty();
+    QCOMPARE(tied, d.added);
+    // A click on a removed node selects what replaced it on the other side.
+    int removed = -1;
+    for (size_t b = 0; b < d.before.size() && removed < 0; ++b)
+      if (d.before[b] == NodeChange::Removed && !d.after_of_before[b].empty()) removed = int(b);
+    QVERIFY(removed >= 0);
+    passes->before()->select(removed);
+    passes->before()->on_selected(removed);  // what a click reports
+    passes->waitForLayout();
+    QCOMPARE(passes->after()->selectedNode(), d.after_of_before[size_t(removed)].front());
+    // Exports of the view are not blank.
+    QVERIFY(w.showView("passes"));
+    QTemporaryDir dir;
+    QVERIFY2(w.exportCurrentView(dir.filePath("passes.png"), &error), qPrintable(error));
+    QVERIFY(colours(QImage(dir.filePath("passes.png"))) > 2);
+  }
+
+  void aReportWithoutPassIrSaysHowToGetIt() {
+    MainWindow w;
+    QString error;
+    QVERIFY2(w.openPath(env("KILN_STUDIO_COMPILE_REPORT"), &error), qPrintable(error));
+    auto* passes = static_cast<PassesView*>(w.view("passes"));
+    QVERIFY(passes->table()->rowCount() > 5);
+    QVERIFY2(passes->headline().contains("--report-pass-ir"), qPrintable(passes->headline()));
+    QVERIFY(!passes->showPass(0));
   }
 
   void trainReportFillsTheCommunicationView() {

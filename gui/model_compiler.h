@@ -1,0 +1,27 @@
+// Compiling a model inside kiln-studio: the step `kiln compile` builds (same
+// options, default pipeline), with every pass's IR kept for the passes view,
+// turned into the report `kiln compile --report --report-pass-ir` writes.
+// It runs on a worker thread; progress comes back through a callback that
+// can cancel between passes.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/result.h"
+
+namespace kiln::studio {
+
+/// Told the stage ("importing", "pass 3 of 13: autodiff", "binding
+/// kernels") and a percentage; returning false cancels at the next pass
+/// boundary (the import itself cannot stop).
+using CompileProgress = std::function<bool(int percent, const std::string& stage)>;
+
+/// Compile the model at `path` (.pt or .fx.json) for the CPU and return its
+/// report. Errors are the one line kiln compile prints; "cancelled" when
+/// `progress` said stop. Safe to call from any thread.
+Result<nlohmann::json> compileModelReport(const std::string& path, const CompileProgress& progress);
+
+}  // namespace kiln::studio

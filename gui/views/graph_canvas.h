@@ -1,0 +1,113 @@
+// A graph drawn the way kiln-studio draws graphs: folded by module scope
+// when large (gui/scope_folding.h; a double-click on a folded scope opens
+// it, on a node folds its scope back), laid out by Graphviz (dot) on a
+// worker thread with a Cancel, drawn in a QGraphicsScene with wheel zoom,
+// drag to pan and fit. The graph view shows the step with it; the passes
+// view shows a pass's before and after side by side.
+#pragma once
+
+#include <QFutureWatcher>
+#include <QGraphicsView>
+#include <QLabel>
+#include <QPushButton>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/ir.h"
+#include "gui/scope_folding.h"
+
+namespace kiln::studio {
+
+/// Node and edge positions in points (Graphviz "plain" output scaled).
+struct GraphLayout {
+  struct Box {
+    QString id;  ///< the DOT node name ("i<item>")
+    QRectF rect;
+    QString label;
+  };
+  std::vector<Box> boxes;
+  std::vector<QPolygonF> edges;
+  QString error;
+};
+
+/// Parse Graphviz's "plain" output (exposed for tests).
+GraphLayout parsePlainLayout(const std::string& plain);
+
+class GraphCanvas : public QWidget {
+ public:
+  /// Graphs with more nodes than this open folded (Graphviz lays out a few
+  /// hundred boxes in well under a second, a thousand in minutes)...
+  static constexpr size_t kFoldAbove = 150;
+  /// ...into at most this many boxes: a block per layer and part.
+  static constexpr size_t kMaxItems = 60;
+
+  explicit GraphCanvas(QWidget* parent = nullptr);
+
+  /// Show `g` (not owned; nullptr clears), folded by defaultOpenScopes.
+  void setGraph(const Graph* g);
+  const Graph* graph() const { return graph_; }
+  /// Fill colour of each node (by index); folded scopes take a light grey.
+  void setNodeColour(std::function<QColor(int node)> colour);
+  /// Re-colour the drawn boxes (after the colour function changed).
+  void recolour();
+  /// A coloured frame around these nodes (index -> colour; empty: none); a
+  /// folded scope takes its first marked member's. Once laid out, the view
+  /// shows the first marked box at a readable size instead of the whole graph.
+  void setMarks(std::vector<QColor> marks);
+
+  /// Select node `node` (its index): its box, or its folded scope's; with
+  /// `reveal`, open its scopes first (a new layout; selected when drawn).
+  void select(int node, bool reveal = false);
+  int selectedNode() const { return selected_; }
+  /// Told the node a click selected (its first node for a folded scope).
+  std::function<void(int node)> on_selected;
+  /// Told the status line (layout progress, node counts, errors).
+  std::function<void(const QString&)> on_status;
+  /// Told when a layout has been drawn.
+  std::function<void()> on_laid_out;
+
+  /// Open a folded scope / fold an open one back (a new layout).
+  void openScope(const std::string& scope);
+  void closeScope(const std::string& scope);
+  const std::set<std::string>& openScopes() const { return open_; }
+  const FoldedGraph& folded() const { return folded_; }
+
+  void waitForLayout();
+  void cancelLayout();
+  bool layoutRunning() const { return watcher_->isRunning(); }
+  void fit();
+  /// Readable size, centred on the first marked box (false when none is drawn).
+  bool showFirstMark();
+  QGraphicsView* view() const { return view_; }
+  /// Boxes drawn: nodes alone and folded scopes.
+  size_t drawnItems() const { return item_boxes_.size(); }
+  /// Nodes drawn alone.
+  size_t drawnNodes() const;
+  QString status() const { return status_->text(); }
+
+ private:
+  void relayout();
+  void showLayout(const GraphLayout& layout, int generation);
+  QColor fillOf(size_t item) const;
+  void setStatus(const QString& s);
+
+  const Graph* graph_ = nullptr;
+  std::vector<const Node*> nodes_;
+  std::set<std::string> open_;
+  FoldedGraph folded_;
+  std::function<QColor(int)> colour_;
+  std::vector<QColor> marks_;
+  QGraphicsScene* scene_;
+  QGraphicsView* view_;
+  QLabel* status_;
+  QPushButton* cancel_;
+  QFutureWatcher<GraphLayout>* watcher_;
+  int generation_ = 0;                          ///< bumped by every layout and cancel; a stale result is dropped
+  std::vector<QGraphicsRectItem*> item_boxes_;  ///< by item index (nullptr until drawn)
+  int selected_ = -1;
+  int pending_select_ = -1;  ///< selected when the running layout is drawn
+};
+
+}  // namespace kiln::studio
