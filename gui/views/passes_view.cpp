@@ -250,8 +250,11 @@ bool PassesView::showPass(size_t index) {
 }
 
 void PassesView::waitForLayout() {
-  before_->waitForLayout();
-  after_->waitForLayout();
+  // A drawn side may start another layout (opening the first change's scopes).
+  do {
+    before_->waitForLayout();
+    after_->waitForLayout();
+  } while (before_->layoutRunning() || after_->layoutRunning());
 }
 
 }  // namespace kiln::studio
