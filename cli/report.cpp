@@ -182,6 +182,13 @@ void addSteps(nlohmann::ordered_json& report, const std::vector<StepRecord>& ste
   report["steps"] = out;
 }
 
+void addNodeTimes(nlohmann::ordered_json& report, const std::vector<double>& node_ms, int64_t steps) {
+  if (steps <= 0 || !report.contains("kernels") || report["kernels"].size() != node_ms.size()) return;
+  nlohmann::ordered_json& kernels = report["kernels"];
+  for (size_t i = 0; i < node_ms.size(); ++i) kernels[i]["measured_ms"] = node_ms[i] / double(steps);
+  report["execution"]["profiled_steps"] = steps;
+}
+
 Status writeReport(const std::string& path, const nlohmann::ordered_json& report) {
   return writeFileAtomic(path, report.dump(2) + "\n");
 }

@@ -42,6 +42,10 @@ nlohmann::ordered_json buildReport(const std::string& command, const TrainArgs& 
 /// Add the trained steps (train only).
 void addSteps(nlohmann::ordered_json& report, const std::vector<StepRecord>& steps);
 
+/// Add each node's measured time (train only): `node_ms` summed over
+/// `steps` profiled steps, in graph order (CpuExecutor::nodeMillis).
+void addNodeTimes(nlohmann::ordered_json& report, const std::vector<double>& node_ms, int64_t steps);
+
 /// Write the report atomically (a failure leaves no file behind).
 Status writeReport(const std::string& path, const nlohmann::ordered_json& report);
 

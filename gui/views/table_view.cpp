@@ -50,28 +50,52 @@ void KernelsView::setDocument(std::shared_ptr<const StudioDocument> doc) {
   if (doc) {
     const nlohmann::json& r = doc->report();
     const nlohmann::json kernels = r.value("kernels", nlohmann::json::array());
-    double timed = 0;
-    for (const auto& k : kernels)
-      if (k.contains("autotune"))
-        for (const auto& t : k["autotune"])
-          if (t.value("kernel", "") == k.value("kernel", "")) timed += t.value("millis", 0.0);
-    int index = 0;
+    // Each node's time: measured in training (kiln train --report), else
+    // its bound kernel's --autotune time.
+    std::vector<double> ms;
+    bool measured = false;
     for (const auto& k : kernels) {
-      double ms = -1;
-      if (k.contains("autotune"))
-        for (const auto& t : k["autotune"])
-          if (t.value("kernel", "") == k.value("kernel", "")) ms = t.value("millis", -1.0);
-      const std::string node = k.value("node", "");
-      rows.push_back({index++, QString::fromStdString(node), op(node), QString::fromStdString(k.value("dialect", "")),
-                      QString::fromStdString(k.value("kernel", "")), k.value("stage", 0),
-                      ms >= 0 ? QVariant(ms) : QVariant("-"),
-                      ms >= 0 && timed > 0 ? QVariant(100.0 * ms / timed) : QVariant("-")});
+      double t = -1;
+      if (!k.is_object()) {
+        ms.push_back(t);
+        continue;
+      }
+      if (k.contains("measured_ms") && k["measured_ms"].is_number()) {
+        t = k["measured_ms"].get<double>();
+        measured = true;
+      } else if (k.contains("autotune") && k["autotune"].is_array()) {
+        for (const auto& c : k["autotune"])
+          if (c.is_object() && c.value("kernel", "") == k.value("kernel", "")) t = c.value("millis", -1.0);
+      }
+      ms.push_back(t);
     }
-    summary = QString(
-                  "%1 nodes, %2 stages. Measured times come from --autotune (each node's bound kernel, "
-                  "timed alone on its shapes); without it the columns show -.")
-                  .arg(kernels.size())
-                  .arg(r.contains("execution") ? r["execution"].value("stages", 0) : 0);
+    double total = 0;
+    for (double t : ms) total += std::max(t, 0.0);
+    for (size_t i = 0; i < kernels.size(); ++i) {
+      const nlohmann::json& k = kernels[i];
+      const std::string node = k.is_object() ? k.value("node", "") : "";
+      rows.push_back({int(i), QString::fromStdString(node), op(node),
+                      QString::fromStdString(k.is_object() ? k.value("dialect", "") : ""),
+                      QString::fromStdString(k.is_object() ? k.value("kernel", "") : ""),
+                      k.is_object() ? k.value("stage", 0) : 0, ms[i] >= 0 ? QVariant(ms[i]) : QVariant("-"),
+                      ms[i] >= 0 && total > 0 ? QVariant(100.0 * ms[i] / total) : QVariant("-")});
+    }
+    const nlohmann::json execution = r.value("execution", nlohmann::json::object());
+    const int stages = execution.is_object() ? execution.value("stages", 0) : 0;
+    if (measured)
+      summary = QString(
+                    "%1 nodes, %2 stages. Times measured while training, per step, averaged over %3 steps; "
+                    "%4 ms in kernels per step (nodes of a shared stage overlap).")
+                    .arg(kernels.size())
+                    .arg(stages)
+                    .arg(execution.is_object() ? execution.value("profiled_steps", 0) : 0)
+                    .arg(total, 0, 'f', 3);
+    else
+      summary = QString(
+                    "%1 nodes, %2 stages. No measured times: kiln train --report times every node (steps "
+                    "after the first); --autotune times each node's candidate kernels.")
+                    .arg(kernels.size())
+                    .arg(stages);
   }
   fill({"#", "node", "op", "dialect", "kernel", "stage", "ms", "share %"}, rows, summary);
 }

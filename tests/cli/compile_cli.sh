@@ -128,8 +128,16 @@ assert frozen and all(k.startswith("layer1.") for k in frozen), frozen
 for k in frozen:
     assert (a[k] == b[k]).all(), f"frozen {k} changed"
 assert not (a["fc.weight"] == b["fc.weight"]).all(), "fc.weight did not train"
+# Every node timed in the steps after the first, per step: together no more
+# than the threads could spend in the slowest step.
+assert r["execution"]["profiled_steps"] == 2, r["execution"]
+ms = [k["measured_ms"] for k in r["kernels"]]
+assert len(ms) == r["graph"]["nodes"] and all(t >= 0 for t in ms), ms
+assert 0 < sum(ms) <= 1.5 * r["execution"]["threads"] * max(s["millis"] for s in steps), (sum(ms), steps)
+c = json.load(open(f"{w}/full.json"))
+assert all("measured_ms" not in k for k in c["kernels"]), "kiln compile measured nothing"
 EOF
-ok "kiln train --report (steps) and --freeze keeps frozen weights"
+ok "kiln train --report (steps, measured node times) and --freeze keeps frozen weights"
 
 out=$("$KILN" memory "$M" --top 3 --json "$W/mem.json" 2>&1) || fail "kiln memory exited $?: $out"
 for want in "peak " "inputs (weights" "arena" "timeline (" "largest tensors alive at the peak" "wrote $W/mem.json"; do

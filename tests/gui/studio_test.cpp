@@ -238,6 +238,25 @@ class StudioTest : public QObject {
     QVERIFY(allreduce);
   }
 
+  void kernelsViewShowsMeasuredTimes() {
+    MainWindow w;
+    QString error;
+    QVERIFY2(w.openPath(env("KILN_STUDIO_TRAIN_REPORT"), &error), qPrintable(error));
+    auto* table = w.view("kernels")->findChild<QTableWidget*>();
+    QVERIFY(table && table->rowCount() > 0);
+    double share = 0;
+    for (int r = 0; r < table->rowCount(); ++r) {
+      bool ok = false;
+      QVERIFY(table->item(r, 6)->data(Qt::DisplayRole).toDouble(&ok) >= 0 && ok);
+      share += table->item(r, 7)->data(Qt::DisplayRole).toDouble();
+    }
+    QVERIFY2(std::abs(share - 100) < 1e-6, qPrintable(QString::number(share)));
+    QVERIFY(w.view("kernels")->findChild<QLabel*>()->text().contains("measured while training"));
+    // A compile report has none, and says where they come from.
+    QVERIFY2(w.openPath(env("KILN_STUDIO_COMPILE_REPORT"), &error), qPrintable(error));
+    QVERIFY(w.view("kernels")->findChild<QLabel*>()->text().contains("kiln train --report"));
+  }
+
   void badFilesGiveOneClearError() {
     QTemporaryDir dir;
     const QString junk = dir.filePath("junk.json"), other = dir.filePath("other.json");
