@@ -191,7 +191,7 @@ bool MainWindow::screenshotCurrentView(const QString& path, QString* error) {
   View* v = currentView();
   if (!v) return false;
   waitForLayouts();
-  if (v == graph_) graph_->fit();
+  if (v == graph_) graph_->canvas()->showOverview();  // the window changed size since the layout
   QSaveFile file(path);
   if (!file.open(QIODevice::WriteOnly) || !v->grab().save(&file, "PNG") || !file.commit()) {
     if (error) *error = path + ": cannot write the PNG (" + file.errorString() + ")";

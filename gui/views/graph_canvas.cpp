@@ -321,8 +321,9 @@ void GraphCanvas::showLayout(const GraphLayout& layout, int generation) {
   }
   recolour();
   setStatus(QString("%1 nodes").arg(nodes_.size()) +
-            (folds ? QString("; %1 scopes folded (double-click opens)").arg(folds) : QString()));
-  if (!showFirstMark()) fit();
+            (folds ? QString(" in %1 boxes; %2 scopes folded (double-click opens)").arg(item_boxes_.size()).arg(folds)
+                   : QString()));
+  if (!showFirstMark()) showOverview();
   if (pending_select_ >= 0) {
     const int node = pending_select_;
     pending_select_ = -1;
@@ -392,6 +393,21 @@ bool GraphCanvas::showFirstMark() {
     return true;
   }
   return false;
+}
+
+void GraphCanvas::showOverview() {
+  fit();
+  constexpr double kMinScale = 0.33;  // below it the boxes' text cannot be read
+  if (view_->transform().m11() >= kMinScale) return;
+  // The start of the step at that scale: the topmost box, near the top.
+  const QGraphicsRectItem* top = nullptr;
+  for (const QGraphicsRectItem* box : item_boxes_)
+    if (box && (!top || box->rect().top() < top->rect().top())) top = box;
+  if (!top) return;
+  view_->resetTransform();
+  view_->scale(kMinScale, kMinScale);
+  const double half_height = view_->viewport()->height() / (2 * kMinScale);
+  view_->centerOn(QPointF(top->rect().center().x(), top->rect().top() - 20 + half_height));
 }
 
 void GraphCanvas::fit() {

@@ -78,6 +78,9 @@ class GraphCanvas : public QWidget {
   void cancelLayout();
   bool layoutRunning() const { return watcher_->isRunning(); }
   void fit();
+  /// The whole graph when it fits readably, else the start of it at the
+  /// smallest readable scale (what a new layout shows).
+  void showOverview();
   /// Readable size, centred on the first marked box (false when none is drawn).
   bool showFirstMark();
   QGraphicsView* view() const { return view_; }

@@ -47,6 +47,7 @@ void TableView::fill(const QStringList& columns, const std::vector<std::vector<Q
 void KernelsView::setDocument(std::shared_ptr<const StudioDocument> doc) {
   std::vector<std::vector<QVariant>> rows;
   QString summary = "No report open.";
+  bool timed = false;
   if (doc) {
     const nlohmann::json& r = doc->report();
     const nlohmann::json kernels = r.value("kernels", nlohmann::json::array());
@@ -71,6 +72,7 @@ void KernelsView::setDocument(std::shared_ptr<const StudioDocument> doc) {
     }
     double total = 0;
     for (double t : ms) total += std::max(t, 0.0);
+    timed = total > 0;
     for (size_t i = 0; i < kernels.size(); ++i) {
       const nlohmann::json& k = kernels[i];
       const std::string node = k.is_object() ? k.value("node", "") : "";
@@ -98,6 +100,9 @@ void KernelsView::setDocument(std::shared_ptr<const StudioDocument> doc) {
                     .arg(stages);
   }
   fill({"#", "node", "op", "dialect", "kernel", "stage", "ms", "share %"}, rows, summary);
+  table()->setColumnWidth(1, std::min(table()->columnWidth(1), 520));  // the times stay in sight
+  // The most expensive nodes first when there are times, else graph order.
+  table()->sortByColumn(timed ? 6 : 0, timed ? Qt::DescendingOrder : Qt::AscendingOrder);
 }
 
 }  // namespace kiln::studio
