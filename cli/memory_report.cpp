@@ -19,7 +19,9 @@ std::string producerOf(const BufferLife& b) {
   return n->scope().empty() ? n->op() : n->op() + " @" + n->scope();
 }
 
-std::string bytesStr(uint64_t b) { return humanCount(static_cast<double>(b), "B"); }
+std::string bytesStr(uint64_t b) {
+  return humanCount(static_cast<double>(b), "B");
+}
 
 }  // namespace
 
@@ -40,7 +42,9 @@ nlohmann::ordered_json memoryJson(const MemoryPlan& p) {
                        {"first", b.def},
                        {"last", b.last},
                        {"offset", p.offsets[i] < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(p.offsets[i])},
-                       {"views", views}});
+                       {"views", views},
+                       // made by a node the remat pass added to recompute it
+                       {"rematerialized", prod && prod->provenance().rfind("remat of ", 0) == 0}});
   }
   return {{"schedule", "graph order"},
           {"peak_bytes", p.peak_bytes},
@@ -74,24 +78,23 @@ std::string sparkline(const std::vector<uint64_t>& values, size_t width) {
 void printMemorySummary(std::ostream& os, const MemoryPlan& p, size_t top, size_t width) {
   const Liveness& l = p.liveness;
   os << "peak " << bytesStr(p.peak_bytes);
-  if (!l.order.empty()) os << " while node " << p.peak_node << " of " << l.order.size() << " runs: "
-                          << l.order[p.peak_node]->describe();
+  if (!l.order.empty())
+    os << " while node " << p.peak_node << " of " << l.order.size() << " runs: " << l.order[p.peak_node]->describe();
   os << "\n"
      << "  inputs (weights, optimizer state, batch)  " << bytesStr(p.input_bytes) << "\n"
      << "  returned (updates, gradients, loss)       " << bytesStr(p.returned_bytes) << "\n"
      << "  op by op, a fresh buffer per tensor, no update in place: peak " << bytesStr(p.op_by_op_peak_bytes)
      << " (planned: " << std::fixed << std::setprecision(2)
-     << static_cast<double>(p.peak_bytes) / static_cast<double>(std::max<uint64_t>(p.op_by_op_peak_bytes, 1))
-     << "x)\n" << std::defaultfloat
-     << "  intermediates: arena " << bytesStr(p.arena_bytes) << " (most alive at once "
+     << static_cast<double>(p.peak_bytes) / static_cast<double>(std::max<uint64_t>(p.op_by_op_peak_bytes, 1)) << "x)\n"
+     << std::defaultfloat << "  intermediates: arena " << bytesStr(p.arena_bytes) << " (most alive at once "
      << bytesStr(p.arena_lower_bound) << "; a buffer each " << bytesStr(p.unshared_bytes) << ")\n";
   os << "timeline (" << l.order.size() << " nodes, max per column): " << sparkline(p.timeline, width) << "\n";
   const std::vector<size_t> live = buffersLiveAt(p, p.peak_node);
   os << "largest tensors alive at the peak (" << live.size() << " in all):\n";
   for (size_t k = 0; k < live.size() && k < top; ++k) {
     const BufferLife& b = l.buffers[live[k]];
-    os << "  " << std::setw(10) << bytesStr(b.bytes) << "  " << std::left << std::setw(13) << kindOf(b)
-       << std::right << b.value->type().str() << "  " << producerOf(b);
+    os << "  " << std::setw(10) << bytesStr(b.bytes) << "  " << std::left << std::setw(13) << kindOf(b) << std::right
+       << b.value->type().str() << "  " << producerOf(b);
     if (!b.graph_input) os << "  (nodes " << b.def << ".." << b.last << ")";
     os << "\n";
   }

@@ -1,7 +1,7 @@
 // The views that are drawn rather than tabulated: the memory timeline
 // (live bytes over the schedule, the largest tensors as bands of their own,
-// the peak and the budget marked; hovering names the tensor under the
-// cursor) and the communication view (per bucket dense against sent bytes,
+// the peak and the budget marked, the nodes and tensors the remat pass
+// recomputes marked; hovering names the tensor under the cursor) and the communication view (per bucket dense against sent bytes,
 // and a row per step of compute and communication).
 #pragma once
 
@@ -34,6 +34,7 @@ class MemoryChart : public QWidget {
     QString name, producer, scope;
     int64_t first = 0, last = 0;
     double bytes = 0;
+    bool remat = false;  ///< recomputed by the remat pass (hatched)
   };
   QRectF plotArea() const;
   std::shared_ptr<const StudioDocument> doc_;
@@ -41,6 +42,10 @@ class MemoryChart : public QWidget {
   std::vector<Band> bands_;  ///< largest tensors, drawn on the bottom, largest first
   double peak_ = 0, budget_ = 0;
   int64_t peak_node_ = 0;
+  std::vector<int64_t> remat_nodes_;  ///< nodes that recompute a value (marked under the axis)
+
+ public:
+  size_t rematNodes() const { return remat_nodes_.size(); }
 };
 
 class MemoryView : public View {

@@ -16,6 +16,8 @@ QString mb(double b) {
   return QString::number(b / 1e6, 'f', 2) + " MB";
 }
 
+const QColor kRematColor(0x9c, 0x27, 0xb0);
+
 const QColor kBandColors[kBands] = {QColor(0x4e, 0x79, 0xa7), QColor(0xf2, 0x8e, 0x2b), QColor(0xe1, 0x57, 0x59),
                                     QColor(0x76, 0xb7, 0xb2), QColor(0x59, 0xa1, 0x4f), QColor(0xed, 0xc9, 0x48)};
 
@@ -35,6 +37,14 @@ void MemoryChart::setDocument(std::shared_ptr<const StudioDocument> doc) {
   timeline_.clear();
   bands_.clear();
   peak_ = budget_ = 0;
+  remat_nodes_.clear();
+  if (doc_ && doc_->graph()) {
+    int64_t k = 0;
+    for (const auto& n : doc_->graph()->nodes()) {
+      if (n->provenance().rfind("remat of ", 0) == 0) remat_nodes_.push_back(k);
+      ++k;
+    }
+  }
   if (doc_ && doc_->report().contains("memory")) {
     const nlohmann::json& m = doc_->report()["memory"];
     for (const auto& v : m.value("timeline", nlohmann::json::array())) timeline_.push_back(v.get<double>());
@@ -48,7 +58,7 @@ void MemoryChart::setDocument(std::shared_ptr<const StudioDocument> doc) {
       if (name.isEmpty()) name = QString::fromStdString(t.value("type", ""));
       all.push_back({name, QString::fromStdString(t.value("producer", "")),
                      QString::fromStdString(t.value("scope", "")), t.value("first", int64_t{0}),
-                     t.value("last", int64_t{0}), t.value("bytes", 0.0)});
+                     t.value("last", int64_t{0}), t.value("bytes", 0.0), t.value("rematerialized", false)});
     }
     std::sort(all.begin(), all.end(), [](const Band& a, const Band& b) { return a.bytes > b.bytes; });
     all.resize(std::min(all.size(), kBands));
@@ -92,8 +102,21 @@ void MemoryChart::paintEvent(QPaintEvent*) {
       const double x0 = x(double(i) - 0.5), x1 = x(double(i) + 0.5);
       p.drawRect(
           QRectF(QPointF(std::max(x0, a.left()), y(base[i] + b.bytes)), QPointF(std::min(x1, a.right()), y(base[i]))));
+      if (b.remat) {  // recomputed: hatched over its colour
+        p.setBrush(QBrush(Qt::white, Qt::BDiagPattern));
+        p.drawRect(QRectF(QPointF(std::max(x0, a.left()), y(base[i] + b.bytes)),
+                          QPointF(std::min(x1, a.right()), y(base[i]))));
+        p.setBrush(kBandColors[k]);
+      }
       base[i] += b.bytes;
     }
+  }
+  // The nodes that recompute a value (--memory-budget), under the axis.
+  p.setBrush(kRematColor);
+  for (int64_t i : remat_nodes_) {
+    const double xi = x(double(i));
+    p.drawPolygon(
+        QPolygonF({QPointF(xi, a.bottom() + 1), QPointF(xi - 4, a.bottom() + 8), QPointF(xi + 4, a.bottom() + 8)}));
   }
   // Axes, peak and budget.
   p.setPen(Qt::black);
@@ -101,8 +124,10 @@ void MemoryChart::paintEvent(QPaintEvent*) {
   p.drawRect(a);
   p.drawText(QRectF(0, a.top() - 5, a.left() - 5, 20), Qt::AlignRight, mb(top));
   p.drawText(QRectF(0, a.bottom() - 10, a.left() - 5, 20), Qt::AlignRight, "0");
-  p.drawText(QRectF(a.left(), a.bottom() + 5, a.width(), 20), Qt::AlignCenter,
-             QString("node (schedule order), %1 nodes").arg(timeline_.size()));
+  p.drawText(QRectF(a.left(), a.bottom() + 10, a.width(), 20), Qt::AlignCenter,
+             QString("node (schedule order), %1 nodes").arg(timeline_.size()) +
+                 (remat_nodes_.empty() ? QString()
+                                       : QString("; \u25b2 %1 recompute a value (remat)").arg(remat_nodes_.size())));
   p.setPen(QPen(Qt::red, 1, Qt::DashLine));
   p.drawLine(QPointF(a.left(), y(peak_)), QPointF(a.right(), y(peak_)));
   p.drawLine(QPointF(x(double(peak_node_)), a.top()), QPointF(x(double(peak_node_)), a.bottom()));
@@ -118,7 +143,7 @@ void MemoryChart::paintEvent(QPaintEvent*) {
   for (size_t k = 0; k < bands_.size(); ++k) {
     p.fillRect(QRectF(lx, 8, 10, 10), kBandColors[k]);
     p.setPen(Qt::black);
-    const QString label = bands_[k].name + " " + mb(bands_[k].bytes);
+    const QString label = bands_[k].name + " " + mb(bands_[k].bytes) + (bands_[k].remat ? " (recomputed)" : "");
     p.drawText(QPointF(lx + 14, 17), label);
     lx += 24 + p.fontMetrics().horizontalAdvance(label);
   }
@@ -141,12 +166,14 @@ QString MemoryChart::describeAt(QPoint pos) const {
   const int64_t i = nodeAt(pos);
   if (i < 0) return {};
   QString s = QString("node %1: %2 live").arg(i).arg(mb(timeline_[size_t(i)]));
+  if (std::binary_search(remat_nodes_.begin(), remat_nodes_.end(), i)) s += " (recomputes a value: remat)";
   for (const Band& b : bands_)
     if (b.first <= i && i <= b.last)
-      s += QString("\n%1 (%2), made by %3, scope %4, nodes %5..%6")
+      s += QString("\n%1 (%2%7), made by %3, scope %4, nodes %5..%6")
                .arg(b.name, mb(b.bytes), b.producer, b.scope.isEmpty() ? "-" : b.scope)
                .arg(b.first)
-               .arg(b.last);
+               .arg(b.last)
+               .arg(b.remat ? ", recomputed" : "");
   return s;
 }
 

@@ -21,6 +21,10 @@ print(m['input_bytes'] + (m['peak_bytes'] - m['input_bytes']) * 7 // 10)" "$W/pl
 import json, sys
 plain, remat, budget = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), int(sys.argv[3])
 assert remat["peak_bytes"] <= budget < plain["peak_bytes"], (remat["peak_bytes"], budget, plain["peak_bytes"])
+# The tensors the remat pass recomputes are flagged (kiln-studio hatches them).
+flagged = [t for t in remat["tensors"] if t["rematerialized"]]
+assert flagged and not any(t["rematerialized"] for t in plain["tensors"]), len(flagged)
+assert all(t["kind"] == "intermediate" for t in flagged), flagged
 PYEOF
 ok "kiln memory --memory-budget $budget: the planned peak fits"
 

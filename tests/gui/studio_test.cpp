@@ -1,7 +1,8 @@
 // kiln-studio's widget tests (QTest, headless: QT_QPA_PLATFORM=offscreen).
 // The reports come from the CTest fixture gui.reports (gui/CMakeLists.txt):
 // `kiln compile --report` and `kiln train --nproc 2 --report` on gpt2_mini,
-// named by KILN_STUDIO_COMPILE_REPORT and KILN_STUDIO_TRAIN_REPORT, and the
+// named by KILN_STUDIO_COMPILE_REPORT and KILN_STUDIO_TRAIN_REPORT (and a
+// compile under a memory budget, KILN_STUDIO_REMAT_REPORT), and the
 // model itself (KILN_STUDIO_MODEL), which kiln-studio compiles in-process.
 // Every view is opened and exported as PNG and SVG and checked to be a
 // valid, non-blank file; the graph is laid out and searched; the passes view
@@ -129,6 +130,26 @@ class StudioTest : public QObject {
     QCOMPARE(w.currentView()->name(), QString("graph"));
     QCOMPARE(w.graphView()->selectedNode(), node);
     QVERIFY(!chart->describeAt(middle).isEmpty());
+  }
+
+  void memoryViewMarksRecomputedValues() {
+    MainWindow w;
+    w.resize(1200, 800);
+    w.show();
+    QString error;
+    QVERIFY2(w.openPath(env("KILN_STUDIO_REMAT_REPORT"), &error), qPrintable(error));
+    QVERIFY(w.showView("memory"));
+    auto* chart = static_cast<kiln::studio::MemoryView*>(w.view("memory"))->chart();
+    QApplication::processEvents();
+    QVERIFY(chart->rematNodes() > 0);
+    // Hovering a recomputing node says so.
+    bool said = false;
+    for (int x = 0; x < chart->width() && !said; ++x)
+      said = chart->describeAt(QPoint(x, chart->height() / 2)).contains("remat");
+    QVERIFY(said);
+    // Without a budget nothing is marked.
+    QVERIFY2(w.openPath(env("KILN_STUDIO_COMPILE_REPORT"), &error), qPrintable(error));
+    QCOMPARE(chart->rematNodes(), size_t(0));
   }
 
   void cancelledLayoutDrawsNothing() {
