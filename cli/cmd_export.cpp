@@ -30,17 +30,23 @@ struct ExportCmd {
   std::string out;
 };
 
-Result<std::string> formatGraph(const Graph& g, const std::string& format) {
+Result<std::string> formatGraph(const Graph& g, const std::string& format, const TensorMap& consts) {
   if (format == "json") return graphToJsonText(g);
   if (format == "text") return printGraph(g);
   if (format == "dot") return graphToDot(g);
-  if (format == "fx") return graphToFxPython(g);
+  if (format == "fx") return graphToFxPython(g, consts);
   return renderDot(graphToDot(g), "svg");
 }
 
+bool hasConstInputs(const Graph& g) {
+  for (const Value* v : g.inputs())
+    if (v->role() == ValueRole::Const) return true;
+  return false;
+}
+
 int exportGraph(const ExportCmd& c) {
-  auto write = [&](const Graph& g) {
-    auto text = formatGraph(g, c.format);
+  auto write = [&](const Graph& g, const TensorMap& weights) {
+    auto text = formatGraph(g, c.format, weights);
     if (!text) return reportError(text.error());
     if (Status s = writeFileAtomic(c.out, *text); !s) return reportError(s.error());
     std::cout << "wrote the " << c.graph << " graph (" << g.numNodes() << " nodes) as " << c.format << " to " << c.out
@@ -50,13 +56,18 @@ int exportGraph(const ExportCmd& c) {
   if (c.graph == "forward") {
     auto model = loadAndVerify(c.train.model);
     if (!model) return reportError(model.error());
-    return write(model->graph);
+    return write(model->graph, model->weights);
   }
   TrainArgs args = c.train;
   args.compile_only = true;
   auto setup = setUpTraining(args, c.graph == "step" ? TrainingGraphKind::Step : TrainingGraphKind::Gradients);
   if (!setup) return reportError(setup.error(), c.train.verbose);
-  return write(setup->session->graph());
+  const Graph& g = setup->session->graph();
+  if (c.format != "fx" || !hasConstInputs(g)) return write(g, {});
+  // The fx file carries the trace's constants; a compile-only session keeps no weights.
+  auto model = loadAndVerify(c.train.model);
+  if (!model) return reportError(model.error());
+  return write(g, model->weights);
 }
 
 int listOps() {

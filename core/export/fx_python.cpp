@@ -51,6 +51,43 @@ std::vector<std::string> placeholderNames(const Graph& g) {
   return out;
 }
 
+std::string base64(const unsigned char* p, size_t n) {
+  static const char* kDigits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((n + 2) / 3 * 4);
+  for (size_t i = 0; i < n; i += 3) {
+    const uint32_t v = uint32_t(p[i]) << 16 | (i + 1 < n ? uint32_t(p[i + 1]) << 8 : 0) | (i + 2 < n ? p[i + 2] : 0);
+    out += kDigits[v >> 18 & 63];
+    out += kDigits[v >> 12 & 63];
+    out += i + 1 < n ? kDigits[v >> 6 & 63] : '=';
+    out += i + 2 < n ? kDigits[v & 63] : '=';
+  }
+  return out;
+}
+
+/// CONSTS: each const input's tensor, its bytes in base64 (little-endian,
+/// as torch.frombuffer reads them).
+Result<std::string> constants(const Graph& g, const TensorMap& consts) {
+  std::ostringstream s;
+  s << "# The tensors of the const inputs (baked into the model by its trace); run() binds them.\n"
+    << "def _tensor(dtype, shape, data):\n"
+    << "    return torch.frombuffer(bytearray(base64.b64decode(data)), dtype=dtype).reshape(shape).clone()\n\n\n"
+    << "CONSTS = {\n";
+  for (const Value* v : g.inputs()) {
+    if (v->role() != ValueRole::Const) continue;
+    auto it = consts.find(v->name());
+    if (it == consts.end()) return Error{"const input " + v->name() + " has no tensor to write into the file"};
+    const Tensor& t = it->second;
+    if (t.type() != v->type())
+      return Error{"const input " + v->name() + " is " + v->type().str() + " in the graph but " + t.type().str() +
+                   " in the model"};
+    s << "    " << pyStr(v->name()) << ": _tensor(" << fx::pyDType(t.dtype()) << ", " << fx::pyInts(t.shape()) << ", \""
+      << base64(static_cast<const unsigned char*>(t.raw()), t.type().bytes()) << "\"),\n";
+  }
+  s << "}\n\n\n";
+  return s.str();
+}
+
 /// The first collective of the graph, if any.
 const Node* findCollective(const Graph& g) {
   for (const auto& n : g.nodes())
@@ -71,7 +108,7 @@ std::string header(const Graph& g, int64_t calls) {
     << "#   by_name = step.run(tensors)                        # {output name: tensor}\n"
     << "#\n"
     << "# `python3 step.py` builds the module and prints its size (--code: its Python).\n"
-    << "import operator\nimport sys\n\nimport torch\nimport torch.fx\n\naten = torch.ops.aten\n\n";
+    << "import base64\nimport operator\nimport sys\n\nimport torch\nimport torch.fx\n\naten = torch.ops.aten\n\n";
   return s.str();
 }
 
@@ -114,9 +151,10 @@ std::string buildFunction(const Graph& g, fx::Emitter& e) {
 }
 
 const char* kTrailer = R"(def run(tensors, gm=None):
-    """Run the module on {input name: tensor}; returns {output name: tensor}."""
+    """Run the module on {input name: tensor} (the const inputs from CONSTS
+    unless given); returns {output name: tensor}."""
     gm = build() if gm is None else gm
-    outs = gm(*[tensors[name] for name in INPUTS])
+    outs = gm(*[tensors[name] if name in tensors else CONSTS[name] for name in INPUTS])
     return {name: t for (name, _), t in zip(OUTPUTS, outs)}
 
 
@@ -130,8 +168,10 @@ if __name__ == "__main__":
 
 }  // namespace
 
-Result<std::string> graphToFxPython(const Graph& g) {
+Result<std::string> graphToFxPython(const Graph& g, const TensorMap& consts) {
   if (const Node* c = findCollective(g)) return Error{c->describe() + ": a collective; export a single-process step"};
+  auto consts_py = constants(g, consts);
+  if (!consts_py) return consts_py.error();
   try {
     fx::Emitter e;
     for (size_t i = 0; i < g.inputs().size(); ++i) e.bind(g.inputs()[i], "in" + std::to_string(i));
@@ -140,7 +180,7 @@ Result<std::string> graphToFxPython(const Graph& g) {
       e.emit(*n);
     }
     std::string build = buildFunction(g, e);
-    return header(g, e.calls()) + signature(g) + build + kTrailer;
+    return header(g, e.calls()) + signature(g) + *consts_py + build + kTrailer;
   } catch (const KilnException& ex) {
     return Error{ex.what()};
   }

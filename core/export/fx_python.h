@@ -8,11 +8,15 @@
 
 #include "core/ir.h"
 #include "core/result.h"
+#include "core/tensor.h"
 
 namespace kiln {
 
 /// The Python source. Fails, naming the node, on an op that has no PyTorch
 /// equivalent here (collectives: a data-parallel step needs its ranks).
-Result<std::string> graphToFxPython(const Graph& g);
+/// `consts` holds the tensors of the graph's const inputs (a trace's baked-in
+/// tensors, Model::weights): they are written into the file (CONSTS), and
+/// run() binds them; a const input without one is an error.
+Result<std::string> graphToFxPython(const Graph& g, const TensorMap& consts = {});
 
 }  // namespace kiln

@@ -4,6 +4,7 @@
 #include <QGraphicsSimpleTextItem>
 #include <QHBoxLayout>
 #include <QMouseEvent>
+#include <QTimer>
 #include <QVBoxLayout>
 #include <QWheelEvent>
 #include <QtConcurrent/QtConcurrent>
@@ -158,6 +159,16 @@ GraphCanvas::GraphCanvas(QWidget* parent) : QWidget(parent) {
   bar->addWidget(cancel_);
   layout->addLayout(bar);
   watcher_ = new QFutureWatcher<GraphLayout>(this);
+  // Graphviz reports no progress: the status counts the seconds instead.
+  ticker_ = new QTimer(this);
+  ticker_->setInterval(500);
+  connect(ticker_, &QTimer::timeout, this, [this] {
+    if (!watcher_->isRunning()) return ticker_->stop();
+    setStatus(QString("laying out %1 boxes (%2 nodes)... %3 s")
+                  .arg(folded_.items.size())
+                  .arg(nodes_.size())
+                  .arg(layout_clock_.elapsed() / 1000.0, 0, 'f', 1));
+  });
   connect(cancel_, &QPushButton::clicked, this, [this] { cancelLayout(); });
   view->on_double_click = [this](int item) {
     if (item < 0 || item >= int(folded_.items.size())) return;
@@ -231,6 +242,8 @@ void GraphCanvas::relayout() {
   folded_ = foldGraph(*graph_, open_);
   setStatus(QString("laying out %1 boxes (%2 nodes)...").arg(folded_.items.size()).arg(nodes_.size()));
   cancel_->setVisible(true);
+  layout_clock_.start();
+  ticker_->start();
   const std::string dot = foldedDot(folded_, nodes_);
   const int generation = generation_;
   disconnect(watcher_, nullptr, this, nullptr);
@@ -256,6 +269,7 @@ void GraphCanvas::waitForLayout() {
 void GraphCanvas::cancelLayout() {
   if (!watcher_->isRunning()) return;
   ++generation_;  // Graphviz cannot stop: its result is dropped
+  ticker_->stop();
   cancel_->setVisible(false);
   setStatus("layout cancelled");
 }
@@ -268,6 +282,7 @@ QColor GraphCanvas::fillOf(size_t item) const {
 
 void GraphCanvas::showLayout(const GraphLayout& layout, int generation) {
   if (generation != generation_) return;
+  ticker_->stop();
   cancel_->setVisible(false);
   if (!layout.error.isEmpty()) {
     setStatus(layout.error);

@@ -6,10 +6,12 @@
 // view shows a pass's before and after side by side.
 #pragma once
 
+#include <QElapsedTimer>
 #include <QFutureWatcher>
 #include <QGraphicsView>
 #include <QLabel>
 #include <QPushButton>
+#include <QTimer>
 #include <functional>
 #include <set>
 #include <string>
@@ -107,6 +109,8 @@ class GraphCanvas : public QWidget {
   QLabel* status_;
   QPushButton* cancel_;
   QFutureWatcher<GraphLayout>* watcher_;
+  QTimer* ticker_;                              ///< updates the status while a layout runs
+  QElapsedTimer layout_clock_;                  ///< since the running layout started
   int generation_ = 0;                          ///< bumped by every layout and cancel; a stale result is dropped
   std::vector<QGraphicsRectItem*> item_boxes_;  ///< by item index (nullptr until drawn)
   int selected_ = -1;

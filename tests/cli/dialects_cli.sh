@@ -58,8 +58,11 @@ for k in timed:
     best = min(ok, key=lambda c: c["millis"])
     assert k["kernel"] == best["kernel"], (k["node"], k["kernel"], t)
 assert {k["node"].split(" ")[0] for k in timed} >= {"conv2d", "conv2d_input_backward"}, timed
-# The hit binds and reports exactly what was measured, without measuring again.
-assert a["kernels"] == h["kernels"], "a cache hit chose or reported differently"
+# The hit binds and reports exactly what was measured, without measuring
+# again (measured_ms is each run's own training profile).
+def chosen(r):
+    return [{k: v for k, v in e.items() if k != "measured_ms"} for e in r["kernels"]]
+assert chosen(a) == chosen(h), "a cache hit chose or reported differently"
 la, ld = ([s["loss"] for s in r["steps"]] for r in (a, d))
 assert all(abs(x - y) <= 1e-4 * max(1, abs(y)) for x, y in zip(la, ld)), (la, ld)
 PYEOF

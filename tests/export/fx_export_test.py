@@ -150,7 +150,8 @@ def inputs_before(mod, pt: str, batch: Dict[str, torch.Tensor], lr: float,
                   state: Optional[Dict[str, torch.Tensor]]) -> List[torch.Tensor]:
     """A tensor for each input of the module, by name and role: weights and
     optimizer state from `state` (Kiln's checkpoint), or before the first
-    step from the .pt with the step counter and every moment at 0."""
+    step from the .pt with the step counter and every moment at 0; the
+    const inputs from the file's CONSTS."""
     weights = state if state is not None else torch.jit.load(pt, map_location="cpu").state_dict()
     args = []
     for name, role, dtype, shape in mod.INPUT_SPECS:
@@ -163,8 +164,7 @@ def inputs_before(mod, pt: str, batch: Dict[str, torch.Tensor], lr: float,
         elif role == "opt_state":
             t = state[name] if state is not None else torch.zeros(shape, dtype=dtype)
         elif role == "const":
-            raise Failure(f"input {name}: a constant Kiln keeps with the model, outside the graph; the exported "
-                          f"file cannot hold it and this test has no copy to bind (docs/fx-export.md)")
+            t = mod.CONSTS[name]  # the trace's baked-in tensor, written into the file
         else:
             raise Failure(f"input {name} ({role}): no rule to bind it")
         if t.dtype != dtype or list(t.shape) != list(shape):
@@ -339,8 +339,9 @@ class OpsSeq(torch.nn.Module):
     where), unary math and its backward ops, comparisons and logical ops,
     rounding, softmax / log_softmax, nll_loss, reductions (cumsum, var,
     amax, amin, argmin, mean, prod), slicing, select, triu / tril, indexing,
-    gather, repeat, flip and transposes. (Its p = 0 dropout never reaches
-    the step: Kiln's simplifier removes it.)"""
+    gather, repeat, flip and transposes, and an index constant the trace
+    bakes in (a const input). (Its p = 0 dropout never reaches the step:
+    Kiln's simplifier removes it.)"""
 
     def __init__(self):
         super().__init__()
@@ -349,6 +350,9 @@ class OpsSeq(torch.nn.Module):
         self.out = torch.nn.Linear(12, 4)
         self.register_buffer("idx", torch.tensor([2, 0, 1]))
         self.register_buffer("classes", torch.tensor([1, 3, 0, 2, 1, -100, 3, 0, 2, 1]))
+        # A plain tensor attribute, not a buffer: the trace bakes it in as a
+        # constant, which Kiln keeps as a const input and the file as CONSTS.
+        self.perm = torch.tensor([5, 2, 11, 0, 7, 3, 9, 1, 10, 4, 8, 6])
 
     def forward(self, x):
         F = torch.nn.functional
@@ -367,6 +371,7 @@ class OpsSeq(torch.nn.Module):
         keep = ((h >= 0.1) & ~(h < -0.2)) | ((h != 0.5) ^ (h > 1))
         s = s + torch.where(keep, h, h.tril()) + torch.log(h.abs() + 1) + h.amin(1, keepdim=True)
         s = s + torch.gather(h, 2, h.argmin(-1, keepdim=True)) + F.dropout(h, 0.0, True)
+        s = s + torch.index_select(h, 2, self.perm) * 0.1
         s = s + (torch.floor(h) + torch.ceil(h) + torch.round(h * 3) - torch.sign(h)
                  + torch.div(h, 0.7, rounding_mode="floor")) * 0.01  # values only: no gradient
         logits = self.out(s)
