@@ -1,5 +1,5 @@
 // kiln-studio [MODEL|REPORT] [--view graph|passes|memory|kernels|comm]
-//             [--pass NAME] [--screenshot FILE.png|FILE.svg]
+//             [--measure] [--pass NAME] [--screenshot FILE.png|FILE.svg]
 // Opens a report (kiln compile/train --report) or a model (compiled in this
 // process, every pass's IR kept). With --screenshot it renders the view, saves it and
 // exits (the README's pictures are made so): exit 1 with one line on error.
@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   if (!cli.positionalArguments().isEmpty()) {
     QString error;
     if (!window.openPath(cli.positionalArguments().front(), &error)) return fail(error);
+    if (cli.isSet("measure") && !window.measure(&error)) return fail(error);
   }
   if (cli.isSet("pass")) {
     auto* passes = dynamic_cast<kiln::studio::PassesView*>(window.view("passes"));

@@ -20,6 +20,7 @@
 #include "core/graph_dot.h"
 #include "gui/export_view.h"
 #include "gui/model_compiler.h"
+#include "gui/training_run.h"
 #include "gui/views/chart_views.h"
 #include "gui/views/graph_view.h"
 #include "gui/views/passes_view.h"
@@ -49,7 +50,9 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   restoreGeometry(s.value("window/geometry").toByteArray());
   restoreState(s.value("window/state").toByteArray());
   if (s.contains("window/view")) showView(s.value("window/view").toString());
-  statusBar()->showMessage("Open a report (kiln compile --report R.json) or a model: File > Open (Ctrl+O)");
+  statusBar()->showMessage(
+      "Open a report (kiln compile --report R.json) or a model: File > Open (Ctrl+O); Run > Measure (Ctrl+R) "
+      "trains it a few steps for kernel times and communication");
 }
 
 MainWindow::~MainWindow() {
@@ -85,6 +88,11 @@ void MainWindow::buildMenus() {
   });
   file->addSeparator();
   file->addAction("&Quit", QKeySequence::Quit, this, &QWidget::close);
+  QMenu* run = menuBar()->addMenu("&Run");
+  run->addAction("&Measure: train 5 steps on 2 ranks", QKeySequence("Ctrl+R"), this, [this] {
+    QString error;
+    if (!measure(&error)) QMessageBox::warning(this, "kiln-studio", error);
+  });
   QMenu* view = menuBar()->addMenu("&View");
   view->addAction("&Find in graph", QKeySequence::Find, this, [this] {
     showView("graph");
@@ -154,6 +162,22 @@ Result<std::shared_ptr<StudioDocument>> MainWindow::compileModel(const QString& 
     return report.error();
   }
   return StudioDocument::fromReport(std::move(*report), model);
+}
+
+bool MainWindow::measure(QString* error) {
+  const QString model = doc_ ? QString::fromStdString(doc_->modelPath()) : QString();
+  if (model.isEmpty()) {
+    if (error) *error = "open a model or a report first: measuring trains the model it names";
+    return false;
+  }
+  auto doc = measureTraining(this, model, {});
+  if (!doc) {
+    if (error) *error = QString::fromStdString(doc.error().message);
+    return false;
+  }
+  setDocument(*doc);
+  statusBar()->showMessage("trained " + model + " for 5 steps on 2 ranks: kernel times and communication measured");
+  return true;
 }
 
 void MainWindow::setDocument(std::shared_ptr<const StudioDocument> doc) {

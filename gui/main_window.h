@@ -26,6 +26,10 @@ class MainWindow : public QMainWindow {
   /// --report-pass-ir would (a progress dialog with Cancel). Returns false
   /// with `error` set when it cannot.
   bool openPath(const QString& path, QString* error = nullptr);
+  /// Train the open document's model a few steps on 2 ranks (kiln train
+  /// --nproc 2 --report) and show that report: measured kernel times and
+  /// the communication fill in. False with `error` set when it cannot.
+  bool measure(QString* error = nullptr);
   void setDocument(std::shared_ptr<const StudioDocument> doc);
   std::shared_ptr<const StudioDocument> document() const { return doc_; }
 

@@ -94,8 +94,8 @@ void KernelsView::setDocument(std::shared_ptr<const StudioDocument> doc) {
                     .arg(total, 0, 'f', 3);
     else
       summary = QString(
-                    "%1 nodes, %2 stages. No measured times: kiln train --report times every node (steps "
-                    "after the first); --autotune times each node's candidate kernels.")
+                    "%1 nodes, %2 stages. No measured times: Run > Measure (Ctrl+R) or kiln train --report "
+                    "times every node (steps after the first); --autotune times each node's candidate kernels.")
                     .arg(kernels.size())
                     .arg(stages);
   }

@@ -196,6 +196,29 @@ class StudioTest : public QObject {
     QCOMPARE(w.document(), doc);
   }
 
+  void aMeasuredModelFillsAllFiveViews() {
+    // What a new user does: open a bundled model, Run > Measure.
+    MainWindow w;
+    w.resize(1200, 800);
+    w.show();
+    QString error;
+    QVERIFY(!w.measure(&error));  // nothing open yet
+    QVERIFY2(error.contains("open a model"), qPrintable(error));
+    QVERIFY2(w.openPath(env("KILN_STUDIO_MODEL"), &error), qPrintable(error));
+    QVERIFY2(w.measure(&error), qPrintable(error));
+    auto doc = w.document();
+    QCOMPARE(QString::fromStdString(doc->command()), QString("train"));
+    w.waitForLayouts();
+    QVERIFY(w.graphView()->canvas()->drawnItems() > 0);                                         // graph
+    QVERIFY(doc->hasPassIr() && static_cast<PassesView*>(w.view("passes"))->shownPass() >= 0);  // passes
+    auto* chart = static_cast<kiln::studio::MemoryView*>(w.view("memory"))->chart();
+    QVERIFY(chart->nodeAt(QPoint(chart->width() / 2, chart->height() / 2)) > 0);  // memory
+    auto* kernels = w.view("kernels")->findChild<QTableWidget*>();
+    bool timed = false;
+    QVERIFY(kernels->item(0, 6)->data(Qt::DisplayRole).toDouble(&timed) >= 0 && timed);  // kernels
+    QVERIFY(w.view("comm")->findChild<QTableWidget*>()->rowCount() >= 2);                // comm
+  }
+
   void passesViewShowsAPassBeforeAndAfter() {
     MainWindow w;
     w.resize(1400, 900);

@@ -1,0 +1,30 @@
+// Measuring a model in kiln-studio: the views that need a step to have run
+// (kernel times, communication) are filled by training the model a few
+// steps on a few ranks with the kiln executable (`kiln train --nproc R
+// --steps S --report R.json --report-pass-ir`; data parallelism needs
+// processes of their own), with a progress dialog whose Cancel stops it.
+#pragma once
+
+#include <QString>
+#include <QWidget>
+#include <memory>
+
+#include "core/result.h"
+#include "gui/studio_document.h"
+
+namespace kiln::studio {
+
+struct TrainingRun {
+  int ranks = 2;
+  int steps = 5;
+};
+
+/// The kiln executable: beside kiln-studio, one directory up (the build
+/// tree), or on PATH; empty when none.
+QString kilnExecutable();
+
+/// Train `model` as `run` says and open the report it writes. Errors are
+/// kiln's last line, or "... was cancelled".
+Result<std::shared_ptr<StudioDocument>> measureTraining(QWidget* parent, const QString& model, TrainingRun run);
+
+}  // namespace kiln::studio
