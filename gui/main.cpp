@@ -21,6 +21,9 @@ int main(int argc, char** argv) {
   cli.addHelpOption();
   cli.addPositionalArgument("file", "a report (kiln compile/train --report R.json) or a model (.pt, .fx.json)");
   cli.addOption({"view", "the view to show: graph, passes, memory, kernels, comm", "view", "graph"});
+  cli.addOption({"measure",
+                 "also train the model 5 steps on 2 ranks (kiln train --nproc 2 --report) so the kernel times and "
+                 "the communication fill in"});
   cli.addOption(
       {"pass", "in the passes view, show this pass before and after (default: the first that changed)", "name"});
   cli.addOption({"screenshot",
