@@ -7,7 +7,6 @@
 #include <QElapsedTimer>
 #include <QGuiApplication>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 
 #include "core/graphviz/render.h"
@@ -17,23 +16,6 @@
 
 using namespace kiln;
 using namespace kiln::studio;
-
-namespace {
-
-/// The DOT kiln-studio lays out for `open` (the canvas's own builder is
-/// private; this one has the same shape: one box per item, edges once).
-std::string dotOf(const FoldedGraph& f) {
-  std::string dot =
-      "digraph g {\n  rankdir=TB;\n  nslimit=2;\n  nslimit1=2;\n  mclimit=0.1;\n"
-      "  node [shape=box, fontname=\"monospace\", fontsize=10];\n";
-  if (const char* extra = std::getenv("KILN_DOT_ATTRS")) dot += std::string("  ") + extra + "\n";
-  for (size_t i = 0; i < f.items.size(); ++i)
-    dot += "  i" + std::to_string(i) + " [label=\"" + f.items[i].scope + "\"];\n";
-  for (const auto& [a, b] : f.edges) dot += "  i" + std::to_string(a) + " -> i" + std::to_string(b) + ";\n";
-  return dot + "}\n";
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   QGuiApplication app(argc, argv);
@@ -48,10 +30,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   const Graph& g = *(*doc)->graph();
+  std::vector<const Node*> nodes;
+  for (const auto& n : g.nodes()) nodes.push_back(n.get());
   std::set<std::string> open = defaultOpenScopes(g, GraphCanvas::kMaxItems);
   const std::set<std::string> all = allScopes(g);
   std::printf("%zu nodes, %zu scopes; layout (dot) of the folded graph as scopes open:\n", g.numNodes(), all.size());
-  std::printf("%8s %8s %10s\n", "boxes", "open", "layout ms");
+  std::printf("%8s %8s %10s %8s\n", "boxes", "open", "layout ms", "placed");
   // Open the remaining scopes in order, a few at a time, timing each layout.
   std::vector<std::string> closed;
   for (const std::string& s : all)
@@ -61,13 +45,14 @@ int main(int argc, char** argv) {
     const FoldedGraph f = foldGraph(g, open);
     QElapsedTimer t;
     t.start();
-    auto plain = renderDot(dotOf(f), "plain");
+    auto plain = renderDot(foldedDot(f, nodes), "plain");
     const double ms = double(t.nsecsElapsed()) / 1e6;
     if (!plain) {
       std::fprintf(stderr, "layout failed: %s\n", plain.error().message.c_str());
       return 1;
     }
-    std::printf("%8zu %8zu %10.1f\n", f.items.size(), open.size(), ms);
+    const GraphLayout laid = parsePlainLayout(*plain);  // what the canvas would draw
+    std::printf("%8zu %8zu %10.1f %8zu\n", f.items.size(), open.size(), ms, laid.boxes.size());
     std::fflush(stdout);
     if (next >= closed.size() || ms > budget * 1000) break;
     for (size_t k = 0; k < std::max<size_t>(1, closed.size() / 8) && next < closed.size(); ++k)

@@ -37,6 +37,12 @@ struct GraphLayout {
 /// Parse Graphviz's "plain" output (exposed for tests).
 GraphLayout parsePlainLayout(const std::string& plain);
 
+/// The DOT the canvas lays out for a folded graph (`nodes`: the graph's, by
+/// index): a box per item, nodes drawn alone in a cluster of their scope so
+/// a scope's nodes stay together, each edge once (exposed for the layout
+/// benchmark).
+std::string foldedDot(const FoldedGraph& f, const std::vector<const Node*>& nodes);
+
 class GraphCanvas : public QWidget {
  public:
   /// Graphs with more nodes than this open folded (Graphviz lays out a few
