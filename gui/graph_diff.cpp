@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "core/text_ir.h"
+#include "gui/scope_folding.h"
 
 namespace kiln::studio {
 namespace {
@@ -38,10 +39,6 @@ std::string resultKey(const std::string& line) {
   if (line.empty() || line[0] != '%') return line;
   const size_t eq = line.find(" = ");
   return eq == std::string::npos ? line : line.substr(0, eq);
-}
-
-bool backward(const Node& n) {
-  return n.provenance().find("grad of ") != std::string::npos;
 }
 
 }  // namespace
@@ -112,14 +109,15 @@ GraphDiff diffPassGraphs(const PassGraph& before, const PassGraph& after) {
         d.after[size_t(aidx.at(pa))] == NodeChange::Added)
       link(bidx.at(pb), aidx.at(pa));
   }
-  // 3. Provenance: same scope and phase, one provenance inside the other.
+  // 3. Provenance: same scope and part (scope_folding's backward), one
+  // provenance inside the other.
+  const std::vector<bool> bback = backwardNodes(before.graph), aback = backwardNodes(after.graph);
   std::map<std::pair<std::string, bool>, std::vector<int>> removed_by_scope;
   for (size_t b = 0; b < nb; ++b)
-    if (d.before[b] == NodeChange::Removed)
-      removed_by_scope[{bnodes[b]->scope(), backward(*bnodes[b])}].push_back(int(b));
+    if (d.before[b] == NodeChange::Removed) removed_by_scope[{bnodes[b]->scope(), bback[b]}].push_back(int(b));
   for (size_t a = 0; a < na; ++a) {
     if (d.after[a] != NodeChange::Added || anodes[a]->provenance().empty()) continue;
-    auto it = removed_by_scope.find({anodes[a]->scope(), backward(*anodes[a])});
+    auto it = removed_by_scope.find({anodes[a]->scope(), aback[a]});
     if (it == removed_by_scope.end()) continue;
     const std::string& pa = anodes[a]->provenance();
     for (int b : it->second) {

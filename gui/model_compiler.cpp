@@ -26,7 +26,7 @@ Result<nlohmann::json> compileModelReport(const std::string& path, const Compile
   if (progress) progress(95, "writing the report");
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   // ordered_json keeps the CLI's key order; the document reads plain json.
-  return nlohmann::json::parse(cli::buildReport("compile", args, *setup, ms).dump());
+  return nlohmann::json(cli::buildReport("compile", args, *setup, ms));
 }
 
 }  // namespace kiln::studio

@@ -18,10 +18,8 @@ std::vector<std::string> prefixes(const std::string& scope) {
   return out;
 }
 
-/// Per node: part of the backward, i.e. a gradient ("grad of ..." in its
-/// provenance) or downstream of one. By data flow rather than provenance
-/// alone, so no folded forward part reads a backward one and the folded
-/// graph keeps the step's forward-then-backward order.
+}  // namespace
+
 std::vector<bool> backwardNodes(const Graph& g) {
   std::unordered_map<const Node*, bool> bw;
   std::vector<bool> out;
@@ -34,6 +32,8 @@ std::vector<bool> backwardNodes(const Graph& g) {
   }
   return out;
 }
+
+namespace {
 
 /// The folded scope a node goes into ("" when drawn alone).
 std::string foldOf(const Node& n, const std::set<std::string>& open) {

@@ -28,6 +28,12 @@ struct FoldedGraph {
   std::vector<std::pair<int, int>> edges;  ///< between items, each once, no self-loops
 };
 
+/// Per node (in order): part of the backward, i.e. a gradient ("grad of
+/// ..." in its provenance) or downstream of one. By data flow rather than
+/// provenance alone, so no folded forward part reads a backward one and the
+/// folded graph keeps the step's forward-then-backward order.
+std::vector<bool> backwardNodes(const Graph& g);
+
 /// Draw every node alone when the graph has at most `max_items` nodes;
 /// else the scopes to open so that at most `max_items` items are drawn,
 /// the ones that add the fewest boxes first (a scope only after its parent).

@@ -48,9 +48,10 @@ std::string StudioDocument::modelPath() const {
 }
 
 namespace {
-const nlohmann::json& passesOf(const nlohmann::json& report) {
+/// report[key] when it is an array, else an empty one.
+const nlohmann::json& arrayAt(const nlohmann::json& report, const char* key) {
   static const nlohmann::json kNone = nlohmann::json::array();
-  auto it = report.find("passes");
+  auto it = report.find(key);
   return it != report.end() && it->is_array() ? *it : kNone;
 }
 
@@ -61,13 +62,21 @@ std::string stringAt(const nlohmann::json& entry, const char* key) {
 }
 }  // namespace
 
+const nlohmann::json& StudioDocument::passes() const {
+  return arrayAt(report_, "passes");
+}
+
+const nlohmann::json& StudioDocument::kernels() const {
+  return arrayAt(report_, "kernels");
+}
+
 bool StudioDocument::hasPassIr() const {
-  const nlohmann::json& passes = passesOf(report_);
+  const nlohmann::json& passes = this->passes();
   return !passes.empty() && passes[0].is_object() && passes[0].contains("ir_before");
 }
 
 std::string StudioDocument::passIrBefore(size_t i) const {
-  const nlohmann::json& passes = passesOf(report_);
+  const nlohmann::json& passes = this->passes();
   if (!hasPassIr() || i >= passes.size()) return {};
   // The graph after the last pass before i that changed it, else the input.
   for (size_t k = i; k-- > 0;)
@@ -76,7 +85,7 @@ std::string StudioDocument::passIrBefore(size_t i) const {
 }
 
 std::string StudioDocument::passIrAfter(size_t i) const {
-  const nlohmann::json& passes = passesOf(report_);
+  const nlohmann::json& passes = this->passes();
   if (!hasPassIr() || i >= passes.size()) return {};
   if (passes[i].is_object() && passes[i].contains("ir")) return stringAt(passes[i], "ir");
   return passIrBefore(i);

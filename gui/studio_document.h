@@ -32,6 +32,11 @@ class StudioDocument {
   /// The model path the report names.
   std::string modelPath() const;
 
+  /// report.passes / report.kernels, or an empty array (no copy: the pass
+  /// entries may hold megabytes of IR).
+  const nlohmann::json& passes() const;
+  const nlohmann::json& kernels() const;
+
   /// Whether the report keeps each pass's IR (kiln compile --report-pass-ir,
   /// or a model compiled by kiln-studio).
   bool hasPassIr() const;

@@ -103,7 +103,7 @@ void GraphView::colourByDialect(bool by_dialect) {
     canvas_->recolour();
     return;
   }
-  const nlohmann::json kernels = doc_->report().value("kernels", nlohmann::json::array());
+  const nlohmann::json& kernels = doc_->kernels();
   // A fixed colour per dialect, in the order the dialects first appear.
   static const QColor palette[] = {QColor(0x4e, 0x79, 0xa7), QColor(0xf2, 0x8e, 0x2b), QColor(0xe1, 0x57, 0x59),
                                    QColor(0x76, 0xb7, 0xb2), QColor(0x59, 0xa1, 0x4f), QColor(0xed, 0xc9, 0x48),
@@ -167,7 +167,8 @@ QString GraphView::describe(int node) const {
   const Cost c = nodeCost(*n);
   s += "flops: " + std::to_string(static_cast<int64_t>(c.flops)) +
        ", bytes: " + std::to_string(static_cast<int64_t>(c.bytes)) + "\n";
-  const nlohmann::json kernels = doc_ ? doc_->report().value("kernels", nlohmann::json::array()) : nlohmann::json();
+  if (!doc_) return QString::fromStdString(s);
+  const nlohmann::json& kernels = doc_->kernels();
   if (node < int(kernels.size()) && kernels[size_t(node)].is_object())
     s += "kernel: " + kernels[size_t(node)].value("kernel", "") + "\n";
   return QString::fromStdString(s);

@@ -143,7 +143,7 @@ void PassesView::setDocument(std::shared_ptr<const StudioDocument> doc) {
   std::vector<std::vector<QVariant>> rows;
   QString summary = "No report open.";
   if (doc_) {
-    const nlohmann::json passes = doc_->report().value("passes", nlohmann::json::array());
+    const nlohmann::json& passes = doc_->passes();
     int64_t before = -1;
     double total = 0;
     for (const auto& p : passes) {
@@ -181,7 +181,7 @@ void PassesView::setDocument(std::shared_ptr<const StudioDocument> doc) {
         "--report R.json --report-pass-ir, or open the model itself in kiln-studio.");
   } else {
     // The first pass that changed the graph.
-    const nlohmann::json passes = doc_->report().value("passes", nlohmann::json::array());
+    const nlohmann::json& passes = doc_->passes();
     size_t first = 0;
     while (first + 1 < passes.size() && !(passes[first].is_object() && passes[first].value("changed", false))) ++first;
     showPass(first);
@@ -190,7 +190,7 @@ void PassesView::setDocument(std::shared_ptr<const StudioDocument> doc) {
 
 int PassesView::passIndex(const QString& name) const {
   if (!doc_) return -1;
-  const nlohmann::json passes = doc_->report().value("passes", nlohmann::json::array());
+  const nlohmann::json& passes = doc_->passes();
   for (size_t i = 0; i < passes.size(); ++i)
     if (passes[i].is_object() && QString::fromStdString(passes[i].value("name", "")) == name) return int(i);
   return -1;
@@ -198,7 +198,7 @@ int PassesView::passIndex(const QString& name) const {
 
 bool PassesView::showPass(size_t index) {
   if (!doc_ || !doc_->hasPassIr()) return false;
-  const nlohmann::json passes = doc_->report().value("passes", nlohmann::json::array());
+  const nlohmann::json& passes = doc_->passes();
   if (index >= passes.size()) return false;
   if (int(index) == shown_) return true;
   const std::string name = passes[index].is_object() ? passes[index].value("name", "") : "";

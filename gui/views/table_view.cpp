@@ -50,7 +50,7 @@ void KernelsView::setDocument(std::shared_ptr<const StudioDocument> doc) {
   bool timed = false;
   if (doc) {
     const nlohmann::json& r = doc->report();
-    const nlohmann::json kernels = r.value("kernels", nlohmann::json::array());
+    const nlohmann::json& kernels = doc->kernels();
     // Each node's time: measured in training (kiln train --report), else
     // its bound kernel's --autotune time.
     std::vector<double> ms;
