@@ -54,7 +54,9 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::create(const Model& mo
   if (s->config_.device == "cuda") {
     auto backend = cudaBackend();
     if (!backend) return backend.error();
-    DeviceRunnerOptions ro{.seed = s->config_.seed, .kernels = s->config_.kernels};
+    DeviceRunnerOptions ro;
+    ro.seed = s->config_.seed;
+    ro.kernels = s->config_.kernels;
     if (CollectiveEngine* comm = s->config_.collectives.get(); comm && comm->size() > 1) {
       // NCCL runs the step's collectives; the ranks meet through an id rank 0
       // makes and broadcasts over the host communicator (Gloo).

@@ -402,7 +402,6 @@ Result<TrainSetup> setUp(const TrainArgs& a, TrainingGraphKind kind, bool lookup
     dp.bucket_bytes = *parseByteSize(a.bucket_size);
     dp.sparse_patterns = a.sparse_grads;
     dp.sparse_embeddings = !a.dense_embeddings;
-    dp.row_sparse_embeddings = a.device != "cuda";  // the CUDA backend has no row-sparse kernels yet
     dp.zero_stage = a.zero;
     dp.rank = a.collectives ? a.collectives->rank() : 0;
     cfg.collectives = a.collectives;  // nullptr when only compiling

@@ -54,8 +54,8 @@ struct DataParallelOptions {
   bool sparse_embeddings = true;
   /// ...and stay row-sparse from the backward to the update
   /// (core/ops/row_sparse.cpp): embedding_backward_rows, allreduce_rows,
-  /// rows_to_dense for the readers that need it. The CPU backend has these
-  /// kernels; the CUDA one not yet (it allreduces the dense gradient).
+  /// rows_to_dense for the readers that need it; both backends have these
+  /// kernels (on the GPU the rows travel by NCCL all-gather).
   bool row_sparse_embeddings = true;
   /// Sparse falls back to dense when it would send more than this times
   /// the dense ring's bytes (decided at run time on the real counts).

@@ -299,7 +299,7 @@ void CudaExecutor::enqueueStep() {
   for (size_t i = 0; i < nodes_.size(); ++i) {
     if (auto c = collectives_.find(i); c != collectives_.end()) {
       enqueueCollective(*nodes_[i], ins_[i], outs_[i], c->second.staging, options_.nccl.get(), compute_, comm_,
-                        c->second.packed);
+                        c->second.packed, error_flag_, i);
       check(cudaEventRecord(c->second.done, comm_), "recording a collective's end", nodes_[i]);
       in_flight[i] = 1;
       continue;

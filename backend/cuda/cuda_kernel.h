@@ -141,6 +141,7 @@ void registerCudaDropoutKernels(CudaKernelRegistry& r);      // kernels_dropout.
 void registerCudaGemmKernels(CudaKernelRegistry& r);         // kernels_gemm.cpp (cuBLAS, cuBLASLt)
 void registerCudaConvKernels(CudaKernelRegistry& r);         // kernels_conv.cpp (cuDNN) + kernels_pool.cu
 void registerCudaOptimizerKernels(CudaKernelRegistry& r);    // kernels_optim.cu
+void registerCudaRowUpdateKernels(CudaKernelRegistry& r);    // kernels_optim_rows.cu (sgd_update_rows)
 void registerCudaFusedKernels(CudaKernelRegistry& r);        // kernels_fused.cpp (NVRTC)
 void registerCudaCollectiveKernels(CudaKernelRegistry& r);   // kernels_collective.cu (NCCL)
 

@@ -17,6 +17,7 @@ const CudaKernelRegistry& CudaKernelRegistry::get() {
     registerCudaGemmKernels(r);
     registerCudaConvKernels(r);
     registerCudaOptimizerKernels(r);
+    registerCudaRowUpdateKernels(r);
     registerCudaFusedKernels(r);
     registerCudaCollectiveKernels(r);
     return r;

@@ -25,7 +25,15 @@ __global__ void divideKernel(T* dst, const T* src, size_t count, int ranks) {
   }
 }
 
-void divideInto(void* dst, const void* src, size_t count, DType dt, int ranks, cudaStream_t stream, const Node& n) {
+void collectiveKernel(const Node& n, std::span<const DeviceTensor> ins, std::span<const DeviceTensor> outs,
+                      CudaContext& ctx) {
+  enqueueCollective(n, ins, outs, requireWorkspace(ctx, collectiveStagingBytes(n)), ctx.nccl, ctx.stream, ctx.stream,
+                    nullptr, ctx.error_flag, ctx.node_index);
+}
+
+}  // namespace
+
+void enqueueDivide(void* dst, const void* src, size_t count, DType dt, int ranks, cudaStream_t stream, const Node& n) {
   if (count == 0) return;
   const unsigned blocks = static_cast<unsigned>(std::min<size_t>((count + 255) / 256, 4096));
   dispatchFloating(dt, "averaging allreduce", [&](auto tag) {
@@ -35,15 +43,8 @@ void divideInto(void* dst, const void* src, size_t count, DType dt, int ranks, c
   checkLaunch("divideKernel", &n);
 }
 
-void collectiveKernel(const Node& n, std::span<const DeviceTensor> ins, std::span<const DeviceTensor> outs,
-                      CudaContext& ctx) {
-  enqueueCollective(n, ins, outs, requireWorkspace(ctx, collectiveStagingBytes(n)), ctx.nccl, ctx.stream, ctx.stream,
-                    nullptr);
-}
-
-}  // namespace
-
 size_t collectiveStagingBytes(const Node& n) {
+  if (n.op() == "allreduce_rows") return rowsStaging(n).total;
   std::map<DType, size_t> by_dtype;
   for (const Value* v : n.inputs()) by_dtype[v->dtype()] += v->type().bytes();
   size_t total = 0;
@@ -53,7 +54,9 @@ size_t collectiveStagingBytes(const Node& n) {
 
 void enqueueCollective(const Node& n, std::span<const DeviceTensor> ins, std::span<const DeviceTensor> outs,
                        void* staging, NcclCommunicator* comm, cudaStream_t pack_stream, cudaStream_t comm_stream,
-                       cudaEvent_t packed) {
+                       cudaEvent_t packed, int* error_flag, uint64_t node_index) {
+  if (n.op() == "allreduce_rows")
+    return enqueueRowsCollective(n, ins, outs, staging, comm, pack_stream, comm_stream, packed, error_flag, node_index);
   using Kind = CollectiveLayout::Kind;
   const int rank = comm ? comm->rank() : 0, size = comm ? comm->size() : 1;
   const CollectiveLayout l = layoutCollective(n, rank, size);
@@ -64,8 +67,8 @@ void enqueueCollective(const Node& n, std::span<const DeviceTensor> ins, std::sp
     for (const CollectiveLayout::Member& m : g.members) {
       if (!m.bytes || (l.kind == Kind::AllGather && !m.mine)) continue;  // another rank's placeholder
       if (l.average && size > 1)
-        divideInto(base + at + m.offset, ins[m.input].data, m.bytes / dtypeSize(g.dtype), g.dtype, size, pack_stream,
-                   n);
+        enqueueDivide(base + at + m.offset, ins[m.input].data, m.bytes / dtypeSize(g.dtype), g.dtype, size, pack_stream,
+                      n);
       else
         check(cudaMemcpyAsync(base + at + m.offset, ins[m.input].data, m.bytes, cudaMemcpyDeviceToDevice, pack_stream),
               "staging a collective's input", &n);
@@ -104,7 +107,7 @@ void enqueueCollective(const Node& n, std::span<const DeviceTensor> ins, std::sp
 }
 
 void registerCudaCollectiveKernels(CudaKernelRegistry& r) {
-  for (const char* op : {"allreduce", "broadcast", "reduce_scatter", "allgather"}) {
+  for (const char* op : {"allreduce", "broadcast", "reduce_scatter", "allgather", "allreduce_rows"}) {
     CudaKernelDef d;
     d.op = op;
     d.dialect = "nccl";

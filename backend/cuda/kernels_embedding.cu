@@ -1,6 +1,8 @@
 // CUDA kernels of embedding and embedding_backward {num_weights,
 // padding_idx, scale_grad_by_freq} (core/ops/nn.cpp, nn_grad.cpp), with the
-// CPU reference's semantics (backend/cpu/kernels_nn.cpp, kernels_nn_grad.cpp).
+// CPU reference's semantics (backend/cpu/kernels_nn.cpp, kernels_nn_grad.cpp),
+// and of the row-sparse embedding gradient's embedding_backward_rows and
+// rows_to_dense (core/ops/row_sparse.cpp, backend/cpu/kernels_row_sparse.cpp).
 // An index out of range cannot throw without a sync: the kernel records the
 // node in ctx.error_flag and writes a zero row. The backward sorts the
 // indices (CUB, stable) and sums each row's gradients in index order:
@@ -20,6 +22,7 @@
 #include "backend/cuda/cuda_kernel.h"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/cuda_rowwise.cuh"
+#include "backend/cuda/row_coalesce.h"  // keyBits, sortTempBytes
 #include "core/ops/op_helpers.h"
 
 namespace kiln::cuda {
@@ -103,26 +106,6 @@ void embeddingKernelFn(const Node& n, std::span<const DeviceTensor> in, std::spa
 struct EmbeddingLayout {
   size_t keys_in = 0, keys_out = 0, vals_in = 0, vals_out = 0, first = 0, last = 0, temp = 0, temp_bytes = 0, total = 0;
 };
-
-int keyBits(int64_t rows) {
-  int bits = 1;
-  while (bits < 32 && (int64_t{1} << bits) <= rows) ++bits;  // rows itself (the sentinel) must fit
-  return bits;
-}
-
-/// CUB's scratch for sorting `count` keys below 2^keyBits(rows). The query
-/// needs a device; without one (a plan made on a host with no GPU) a
-/// generous bound: the alternate key/value buffers, the digit histograms
-/// and the look-back state come to well under 24 bytes per key plus 4 MiB.
-size_t sortTempBytes(int64_t count, int64_t rows) {
-  size_t bytes = 0;
-  const cudaError_t e = cub::DeviceRadixSort::SortPairs(
-      nullptr, bytes, static_cast<const uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr),
-      static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr), static_cast<int>(count), 0, keyBits(rows));
-  if (e == cudaSuccess) return bytes;
-  cudaGetLastError();
-  return static_cast<size_t>(count) * 24 + (size_t{4} << 20);
-}
 
 EmbeddingLayout embeddingLayout(int64_t count, int64_t rows) {
   EmbeddingLayout l;
@@ -250,12 +233,99 @@ void embeddingBackwardKernel(const Node& n, std::span<const DeviceTensor> in, st
   });
 }
 
+// ---- embedding_backward_rows (g, indices) -> rows i64[K], values [K, dim] -------------
+// The row-sparse gradient (core/ops/row_sparse.cpp): the positions keyed by
+// their index (padding_idx and out-of-range indices left out, the latter
+// also raising the fault flag) and coalesced (row_coalesce.h), each row's
+// positions summed in index order from +0 as the CPU kernel sums them.
+
+RowCoalesceLayout embeddingRowsLayout(const Node& n) {
+  const int64_t count = n.input(1)->type().numel();
+  return rowCoalesceLayout(count, n.i("num_weights"), count);
+}
+
+size_t embeddingBackwardRowsWorkspace(const Node& n) {
+  return embeddingRowsLayout(n).total;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    embeddingRowKeysKernel(Index idx, uint32_t* __restrict__ keys, int64_t count, int64_t rows, int64_t padding_idx,
+                           int* flag, uint64_t node) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t id = idx[i];
+    const bool ok = id >= 0 && id < rows;
+    if (!ok) raiseError(flag, node);
+    keys[i] = static_cast<uint32_t>(ok && id != padding_idx ? id : rows);
+  }
+}
+
+bool embeddingBackwardRowsSupports(const Node& n) {
+  const DType t = n.input(0)->dtype();
+  return (t == DType::F32 || t == DType::F64) && integralDType(n.input(1)->dtype()) &&
+         n.input(1)->type().numel() < (int64_t{1} << 31) && n.i("num_weights") < (int64_t{1} << 31) - 1;
+}
+
+void embeddingBackwardRowsKernel(const Node& n, std::span<const DeviceTensor> in, std::span<const DeviceTensor> out,
+                                 CudaContext& ctx) {
+  const RowCoalesceLayout l = embeddingRowsLayout(n);
+  void* ws = requireWorkspace(ctx, l.total);
+  if (l.sources > 0) {
+    embeddingRowKeysKernel<<<gridFor(l.sources), kThreads, 0, ctx.stream>>>(
+        indexOf(in[1], n), coalesceKeys(ws, l), l.sources, l.bound, n.i("padding_idx"), ctx.error_flag, ctx.node_index);
+    checkLaunch("embeddingRowKeysKernel", ctx.node);
+  }
+  enqueueRowCoalesce(ws, l, in[0].data, in[0].dtype(), out[1].shape()[1], out[0].as<int64_t>(), out[1].data, ctx.stream,
+                     ctx.node);
+}
+
+// ---- rows_to_dense (rows, values) -> [num_rows, dim] ---------------------------
+// Zeros, then each listed row's values copied to its place (any dtype, as
+// elements of its size). Rows out of range, out of order or after the -1
+// padding raise the fault flag and are not written (the CPU kernel fails on
+// the first two; a row after the padding is malformed either way).
+
+template <class E>
+__global__ void __launch_bounds__(kThreads)
+    rowsToDenseKernel(const int64_t* __restrict__ rows, const E* __restrict__ values, E* __restrict__ out,
+                      int64_t capacity, int64_t dim, int64_t num_rows, int* flag, uint64_t node) {
+  const int64_t total = capacity * dim;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t j = idx / dim, d = idx % dim;
+    const int64_t r = rows[j];
+    if (r < 0) continue;
+    if (r >= num_rows || (j > 0 && (rows[j - 1] < 0 || rows[j - 1] >= r))) {
+      if (d == 0) raiseError(flag, node);
+      continue;
+    }
+    out[r * dim + d] = values[idx];
+  }
+}
+
+void rowsToDenseKernelFn(const Node& n, std::span<const DeviceTensor> in, std::span<const DeviceTensor> out,
+                         CudaContext& ctx) {
+  check(cudaMemsetAsync(out[0].data, 0, out[0].bytes(), ctx.stream), "cudaMemsetAsync", ctx.node);
+  const int64_t capacity = in[0].numel(), dim = in[1].shape()[1];
+  if (capacity * dim == 0) return;
+  dispatchBySize(dtypeSize(in[1].dtype()), &n, [&](auto tag) {
+    using E = decltype(tag);
+    rowsToDenseKernel<E><<<gridFor(capacity * dim), kThreads, 0, ctx.stream>>>(
+        in[0].as<int64_t>(), in[1].as<E>(), out[0].as<E>(), capacity, dim, n.i("num_rows"), ctx.error_flag,
+        ctx.node_index);
+    checkLaunch("rowsToDenseKernel", ctx.node);
+  });
+}
+
 }  // namespace
 
 void registerCudaEmbeddingKernels(CudaKernelRegistry& r) {
   r.add(ownCudaKernel("embedding", embeddingKernelFn, nullptr, embeddingSupports));
   r.add(ownCudaKernel("embedding_backward", embeddingBackwardKernel, embeddingBackwardWorkspace,
                       embeddingBackwardSupports));
+  r.add(ownCudaKernel("embedding_backward_rows", embeddingBackwardRowsKernel, embeddingBackwardRowsWorkspace,
+                      embeddingBackwardRowsSupports));
+  r.add(ownCudaKernel("rows_to_dense", rowsToDenseKernelFn));
 }
 
 }  // namespace kiln::cuda

@@ -12,7 +12,9 @@
 // Everything that changes from step to step (lr, step, grad_scale) is a
 // device tensor read inside the kernels; skip_nonfinite's decision (a
 // non-finite grad_scale: every output is its input) is taken there too.
-// See kernels_optim.h for the multi-tensor launch layout and its limits.
+// See kernels_optim.h for the multi-tensor launch layout and its limits;
+// optim_device.cuh holds the scalar loads and rounded arithmetic that
+// sgd_update_rows (kernels_optim_rows.cu) shares.
 //
 // global_norm: deterministic. Each thread block sums the squares of one
 // chunk in double (any floating input dtype; the CPU sums in double too), in
@@ -32,13 +34,13 @@
 #include "backend/cuda/cuda_dtype.cuh"
 #include "backend/cuda/cuda_kernel.h"
 #include "backend/cuda/kernels_optim.h"
+#include "backend/cuda/optim_device.cuh"
 
 namespace kiln::cuda {
 namespace {
 
 constexpr int kUpdateThreads = 512;
 constexpr int kNormThreads = 256;
-constexpr size_t kScalars = 3;  // lr, step, grad_scale
 
 // ---- the launch table ---------------------------------------------------------------------
 
@@ -52,24 +54,6 @@ struct TensorTable {
   uint8_t tensor_of[NB];
   uint8_t dtype[NT];
 };
-
-/// Dtype codes the device side switches on.
-enum : uint8_t { kF32 = 0, kF64 = 1, kF16 = 2, kBF16 = 3 };
-
-uint8_t dtypeCode(DType t) {
-  switch (t) {
-    case DType::F32:
-      return kF32;
-    case DType::F64:
-      return kF64;
-    case DType::F16:
-      return kF16;
-    case DType::BF16:
-      return kBF16;
-    default:
-      fail("optimizer kernels: dtype " + std::string(dtypeName(t)) + " is not floating");
-  }
-}
 
 /// One tensor's pointers (up to 7), size and dtype, before it goes into a table.
 struct TensorRef {
@@ -114,51 +98,6 @@ void forEachLaunch(const std::vector<TensorRef>& refs, TensorTable<D, NT, NB>& t
 }
 
 // ---- device helpers ----------------------------------------------------------------------------
-
-/// Device pointers and dtypes of lr, step and grad_scale.
-struct ScalarRefs {
-  const void* p[kScalars];
-  uint8_t dtype[kScalars];
-};
-
-__device__ __forceinline__ double loadScalar(const void* p, uint8_t code) {
-  switch (code) {
-    case kF64:
-      return *static_cast<const double*>(p);
-    case kF16:
-      return static_cast<double>(__half2float(*static_cast<const __half*>(p)));
-    case kBF16:
-      return static_cast<double>(__bfloat162float(*static_cast<const __nv_bfloat16*>(p)));
-    default:
-      return static_cast<double>(*static_cast<const float*>(p));
-  }
-}
-
-// Correctly rounded operations, never contracted into FMAs (the CPU's order).
-__device__ __forceinline__ float mul(float a, float b) {
-  return __fmul_rn(a, b);
-}
-__device__ __forceinline__ double mul(double a, double b) {
-  return __dmul_rn(a, b);
-}
-__device__ __forceinline__ float add(float a, float b) {
-  return __fadd_rn(a, b);
-}
-__device__ __forceinline__ double add(double a, double b) {
-  return __dadd_rn(a, b);
-}
-__device__ __forceinline__ float divide(float a, float b) {
-  return __fdiv_rn(a, b);
-}
-__device__ __forceinline__ double divide(double a, double b) {
-  return __ddiv_rn(a, b);
-}
-__device__ __forceinline__ float root(float a) {
-  return __fsqrt_rn(a);
-}
-__device__ __forceinline__ double root(double a) {
-  return __dsqrt_rn(a);
-}
 
 /// [begin, end) of this block's chunk.
 template <typename Table>
@@ -407,15 +346,6 @@ struct Group {
   DType dtype = DType::F32;
   std::vector<TensorRef> refs;
 };
-
-ScalarRefs scalarRefs(const std::vector<DeviceTensor>& in) {
-  ScalarRefs s{};
-  for (size_t i = 0; i < kScalars; ++i) {
-    s.p[i] = in[i].data;
-    s.dtype[i] = dtypeCode(in[i].dtype());
-  }
-  return s;
-}
 
 bool sameScalars(const ScalarRefs& a, const ScalarRefs& b) {
   for (size_t i = 0; i < kScalars; ++i)

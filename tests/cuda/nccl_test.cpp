@@ -109,5 +109,63 @@ TEST(Nccl, ExecutorRunsCollectivesOnTheCommunicationStream) {
   EXPECT_TRUE((*ex)->graphCaptured());
 }
 
+// The row-sparse embedding gradient as data_parallel and sparse_updates
+// leave it: its rows, their allreduce_rows on the communication stream (one
+// NCCL rank), the dense gradient for one reader and sgd_update_rows in
+// place for the parameter; three steps (enqueued, captured, replayed), the
+// parameter carried from step to step, against the CPU executor.
+const char* kRowSparseStep =
+    R"(graph step(%g: f32[12,8] data, %i: i64[12] data, %lr: f64[] scalar, %step: f64[] opt_state, %gs: f32[] data, %e: f32[30,8] param) {
+  %r, %v = embedding_backward_rows(%g, %i) {num_weights=30, padding_idx=2} : i64[12], f32[12,8]
+  %r2, %v2 = allreduce_rows(%r, %v) {bucket=0, average=1, num_rows=30, world_size=1} : i64[12], f32[12,8]
+  %d = rows_to_dense(%r2, %v2) {num_rows=30} : f32[30,8]
+  %s = sum(%d) : f32[]
+  %e2 = sgd_update_rows(%lr, %step, %gs, %e, %r2, %v2) : f32[30,8]
+  return %s "s", %e2 "e" param_update
+})";
+
+TEST(Nccl, ExecutorRunsTheRowSparseChain) {
+  KILN_REQUIRE_GPU();
+  auto parsed = parseGraph(kRowSparseStep, "rows");
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message;
+  Graph& g = *parsed;
+  auto comm = oneRank();
+  ASSERT_TRUE(comm);
+  auto ex = CudaExecutor::create(g, {.nccl = comm});
+  ASSERT_TRUE(ex.ok()) << ex.error().message;
+  auto cpu = CpuExecutor::create(g, {});
+  ASSERT_TRUE(cpu.ok()) << cpu.error().message;
+
+  TensorMap in;
+  in["g"] = Tensor(DType::F32, {12, 8});
+  for (int64_t k = 0; k < in["g"].numel(); ++k) in["g"].set(k, 0.125 * static_cast<double>(k % 29) - 1.5);
+  in["i"] = Tensor(DType::I64, {12});
+  for (int64_t k = 0; k < 12; ++k) in["i"].set(k, static_cast<double>((k * 7) % 10));  // repeats, and row 2 (padding)
+  in["lr"] = Tensor(DType::F64, {});
+  in["lr"].set(0, 0.1);
+  in["step"] = Tensor(DType::F64, {});
+  in["step"].set(0, 1);
+  in["gs"] = Tensor(DType::F32, {});
+  in["gs"].set(0, 1);
+  in["e"] = Tensor(DType::F32, {30, 8});
+  for (int64_t k = 0; k < in["e"].numel(); ++k) in["e"].set(k, 0.01 * static_cast<double>(k));
+  ASSERT_TRUE((*ex)->setState("e", in["e"]).ok());
+  ASSERT_TRUE((*ex)->setState("step", in["step"]).ok());
+  for (int run = 0; run < 3; ++run) {
+    auto expected = cpu->run(in);
+    ASSERT_TRUE(expected.ok()) << expected.error().message;
+    ASSERT_TRUE((*ex)->setBatch({{"g", in["g"]}, {"i", in["i"]}, {"gs", in["gs"]}, {"lr", in["lr"]}}).ok());
+    Status st = (*ex)->run();
+    ASSERT_TRUE(st.ok()) << st.error().message;
+    for (size_t k = 0; k < g.outputs().size(); ++k) {
+      auto got = (*ex)->read(g.outputs()[k].name);
+      ASSERT_TRUE(got.ok()) << got.error().message;
+      EXPECT_EQ(parityError(*got, (*expected)[k]), 0.0) << g.outputs()[k].name << " run " << run;
+    }
+    in["e"] = (*expected)[1];  // the next step starts from the updated parameter
+  }
+  EXPECT_TRUE((*ex)->graphCaptured());
+}
+
 }  // namespace
 }  // namespace kiln::cuda
