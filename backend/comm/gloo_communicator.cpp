@@ -1,5 +1,5 @@
 // The Gloo communicator (gloo_communicator.h): rendezvous, the collectives on
-// top of Gloo's algorithms (ring allreduce, ring allgatherv, binomial-tree
+// top of Gloo's algorithms (bcube allreduce, ring allgatherv, binomial-tree
 // broadcast, barrier) plus a ring reduce-scatter and an all-to-all of our
 // own on Gloo's point-to-point buffers, and the translation of Gloo's
 // exceptions into lines a user can act on.
@@ -305,6 +305,7 @@ void GlooCommunicator::allreduceSum(void* data, size_t count, DType dtype) {
     }
     opts.setReduceFunction(sum);
     opts.setTag(tag);
+    opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::BCUBE);
     gloo::allreduce(opts);
   });
 }
