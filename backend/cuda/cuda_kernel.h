@@ -132,6 +132,7 @@ class CudaKernelRegistry : public KernelTable<CudaKernelDef> {
 void registerCudaElementwiseKernels(CudaKernelRegistry& r);  // kernels_elementwise.cu
 void registerCudaUnaryKernels(CudaKernelRegistry& r);        // kernels_unary.cu (+ *_backward)
 void registerCudaShapeKernels(CudaKernelRegistry& r);        // kernels_shape.cu
+void registerCudaIndexKernels(CudaKernelRegistry& r);        // kernels_index.cu (+ cumsum)
 void registerCudaReductionKernels(CudaKernelRegistry& r);    // kernels_reduction.cu
 void registerCudaNormKernels(CudaKernelRegistry& r);         // kernels_norm.cu
 void registerCudaSoftmaxKernels(CudaKernelRegistry& r);      // kernels_softmax.cu

@@ -8,6 +8,7 @@ const CudaKernelRegistry& CudaKernelRegistry::get() {
     registerCudaElementwiseKernels(r);
     registerCudaUnaryKernels(r);
     registerCudaShapeKernels(r);
+    registerCudaIndexKernels(r);
     registerCudaReductionKernels(r);
     registerCudaNormKernels(r);
     registerCudaSoftmaxKernels(r);
