@@ -3,7 +3,7 @@
 with BatchNorm.
 
     ddp_oracle.py NAME --kiln PATH/TO/kiln --nproc N --work-dir DIR [--cache-dir DIR]
-                  [--steps 5] [--variants a,b,...]
+                  [--batch B] [--steps 5] [--variants a,b,...]
 
 With BatchNorm, N ranks are not one process on the whole batch: each rank
 normalizes with its own shard's statistics, and DDP (broadcast_buffers)
@@ -106,9 +106,13 @@ def main(argv=None) -> int:
     ap.add_argument("--nproc", type=int, required=True)
     ap.add_argument("--work-dir", required=True)
     ap.add_argument("--cache-dir")
+    ap.add_argument("--batch", type=int, default=0,
+                    help="batch size, split over the ranks (default: 2 x nproc, 2 rows a rank)")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--variants", default=",".join(VARIANTS))
     a = ap.parse_args(argv)
+    if a.batch and a.batch % a.nproc:
+        ap.error(f"--batch {a.batch} does not split over {a.nproc} ranks")
     os.makedirs(a.work_dir, exist_ok=True)
     loss = "cross_entropy"
     bad = []
@@ -118,7 +122,7 @@ def main(argv=None) -> int:
                 raise parity.Failure(f"unknown variant {variant} (choose from {', '.join(VARIANTS)})")
             dtype, cfg, dp, tol = VARIANTS[variant]
             t0 = time.time()
-            pt, data = parity.prepare(a.name, loss, a.cache_dir or a.work_dir, dtype, batch_size=2 * a.nproc)
+            pt, data = parity.prepare(a.name, loss, a.cache_dir or a.work_dir, dtype, batch_size=a.batch or 2 * a.nproc)
             ddp_out = os.path.join(a.work_dir, f"{variant}.ddp")
             mp.start_processes(ddp_rank, nprocs=a.nproc, start_method="spawn",
                                args=(a.nproc, free_port(), a.name, dtype, pt, data, loss, cfg, a.steps, ddp_out))
