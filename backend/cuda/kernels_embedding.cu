@@ -126,16 +126,19 @@ size_t embeddingBackwardWorkspace(const Node& n) {
   return embeddingLayout(n.input(1)->type().numel(), n.i("num_weights")).total;
 }
 
+/// The sort keys of the indices: the index, or `rows` (sorted last, never
+/// summed) for padding_idx and, raising the fault flag, for an index out of
+/// range; with `vals`, each position's own number beside it.
 __global__ void __launch_bounds__(kThreads)
     embeddingKeysKernel(Index idx, uint32_t* __restrict__ keys, int32_t* __restrict__ vals, int64_t count, int64_t rows,
-                        int* flag, uint64_t node) {
+                        int64_t padding_idx, int* flag, uint64_t node) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t id = idx[i];
     const bool ok = id >= 0 && id < rows;
     if (!ok) raiseError(flag, node);
-    keys[i] = static_cast<uint32_t>(ok ? id : rows);  // out of range: sorted last, never summed
-    vals[i] = static_cast<int32_t>(i);
+    keys[i] = static_cast<uint32_t>(ok && id != padding_idx ? id : rows);
+    if (vals) vals[i] = static_cast<int32_t>(i);
   }
 }
 
@@ -214,8 +217,9 @@ void embeddingBackwardKernel(const Node& n, std::span<const DeviceTensor> in, st
   check(cudaMemsetAsync(first, 0xFF, static_cast<size_t>(rows) * 4, ctx.stream), "cudaMemsetAsync", ctx.node);
   if (count > 0) {
     const Index idx = indexOf(in[1], n);
-    embeddingKeysKernel<<<gridFor(count), kThreads, 0, ctx.stream>>>(idx, keys_in, vals_in, count, rows, ctx.error_flag,
-                                                                     ctx.node_index);
+    // padding_idx's rows are summed like any other: embeddingGradKernel zeroes them.
+    embeddingKeysKernel<<<gridFor(count), kThreads, 0, ctx.stream>>>(idx, keys_in, vals_in, count, rows, -1,
+                                                                     ctx.error_flag, ctx.node_index);
     checkLaunch("embeddingKeysKernel", ctx.node);
     size_t temp_bytes = l.temp_bytes;
     check(cub::DeviceRadixSort::SortPairs(ws + l.temp, temp_bytes, keys_in, keys_out, vals_in, vals_out,
@@ -248,18 +252,6 @@ size_t embeddingBackwardRowsWorkspace(const Node& n) {
   return embeddingRowsLayout(n).total;
 }
 
-__global__ void __launch_bounds__(kThreads)
-    embeddingRowKeysKernel(Index idx, uint32_t* __restrict__ keys, int64_t count, int64_t rows, int64_t padding_idx,
-                           int* flag, uint64_t node) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t id = idx[i];
-    const bool ok = id >= 0 && id < rows;
-    if (!ok) raiseError(flag, node);
-    keys[i] = static_cast<uint32_t>(ok && id != padding_idx ? id : rows);
-  }
-}
-
 bool embeddingBackwardRowsSupports(const Node& n) {
   const DType t = n.input(0)->dtype();
   return (t == DType::F32 || t == DType::F64) && integralDType(n.input(1)->dtype()) &&
@@ -271,9 +263,10 @@ void embeddingBackwardRowsKernel(const Node& n, std::span<const DeviceTensor> in
   const RowCoalesceLayout l = embeddingRowsLayout(n);
   void* ws = requireWorkspace(ctx, l.total);
   if (l.sources > 0) {
-    embeddingRowKeysKernel<<<gridFor(l.sources), kThreads, 0, ctx.stream>>>(
-        indexOf(in[1], n), coalesceKeys(ws, l), l.sources, l.bound, n.i("padding_idx"), ctx.error_flag, ctx.node_index);
-    checkLaunch("embeddingRowKeysKernel", ctx.node);
+    embeddingKeysKernel<<<gridFor(l.sources), kThreads, 0, ctx.stream>>>(
+        indexOf(in[1], n), coalesceKeys(ws, l), nullptr, l.sources, l.bound, n.i("padding_idx"), ctx.error_flag,
+        ctx.node_index);
+    checkLaunch("embeddingKeysKernel", ctx.node);
   }
   enqueueRowCoalesce(ws, l, in[0].data, in[0].dtype(), out[1].shape()[1], out[0].as<int64_t>(), out[1].data, ctx.stream,
                      ctx.node);
