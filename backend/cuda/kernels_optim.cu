@@ -156,16 +156,16 @@ __global__ void __launch_bounds__(kUpdateThreads) adamKernel(const AdamArgs<T> a
     return;
   }
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    T grad = mul(gp[i], scale);
+    T grad = kmul(gp[i], scale);
     T param = pp[i];
     if (a.decoupled)
-      param = mul(param, decay);
+      param = kmul(param, decay);
     else if (a.twd != T(0))
-      grad = add(grad, mul(a.twd, param));                            // grad.add(param, alpha=weight_decay)
-    const T mi = add(mul(mp[i], a.tb1), mul(a.c1, grad));             // exp_avg.mul_(beta1).add_(grad, 1 - beta1)
-    const T vi = add(mul(vp[i], a.tb2), mul(mul(a.c2, grad), grad));  // exp_avg_sq.mul_(beta2).addcmul_(...)
-    const T denom = add(divide(root(vi), bias2_sqrt), a.eps);         // (sqrt(v) / bias_correction2_sqrt).add_(eps)
-    po[i] = add(param, mul(step_size, divide(mi, denom)));            // param.addcdiv_(m, denom, -step_size)
+      grad = kadd(grad, kmul(a.twd, param));                              // grad.add(param, alpha=weight_decay)
+    const T mi = kadd(kmul(mp[i], a.tb1), kmul(a.c1, grad));              // exp_avg.mul_(beta1).add_(grad, 1 - beta1)
+    const T vi = kadd(kmul(vp[i], a.tb2), kmul(kmul(a.c2, grad), grad));  // exp_avg_sq.mul_(beta2).addcmul_(...)
+    const T denom = kadd(divide(root(vi), bias2_sqrt), a.eps);            // (sqrt(v) / bias_correction2_sqrt).add_(eps)
+    po[i] = kadd(param, kmul(step_size, divide(mi, denom)));              // param.addcdiv_(m, denom, -step_size)
     mo[i] = mi;
     vo[i] = vi;
   }
@@ -213,15 +213,15 @@ __global__ void __launch_bounds__(kUpdateThreads) sgdKernel(const SgdArgs<T> a) 
     return;
   }
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    T d = mul(gp[i], scale);
-    if (a.wd != T(0)) d = add(d, mul(a.wd, pp[i]));  // grad.add(param, alpha=weight_decay)
+    T d = kmul(gp[i], scale);
+    if (a.wd != T(0)) d = kadd(d, kmul(a.wd, pp[i]));  // grad.add(param, alpha=weight_decay)
     if (a.has_momentum) {
       // First step: buf = clone(d_p); later: buf.mul_(momentum).add_(d_p, alpha=1 - dampening).
-      const T b = first ? d : add(mul(bp[i], a.momentum), mul(a.keep, d));
+      const T b = first ? d : kadd(kmul(bp[i], a.momentum), kmul(a.keep, d));
       bo[i] = b;
-      d = a.nesterov ? add(d, mul(a.momentum, b)) : b;
+      d = a.nesterov ? kadd(d, kmul(a.momentum, b)) : b;
     }
-    po[i] = add(pp[i], mul(neg_lr, d));  // param.add_(d_p, alpha=-lr)
+    po[i] = kadd(pp[i], kmul(neg_lr, d));  // param.add_(d_p, alpha=-lr)
   }
 }
 

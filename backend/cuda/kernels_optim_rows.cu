@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(kThreads) sgdRowsKernel(const RowUpdateArgs<T>
       continue;
     }
     const int64_t at = r * a.dim + d;
-    a.out[at] = add(a.p[at], mul(neg_lr, mul(a.values[idx], scale)));  // param.add_(d_p, alpha=-lr)
+    a.out[at] = kadd(a.p[at], kmul(neg_lr, kmul(a.values[idx], scale)));  // param.add_(d_p, alpha=-lr)
   }
 }
 
@@ -85,11 +85,11 @@ __global__ void __launch_bounds__(kThreads) sgdUnlistedRowsKernel(const RowUpdat
   const T scale = static_cast<T>(gs);  // finite as a double, it may still overflow T (as on the CPU)
   if (isfinite(scale) || skipped(a, gs)) return;
   const T neg_lr = static_cast<T>(-loadScalar(a.s.p[0], a.s.dtype[0]));
-  const T step = mul(neg_lr, mul(T(0), scale));
+  const T step = kmul(neg_lr, kmul(T(0), scale));
   const int64_t total = a.num_rows * a.dim;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    if (!listed(a.rows, a.capacity, idx / a.dim)) a.out[idx] = add(a.out[idx], step);
+    if (!listed(a.rows, a.capacity, idx / a.dim)) a.out[idx] = kadd(a.out[idx], step);
 }
 
 bool supports(const Node& n) {

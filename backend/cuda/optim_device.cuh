@@ -11,6 +11,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_kernel.h"
+#include "backend/cuda/device_math.cuh"
 
 namespace kiln::cuda {
 
@@ -64,19 +65,10 @@ __device__ __forceinline__ double loadScalar(const void* p, uint8_t code) {
   }
 }
 
-// Correctly rounded operations, never contracted into FMAs (the CPU's order).
-__device__ __forceinline__ float mul(float a, float b) {
-  return __fmul_rn(a, b);
-}
-__device__ __forceinline__ double mul(double a, double b) {
-  return __dmul_rn(a, b);
-}
-__device__ __forceinline__ float add(float a, float b) {
-  return __fadd_rn(a, b);
-}
-__device__ __forceinline__ double add(double a, double b) {
-  return __dadd_rn(a, b);
-}
+// Correctly rounded operations, never contracted into FMAs (the CPU's order):
+// device_math.cuh's products and sums, and the quotient and root here.
+using kiln_device::kadd;
+using kiln_device::kmul;
 __device__ __forceinline__ float divide(float a, float b) {
   return __fdiv_rn(a, b);
 }
