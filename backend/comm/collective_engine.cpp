@@ -218,7 +218,7 @@ void CollectiveEngine::runRows(Job& job) {
       RowSparseOut{r.out_rows.data<int64_t>(), static_cast<uint8_t*>(r.out_values.raw()),
                    static_cast<size_t>(r.out_rows.numel())},
       r.num_rows, r.dtype, sparse_max_ratio_);
-  rec.algorithm = s.sparse ? "row-sparse" : "dense fallback";
+  rec.algorithm = !s.sparse ? "dense fallback" : s.row_allgather ? "row allgather" : "row owner-sum";
   rec.sent_bytes = s.sent_bytes;
   rec.blocks = s.blocks;
   rec.nonzero_blocks = s.nonzero_blocks;

@@ -38,9 +38,10 @@ namespace kiln {
 struct CollectiveRecord {
   std::string node;        ///< "allreduce @data_parallel"
   std::string collective;  ///< "allreduce", "broadcast"
-  /// "ring" (the communicator's dense allreduce), "block-sparse",
-  /// "row-sparse" (allreduce_rows), "dense fallback" (a sparse allreduce too
-  /// dense to pay), "broadcast".
+  /// "bcube" or "ring" (the communicator's dense allreduce), "block-sparse",
+  /// "row allgather" or "row owner-sum" (allreduce_rows: how its values
+  /// travelled), "dense fallback" (a sparse allreduce too dense to pay),
+  /// "broadcast".
   std::string algorithm;
   int64_t bucket = 0;                     ///< the node's bucket attribute (-1: loss and metrics)
   size_t tensors = 0;                     ///< tensors in it

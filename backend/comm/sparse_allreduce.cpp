@@ -22,65 +22,16 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
-#include <type_traits>
 #include <vector>
 
+#include "backend/comm/sparse_blocks.h"
 #include "core/result.h"
 
 namespace kiln {
 
 namespace {
 
-template <typename T>
-bool blockNonZero(const T* p, size_t n) {
-  for (size_t i = 0; i < n; ++i)
-    if (p[i] != T(0)) return true;  // NaN != 0 holds; -0.0 != 0 does not
-  return false;
-}
-
-template <typename T>
-std::vector<uint64_t> findNonZeroBlocks(const void* data, size_t count, size_t block) {
-  const T* p = static_cast<const T*>(data);
-  std::vector<uint64_t> out;
-  for (size_t start = 0, k = 0; start < count; start += block, ++k)
-    if (blockNonZero(p + start, std::min(block, count - start))) out.push_back(k);
-  return out;
-}
-
-/// The non-zero blocks of a tensor of one of adderFor's dtypes.
-std::vector<uint64_t> nonZeroBlocks(const void* data, size_t count, size_t block, DType dtype) {
-  switch (dtype) {
-    case DType::F32:
-      return findNonZeroBlocks<float>(data, count, block);
-    case DType::F64:
-      return findNonZeroBlocks<double>(data, count, block);
-    case DType::I32:
-      return findNonZeroBlocks<int32_t>(data, count, block);
-    default:
-      return findNonZeroBlocks<int64_t>(data, count, block);
-  }
-}
-
-// out[i] += src[i] for n elements; both sit at any byte offset of a packed
-// buffer, hence memcpy. Integers wrap like the dense allreduce does in
-// practice, without signed-overflow UB.
-template <typename T>
-void addBlock(uint8_t* out, const uint8_t* src, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    T a, b;
-    std::memcpy(&a, out + i * sizeof(T), sizeof(T));
-    std::memcpy(&b, src + i * sizeof(T), sizeof(T));
-    if constexpr (std::is_integral_v<T>) {
-      using U = std::make_unsigned_t<T>;
-      a = static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
-    } else {
-      a += b;
-    }
-    std::memcpy(out + i * sizeof(T), &a, sizeof(T));
-  }
-}
-
-using AddFn = void (*)(uint8_t*, const uint8_t*, size_t);
+using sparse_blocks::AddFn;
 
 // How the tensor is cut into blocks and owner ranges, and what a pack weighs.
 struct Layout {
@@ -118,22 +69,6 @@ struct Layout {
     return pack + k * idx_bytes + j * block * esize;
   }
 };
-
-AddFn adderFor(DType dtype, const char* who) {
-  switch (dtype) {
-    case DType::F32:
-      return addBlock<float>;
-    case DType::F64:
-      return addBlock<double>;
-    case DType::I32:
-      return addBlock<int32_t>;
-    case DType::I64:
-      return addBlock<int64_t>;
-    default:
-      fail(std::string(who) + ": dtype " + std::string(dtypeName(dtype)) +
-           " is not supported (f32, f64, i32, i64; use the dense allreduceSum for f16/bf16)");
-  }
-}
 
 /// What the sparse exchange left on every rank: each owner's pack of summed
 /// non-zero blocks (ascending indices within the pack, owners in rank order,
@@ -309,8 +244,8 @@ Layout layoutFor(const SparseAllreduceStats& st, size_t count, size_t block, DTy
 SparseAllreduceStats sparseBlockAllreduce(Communicator& comm, void* data, size_t count, DType dtype, size_t block,
                                           double max_ratio) {
   if (block == 0) fail("sparseBlockAllreduce: block must be at least 1 element");
-  const AddFn add = adderFor(dtype, "sparseBlockAllreduce");
-  const std::vector<uint64_t> mine = nonZeroBlocks(data, count, block, dtype);
+  const AddFn add = sparse_blocks::adderFor(dtype, "sparseBlockAllreduce");
+  const std::vector<uint64_t> mine = sparse_blocks::nonZeroBlocks(data, count, block, dtype);
   SparseAllreduceStats st = baseStats(count, block, dtype);
   st.nonzero_blocks = st.nonzero_blocks_all = st.union_blocks = mine.size();
   // Nothing to exchange: one rank (the sum is the tensor itself, left as it
@@ -328,59 +263,6 @@ SparseAllreduceStats sparseBlockAllreduce(Communicator& comm, void* data, size_t
   std::memset(data, 0, st.dense_bytes);
   forEachSummedBlock(
       L, s, [&](uint64_t b, const uint8_t* src) { std::memcpy(bytes + b * block * L.esize, src, L.len(b) * L.esize); });
-  return st;
-}
-
-SparseAllreduceStats sparseRowAllreduce(Communicator& comm, const RowSparse& in, const RowSparseOut& out,
-                                        size_t num_rows, DType dtype, double max_ratio) {
-  const size_t dim = in.dim, esize = dtypeSize(dtype), row_bytes = dim * esize;
-  if (dim == 0) fail("sparseRowAllreduce: rows of 0 elements");
-  const AddFn add = adderFor(dtype, "sparseRowAllreduce");
-  // This rank's rows: the valid prefix, ascending and in range.
-  std::vector<uint64_t> mine;
-  for (size_t j = 0; j < in.capacity && in.rows[j] >= 0; ++j) {
-    const auto r = static_cast<uint64_t>(in.rows[j]);
-    if (r >= num_rows || (!mine.empty() && r <= mine.back()))
-      fail("sparseRowAllreduce: row " + std::to_string(in.rows[j]) + " at " + std::to_string(j) +
-           (r >= num_rows ? " is out of range for " + std::to_string(num_rows) + " rows"
-                          : " does not ascend from " + std::to_string(mine.back())));
-    mine.push_back(r);
-  }
-  SparseAllreduceStats st = baseStats(num_rows * dim, dim, dtype);
-  st.nonzero_blocks = st.nonzero_blocks_all = st.union_blocks = mine.size();
-  size_t filled = 0;
-  auto put = [&](uint64_t r, const uint8_t* src) {
-    if (filled == out.capacity)
-      fail("sparseRowAllreduce: the sum has more than the " + std::to_string(out.capacity) + " rows it has room for");
-    out.rows[filled] = static_cast<int64_t>(r);
-    std::memcpy(out.values + filled * row_bytes, src, row_bytes);
-    ++filled;
-  };
-  auto finish = [&] {
-    for (size_t j = filled; j < out.capacity; ++j) out.rows[j] = -1;
-    std::memset(out.values + filled * row_bytes, 0, (out.capacity - filled) * row_bytes);
-  };
-  if (comm.size() <= 1) {  // the sum is this rank's rows
-    for (size_t j = 0; j < mine.size(); ++j) put(mine[j], in.values + j * row_bytes);
-    finish();
-    return st;
-  }
-  const Layout L = layoutFor(st, num_rows * dim, dim, dtype, comm.size());
-  const SummedPacks s = exchangeBlocks(
-      comm, L, mine, [&](size_t j) { return in.values + j * row_bytes; }, add, max_ratio, st);
-  if (s.sparse) {
-    forEachSummedBlock(L, s, put);
-  } else {
-    // Too dense to pay: the dense ring over the whole table, then its
-    // non-zero rows (a row summing to exactly zero changes nothing that
-    // reads the result, dense or row by row).
-    std::vector<uint8_t> dense(num_rows * row_bytes, 0);
-    for (size_t j = 0; j < mine.size(); ++j)
-      std::memcpy(dense.data() + mine[j] * row_bytes, in.values + j * row_bytes, row_bytes);
-    comm.allreduceSum(dense.data(), num_rows * dim, dtype);
-    for (uint64_t r : nonZeroBlocks(dense.data(), num_rows * dim, dim, dtype)) put(r, dense.data() + r * row_bytes);
-  }
-  finish();
   return st;
 }
 

@@ -51,8 +51,9 @@ struct SparseAllreduceStats {
   bool sparse = false;            ///< false: it fell back to the dense allreduce
   uint64_t dense_bytes = 0;       ///< the tensor's bytes
   uint64_t sent_bytes = 0;        ///< bytes this rank sent: count_bytes + phase 1 + phase 2, or the ring's
-  uint64_t count_bytes = 0;       ///< of them, the count exchanges'
+  uint64_t count_bytes = 0;       ///< of them, the count exchanges' (row-sparse: the row lists')
   uint64_t phase1_bytes = 0;      ///< of them, the reduce-scatter's (this rank's blocks to other owners)
+  bool row_allgather = false;     ///< row-sparse: the values were all-gathered (else owner sums)
 };
 
 /// Sum `count` elements of `dtype` (f32, f64, i32, i64) at `data` over every
@@ -75,13 +76,30 @@ struct RowSparseOut {
   size_t capacity;
 };
 
-/// The same exchange on a row-sparse tensor of a [num_rows, dim] table: the
-/// blocks are its rows and this rank's non-zero blocks are the rows it
-/// lists (nothing scans the table, nothing dense is written). `out` gets the
-/// rows of the sum, ascending (the union of the ranks' rows), then -1 and
-/// zeros; on the dense fallback, the non-zero rows of the dense ring's sum.
+/// The allreduce of a row-sparse tensor of a [num_rows, dim] table
+/// (sparse_row_allreduce.cpp): this rank's non-zero blocks are the rows it
+/// lists, nothing scans the table and nothing dense is written. `out` gets
+/// the rows of the sum, ascending (the union of the ranks' rows), then -1
+/// and zeros; on the dense fallback, the non-zero rows of the dense ring's
+/// sum. The values are the rank-order sums into +0, the block exchange's
+/// bits. Two collectives: the row lists (in.capacity words of 4 bytes, 8
+/// from 2^32 - 1 rows on, per rank: `in.capacity` must be the same on every
+/// rank), then the values without indices, either
+///   all-gather  every rank's rows to every rank, summed there;
+///               sent: lists + sum_{q != r+1} K_q x row bytes
+///   owner sums  rank r sends owner q (the rows [q R / N, (q+1) R / N)) its
+///               rows there (all-to-all), q sums them, the sums are
+///               all-gathered; sent: lists + sum_{q != r} c[r][q] x row
+///               bytes + sum_{q != r+1} u[q] x row bytes
+/// with K_q rank q's rows, c[p][q] rank p's rows in q's range, u[q] the
+/// union's rows there, U the union's size. Every rank computes, from the
+/// lists, the bytes on the wire: all-gather (N-1) sum_q K_q, owner sums
+/// sum_{p != q} c[p][q] + (N-1) U (x row bytes), and takes the all-gather
+/// when it is not more, the dense ring over the table when both exceed
+/// max_ratio x N x ring(D, N) (the lists are sent already and not counted).
 /// Fails when the sum does not fit out.capacity (min(N x in.capacity,
-/// num_rows) always fits) or a row is out of range or out of order.
+/// num_rows) always fits; every rank fails together) or a row is out of
+/// range or out of order.
 SparseAllreduceStats sparseRowAllreduce(Communicator& comm, const RowSparse& in, const RowSparseOut& out,
                                         size_t num_rows, DType dtype, double max_ratio = 1.0);
 
