@@ -7,16 +7,25 @@
 #                                    # packages Kiln builds against into
 #                                    # .gpu-deps/ (in .gitignore, ~20 MB;
 #                                    # the device tool carries it)
-#   scripts/gpu_run.sh run [OUTDIR]  # there, with .gpu-deps/ copied along:
-#                                    # unpacks them, builds build-gpu/ with
-#                                    # CUDA and PyTorch's libtorch and cuDNN,
-#                                    # runs the CUDA tests, compute-sanitizer
-#                                    # memcheck and racecheck over them,
-#                                    # kiln train --device cuda against the
-#                                    # CPU, benchmarks/gpu_zoo.py (skip it
-#                                    # with KILN_GPU_BENCH=0), and
-#                                    # writes every log and result to OUTDIR
+#   scripts/gpu_run.sh run OUTDIR [PHASE...]
+#                                    # there, with .gpu-deps/ copied along:
+#                                    # the phases in order (default: all),
+#                                    # every log and result into OUTDIR
 #                                    # (default gpu-results/)
+# Phases:
+#   build      unpack .gpu-deps, build build-gpu/ (kiln, the plugin,
+#              kiln_cuda_tests) with CUDA and PyTorch's libtorch and cuDNN
+#   tests      kiln_cuda_tests (kernels, executor, NCCL at one rank)
+#   sanitizer  compute-sanitizer memcheck and racecheck over them
+#   train      kiln train --device cuda against the CPU (tests/cli/device_cli.sh)
+#   bench      benchmarks/gpu_zoo.py: Kiln vs PyTorch eager and torch.compile
+#   dp         benchmarks/dp_bench.py at 4 and 2 CPU ranks (Gloo): a core per
+#              rank there, where the 2-core CI machine time-shares them
+# A phase after `build` needs build-gpu/ from an earlier call on the same
+# machine (the device tool keeps it while the machine stays warm), so a
+# session can split the work into calls that each end inside the tool's
+# 10-minute limit, e.g. `run OUT build tests`, then `run OUT sanitizer`,
+# then `run OUT train bench dp`.
 #
 # Each step prints what it does; `run` exits non-zero when a test fails but
 # still writes every result it got.
@@ -34,66 +43,117 @@ prepare() {
   du -sh "$DEPS"
 }
 
-run() {
-  local out=${1:-$ROOT/gpu-results}
-  mkdir -p "$out"
+# The unpacked packages, PyTorch's CMake prefix, cuDNN and NCCL, on every
+# phase's paths.
+setup_env() {
   local sysroot=$DEPS/root
   [ -d "$DEPS" ] || { echo "gpu_run: no .gpu-deps/ (run 'scripts/gpu_run.sh prepare' where apt works)"; exit 1; }
-  rm -rf "$sysroot" && mkdir -p "$sysroot"
-  for f in "$DEPS"/*.deb; do dpkg -x "$f" "$sysroot"; done
-  local multiarch=$sysroot/usr/lib/x86_64-linux-gnu
+  if [ ! -d "$sysroot" ]; then
+    mkdir -p "$sysroot"
+    for f in "$DEPS"/*.deb; do dpkg -x "$f" "$sysroot"; done
+  fi
+  MULTIARCH=$sysroot/usr/lib/x86_64-linux-gnu
   # Debian's openblas lives in an alternatives directory; give it its usual names.
-  ln -sf openblas-pthread/libblas.so.3 "$multiarch/libblas.so.3"
-  ln -sf openblas-pthread/libblas.so "$multiarch/libblas.so"
-  ln -sf openblas-pthread/libopenblas.so.0 "$multiarch/libopenblas.so.0"
-  export LD_LIBRARY_PATH=$multiarch:$multiarch/openblas-pthread:${LD_LIBRARY_PATH:-}
-  local py=python3
-  local torch_prefix cudnn_root nccl_root
-  torch_prefix=$($py -c 'import torch; print(torch.utils.cmake_prefix_path)')
-  cudnn_root=$($py -c 'import nvidia.cudnn, os; print(os.path.dirname(nvidia.cudnn.__file__) if nvidia.cudnn.__file__ else list(nvidia.cudnn.__path__)[0])' 2>/dev/null)
-  nccl_root=$($py -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])' 2>/dev/null)
-  export LD_LIBRARY_PATH=$cudnn_root/lib:$nccl_root/lib:$LD_LIBRARY_PATH
-  { nvidia-smi; nvcc --version; cmake --version; $py -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
-    echo "cudnn: $cudnn_root"; echo "nccl: $nccl_root"; } >"$out/machine.txt" 2>&1
-  cat "$out/machine.txt"
+  ln -sf openblas-pthread/libblas.so.3 "$MULTIARCH/libblas.so.3"
+  ln -sf openblas-pthread/libblas.so "$MULTIARCH/libblas.so"
+  ln -sf openblas-pthread/libopenblas.so.0 "$MULTIARCH/libopenblas.so.0"
+  export LD_LIBRARY_PATH=$MULTIARCH:$MULTIARCH/openblas-pthread:${LD_LIBRARY_PATH:-}
+  PY=${KILN_PYTHON:-python3}
+  TORCH_PREFIX=$($PY -c 'import torch; print(torch.utils.cmake_prefix_path)')
+  CUDNN_ROOT_DIR=$($PY -c 'import nvidia.cudnn, os; print(os.path.dirname(nvidia.cudnn.__file__) if nvidia.cudnn.__file__ else list(nvidia.cudnn.__path__)[0])' 2>/dev/null)
+  NCCL_ROOT_DIR=$($PY -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])' 2>/dev/null)
+  export LD_LIBRARY_PATH=$CUDNN_ROOT_DIR/lib:$NCCL_ROOT_DIR/lib:$LD_LIBRARY_PATH
+}
 
+phase_build() {
+  { nvidia-smi; nvcc --version; cmake --version; nproc; $PY -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
+    echo "cudnn: $CUDNN_ROOT_DIR"; echo "nccl: $NCCL_ROOT_DIR"; } >"$OUTDIR/machine.txt" 2>&1
+  cat "$OUTDIR/machine.txt"
   echo "== configure and build (build-gpu/)"
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_WITH_CUDA=ON -DKILN_WITH_GUI=OFF \
-    -DKILN_CUDA_ARCHITECTURES=90 -DCUDNN_ROOT="$cudnn_root" -DNCCL_ROOT="$nccl_root" \
-    -DCMAKE_PREFIX_PATH="$sysroot/usr;$multiarch/cmake;$torch_prefix" \
-    -DCMAKE_INCLUDE_PATH="$sysroot/usr/include;$sysroot/usr/include/x86_64-linux-gnu/openblas-pthread" \
-    -DCMAKE_LIBRARY_PATH="$multiarch;$multiarch/openblas-pthread" >"$out/configure.log" 2>&1 ||
-    { tail -30 "$out/configure.log"; exit 1; }
-  cmake --build build-gpu -j "$(nproc)" >"$out/build.log" 2>&1 || { grep -B2 -A8 "error" "$out/build.log" | head -60; exit 1; }
-  echo "built"
+    -DKILN_CUDA_ARCHITECTURES=90 -DCUDNN_ROOT="$CUDNN_ROOT_DIR" -DNCCL_ROOT="$NCCL_ROOT_DIR" \
+    -DCMAKE_PREFIX_PATH="$DEPS/root/usr;$MULTIARCH/cmake;$TORCH_PREFIX" \
+    -DCMAKE_INCLUDE_PATH="$DEPS/root/usr/include;$DEPS/root/usr/include/x86_64-linux-gnu/openblas-pthread" \
+    -DCMAKE_LIBRARY_PATH="$MULTIARCH;$MULTIARCH/openblas-pthread" >"$OUTDIR/configure.log" 2>&1 ||
+    { tail -30 "$OUTDIR/configure.log"; return 1; }
+  # Only what the phases run (kiln pulls in the libtorch plugin): the
+  # libtorch-built test suites are CI's.
+  local targets=(kiln kiln_cuda_tests)
+  local t0=$SECONDS
+  cmake --build build-gpu -j "$(nproc)" --target "${targets[@]}" >"$OUTDIR/build.log" 2>&1 ||
+    { grep -B2 -A8 "error" "$OUTDIR/build.log" | head -60; return 1; }
+  echo "built ${targets[*]} in $((SECONDS - t0)) s"
+}
 
-  local status=0
+phase_tests() {
   echo "== CUDA tests"
-  build-gpu/tests/kiln_cuda_tests --gtest_output=xml:"$out/cuda_tests.xml" >"$out/cuda_tests.log" 2>&1 || status=1
-  grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|tests ran" "$out/cuda_tests.log" | tail -40
-  if command -v compute-sanitizer >/dev/null; then
-    for tool in memcheck racecheck; do
-      echo "== compute-sanitizer --tool $tool"
-      compute-sanitizer --tool "$tool" --error-exitcode 3 build-gpu/tests/kiln_cuda_tests \
-        --gtest_filter='-*Timing*' >"$out/sanitizer_$tool.log" 2>&1 || status=1
-      tail -3 "$out/sanitizer_$tool.log"
-    done
-  else
-    echo "compute-sanitizer: not on this machine" | tee "$out/sanitizer.txt"
-  fi
+  local rc=0
+  build-gpu/tests/kiln_cuda_tests --gtest_output=xml:"$OUTDIR/cuda_tests.xml" >"$OUTDIR/cuda_tests.log" 2>&1 || rc=1
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|tests ran" "$OUTDIR/cuda_tests.log" | tail -40
+  return $rc
+}
+
+phase_sanitizer() {
+  command -v compute-sanitizer >/dev/null || { echo "compute-sanitizer: not on this machine" | tee "$OUTDIR/sanitizer.txt"; return 0; }
+  local rc=0
+  for tool in memcheck racecheck; do
+    echo "== compute-sanitizer --tool $tool"
+    compute-sanitizer --tool "$tool" --error-exitcode 3 build-gpu/tests/kiln_cuda_tests \
+      --gtest_filter='-*Timing*' >"$OUTDIR/sanitizer_$tool.log" 2>&1 || rc=1
+    tail -3 "$OUTDIR/sanitizer_$tool.log"
+  done
+  return $rc
+}
+
+phase_train() {
   echo "== kiln train --device cuda (tests/cli/device_cli.sh)"
-  bash tests/cli/device_cli.sh build-gpu/kiln "$ROOT/build-gpu/test-work/device_cli" >"$out/device_cli.log" 2>&1 || status=1
-  tail -3 "$out/device_cli.log"
-  if [ "${KILN_GPU_BENCH:-1}" = 1 ]; then
-    echo "== benchmarks/gpu_zoo.py (Kiln vs PyTorch eager and torch.compile, bf16 AMP)"
-    $py benchmarks/gpu_zoo.py --kiln build-gpu/kiln --out-dir "$out/gpu_zoo" >"$out/gpu_zoo.log" 2>&1 || status=1
-    cat "$out/gpu_zoo/gpu_zoo.md" 2>/dev/null || tail -20 "$out/gpu_zoo.log"
-  fi
+  local rc=0
+  bash tests/cli/device_cli.sh build-gpu/kiln "$ROOT/build-gpu/test-work/device_cli" >"$OUTDIR/device_cli.log" 2>&1 || rc=1
+  tail -3 "$OUTDIR/device_cli.log"
+  return $rc
+}
+
+phase_bench() {
+  echo "== benchmarks/gpu_zoo.py (Kiln vs PyTorch eager and torch.compile, bf16 AMP)"
+  local rc=0
+  $PY benchmarks/gpu_zoo.py --kiln build-gpu/kiln --out-dir "$OUTDIR/gpu_zoo" >"$OUTDIR/gpu_zoo.log" 2>&1 || rc=1
+  cat "$OUTDIR/gpu_zoo/gpu_zoo.md" 2>/dev/null || tail -20 "$OUTDIR/gpu_zoo.log"
+  return $rc
+}
+
+phase_dp() {
+  local rc=0 n
+  for n in 4 2; do
+    echo "== benchmarks/dp_bench.py --nproc $n (CPU ranks on Gloo, $(nproc) cores)"
+    $PY benchmarks/dp_bench.py --kiln build-gpu/kiln --nproc "$n" --out-dir "$OUTDIR/dp_bench$n" \
+      >"$OUTDIR/dp_bench$n.log" 2>&1 || rc=1
+    cat "$OUTDIR/dp_bench$n.log"
+  done
+  return $rc
+}
+
+run() {
+  OUTDIR=${1:-$ROOT/gpu-results}
+  shift || true
+  local phases=("$@")
+  [ ${#phases[@]} -gt 0 ] || phases=(build tests sanitizer train bench dp)
+  local status=0 p
+  for p in "${phases[@]}"; do
+    declare -F "phase_$p" >/dev/null || { echo "gpu_run: no phase '$p' (build tests sanitizer train bench dp)"; exit 2; }
+  done
+  mkdir -p "$OUTDIR"
+  setup_env
+  for p in "${phases[@]}"; do
+    if [ "$p" != build ] && [ ! -x build-gpu/kiln ]; then
+      echo "gpu_run: phase $p needs build-gpu/ (run the build phase first, on this machine)"; exit 1
+    fi
+    "phase_$p" || { status=1; [ "$p" = build ] && return 1; }
+  done
   return $status
 }
 
 case "${1:-}" in
   prepare) prepare ;;
   run) shift; run "$@" ;;
-  *) echo "usage: scripts/gpu_run.sh prepare | run [OUTDIR]"; exit 2 ;;
+  *) echo "usage: scripts/gpu_run.sh prepare | run [OUTDIR] [build|tests|sanitizer|train|bench|dp ...]"; exit 2 ;;
 esac
