@@ -5,6 +5,7 @@ with GPT-2's 50257-token vocabulary (zoo gpt2_cls50k: 25.7 MB of token
 embedding, 1.6 MB of everything else).
 
     benchmarks/dp_bench.py [--kiln build/kiln] [--nproc 4] [--steps 30] [--out-dir DIR] [--no-torch]
+                           [--tokens uniform|zipf]
 
 For each configuration it runs `kiln train --nproc N --report` twice, with
 the embedding gradient dense (--dense-embeddings) and block-sparse (the
@@ -22,6 +23,12 @@ Then it trains the same model, weights, batch slices and optimizer with
 PyTorch DistributedDataParallel (Gloo, the same threads per rank), with
 dense embedding gradients and, for SGD, nn.Embedding(sparse=True) (DDP
 allreduces torch sparse gradients), and prints the ratios (--no-torch skips).
+
+--tokens: the batch's token ids drawn uniformly from the vocabulary (the
+default: the ranks' rows barely overlap, so the row exchange all-gathers),
+or Zipf-distributed as in text (frequency ~ 1/rank^1.1, the most frequent
+ids lowest, as in GPT-2's BPE vocabulary: the ranks share their frequent
+tokens, and the row exchange may send them to their owners instead).
 
 Writes results.json into --out-dir. The README's numbers come from here.
 """
@@ -46,16 +53,31 @@ CONFIGS = {
 }
 
 
-def prepare(out_dir: str, batch: int):
+def zipf_tokens(batch_file: str, vocab: int = 50257, s: float = 1.1, seed: int = 0) -> None:
+    """Redraw the batch's integer inputs (the token ids) from a Zipf law."""
+    import st_io
+    import torch
+    tensors, meta = st_io.load(batch_file), st_io.load_metadata(batch_file)
+    weights = 1.0 / torch.arange(1, vocab + 1, dtype=torch.float64) ** s
+    g = torch.Generator().manual_seed(seed)
+    for k, v in tensors.items():
+        if k != "target" and not v.is_floating_point():
+            tensors[k] = torch.multinomial(weights, v.numel(), replacement=True, generator=g).reshape(v.shape).to(v.dtype)
+    st_io.save(batch_file, tensors, dict(meta, tokens=f"zipf {s}"))
+
+
+def prepare(out_dir: str, batch: int, tokens: str = "uniform"):
     import export
     import make_batch
     import torch
-    d = os.path.join(out_dir, f"b{batch}")
+    d = os.path.join(out_dir, f"b{batch}" + ("" if tokens == "uniform" else f"_{tokens}"))
     pt = os.path.join(d, MODEL + ".pt")
     data = os.path.join(d, "batch.safetensors")
     if not (os.path.exists(pt) and os.path.exists(data)):
         export.export(MODEL, ["trace"], d, train=True, no_dropout=True, dtype=torch.float32, batch=batch)
         make_batch.make_batch(MODEL, "cross_entropy", data, export_dir=d)
+        if tokens == "zipf":
+            zipf_tokens(data)
     return pt, data
 
 
@@ -153,11 +175,13 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "build", "bench", "dp"))
     ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch DDP runs")
+    ap.add_argument("--tokens", choices=("uniform", "zipf"), default="uniform",
+                    help="token ids drawn uniformly (little overlap between ranks) or Zipf-distributed as in text")
     a = ap.parse_args()
     os.makedirs(a.out_dir, exist_ok=True)
     results = {}
     for name, cfg in CONFIGS.items():
-        pt, data = prepare(a.out_dir, cfg["batch"])
+        pt, data = prepare(a.out_dir, cfg["batch"], a.tokens)
         r = {}
         for mode, extra in (("dense", ["--dense-embeddings"]), ("sparse", [])):
             rep = run(a.kiln, pt, data, a.nproc, a.steps, cfg["args"] + extra,
@@ -170,7 +194,7 @@ def main() -> int:
                 r["torch_ddp_sparse"] = run_ddp(pt, data, cfg, a.nproc, a.steps, True,
                                                 os.path.join(a.out_dir, f"{name}.ddp_sparse.json"))
         results[name] = r
-        print(f"{MODEL} {name} (batch {cfg['batch']}, {a.nproc} ranks, {' '.join(cfg['args'])}):")
+        print(f"{MODEL} {name} (batch {cfg['batch']}, {a.tokens} tokens, {a.nproc} ranks, {' '.join(cfg['args'])}):")
         for mode in ("dense", "sparse"):
             s = r[mode]
             line = (f"  {mode:6s} step {s['step_ms']:7.1f} ms (median {s['step_ms_median']:.1f}), comm "
