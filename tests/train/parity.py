@@ -43,6 +43,7 @@ FAILS -- so the harness can both pass and fail.
 """
 
 import argparse
+import copy
 import dataclasses
 import hashlib
 import math
@@ -493,7 +494,10 @@ def run(args) -> int:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("name", help="zoo model (models/export.py --list)")
-    p.add_argument("--mode", choices=list(MODES), default="grad")
+    p.add_argument("--mode", default="grad", metavar="MODE[,MODE...]",
+                   help="what to check: " + ", ".join(MODES) + "; several, comma-separated, run one after "
+                        "another in this process (each in WORK_DIR/MODE), which saves a Python and libtorch "
+                        "start per mode")
     p.add_argument("--kiln", help="path to the kiln binary")
     p.add_argument("--self-check", action="store_true", help="check the harness against PyTorch itself")
     p.add_argument("--work-dir", help="where kiln's outputs go, and the export unless --cache-dir "
@@ -517,15 +521,28 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if not args.self_check and not args.kiln:
         p.error("give --kiln PATH (or --self-check)")
+    modes = args.mode.split(",")
+    for m in modes:
+        if m not in MODES:
+            p.error(f"--mode: {m!r} is not one of {', '.join(MODES)}")
     temp = not args.work_dir
     if temp:
         args.work_dir = tempfile.mkdtemp(prefix=f"kiln-parity-{args.name}-")
-    try:
-        rc = run(args)
-    except Failure as e:
-        print(f"{args.name} {args.mode}: ERROR: {e}")
-        rc = 2
-    return tidy_outputs(args.work_dir, rc, temp)
+    worst = 0
+    for m in modes:
+        a = copy.copy(args)
+        a.mode = m
+        if len(modes) > 1:
+            a.work_dir = os.path.join(args.work_dir, m)
+        try:
+            rc = run(a)
+        except Failure as e:
+            print(f"{args.name} {m}: ERROR: {e}")
+            rc = 2
+        worst = max(worst, tidy_outputs(a.work_dir, rc, temp and len(modes) == 1))
+    if temp and len(modes) > 1 and worst == 0:
+        tidy_outputs(args.work_dir, 0, True)
+    return worst
 
 
 if __name__ == "__main__":
