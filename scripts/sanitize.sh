@@ -2,7 +2,8 @@
 # Build the unit tests with AddressSanitizer + UndefinedBehaviorSanitizer in
 # build-asan/ and run the parser suites (safetensors, text IR, FX import,
 # JSON) and the executor's memory suites (arena, plan, fused kernels) under
-# them. Any sanitizer report fails the run.
+# them, then the sparse allreduce suites of the communication tests. Any
+# sanitizer report fails the run.
 #
 #   scripts/sanitize.sh                       # parser suites
 #   KILN_SANITIZE_FILTER='*' scripts/sanitize.sh   # every unit test
@@ -23,3 +24,9 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:strict_strin
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 "$build/tests/kiln_unit_tests" --gtest_filter="$filter" --gtest_brief=1
 echo "sanitize: kiln_unit_tests ($filter) passed under ASan+UBSan"
+# The sparse allreduces pack and unpack rows and blocks at byte offsets:
+# under the sanitizers too, over threads and Gloo rank processes.
+comm_filter="${KILN_SANITIZE_COMM_FILTER:-Sparse*}"
+cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)" --target kiln_comm_tests
+"$build/tests/kiln_comm_tests" --gtest_filter="$comm_filter" --gtest_brief=1
+echo "sanitize: kiln_comm_tests ($comm_filter) passed under ASan+UBSan"
