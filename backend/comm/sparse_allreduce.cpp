@@ -38,10 +38,7 @@ struct Layout {
   size_t count, block, esize, blocks, idx_bytes;
   int n;
   /// The first block rank q owns (q = n: one past the last block).
-  uint64_t begin(int q) const {
-    return static_cast<uint64_t>(static_cast<unsigned __int128>(blocks) * static_cast<unsigned>(q) /
-                                 static_cast<unsigned>(n));
-  }
+  uint64_t begin(int q) const { return sparse_blocks::ownerBegin(blocks, q, n); }
   /// Elements of block k.
   size_t len(uint64_t k) const { return std::min(block, count - k * block); }
   /// Bytes of a pack of k blocks, the short last block among them if `tail`.
@@ -49,20 +46,8 @@ struct Layout {
     if (k == 0) return 0;
     return k * idx_bytes + (tail ? (k - 1) * block + len(blocks - 1) : k * block) * esize;
   }
-  void putIndex(uint8_t* p, size_t j, uint64_t k) const {
-    const uint32_t k32 = static_cast<uint32_t>(k);
-    std::memcpy(p + j * idx_bytes, idx_bytes == 4 ? static_cast<const void*>(&k32) : &k, idx_bytes);
-  }
-  uint64_t index(const uint8_t* p, size_t j) const {
-    if (idx_bytes == 8) {
-      uint64_t k;
-      std::memcpy(&k, p + j * 8, 8);
-      return k;
-    }
-    uint32_t k32;
-    std::memcpy(&k32, p + j * 4, 4);
-    return k32;
-  }
+  void putIndex(uint8_t* p, size_t j, uint64_t k) const { sparse_blocks::putWord(p, j, k, idx_bytes); }
+  uint64_t index(const uint8_t* p, size_t j) const { return sparse_blocks::getWord(p, j, idx_bytes); }
   /// Where block j of a pack of k blocks starts.
   template <typename Byte>
   Byte* blockAt(Byte* pack, size_t k, size_t j) const {

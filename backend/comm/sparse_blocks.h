@@ -1,6 +1,7 @@
 // What the sparse allreduces (sparse_allreduce.cpp: blocks,
 // sparse_row_allreduce.cpp: rows) share: finding the non-zero blocks of a
-// dense tensor and adding one block into another at any byte offset.
+// dense tensor, adding one block into another at any byte offset, the
+// owners' ranges, and the 4- or 8-byte index words they send.
 #pragma once
 
 #include <algorithm>
@@ -82,6 +83,29 @@ inline AddFn adderFor(DType dtype, const char* who) {
       fail(std::string(who) + ": dtype " + std::string(dtypeName(dtype)) +
            " is not supported (f32, f64, i32, i64; use the dense allreduceSum for f16/bf16)");
   }
+}
+
+/// The first of `total` blocks (or rows) rank q of n owns; q = n: `total`.
+inline uint64_t ownerBegin(uint64_t total, int q, int n) {
+  return static_cast<uint64_t>(static_cast<unsigned __int128>(total) * static_cast<unsigned>(q) /
+                               static_cast<unsigned>(n));
+}
+
+/// Word j of an array of `bytes`-byte (4 or 8) unsigned words at any byte
+/// offset: written, and read back.
+inline void putWord(uint8_t* p, size_t j, uint64_t v, size_t bytes) {
+  const uint32_t v32 = static_cast<uint32_t>(v);
+  std::memcpy(p + j * bytes, bytes == 4 ? static_cast<const void*>(&v32) : &v, bytes);
+}
+inline uint64_t getWord(const uint8_t* p, size_t j, size_t bytes) {
+  if (bytes == 8) {
+    uint64_t v;
+    std::memcpy(&v, p + j * 8, 8);
+    return v;
+  }
+  uint32_t v32;
+  std::memcpy(&v32, p + j * 4, 4);
+  return v32;
 }
 
 }  // namespace kiln::sparse_blocks

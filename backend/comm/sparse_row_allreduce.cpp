@@ -38,18 +38,11 @@ size_t listWordBytes(size_t num_rows) {
 /// Rank `rank`'s rows from its gathered slot of `capacity` words: the prefix
 /// before the first all-ones word, checked ascending and in range.
 std::vector<uint64_t> readList(const uint8_t* slot, size_t capacity, size_t word, size_t num_rows, int rank) {
+  const uint64_t padding = word == 4 ? 0xFFFFFFFFull : ~uint64_t{0};
   std::vector<uint64_t> rows;
   for (size_t j = 0; j < capacity; ++j) {
-    uint64_t r = 0;
-    if (word == 4) {
-      uint32_t r32;
-      std::memcpy(&r32, slot + j * 4, 4);
-      if (r32 == 0xFFFFFFFFu) break;
-      r = r32;
-    } else {
-      std::memcpy(&r, slot + j * 8, 8);
-      if (r == ~uint64_t{0}) break;
-    }
+    const uint64_t r = sparse_blocks::getWord(slot, j, word);
+    if (r == padding) break;
     if (r >= num_rows || (!rows.empty() && r <= rows.back()))
       fail("sparseRowAllreduce: rank " + std::to_string(rank) + " listed row " + std::to_string(r) + " at " +
            std::to_string(j) + ", " + (r >= num_rows ? "out of range" : "out of order"));
@@ -113,11 +106,7 @@ SparseAllreduceStats sparseRowAllreduce(Communicator& comm, const RowSparse& in,
   // rank: the graph is), padded with all-ones words.
   const size_t word = listWordBytes(num_rows), slot_bytes = in.capacity * word;
   std::vector<uint8_t> lists(nn * slot_bytes, 0xFF);
-  for (size_t j = 0; j < mine.size(); ++j) {
-    const uint32_t r32 = static_cast<uint32_t>(mine[j]);
-    std::memcpy(lists.data() + rank * slot_bytes + j * word, word == 4 ? static_cast<const void*>(&r32) : &mine[j],
-                word);
-  }
+  for (size_t j = 0; j < mine.size(); ++j) sparse_blocks::putWord(lists.data() + rank * slot_bytes, j, mine[j], word);
   if (slot_bytes > 0) comm.allGather(lists.data(), std::vector<size_t>(nn, slot_bytes), DType::U8);
   st.count_bytes = static_cast<uint64_t>(n - 1) * slot_bytes;
   std::vector<std::vector<uint64_t>> rows_of(nn);
@@ -132,23 +121,19 @@ SparseAllreduceStats sparseRowAllreduce(Communicator& comm, const RowSparse& in,
   // Every rank knows the union, so all fail here together or none does.
   if (uni.size() > out.capacity) tooMany(uni.size());
 
-  // 2. The plan: rank q owns rows [begin(q), begin(q+1)); at[p][q] is where
+  // 2. The plan: rank q owns rows [ownerBegin(q), ownerBegin(q+1)); at[p][q] is where
   // rank p's rows in q's range start in its list, owned[q] where q's union
   // rows start in `uni`.
-  auto begin = [&](int q) {
-    return static_cast<uint64_t>(static_cast<unsigned __int128>(num_rows) * static_cast<unsigned>(q) / nn);
-  };
   std::vector<std::vector<size_t>> at(nn, std::vector<size_t>(nn + 1));
   std::vector<size_t> owned(nn + 1);
-  uint64_t listed = 0;
   for (int q = 0; q <= n; ++q) {
+    const uint64_t first_row = sparse_blocks::ownerBegin(num_rows, q, n);
     for (int p = 0; p < n; ++p)
-      at[p][q] = q == n ? rows_of[p].size()
-                        : static_cast<size_t>(std::lower_bound(rows_of[p].begin(), rows_of[p].end(), begin(q)) -
-                                              rows_of[p].begin());
-    owned[q] =
-        q == n ? uni.size() : static_cast<size_t>(std::lower_bound(uni.begin(), uni.end(), begin(q)) - uni.begin());
+      at[p][q] =
+          static_cast<size_t>(std::lower_bound(rows_of[p].begin(), rows_of[p].end(), first_row) - rows_of[p].begin());
+    owned[q] = static_cast<size_t>(std::lower_bound(uni.begin(), uni.end(), first_row) - uni.begin());
   }
+  uint64_t listed = 0;
   uint64_t scattered = 0;  // rows that leave their rank in the owners' all-to-all
   for (int p = 0; p < n; ++p) {
     listed += rows_of[p].size();
