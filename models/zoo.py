@@ -226,6 +226,155 @@ class GPT2Classifier(GPT2Mini):
         return self.score(self.trunk(idx)[:, -1])
 
 
+class BertLayer(nn.Module):
+    """BERT's post-LayerNorm encoder layer: LN(x + attn(x)); LN(x + ffn(x)),
+    with full (unmasked) multi-head self-attention and erf GELU."""
+
+    def __init__(self, d_model: int, n_head: int, d_ff: int, dropout: float):
+        super().__init__()
+        self.n_head = n_head
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.attn_out = nn.Linear(d_model, d_model)
+        self.attn_drop = nn.Dropout(dropout)
+        self.ln_attn = nn.LayerNorm(d_model, eps=1e-12)
+        self.ffn_in = nn.Linear(d_model, d_ff)
+        self.ffn_out = nn.Linear(d_ff, d_model)
+        self.ffn_drop = nn.Dropout(dropout)
+        self.ln_ffn = nn.LayerNorm(d_model, eps=1e-12)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.size()
+        hd = C // self.n_head
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q = q.view(B, T, self.n_head, hd).transpose(1, 2)
+        k = k.view(B, T, self.n_head, hd).transpose(1, 2)
+        v = v.view(B, T, self.n_head, hd).transpose(1, 2)
+        att = torch.softmax(torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(hd)), dim=-1)
+        y = torch.matmul(self.attn_drop(att), v).transpose(1, 2).contiguous().view(B, T, C)
+        x = self.ln_attn(x + self.attn_drop(self.attn_out(y)))
+        return self.ln_ffn(x + self.ffn_drop(self.ffn_out(F.gelu(self.ffn_in(x)))))
+
+
+class BertClassifier(nn.Module):
+    """BERT-style encoder for sequence classification (as transformers'
+    BertForSequenceClassification): token + position embeddings, LayerNorm,
+    post-LN layers, a tanh pooler on the first token and a linear head."""
+
+    def __init__(self, vocab: int = 30522, n_ctx: int = 512, d_model: int = 768, n_head: int = 12,
+                 d_ff: int = 3072, n_layer: int = 6, n_classes: int = 2, dropout: float = 0.1):
+        super().__init__()
+        self.word = nn.Embedding(vocab, d_model)
+        self.pos = nn.Embedding(n_ctx, d_model)
+        self.ln_embed = nn.LayerNorm(d_model, eps=1e-12)
+        self.drop = nn.Dropout(dropout)
+        self.layers = nn.ModuleList([BertLayer(d_model, n_head, d_ff, dropout) for _ in range(n_layer)])
+        self.pooler = nn.Linear(d_model, d_model)
+        self.head = nn.Linear(d_model, n_classes)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        T = idx.size(1)
+        pos = torch.arange(0, T, dtype=torch.long, device=idx.device).unsqueeze(0)
+        x = self.drop(self.ln_embed(self.word(idx) + self.pos(pos)))
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(torch.tanh(self.pooler(x[:, 0])))
+
+
+class UNetResBlock(nn.Module):
+    """Diffusion-UNet residual block: GroupNorm-SiLU-conv3x3 twice, with a
+    1x1 shortcut when the channel count changes."""
+
+    def __init__(self, c_in: int, c_out: int, groups: int = 32):
+        super().__init__()
+        self.norm1 = nn.GroupNorm(groups, c_in)
+        self.conv1 = nn.Conv2d(c_in, c_out, 3, padding=1)
+        self.norm2 = nn.GroupNorm(groups, c_out)
+        self.conv2 = nn.Conv2d(c_out, c_out, 3, padding=1)
+        self.skip = nn.Conv2d(c_in, c_out, 1) if c_in != c_out else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.conv1(F.silu(self.norm1(x)))
+        h = self.conv2(F.silu(self.norm2(h)))
+        return self.skip(x) + h
+
+
+class UNetAttention(nn.Module):
+    """Single-head self-attention over the pixels of a feature map (the
+    low-resolution attention of DDPM's UNet), with a residual."""
+
+    def __init__(self, c: int, groups: int = 32):
+        super().__init__()
+        self.norm = nn.GroupNorm(groups, c)
+        self.qkv = nn.Conv2d(c, 3 * c, 1)
+        self.proj = nn.Conv2d(c, c, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, C, H, W = x.size()
+        q, k, v = self.qkv(self.norm(x)).reshape(B, 3, C, H * W).unbind(1)
+        att = torch.softmax(torch.matmul(q.transpose(1, 2), k) * (1.0 / math.sqrt(C)), dim=-1)  # [B, HW, HW]
+        y = torch.matmul(v, att.transpose(1, 2)).reshape(B, C, H, W)
+        return x + self.proj(y)
+
+
+class UNet(nn.Module):
+    """Diffusion-style UNet denoiser (DDPM's layout without the timestep
+    embedding): three resolutions with channel multipliers (1, 2, 4), two
+    residual blocks per level on the way down and on the way up with skip
+    concatenations, attention at the lowest resolution, nearest-neighbour
+    upsampling, stride-2 downsampling convolutions. Predicts an image the
+    shape of its input (mse loss)."""
+
+    def __init__(self, c_img: int = 3, base: int = 64, mults=(1, 2, 4)):
+        super().__init__()
+        chans = [base * m for m in mults]
+        self.stem = nn.Conv2d(c_img, base, 3, padding=1)
+        self.down = nn.ModuleList()
+        self.downsample = nn.ModuleList()
+        c = base
+        skips = [c]
+        for i, ch in enumerate(chans):
+            blocks = nn.ModuleList([UNetResBlock(c, ch), UNetResBlock(ch, ch)])
+            c = ch
+            skips += [c, c]
+            self.down.append(blocks)
+            last = i == len(chans) - 1
+            self.downsample.append(nn.Identity() if last else nn.Conv2d(c, c, 3, stride=2, padding=1))
+            if not last:
+                skips.append(c)
+        self.mid1 = UNetResBlock(c, c)
+        self.mid_attn = UNetAttention(c)
+        self.mid2 = UNetResBlock(c, c)
+        self.up = nn.ModuleList()
+        self.upsample = nn.ModuleList()
+        for i, ch in reversed(list(enumerate(chans))):
+            blocks = nn.ModuleList()
+            for _ in range(3):
+                blocks.append(UNetResBlock(c + skips.pop(), ch))
+                c = ch
+            self.up.append(blocks)
+            self.upsample.append(nn.Conv2d(c, c, 3, padding=1) if i > 0 else nn.Identity())
+        self.out_norm = nn.GroupNorm(32, c)
+        self.out = nn.Conv2d(c, c_img, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.stem(x)
+        hs = [h]
+        for blocks, down in zip(self.down, self.downsample):
+            for b in blocks:
+                h = b(h)
+                hs.append(h)
+            if not isinstance(down, nn.Identity):
+                h = down(h)
+                hs.append(h)
+        h = self.mid2(self.mid_attn(self.mid1(h)))
+        for blocks, up in zip(self.up, self.upsample):
+            for b in blocks:
+                h = b(torch.cat([h, hs.pop()], dim=1))
+            if not isinstance(up, nn.Identity):
+                h = up(F.interpolate(h, scale_factor=2.0, mode="nearest"))
+        return self.out(F.silu(self.out_norm(h)))
+
+
 class NNTransformer(nn.Module):
     """Full nn.Transformer (2+2 layers); causal tgt_mask generated in forward."""
 
@@ -378,10 +527,19 @@ _REGISTRY: Dict[str, Tuple[Callable[[], nn.Module], tuple, Tuple[str, ...]]] = {
     "gpt2_cls50k": (GPT2Classifier, (_ints((16, 64), 50257),), _OWN),
     # ResNet-50 at ImageNet size, for the GPU benchmark (benchmarks/gpu_zoo.py).
     "tv_resnet50": (lambda: _tv("resnet50"), ((32, 3, 224, 224),), _TV),
+    # The realistic-size battery (benchmarks/battery.py), at the sizes people
+    # train; its batch sizes are the battery's defaults.
+    "bat_resnet50": (lambda: _tv("resnet50"), ((8, 3, 224, 224),), ("trace",)),
+    "bat_vit_b16": (lambda: _tv("vit_b_16"), ((4, 3, 224, 224),), ("trace",)),
+    "bat_gpt2_40m": (lambda: GPT2Mini(vocab=32000, n_ctx=256, d_model=512, n_head=8, n_layer=8),
+                     (_ints((4, 256), 32000),), ("trace",)),
+    "bat_bert_base6": (BertClassifier, (_ints((8, 128), 30522),), ("trace",)),
+    "bat_unet": (UNet, ((8, 3, 64, 64),), ("trace",)),
 }
 
 # Built on request only (export.py NAME), never by the test suites.
-BENCH_ONLY = {"gpt2_small", "gpt2_cls50k", "tv_resnet50"}
+BENCH_ONLY = {"gpt2_small", "gpt2_cls50k", "tv_resnet50", "bat_resnet50", "bat_vit_b16", "bat_gpt2_40m",
+              "bat_bert_base6", "bat_unet"}
 NAMES: List[str] = [n for n in _REGISTRY if n not in BENCH_ONLY]
 
 # Models whose forward is meant to run in train mode.
