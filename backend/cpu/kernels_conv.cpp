@@ -1,17 +1,22 @@
 // CPU kernels for conv2d (NCHW input, OIHW weight, optional bias).
 //
-// "onednn" (f32): a oneDNN convolution. Primitives are built once per
-// shape/attribute combination and kept in a process-wide cache, so a model
-// run repeatedly pays for primitive creation (and oneDNN's JIT) only once.
-// The primitive picks its preferred memory layouts (blocked nChw8c on
-// AVX2); the user's NCHW/OIHW buffers are reordered into them and the result
-// back on every call (weights change between training steps, so they are not
-// cached). Measured on one AVX2 core, reorders included, against plain NCHW
-// (which oneDNN serves with its im2col-GEMM "gemm:jit"): 3.3 vs 7.8 ms for
-// ResNet's 64x56x56 3x3 conv, 2.6 vs 3.4 ms at 128x28x28, equal at
-// 512x7x7; only strided 1x1 convs lose a little (0.23 vs 0.18 ms), so the
-// blocked path is used throughout. The predicate builds (and caches) the
-// primitive, so a config oneDNN rejects falls through to the next kernel.
+// "onednn" (f32, and bf16 natively): a oneDNN convolution. Primitives are
+// built once per shape/attribute/dtype combination and kept in a
+// process-wide cache, so a model run repeatedly pays for primitive creation
+// (and oneDNN's JIT) only once. The primitive picks its preferred memory
+// layouts (blocked nChw16c with AVX-512); the user's NCHW/OIHW buffers are
+// reordered into them and the result back on every call (weights change
+// between training steps, so they are not cached), in a per-thread
+// workspace reused across calls. Measured on one AVX2 core, reorders
+// included, against plain NCHW (which oneDNN serves with its im2col-GEMM
+// "gemm:jit"): 3.3 vs 7.8 ms for ResNet's 64x56x56 3x3 conv, 2.6 vs 3.4 ms
+// at 128x28x28, equal at 512x7x7; only strided 1x1 convs lose a little
+// (0.23 vs 0.18 ms), so the blocked path is used throughout. The predicate
+// builds (and caches) the primitive, so a config oneDNN rejects falls
+// through to the next kernel.
+//
+// amp's bf16 convolutions run in bf16 inside oneDNN (f32 accumulation),
+// reading and writing the bf16 tensors directly; f16 ones convert to f32.
 //
 // "blas" (f32/f64, and f16/bf16 computed in f32): im2col + GEMM per
 // image and group; a 1x1, stride-1, unpadded convolution skips im2col.
@@ -21,12 +26,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "backend/cpu/build_once_cache.h"
 #include "backend/cpu/cpu_loops.h"
+#include "backend/cpu/dnnl_common.h"
 #include "backend/cpu/float_kernel.h"
 #include "core/ops/op_helpers.h"
 
@@ -122,11 +129,6 @@ void convIm2colKernel(const Node& n, std::span<const Tensor> in, std::span<Tenso
 using dnnl::memory;
 using tag = memory::format_tag;
 
-dnnl::engine& dnnlEngine() {
-  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
-  return eng;
-}
-
 /// A built convolution: the primitive, the user (plain) layouts and the
 /// reorders between them and the primitive's own layouts.
 struct DnnlConv {
@@ -137,27 +139,32 @@ struct DnnlConv {
   dnnl::reorder src_r, wei_r, dst_r;
 };
 
-/// oneDNN primitives bake in the OpenMP thread count at creation, so it is
-/// part of the key.
-std::string convKey(const ConvGeom& g) {
-  std::string k = std::to_string(omp_get_max_threads()) + ':';
+/// The data types of a oneDNN convolution: sources (src, weights, bias) and
+/// destination.
+struct ConvTypes {
+  memory::data_type in = memory::data_type::f32, out = memory::data_type::f32;
+};
+
+std::string convKey(const ConvGeom& g, ConvTypes t) {
+  std::string k =
+      dnnlKeyPrefix() + std::to_string(static_cast<int>(t.in)) + ',' + std::to_string(static_cast<int>(t.out)) + ':';
   for (int64_t v :
        {g.n, g.c, g.h, g.w, g.o, g.cg, g.kh, g.kw, g.groups, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, int64_t{g.bias}})
     k += std::to_string(v) + ',';
   return k;
 }
 
-std::unique_ptr<DnnlConv> buildDnnlConv(const ConvGeom& g) {
+std::unique_ptr<DnnlConv> buildDnnlConv(const ConvGeom& g, ConvTypes t) {
   auto c = std::make_unique<DnnlConv>();
-  const auto f32 = memory::data_type::f32;
+  const auto in_t = t.in;
   memory::dims src{g.n, g.c, g.h, g.w}, dst{g.n, g.o, g.oh, g.ow}, bias{g.o};
   memory::dims wei =
       g.groups == 1 ? memory::dims{g.o, g.cg, g.kh, g.kw} : memory::dims{g.groups, g.o / g.groups, g.cg, g.kh, g.kw};
-  c->user_src = memory::desc(src, f32, tag::nchw);
-  c->user_dst = memory::desc(dst, f32, tag::nchw);
-  c->user_wei = memory::desc(wei, f32, g.groups == 1 ? tag::oihw : tag::goihw);
-  c->bias_md = memory::desc(bias, f32, tag::x);
-  memory::desc any_src(src, f32, tag::any), any_dst(dst, f32, tag::any), any_wei(wei, f32, tag::any);
+  c->user_src = memory::desc(src, in_t, tag::nchw);
+  c->user_dst = memory::desc(dst, t.out, tag::nchw);
+  c->user_wei = memory::desc(wei, in_t, g.groups == 1 ? tag::oihw : tag::goihw);
+  c->bias_md = memory::desc(bias, in_t, tag::x);
+  memory::desc any_src(src, in_t, tag::any), any_dst(dst, t.out, tag::any), any_wei(wei, in_t, tag::any);
   // oneDNN's dilation counts the gaps (0 = dense). Symmetric padding: oneDNN
   // derives the output size with the same floor formula as PyTorch.
   memory::dims strides{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pad{g.ph, g.pw};
@@ -190,52 +197,69 @@ std::unique_ptr<DnnlConv> buildDnnlConv(const ConvGeom& g) {
 
 /// The cached primitive for `g`, building it on first use; nullptr when
 /// oneDNN has no implementation for the config (remembered too).
-const DnnlConv* dnnlConvFor(const ConvGeom& g) {
+const DnnlConv* dnnlConvFor(const ConvGeom& g, ConvTypes t) {
   static BuildOnceCache<DnnlConv> cache;
-  return cache.get(convKey(g), [&]() -> std::unique_ptr<DnnlConv> {
+  return cache.get(convKey(g, t), [&]() -> std::unique_ptr<DnnlConv> {
     try {
-      return buildDnnlConv(g);
+      return buildDnnlConv(g, t);
     } catch (const dnnl::error&) {
       return nullptr;
     }
   });
 }
 
-bool dnnlConvSupports(const Node& n) {
+/// The types oneDNN computes node `n` in: all-f32 or all-bf16 sources (the
+/// output in the node's dtype); nullopt for anything else.
+std::optional<ConvTypes> convTypes(const Node& n) {
+  const DType in = n.input(0)->dtype();
+  if (in != DType::F32 && in != DType::BF16) return std::nullopt;
   for (Value* v : n.inputs())
-    if (v->dtype() != DType::F32) return false;
-  if (n.output()->type().numel() == 0) return false;
-  return dnnlConvFor(convGeom(n)) != nullptr;
+    if (v->dtype() != in) return std::nullopt;
+  auto out = dnnlDataType(n.output()->dtype());
+  if (!out || (in == DType::F32 && *out != memory::data_type::f32)) return std::nullopt;
+  return ConvTypes{*dnnlDataType(in), *out};
 }
 
-/// amp's bf16/f16 convolutions: oneDNN in f32 (see cpu::floatInputsLowp).
-bool dnnlConvSupportsLowp(const Node& n) {
-  if (!floatInputsLowp(n) || n.output()->type().numel() == 0) return false;
-  return dnnlConvFor(convGeom(n)) != nullptr;
+bool dnnlConvSupports(const Node& n) {
+  auto t = convTypes(n);
+  if (!t || n.output()->type().numel() == 0) return false;
+  return dnnlConvFor(convGeom(n), *t) != nullptr;
+}
+
+/// amp's f16 convolutions: oneDNN in f32 (see cpu::floatInputsLowp).
+bool dnnlConvSupportsF16(const Node& n) {
+  if (!floatInputsLowp(n) || n.input(0)->dtype() != DType::F16 || n.output()->type().numel() == 0) return false;
+  return dnnlConvFor(convGeom(n), ConvTypes{}) != nullptr;
 }
 
 void convDnnlKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
   const ConvGeom g = convGeom(n);
-  const DnnlConv* c = dnnlConvFor(g);
+  // f16 nodes arrive here converted to f32 (viaComputeType).
+  const ConvTypes t = in[0].dtype() == DType::F32 ? ConvTypes{} : *convTypes(n);
+  const DnnlConv* c = dnnlConvFor(g, t);
   if (!c) fail("oneDNN has no convolution for this configuration");
-  Tensor& y = allocAs(n, out, 0, DType::F32);
+  Tensor& y = allocAs(n, out, 0, in[0].dtype() == DType::F32 ? DType::F32 : n.output()->dtype());
   auto& eng = dnnlEngine();
   dnnl::stream s(eng);
+  // The reordered copies and the scratchpad share one per-thread workspace.
+  DnnlWorkspace ws({c->src_reorder ? c->pd.src_desc().get_size() : 0,
+                    c->wei_reorder ? c->pd.weights_desc().get_size() : 0,
+                    c->dst_reorder ? c->pd.dst_desc().get_size() : 0, c->pd.scratchpad_desc().get_size()});
   // oneDNN never writes through src/weights; the casts only satisfy its API.
   memory user_src(c->user_src, eng, const_cast<void*>(in[0].raw()));
   memory user_wei(c->user_wei, eng, const_cast<void*>(in[1].raw()));
   memory user_dst(c->user_dst, eng, y.raw());
   memory src = user_src, wei = user_wei, dst = user_dst;
   if (c->src_reorder) {
-    src = memory(c->pd.src_desc(), eng);
+    src = memory(c->pd.src_desc(), eng, ws.part(0));
     c->src_r.execute(s, user_src, src);
   }
   if (c->wei_reorder) {
-    wei = memory(c->pd.weights_desc(), eng);
+    wei = memory(c->pd.weights_desc(), eng, ws.part(1));
     c->wei_r.execute(s, user_wei, wei);
   }
-  if (c->dst_reorder) dst = memory(c->pd.dst_desc(), eng);
-  memory scratch(c->pd.scratchpad_desc(), eng);
+  if (c->dst_reorder) dst = memory(c->pd.dst_desc(), eng, ws.part(2));
+  memory scratch(c->pd.scratchpad_desc(), eng, ws.part(3));
   std::unordered_map<int, memory> args{
       {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}, {DNNL_ARG_SCRATCHPAD, scratch}};
   if (g.bias) args.emplace(DNNL_ARG_BIAS, memory(c->bias_md, eng, const_cast<void*>(in[2].raw())));
@@ -253,8 +277,7 @@ void registerCpuConvKernels(KernelRegistry& r) {
     return k;
   };
   r.add(alone({"conv2d", "onednn", "onednn.conv2d", 30, dnnlConvSupports, convDnnlKernel}));
-  r.add(
-      alone({"conv2d", "onednn", "onednn.conv2d_lowp", 30, dnnlConvSupportsLowp, viaComputeType<convDnnlKernel>}));
+  r.add(alone({"conv2d", "onednn", "onednn.conv2d_f16", 30, dnnlConvSupportsF16, viaComputeType<convDnnlKernel>}));
   r.add({"conv2d", "blas", "blas.conv2d", 20, nullptr, viaComputeType<convIm2colKernel>});
 }
 

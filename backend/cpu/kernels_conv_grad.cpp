@@ -2,11 +2,14 @@
 //   conv2d_input_backward(g, weight) {input_shape, ...}  -> dL/dx
 //   conv2d_weight_backward(g, x) {weight_shape, ...}     -> dL/dweight
 //
-// "onednn" (f32): oneDNN's convolution backward-data and backward-weights
-// primitives, cached per shape/attribute combination and thread count like
-// the forward (kernels_conv.cpp): plain NCHW/OIHW buffers are reordered into
-// the layouts the primitive prefers and the result back on every call. The
-// predicate builds the primitive, so a config oneDNN rejects falls through.
+// "onednn" (f32, and bf16 natively): oneDNN's convolution backward-data and
+// backward-weights primitives, cached per shape/attribute/dtype combination
+// and thread count like the forward (kernels_conv.cpp): plain NCHW/OIHW
+// buffers are reordered into the layouts the primitive prefers and the
+// result back on every call, in a per-thread workspace. The predicate builds
+// the primitive, so a config oneDNN rejects falls through. amp's bf16
+// gradients are computed from the bf16 tensors directly (f32 accumulation
+// inside oneDNN), 1x1 convolutions included.
 // Measured on one shared AVX2 core (batch 4, ms, oneDNN vs im2col+GEMM;
 // input grad / weight grad): 3x3 64ch@56 44/40 vs 58/52, 3x3 128ch@28 29/35
 // vs 35/35, 3x3 512ch@7 44/58 vs 65/39, depthwise 3x3 64ch@56 4.1/0.8 vs
@@ -28,12 +31,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "backend/cpu/build_once_cache.h"
 #include "backend/cpu/cpu_loops.h"
+#include "backend/cpu/dnnl_common.h"
 #include "backend/cpu/float_kernel.h"
 #include "core/ops/op_helpers.h"
 
@@ -185,26 +190,20 @@ void weightBackwardGemmKernel(const Node& n, std::span<const Tensor> in, std::sp
 using dnnl::memory;
 using tag = memory::format_tag;
 
-dnnl::engine& dnnlEngine() {
-  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
-  return eng;
-}
-
 /// Plain (user) descriptors and the oneDNN convolution parameters of `g`.
 struct ConvDescs {
   memory::desc src, wei, dst;
   memory::dims strides, dil, pad_l, pad_r;
 };
 
-ConvDescs convDescs(const ConvGeom& g, bool any) {
-  const auto f32 = memory::data_type::f32;
+ConvDescs convDescs(const ConvGeom& g, bool any, memory::data_type dt) {
   memory::dims src{g.n, g.c, g.h, g.w}, dst{g.n, g.o, g.oh, g.ow};
   memory::dims wei =
       g.groups == 1 ? memory::dims{g.o, g.cg, g.kh, g.kw} : memory::dims{g.groups, g.o / g.groups, g.cg, g.kh, g.kw};
   ConvDescs d;
-  d.src = memory::desc(src, f32, any ? tag::any : tag::nchw);
-  d.dst = memory::desc(dst, f32, any ? tag::any : tag::nchw);
-  d.wei = memory::desc(wei, f32, any ? tag::any : g.groups == 1 ? tag::oihw : tag::goihw);
+  d.src = memory::desc(src, dt, any ? tag::any : tag::nchw);
+  d.dst = memory::desc(dst, dt, any ? tag::any : tag::nchw);
+  d.wei = memory::desc(wei, dt, any ? tag::any : g.groups == 1 ? tag::oihw : tag::goihw);
   // oneDNN's dilation counts the gaps (0 = dense). The right padding is what
   // the last window actually reaches (PyTorch's mkldnn path does the same):
   // with floor-rounded output sizes the symmetric padding would claim input
@@ -246,8 +245,8 @@ struct DnnlConvBackward {
   MaybeReorder r0, r1, r_res;
 };
 
-std::unique_ptr<DnnlConvBackward> buildBackward(const ConvGeom& g, bool weights) {
-  const ConvDescs user = convDescs(g, false), any = convDescs(g, true);
+std::unique_ptr<DnnlConvBackward> buildBackward(const ConvGeom& g, bool weights, memory::data_type dt) {
+  const ConvDescs user = convDescs(g, false, dt), any = convDescs(g, true, dt);
   auto hint = forwardHint(any);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -281,54 +280,69 @@ std::unique_ptr<DnnlConvBackward> buildBackward(const ConvGeom& g, bool weights)
 /// The cached primitive for (`g`, which gradient), building it on first use;
 /// nullptr when oneDNN has no implementation (remembered too). oneDNN bakes
 /// the OpenMP thread count into a primitive, so it is part of the key.
-const DnnlConvBackward* dnnlBackwardFor(const ConvGeom& g, bool weights) {
+const DnnlConvBackward* dnnlBackwardFor(const ConvGeom& g, bool weights, memory::data_type dt) {
   static BuildOnceCache<DnnlConvBackward> cache;
-  std::string key = std::string(weights ? "w:" : "x:") + std::to_string(omp_get_max_threads()) + ':';
+  std::string key = std::string(weights ? "w:" : "x:") + dnnlKeyPrefix() + std::to_string(static_cast<int>(dt)) + ':';
   for (int64_t v :
        {g.n, g.c, g.h, g.w, g.o, g.cg, g.kh, g.kw, g.groups, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.oh, g.ow})
     key += std::to_string(v) + ',';
   return cache.get(key, [&]() -> std::unique_ptr<DnnlConvBackward> {
     try {
-      return buildBackward(g, weights);
+      return buildBackward(g, weights, dt);
     } catch (const dnnl::error&) {
       return nullptr;
     }
   });
 }
 
-bool dnnlSupports(const Node& n) {
+/// The one dtype oneDNN computes node `n` in (f32 or bf16: inputs and
+/// output all of it); nullopt otherwise.
+std::optional<memory::data_type> gradType(const Node& n) {
+  const DType t = n.output()->dtype();
+  if (t != DType::F32 && t != DType::BF16) return std::nullopt;
   for (Value* v : n.inputs())
-    if (v->dtype() != DType::F32) return false;
+    if (v->dtype() != t) return std::nullopt;
+  return dnnlDataType(t);
+}
+
+bool dnnlSupports(const Node& n) {
+  auto dt = gradType(n);
+  if (!dt) return false;
   if (n.output()->type().numel() == 0 || n.input(0)->type().numel() == 0) return false;
   const ConvGeom g = convGeom(n);
-  // Ungrouped 1x1 convolutions are plain GEMMs, which OpenBLAS runs on the
-  // user's layout with no reorders (see the timings at the top).
-  if (g.kh == 1 && g.kw == 1 && g.groups == 1) return false;
-  return dnnlBackwardFor(g, n.op() == "conv2d_weight_backward") != nullptr;
+  // Ungrouped f32 1x1 convolutions are plain GEMMs, which OpenBLAS runs on
+  // the user's layout with no reorders (see the timings at the top); bf16
+  // ones stay in oneDNN, which computes bf16 without converting.
+  if (g.kh == 1 && g.kw == 1 && g.groups == 1 && *dt == memory::data_type::f32) return false;
+  return dnnlBackwardFor(g, n.op() == "conv2d_weight_backward", *dt) != nullptr;
 }
 
 void dnnlBackwardKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
   const bool weights = n.op() == "conv2d_weight_backward";
-  const DnnlConvBackward* b = dnnlBackwardFor(convGeom(n), weights);
+  auto dt = gradType(n);
+  const DnnlConvBackward* b = dt ? dnnlBackwardFor(convGeom(n), weights, *dt) : nullptr;
   if (!b) opFail(n, "oneDNN has no convolution backward for this configuration");
-  Tensor& res = allocAs(n, out, 0, DType::F32);
+  Tensor& res = allocOutput(n, out, 0);
   auto& eng = dnnlEngine();
   dnnl::stream s(eng);
+  // The reordered copies and the scratchpad share one per-thread workspace.
+  DnnlWorkspace ws({b->r0.needed ? b->prim0.get_size() : 0, b->r1.needed ? b->prim1.get_size() : 0,
+                    b->r_res.needed ? b->prim_res.get_size() : 0, b->scratch.get_size()});
   // oneDNN never writes through its inputs; the casts only satisfy its API.
   memory user0(b->user0, eng, const_cast<void*>(in[0].raw()));
   memory user1(b->user1, eng, const_cast<void*>(in[1].raw()));
   memory user_res(b->user_res, eng, res.raw());
   memory m0 = user0, m1 = user1, mres = user_res;
   if (b->r0.needed) {
-    m0 = memory(b->prim0, eng);
+    m0 = memory(b->prim0, eng, ws.part(0));
     b->r0.r.execute(s, user0, m0);
   }
   if (b->r1.needed) {
-    m1 = memory(b->prim1, eng);
+    m1 = memory(b->prim1, eng, ws.part(1));
     b->r1.r.execute(s, user1, m1);
   }
-  if (b->r_res.needed) mres = memory(b->prim_res, eng);
-  memory scratch(b->scratch, eng);
+  if (b->r_res.needed) mres = memory(b->prim_res, eng, ws.part(2));
+  memory scratch(b->scratch, eng, ws.part(3));
   b->prim.execute(s, {{b->arg0, m0}, {b->arg1, m1}, {b->arg_res, mres}, {DNNL_ARG_SCRATCHPAD, scratch}});
   if (b->r_res.needed) b->r_res.r.execute(s, mres, user_res);
   s.wait();

@@ -201,6 +201,7 @@ void registerCpuLinalgKernels(KernelRegistry& r) {
   r.add({"linear", "cpu", "cpu.linear", 0, nullptr, cpu::viaComputeType<linearKernel<false>>});
   r.add({"matmul", "blas", "blas.matmul_lowp", 20, fitsBlasLowp, cpu::viaComputeType<matmulKernel<true>>});
   r.add({"linear", "blas", "blas.linear_lowp", 20, fitsBlasLowp, cpu::viaComputeType<linearKernel<true>>});
+  cpu::registerCpuDnnlLinalgKernels(r);
 }
 
 }  // namespace kiln

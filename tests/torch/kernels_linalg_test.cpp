@@ -1,6 +1,7 @@
 // CPU linalg kernels (matmul, linear) against libtorch on seeded random
 // inputs: every torch.matmul shape rule, linear with and without bias, f64,
-// and the reference kernel for bf16.
+// and amp's bf16 GEMMs (oneDNN's bf16 matmul, or the f32 fallback) on every
+// shape rule against libtorch's bf16 products.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -64,13 +65,44 @@ TEST_F(KernelsLinalg, MatmulAttentionShapes) {
 TEST_F(KernelsLinalg, MatmulF64) {
   checkMatmul({2, 7, 9}, {2, 9, 3}, torch::kFloat64);
 }
-TEST_F(KernelsLinalg, MatmulBF16UsesReference) {
-  auto x = torch::randn({4, 8}).to(torch::kBFloat16), y = torch::randn({8, 3}).to(torch::kBFloat16);
-  auto out = runOp("matmul", {x, y});
-  ASSERT_EQ(out.size(), 1u);
-  // bf16 keeps 8 mantissa bits: compare with the float product rounded once.
-  auto expected = torch::matmul(x.to(torch::kFloat32), y.to(torch::kFloat32)).to(torch::kBFloat16);
-  expectClose(out[0], expected, 1e-2, "bf16 matmul");
+// bf16 keeps 8 mantissa bits: both sides accumulate in f32 and round once,
+// in different orders, so they agree to about one bf16 rounding of the
+// largest output.
+constexpr double kBf16Tol = 1e-2;
+
+TEST_F(KernelsLinalg, MatmulBF16EveryShapeRule) {
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> cases = {{{7}, {7}},
+                                                                                    {{5}, {5, 9}},
+                                                                                    {{6, 5}, {5}},
+                                                                                    {{33, 17}, {17, 45}},
+                                                                                    {{3, 4, 8, 16}, {16, 5}},
+                                                                                    {{8, 16}, {3, 16, 5}},
+                                                                                    {{2, 1, 4, 6}, {3, 6, 5}},
+                                                                                    {{3, 4, 6}, {6}},
+                                                                                    {{6}, {2, 6, 4}},
+                                                                                    {{2, 4, 64, 32}, {2, 4, 32, 64}},
+                                                                                    {{96, 256}, {256, 384}}};
+  for (const auto& [a, b] : cases) {
+    auto x = torch::randn(a).to(torch::kBFloat16), y = torch::randn(b).to(torch::kBFloat16);
+    auto out = runOp("matmul", {x, y});
+    ASSERT_EQ(out.size(), 1u);
+    expectClose(out[0], torch::matmul(x, y), kBf16Tol,
+                "bf16 matmul " + shapeStr(Shape(a.begin(), a.end())) + " @ " + shapeStr(Shape(b.begin(), b.end())));
+  }
+}
+
+TEST_F(KernelsLinalg, LinearBF16WithBiasAndReluEpilogue) {
+  auto x = torch::randn({2, 40, 96}).to(torch::kBFloat16), w = torch::randn({72, 96}).to(torch::kBFloat16);
+  auto b = torch::randn({72}).to(torch::kBFloat16);
+  auto plain = runOp("linear", {x, w});
+  ASSERT_EQ(plain.size(), 1u);
+  expectClose(plain[0], torch::linear(x, w), kBf16Tol, "bf16 linear");
+  auto biased = runOp("linear", {x, w, b});
+  ASSERT_EQ(biased.size(), 1u);
+  expectClose(biased[0], torch::linear(x, w, b), kBf16Tol, "bf16 linear + bias");
+  auto relu = runOp("linear", {x, w, b}, {{"activation", std::string("relu")}});
+  ASSERT_EQ(relu.size(), 1u);
+  expectClose(relu[0], torch::relu(torch::linear(x, w, b)), kBf16Tol, "bf16 linear + bias + relu");
 }
 
 TEST_F(KernelsLinalg, LinearWithBias2D) {
@@ -123,6 +155,21 @@ TEST_F(KernelsLinalg, BlasKernelPreferredForF32AndHalfReferenceForHugeDims) {
   EXPECT_EQ(KernelRegistry::cpu().select(*f32)->name, "blas.matmul");
   EXPECT_EQ(KernelRegistry::cpu().select(*f16)->name, "blas.matmul_lowp");
   EXPECT_EQ(KernelRegistry::cpu().select(*big)->name, "cpu.matmul");
+}
+
+// amp's bf16 GEMMs run in oneDNN on the bf16 data wherever oneDNN has a
+// bf16 matmul (every AVX-512 CPU; natively with AVX512_BF16 or AMX).
+TEST_F(KernelsLinalg, Bf16GemmsRunInOneDnn) {
+  Graph g;
+  Value* a = g.addInput("a", {DType::BF16, {64, 32}}, ValueRole::Data);
+  Value* w = g.addInput("w", {DType::BF16, {16, 32}}, ValueRole::Data);
+  Value* q = g.addInput("q", {DType::BF16, {2, 4, 8, 32}}, ValueRole::Data);
+  Value* k = g.addInput("k", {DType::BF16, {2, 4, 32, 8}}, ValueRole::Data);
+  Node* lin = g.create("linear", {a, w});
+  Node* mm = g.create("matmul", {q, k});
+  if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "no AVX-512: oneDNN 2.x has no bf16 matmul here";
+  EXPECT_EQ(KernelRegistry::cpu().select(*lin)->name, "onednn.linear_bf16");
+  EXPECT_EQ(KernelRegistry::cpu().select(*mm)->name, "onednn.matmul_bf16");
 }
 
 }  // namespace

@@ -85,15 +85,41 @@ void checkConv(const ConvCase& c, torch::ScalarType dt = torch::kFloat32) {
   AttrMap attrs = {{"stride", c.stride}, {"padding", c.padding}, {"dilation", c.dilation}, {"groups", c.groups}};
   auto expected = torch::conv2d(x, w, c.bias ? b : torch::Tensor(), c.stride, c.padding, c.dilation, c.groups);
   std::vector<std::string> kernels = {"blas.conv2d"};
-  if (dt == torch::kFloat32) kernels.push_back("onednn.conv2d");
+  if (dt != torch::kFloat64) kernels.push_back("onednn.conv2d");
+  // bf16: both sides accumulate in f32 and round once, in different orders.
+  const double tol = dt == torch::kFloat64 ? 1e-12 : dt == torch::kBFloat16 ? 1e-2 : 1e-5;
   for (const std::string& k : kernels) {
     auto out = runKernel(k, "conv2d", ins, attrs);
     ASSERT_EQ(out.size(), 1u) << k;
-    expectClose(out[0], expected, dt == torch::kFloat64 ? 1e-12 : 1e-5, k);
+    expectClose(out[0], expected, tol, k);
   }
   auto out = runOp("conv2d", ins, attrs);  // through selection and the executor
   ASSERT_EQ(out.size(), 1u);
-  expectClose(out[0], expected, dt == torch::kFloat64 ? 1e-12 : 1e-5, "selected kernel");
+  expectClose(out[0], expected, tol, "selected kernel");
+}
+
+/// conv2d's two backward ops in bf16 against libtorch's bf16 autograd: the
+/// input and weight gradients of sum(conv(x, w) * g).
+void checkConvBackwardBf16(const ConvCase& c) {
+  auto x = torch::randn(c.x).to(torch::kBFloat16).requires_grad_();
+  auto w = torch::randn(c.w).to(torch::kBFloat16).requires_grad_();
+  auto y = torch::conv2d(x, w, {}, c.stride, c.padding, c.dilation, c.groups);
+  auto g = torch::randn(y.sizes()).to(torch::kBFloat16);
+  y.backward(g);
+  AttrMap attrs = {{"stride", c.stride}, {"padding", c.padding}, {"dilation", c.dilation}, {"groups", c.groups}};
+  AttrMap in_attrs = attrs, w_attrs = attrs;
+  in_attrs["input_shape"] = c.x;
+  w_attrs["weight_shape"] = c.w;
+  auto dx = runOp("conv2d_input_backward", {g, w.detach()}, in_attrs);
+  auto dw = runOp("conv2d_weight_backward", {g, x.detach()}, w_attrs);
+  ASSERT_EQ(dx.size(), 1u);
+  ASSERT_EQ(dw.size(), 1u);
+  // The weight gradient sums over batch and pixels: a few more roundings.
+  expectClose(dx[0], x.grad(), 1e-2, "bf16 input gradient");
+  expectClose(dw[0], w.grad(), 2e-2, "bf16 weight gradient");
+  OneNode in_node("conv2d_input_backward", {g, w.detach()}, in_attrs);
+  if (__builtin_cpu_supports("avx512f"))
+    EXPECT_EQ(KernelRegistry::cpu().select(*in_node.node)->name, "onednn.conv2d_input_backward");
 }
 
 TEST_F(KernelsNN, Conv3x3Padded) {
@@ -118,6 +144,19 @@ TEST_F(KernelsNN, ConvStemLike) {
 }
 TEST_F(KernelsNN, ConvF64) {
   checkConv({{2, 4, 9, 8}, {6, 2, 3, 2}, {1, 2}, {1, 0}, {2, 1}, 2}, torch::kFloat64);
+}
+
+TEST_F(KernelsNN, ConvBF16) {
+  checkConv({{2, 8, 12, 12}, {16, 8, 3, 3}, {1, 1}, {1, 1}}, torch::kBFloat16);
+  checkConv({{2, 32, 7, 7}, {24, 32, 1, 1}}, torch::kBFloat16);
+  checkConv({{2, 16, 14, 14}, {16, 1, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 16}, torch::kBFloat16);
+  checkConv({{1, 3, 32, 32}, {8, 3, 7, 7}, {2, 2}, {3, 3}, {1, 1}, 1, false}, torch::kBFloat16);
+}
+TEST_F(KernelsNN, ConvBackwardBF16) {
+  checkConvBackwardBf16({{2, 8, 12, 12}, {16, 8, 3, 3}, {1, 1}, {1, 1}});
+  checkConvBackwardBf16({{2, 32, 7, 7}, {24, 32, 1, 1}});
+  checkConvBackwardBf16({{2, 16, 14, 14}, {32, 16, 1, 1}, {2, 2}});
+  checkConvBackwardBf16({{2, 8, 9, 9}, {8, 2, 3, 3}, {2, 1}, {1, 1}, {1, 1}, 4});
 }
 
 TEST_F(KernelsNN, HalfTypesComputeInFloat) {
@@ -344,9 +383,7 @@ TEST_F(KernelsNN, EmbeddingBackwardPaddingAndScaleByFrequency) {
       for (bool by_freq : {false, true}) {
         auto g = torch::randn({3, 4, 5}, dtype);
         auto out = runOp("embedding_backward", {g, idx},
-                         {{"num_weights", int64_t{9}},
-                          {"padding_idx", pad},
-                          {"scale_grad_by_freq", int64_t{by_freq}}});
+                         {{"num_weights", int64_t{9}}, {"padding_idx", pad}, {"scale_grad_by_freq", int64_t{by_freq}}});
         ASSERT_EQ(out.size(), 1u);
         auto expect = torch::embedding_backward(g, idx, 9, pad, by_freq, /*sparse=*/false);
         expectClose(out[0], expect, dtype == torch::kFloat64 ? 1e-15 : 1e-6,

@@ -1,0 +1,214 @@
+// oneDNN kernels for amp's bf16 GEMMs: `matmul` and `linear` with bf16
+// operands run oneDNN's matmul on the bf16 data itself (f32 accumulation
+// inside oneDNN) and write the node's output dtype directly; `linear`'s bias
+// and ReLU run in the GEMM's epilogue. No f32 copy of an operand or of the
+// result is made, which is what the f32 fallback (blas.*_lowp: convert,
+// SGEMM, convert back) pays on every call. On CPUs with AVX512_BF16 or AMX
+// oneDNN's brgemm kernels run at about twice the f32 GEMM rate.
+//
+// Shapes: a linear is one 2-D product ([M, K] x W[N, K]^T, W read through
+// transposed strides). A matmul is one 2-D product when the right operand
+// has no batch (the left one's batch folds into M), one 3-D batched product
+// when both batches agree or the left operand is a single matrix; other
+// broadcasts fall through to the next kernel. Primitives are built once per
+// shape and thread count (oneDNN bakes the thread count in) and cached; the
+// predicate builds them, so a shape oneDNN rejects falls through too.
+#include <dnnl.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "backend/cpu/build_once_cache.h"
+#include "backend/cpu/dnnl_common.h"
+#include "backend/cpu/float_kernel.h"
+#include "core/ops/op_helpers.h"
+
+namespace kiln::cpu {
+namespace {
+
+using dnnl::memory;
+
+/// One oneDNN matmul problem: src [B, m, k] x wei [B or 1, k, n] -> dst,
+/// or the same without B (rank 2); weights dense or transposed.
+struct GemmProblem {
+  memory::dims src, wei, dst;
+  bool wei_transposed = false;  ///< wei is stored [.., n, k] (linear's W)
+  memory::data_type src_t, wei_t, dst_t, bias_t;
+  bool bias = false;
+  bool relu = false;
+
+  std::string key() const {
+    std::string k = dnnlKeyPrefix();
+    for (const memory::dims* d : {&src, &wei, &dst}) {
+      for (int64_t v : *d) k += std::to_string(v) + ',';
+      k += ';';
+    }
+    for (auto t : {src_t, wei_t, dst_t, bias_t}) k += std::to_string(static_cast<int>(t)) + ',';
+    return k + (wei_transposed ? "T" : "N") + (bias ? "b" : "") + (relu ? "r" : "");
+  }
+};
+
+struct DnnlGemm {
+  dnnl::matmul prim;
+  memory::desc src, wei, dst, bias, scratch;
+};
+
+/// Row-major strides of `dims`.
+memory::dims denseStrides(const memory::dims& dims) {
+  memory::dims st(dims.size(), 1);
+  for (size_t i = dims.size() - 1; i-- > 0;) st[i] = st[i + 1] * dims[i + 1];
+  return st;
+}
+
+std::unique_ptr<DnnlGemm> buildGemm(const GemmProblem& p) {
+  auto g = std::make_unique<DnnlGemm>();
+  g->src = memory::desc(p.src, p.src_t, denseStrides(p.src));
+  g->dst = memory::desc(p.dst, p.dst_t, denseStrides(p.dst));
+  memory::dims wst = denseStrides(p.wei);
+  if (p.wei_transposed) {  // stored [.., n, k]: k is the contiguous dim
+    const size_t r = p.wei.size();
+    wst[r - 2] = 1;
+    wst[r - 1] = p.wei[r - 2];
+  }
+  g->wei = memory::desc(p.wei, p.wei_t, wst);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (p.relu) {
+    dnnl::post_ops po;
+    po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+    attr.set_post_ops(po);
+  }
+  std::optional<dnnl::matmul::desc> d;
+  if (p.bias) {
+    memory::dims bd(p.dst.size(), 1);
+    bd.back() = p.dst.back();
+    g->bias = memory::desc(bd, p.bias_t, denseStrides(bd));
+    d.emplace(g->src, g->wei, g->bias, g->dst);
+  } else {
+    d.emplace(g->src, g->wei, g->dst);
+  }
+  dnnl::matmul::primitive_desc pd(*d, attr, dnnlEngine());
+  g->prim = dnnl::matmul(pd);
+  g->scratch = pd.scratchpad_desc();
+  return g;
+}
+
+/// The cached primitive for `p`; nullptr when oneDNN has none (remembered).
+const DnnlGemm* gemmFor(const GemmProblem& p) {
+  static BuildOnceCache<DnnlGemm> cache;
+  return cache.get(p.key(), [&]() -> std::unique_ptr<DnnlGemm> {
+    try {
+      return buildGemm(p);
+    } catch (const dnnl::error&) {
+      return nullptr;
+    }
+  });
+}
+
+bool allBf16Inputs(const Node& n) {
+  for (Value* v : n.inputs())
+    if (v->dtype() != DType::BF16) return false;
+  return true;
+}
+
+std::optional<GemmProblem> linearProblem(const Node& n) {
+  if (!allBf16Inputs(n) || (n.s("activation") != "none" && n.s("activation") != "relu")) return std::nullopt;
+  auto dst_t = dnnlDataType(n.output()->dtype());
+  if (!dst_t) return std::nullopt;
+  const int64_t k = n.input(1)->shape()[1], p = n.input(1)->shape()[0];
+  const int64_t m = n.output()->type().numel() / std::max<int64_t>(p, 1);
+  if (m == 0 || p == 0 || k == 0) return std::nullopt;  // empty products: the generic kernels
+  GemmProblem g;
+  g.src = {m, k};
+  g.wei = {k, p};
+  g.dst = {m, p};
+  g.wei_transposed = true;
+  g.src_t = g.wei_t = g.bias_t = memory::data_type::bf16;
+  g.dst_t = *dst_t;
+  g.bias = n.numInputs() == 3;
+  g.relu = n.s("activation") == "relu";
+  return g;
+}
+
+/// `s` as [batch..., rows, cols] with 1-D operands promoted as torch.matmul
+/// does (a vector on the left is a row, on the right a column).
+Shape asMatrix(const Shape& s, bool left) {
+  if (s.size() != 1) return s;
+  return left ? Shape{1, s[0]} : Shape{s[0], 1};
+}
+
+std::optional<GemmProblem> matmulProblem(const Node& n) {
+  if (!allBf16Inputs(n)) return std::nullopt;
+  auto dst_t = dnnlDataType(n.output()->dtype());
+  if (!dst_t) return std::nullopt;
+  const Shape a = asMatrix(n.input(0)->shape(), true), b = asMatrix(n.input(1)->shape(), false);
+  const int64_t m = a[a.size() - 2], k = a.back(), p = b.back();
+  if (m == 0 || k == 0 || p == 0) return std::nullopt;
+  const Shape ab(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
+  const int64_t na = numelOf(ab), nb = numelOf(bb);
+  GemmProblem g;
+  g.src_t = g.wei_t = g.bias_t = memory::data_type::bf16;
+  g.dst_t = *dst_t;
+  if (nb == 1) {  // one right matrix: the left batch folds into M
+    g.src = {na * m, k};
+    g.wei = {k, p};
+    g.dst = {na * m, p};
+  } else if (ab == bb || na == 1) {  // equal batches, or one left matrix broadcast over them
+    g.src = {na, m, k};
+    g.wei = {nb, k, p};
+    g.dst = {nb, m, p};
+  } else {
+    return std::nullopt;
+  }
+  return g;
+}
+
+bool linearSupported(const Node& n) {
+  auto p = linearProblem(n);
+  return p && gemmFor(*p) != nullptr;
+}
+
+bool matmulSupported(const Node& n) {
+  auto p = matmulProblem(n);
+  return p && gemmFor(*p) != nullptr;
+}
+
+void runGemm(const Node& n, const GemmProblem& p, std::span<const Tensor> in, std::span<Tensor> out) {
+  const DnnlGemm* g = gemmFor(p);
+  if (!g) opFail(n, "oneDNN has no matmul for this configuration");
+  Tensor& y = allocOutput(n, out, 0);
+  auto& eng = dnnlEngine();
+  // oneDNN never writes through its sources; the casts only satisfy its API.
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(g->src, eng, const_cast<void*>(in[0].raw()))},
+                                       {DNNL_ARG_WEIGHTS, memory(g->wei, eng, const_cast<void*>(in[1].raw()))},
+                                       {DNNL_ARG_DST, memory(g->dst, eng, y.raw())}};
+  if (p.bias) args.emplace(DNNL_ARG_BIAS, memory(g->bias, eng, const_cast<void*>(in[2].raw())));
+  dnnlExecute(g->prim, g->scratch, std::move(args));
+}
+
+void linearKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
+  auto p = linearProblem(n);
+  if (!p) opFail(n, "not a bf16 linear oneDNN runs");
+  runGemm(n, *p, in, out);
+}
+
+void matmulKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
+  auto p = matmulProblem(n);
+  if (!p) opFail(n, "not a bf16 matmul oneDNN runs");
+  runGemm(n, *p, in, out);
+}
+
+}  // namespace
+
+void registerCpuDnnlLinalgKernels(KernelRegistry& r) {
+  // Above blas.*_lowp (20), which converts to f32. oneDNN splits its work
+  // by the thread count: never beside other nodes.
+  for (KernelDef k : {KernelDef{"matmul", "onednn", "onednn.matmul_bf16", 30, matmulSupported, matmulKernel},
+                      KernelDef{"linear", "onednn", "onednn.linear_bf16", 30, linearSupported, linearKernel}}) {
+    k.runs_beside_others = false;
+    r.add(std::move(k));
+  }
+}
+
+}  // namespace kiln::cpu
