@@ -86,7 +86,7 @@ struct GeluGrad {
       const C right_derivative = left * (C(1) - t * t) * (beta * (C(1) + C(3) * kappa * x_sq));
       return g * (C(0.5) * right + right_derivative);
     } else {
-      const C cdf = C(0.5) * (C(1) + std::erf(x * C(M_SQRT1_2)));
+      const C cdf = C(0.5) * (C(1) + erfAny(x * C(M_SQRT1_2)));
       const C pdf = C(M_2_SQRTPI * M_SQRT1_2 * 0.5) * expAny(x * x * C(-0.5));
       return g * (cdf + x * pdf);
     }

@@ -1,4 +1,4 @@
-// The vectorizable float exp and tanh of backend/cpu/cpu_math.h against
+// The vectorizable float exp, tanh and erf of backend/cpu/cpu_math.h against
 // libm in double, over a dense sweep of float inputs and the edge values
 // (signed zeros, infinities, NaN, saturation). The kernels that use them
 // are compared with PyTorch in the torch tests; this pins the ulp bound.
@@ -58,6 +58,25 @@ TEST(CpuMath, ExpEdgeValues) {
   EXPECT_EQ(expVec(inf), inf);
   EXPECT_EQ(expVec(100.0f), inf);
   EXPECT_TRUE(std::isnan(expVec(std::numeric_limits<float>::quiet_NaN())));
+}
+
+// erfVec is PyTorch's approximation (Abramowitz & Stegun 7.1.26, 1.5e-7 in
+// exact arithmetic; 5.1e-7 measured in float, as PyTorch's): an absolute
+// bound, not an ulp one.
+TEST(CpuMath, ErfIsWithinItsAbsoluteBound) {
+  double worst = 0;
+  for (float x = -6.0f; x < 6.0f; x += 1e-4f) worst = std::max(worst, std::fabs(erfVec(x) - std::erf(double(x))));
+  EXPECT_LT(worst, 1e-6);
+}
+
+TEST(CpuMath, ErfEdgeValues) {
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(erfVec(inf), 1.0f);
+  EXPECT_EQ(erfVec(-inf), -1.0f);
+  EXPECT_EQ(erfVec(30.0f), 1.0f);
+  EXPECT_LT(std::fabs(erfVec(0.0f)), 1e-8f);
+  EXPECT_LE(erfVec(-1e-30f), 0.0f);
+  EXPECT_TRUE(std::isnan(erfVec(std::numeric_limits<float>::quiet_NaN())));
 }
 
 }  // namespace
