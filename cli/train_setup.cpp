@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "backend/comm/collective_engine.h"
+#include "backend/cpu/cpu_features.h"
 #include "cli/step_cache.h"
 #include "core/data/shard_source.h"
 #include "core/import/loader/load_model.h"
@@ -356,6 +357,13 @@ Result<TrainSetup> setUp(const TrainArgs& a, TrainingGraphKind kind, bool lookup
   o.weight_decay = a.weight_decay;
   o.clip_grad_norm = a.clip_grad_norm;
   to.amp.mode = *parseAmpMode(a.amp);
+  if (to.amp.mode == AmpMode::Bf16 && a.device != "cuda" && !cpu::cpuHasNativeBf16()) {
+    static bool said = false;  // once per process (a stale cache entry sets up twice)
+    if (!said)
+      std::cerr << "kiln: note: this CPU has no bf16 instructions (AVX512_BF16 or AMX): --amp bf16 rounds like "
+                   "bf16 but is emulated, not faster than f32\n";
+    said = true;
+  }
   to.amp.loss_scaling = kind == TrainingGraphKind::Step;  // kiln grad has no optimizer to unscale
   if (!a.memory_budget.empty()) to.memory_budget = *parseByteSize(a.memory_budget);
   if (cached) {

@@ -24,9 +24,11 @@ const std::vector<AmpPolicyEntry>& ampPolicy() {
       {"softmax", Fp32, "torch CUDA: softmax in the float32 list"},
       {"log_softmax", Fp32, "torch CUDA: log_softmax in the float32 list"},
       // ---- f32: normalizations (mean/variance of many elements; tiny variances underflow in f16).
+      // ---- batch_norm is in neither list (as in torch's CPU and CUDA autocast): it runs on its
+      // ---- input's dtype with f32 parameters and running statistics, its statistics summed in
+      // ---- f32 or wider, so a conv -> batch_norm -> relu chain stays low precision.
       {"layer_norm", Fp32, "torch CUDA: layer_norm in the float32 list"},
       {"group_norm", Fp32, "torch CUDA: group_norm in the float32 list"},
-      {"batch_norm", Fp32, "cudnn keeps batch-norm statistics in f32; running stats are f32 buffers"},
       // ---- f32: reductions, whose sums over many elements lose bits (and overflow f16).
       {"sum", Fp32, "torch CUDA: sum in the float32 list"},
       {"mean", Fp32, "reduction like sum (torch's mean of f16 accumulates in f32 too)"},

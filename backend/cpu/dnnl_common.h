@@ -1,7 +1,6 @@
 // What every oneDNN kernel shares: the one CPU engine, the mapping from
-// Kiln's dtypes to oneDNN's, the cache key prefix, and the "does this CPU
-// compute bf16 natively" test that decides whether --amp bf16 is a speed
-// path or an emulation.
+// Kiln's dtypes to oneDNN's, the cache key prefix, and a per-thread
+// workspace for reordered operands and scratchpads.
 #pragma once
 
 #include <omp.h>
@@ -43,11 +42,6 @@ inline std::optional<dnnl::memory::data_type> dnnlDataType(DType t) {
 inline std::string dnnlKeyPrefix() {
   return std::to_string(omp_get_max_threads()) + ':';
 }
-
-/// True when the CPU has bf16 dot-product instructions (AVX512_BF16, or
-/// AMX-BF16), so oneDNN's bf16 GEMMs and convolutions run at about twice
-/// the f32 rate; elsewhere oneDNN emulates bf16 (or has no bf16 kernel).
-bool cpuHasNativeBf16();
 
 }  // namespace kiln::cpu
 

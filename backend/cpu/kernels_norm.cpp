@@ -1,5 +1,6 @@
 // CPU kernels for normalization: batch_norm (eval and training), layer_norm
-// and group_norm ("cpu"; f32/f64 natively, f16/bf16 in f32). Statistics
+// and group_norm ("cpu"; f32/f64 natively, f16/bf16 in f32; batch_norm also
+// reads and writes amp's bf16 activations directly, with f32 parameters). Statistics
 // are accumulated in double with two passes (mean, then squared deviations)
 // so large planes don't lose precision. Training batch_norm matches
 // PyTorch: normalize with the biased batch variance, update running_var
@@ -14,25 +15,29 @@
 namespace kiln::cpu {
 namespace {
 
-template <typename T>
+/// X: the storage type of x and y (float, double, or BFloat16 for amp's
+/// bf16 activations, read and written directly); P: the parameters' and
+/// running statistics' (f32 master copies under amp). Arithmetic is in
+/// compute_t<X>, statistics in double.
+template <typename X, typename P = X>
 void batchNormImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
+  using C = compute_t<X>;
   const Shape& xs = in[0].shape();
   const int64_t batch = xs[0], channels = xs[1];
   const int64_t inner = numelOf(Shape(xs.begin() + 2, xs.end()));
   const bool training = n.i("training") != 0;
   const double momentum = n.f("momentum"), eps = n.f("eps");
-  const DType dt = in[0].dtype();
-  Tensor& yt = allocAs(n, out, 0, dt);
-  const T* x = in[0].data<T>();
-  const T* weight = in[1].data<T>();
-  const T* bias = in[2].data<T>();
-  const T* rmean = in[3].data<T>();
-  const T* rvar = in[4].data<T>();
-  T* y = yt.data<T>();
-  T *new_mean = nullptr, *new_var = nullptr;
+  Tensor& yt = allocAs(n, out, 0, in[0].dtype());
+  const X* x = in[0].data<X>();
+  const P* weight = in[1].data<P>();
+  const P* bias = in[2].data<P>();
+  const P* rmean = in[3].data<P>();
+  const P* rvar = in[4].data<P>();
+  X* y = yt.data<X>();
+  P *new_mean = nullptr, *new_var = nullptr;
   if (training) {
-    new_mean = allocAs(n, out, 1, dt).template data<T>();
-    new_var = allocAs(n, out, 2, dt).template data<T>();
+    new_mean = allocAs(n, out, 1, in[3].dtype()).template data<P>();
+    new_var = allocAs(n, out, 2, in[4].dtype()).template data<P>();
   }
   const int64_t count = batch * inner;
 #pragma omp parallel for if (channels * count > kOmpMinWork)
@@ -42,20 +47,20 @@ void batchNormImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> 
       std::tie(mean, var) = moments(x + c * inner, batch, inner, channels * inner);
       // Unbiased variance for the running estimate (count - 1 = 0 gives inf/nan, as in PyTorch).
       const double unbiased = var * static_cast<double>(count) / static_cast<double>(count - 1);
-      new_mean[c] = static_cast<T>((1 - momentum) * rmean[c] + momentum * mean);
-      new_var[c] = static_cast<T>((1 - momentum) * rvar[c] + momentum * unbiased);
+      new_mean[c] = static_cast<P>((1 - momentum) * rmean[c] + momentum * mean);
+      new_var[c] = static_cast<P>((1 - momentum) * rvar[c] + momentum * unbiased);
     } else {
       mean = rmean[c];
       var = rvar[c];
     }
     // y = x * scale + shift with the per-channel affine folded in.
     const double inv_std = 1.0 / std::sqrt(var + eps);
-    const T scale = static_cast<T>(inv_std * weight[c]);
-    const T shift = static_cast<T>(bias[c] - mean * inv_std * weight[c]);
+    const C scale = static_cast<C>(inv_std * weight[c]);
+    const C shift = static_cast<C>(bias[c] - mean * inv_std * weight[c]);
     for (int64_t b = 0; b < batch; ++b) {
-      const T* src = x + (b * channels + c) * inner;
-      T* dst = y + (b * channels + c) * inner;
-      for (int64_t i = 0; i < inner; ++i) dst[i] = src[i] * scale + shift;
+      const X* src = x + (b * channels + c) * inner;
+      X* dst = y + (b * channels + c) * inner;
+      for (int64_t i = 0; i < inner; ++i) dst[i] = static_cast<X>(static_cast<C>(src[i]) * scale + shift);
     }
   }
 }
@@ -125,10 +130,23 @@ bool floatInputs(const Node& n) {
   return true;
 }
 
+/// amp's bf16 batch norm: x and y bf16, parameters and statistics f32.
+bool bf16WithF32Params(const Node& n) {
+  if (n.input(0)->dtype() != DType::BF16 || n.output(0)->dtype() != DType::BF16) return false;
+  for (size_t i = 1; i < n.numInputs(); ++i)
+    if (n.input(i)->dtype() != DType::F32) return false;
+  return true;
+}
+
+void batchNormBf16Kernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
+  batchNormImpl<BFloat16, float>(n, in, out);
+}
+
 }  // namespace
 
 void registerCpuNormKernels(KernelRegistry& r) {
   r.add({"batch_norm", "cpu", "cpu.batch_norm", 0, floatInputs, viaComputeType<batchNormKernel>});
+  r.add({"batch_norm", "cpu", "cpu.batch_norm_bf16", 10, bf16WithF32Params, batchNormBf16Kernel});
   r.add({"layer_norm", "cpu", "cpu.layer_norm", 0, floatInputs, viaComputeType<layerNormKernel>});
   r.add({"group_norm", "cpu", "cpu.group_norm", 0, floatInputs, viaComputeType<groupNormKernel>});
 }

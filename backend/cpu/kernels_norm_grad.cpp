@@ -38,22 +38,25 @@ int64_t innerSize(const Shape& s) {
 
 // ---- batch_norm_backward(g, x, weight[, running_mean, running_var]) -------------------
 
-template <typename T>
+/// X: the storage type of g, x and grad_x (float, double, or BFloat16 for
+/// amp's bf16 activations); P: weight's, the statistics' and grad_weight's
+/// and grad_bias's (f32 under amp). Arithmetic in compute_t<X>, sums in double.
+template <typename X, typename P = X>
 void batchNormBackwardImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
+  using C = compute_t<X>;
   const Shape& xs = in[1].shape();
   const int64_t batch = xs[0], channels = xs[1], inner = innerSize(xs);
   const int64_t count = batch * inner;
   const bool training = n.i("training") != 0;
   const double eps = n.f("eps");
-  const DType dt = in[0].dtype();
-  const T* g = in[0].data<T>();
-  const T* x = in[1].data<T>();
-  const T* w = in[2].data<T>();
-  const T* rmean = training ? nullptr : in[3].data<T>();
-  const T* rvar = training ? nullptr : in[4].data<T>();
-  T* gx = allocAs(n, out, 0, dt).template data<T>();
-  T* gw = allocAs(n, out, 1, dt).template data<T>();
-  T* gb = allocAs(n, out, 2, dt).template data<T>();
+  const X* g = in[0].data<X>();
+  const X* x = in[1].data<X>();
+  const P* w = in[2].data<P>();
+  const P* rmean = training ? nullptr : in[3].data<P>();
+  const P* rvar = training ? nullptr : in[4].data<P>();
+  X* gx = allocAs(n, out, 0, in[1].dtype()).template data<X>();
+  P* gw = allocAs(n, out, 1, in[2].dtype()).template data<P>();
+  P* gb = allocAs(n, out, 2, in[2].dtype()).template data<P>();
 #pragma omp parallel for if (channels * count > kOmpMinWork)
   for (int64_t c = 0; c < channels; ++c) {
     double mean, invstd;
@@ -65,23 +68,24 @@ void batchNormBackwardImpl(const Node& n, std::span<const Tensor> in, std::span<
       mean = rmean[c];
       invstd = 1.0 / std::sqrt(static_cast<double>(rvar[c]) + eps);
     }
-    const T* gc = g + c * inner;
+    const X* gc = g + c * inner;
     const double sum_g =
-        sumRuns(gc, batch, inner, channels * inner, [](const T* p, int64_t i) { return double(p[i]); });
+        sumRuns(gc, batch, inner, channels * inner, [](const X* p, int64_t i) { return double(p[i]); });
     // sum(g * (x - mean)); x sits at the same offset from x as p from g.
     const double dotp = sumRuns(gc, batch, inner, channels * inner,
-                                [&](const T* p, int64_t i) { return double(p[i]) * (double(x[p - g + i]) - mean); });
-    gw[c] = static_cast<T>(count > 0 ? dotp * invstd : 0.0);
-    gb[c] = static_cast<T>(sum_g);
-    const T scale = static_cast<T>(invstd * w[c]);
+                                [&](const X* p, int64_t i) { return double(p[i]) * (double(x[p - g + i]) - mean); });
+    gw[c] = static_cast<P>(count > 0 ? dotp * invstd : 0.0);
+    gb[c] = static_cast<P>(sum_g);
+    const C scale = static_cast<C>(invstd * w[c]);
     // Training: the batch mean and variance depend on x too (projection of
     // g onto the normalized output removed); eval: the stats are constants.
-    const T grad_mean = static_cast<T>(training && count > 0 ? sum_g / static_cast<double>(count) : 0.0);
-    const T k = static_cast<T>(training && count > 0 ? dotp * invstd * invstd / static_cast<double>(count) : 0.0);
-    const T tmean = static_cast<T>(mean);
+    const C grad_mean = static_cast<C>(training && count > 0 ? sum_g / static_cast<double>(count) : 0.0);
+    const C k = static_cast<C>(training && count > 0 ? dotp * invstd * invstd / static_cast<double>(count) : 0.0);
+    const C tmean = static_cast<C>(mean);
     for (int64_t b = 0; b < batch; ++b) {
       const int64_t off = (b * channels + c) * inner;
-      for (int64_t i = 0; i < inner; ++i) gx[off + i] = (g[off + i] - grad_mean - (x[off + i] - tmean) * k) * scale;
+      for (int64_t i = 0; i < inner; ++i)
+        gx[off + i] = static_cast<X>((C(g[off + i]) - grad_mean - (C(x[off + i]) - tmean) * k) * scale);
     }
   }
 }
@@ -242,6 +246,17 @@ void softmaxBackwardImpl(const Node& n, std::span<const Tensor> in, std::span<Te
 void batchNormBackwardKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
   dispatchFloat(in[0].dtype(), [&](auto t) { batchNormBackwardImpl<decltype(t)>(n, in, out); });
 }
+/// amp's bf16 batch norm: g, x and grad_x bf16; weight, statistics and the
+/// parameter gradients f32.
+bool batchNormBackwardBf16(const Node& n) {
+  if (n.input(0)->dtype() != DType::BF16 || n.input(1)->dtype() != DType::BF16) return false;
+  for (size_t i = 2; i < n.numInputs(); ++i)
+    if (n.input(i)->dtype() != DType::F32) return false;
+  return n.output(0)->dtype() == DType::BF16 && n.output(1)->dtype() == DType::F32;
+}
+void batchNormBackwardBf16Kernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
+  batchNormBackwardImpl<BFloat16, float>(n, in, out);
+}
 void layerNormBackwardKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
   dispatchFloat(in[0].dtype(), [&](auto t) { layerNormBackwardImpl<decltype(t)>(n, in, out); });
 }
@@ -270,20 +285,21 @@ void registerCpuNormGradKernels(KernelRegistry& r) {
   using namespace cpu;
   // Each channel's sums are taken before its grad_x is written, element by
   // element from g and x at the same index: grad_x may overwrite g or x.
-  KernelDef bn{"batch_norm_backward",
-               "cpu",
-               "cpu.batch_norm_backward",
-               0,
-               floatInputs,
-               viaComputeType<batchNormBackwardKernel>};
+  KernelDef bn{
+      "batch_norm_backward", "cpu", "cpu.batch_norm_backward", 0, floatInputs, viaComputeType<batchNormBackwardKernel>};
   bn.writes_over_input = true;
+  KernelDef bn_bf16 = bn;
   r.add(std::move(bn));
+  bn_bf16.name = "cpu.batch_norm_backward_bf16";
+  bn_bf16.priority = 10;
+  bn_bf16.supports = batchNormBackwardBf16;
+  bn_bf16.fn = batchNormBackwardBf16Kernel;
+  r.add(std::move(bn_bf16));
   r.add({"layer_norm_backward", "cpu", "cpu.layer_norm_backward", 0, floatInputs,
          viaComputeType<layerNormBackwardKernel>});
   r.add({"group_norm_backward", "cpu", "cpu.group_norm_backward", 0, floatInputs,
          viaComputeType<groupNormBackwardKernel>});
-  r.add({"softmax_backward", "cpu", "cpu.softmax_backward", 0, floatInputs,
-         viaComputeType<softmaxBackwardKernel>});
+  r.add({"softmax_backward", "cpu", "cpu.softmax_backward", 0, floatInputs, viaComputeType<softmaxBackwardKernel>});
   r.add({"log_softmax_backward", "cpu", "cpu.log_softmax_backward", 0, floatInputs,
          viaComputeType<logSoftmaxBackwardKernel>});
 }

@@ -333,6 +333,41 @@ TEST_F(KernelsNN, BatchNormTrainUpdatesRunningStats) {
   checkBatchNormTrain({3, 4, 5, 5}, 0.1, torch::kFloat64);
 }
 
+// amp's bf16 batch norm (x bf16, parameters and statistics f32), as torch's
+// CPU autocast runs it: forward in training and eval mode, and the backward
+// (grad_x bf16, parameter gradients f32) against libtorch's autograd.
+TEST_F(KernelsNN, BatchNormBF16WithF32Params) {
+  const int64_t c = 6;
+  auto x = (torch::randn({4, c, 5, 7}) * 3 + 1).to(torch::kBFloat16), w = torch::randn({c}), b = torch::randn({c});
+  auto rm = torch::randn({c}), rv = torch::rand({c}) + 0.5;
+  auto out = runOp("batch_norm", {x, w, b, rm, rv}, {{"training", int64_t{1}}, {"momentum", 0.1}});
+  ASSERT_EQ(out.size(), 3u);
+  auto rm_t = rm.clone(), rv_t = rv.clone();
+  auto y = torch::batch_norm(x, w, b, rm_t, rv_t, true, 0.1, 1e-5, false);
+  ASSERT_EQ(y.scalar_type(), torch::kBFloat16);
+  expectClose(out[0], y, 1e-2, "bf16 y");
+  expectClose(out[1], rm_t, 1e-5, "f32 running_mean");
+  expectClose(out[2], rv_t, 1e-5, "f32 running_var");
+  auto eval = runOp("batch_norm", {x, w, b, rm, rv}, {{"training", int64_t{0}}});
+  ASSERT_EQ(eval.size(), 1u);
+  expectClose(eval[0], torch::batch_norm(x, w, b, rm, rv, false, 0.1, 1e-5, false), 1e-2, "bf16 eval y");
+  OneNode one("batch_norm", {x, w, b, rm, rv}, {{"training", int64_t{1}}});
+  EXPECT_EQ(KernelRegistry::cpu().select(*one.node)->name, "cpu.batch_norm_bf16");
+
+  // Backward: d/dx, d/dw, d/db of sum(bn(x) * g).
+  auto xg = x.clone().requires_grad_(), wg = w.clone().requires_grad_(), bg = b.clone().requires_grad_();
+  auto yg = torch::batch_norm(xg, wg, bg, rm.clone(), rv.clone(), true, 0.1, 1e-5, false);
+  auto g = torch::randn(yg.sizes()).to(torch::kBFloat16);
+  yg.backward(g);
+  auto grads = runOp("batch_norm_backward", {g, x, w}, {{"training", int64_t{1}}, {"eps", 1e-5}});
+  ASSERT_EQ(grads.size(), 3u);
+  expectClose(grads[0], xg.grad(), 2e-2, "bf16 grad_x");
+  expectClose(grads[1], wg.grad(), 1e-2, "f32 grad_weight");
+  expectClose(grads[2], bg.grad(), 1e-2, "f32 grad_bias");
+  OneNode back("batch_norm_backward", {g, x, w}, {{"training", int64_t{1}}, {"eps", 1e-5}});
+  EXPECT_EQ(KernelRegistry::cpu().select(*back.node)->name, "cpu.batch_norm_backward_bf16");
+}
+
 TEST_F(KernelsNN, LayerNorm) {
   auto x = torch::randn({3, 7, 16}) * 2 + 0.5;
   auto w1 = torch::randn({16}), b1 = torch::randn({16});

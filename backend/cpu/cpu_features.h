@@ -1,0 +1,12 @@
+// CPU features detected at run time that change what a kernel can do fast.
+#pragma once
+
+namespace kiln::cpu {
+
+/// True when the CPU has bf16 dot-product instructions (AVX512_BF16, or
+/// AMX-BF16), so oneDNN's bf16 GEMMs and convolutions run at about twice
+/// the f32 rate; elsewhere oneDNN emulates bf16 (or has no bf16 kernel) and
+/// --amp bf16 only rounds like bf16.
+bool cpuHasNativeBf16();
+
+}  // namespace kiln::cpu
