@@ -273,6 +273,33 @@ void logicalKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
   binaryLoop<bool, bool>(o, a, b, [](bool x, bool y) { return Op::apply(x, y); });
 }
 
+/// One run of `where` as bit masks on the raw elements (U: an unsigned
+/// integer of the element's size, exact for every dtype): no branch, so the
+/// loop vectorizes. `c[i] ? a[i] : b[i]` compiled to a branch per element
+/// (relu's unfused bf16 backward, where(x <= 0, 0, g), ran at a ninth of
+/// relu's speed).
+template <class U>
+inline U pick(bool c, U a, U b) {
+  const U m = static_cast<U>(U(0) - static_cast<U>(c));
+  return static_cast<U>((a & m) | (b & static_cast<U>(~m)));
+}
+
+template <class U>
+KILN_SIMD_CLONES void whereRun(U* __restrict po, const bool* c, int64_t sc, const U* a, int64_t sa, const U* b,
+                               int64_t sb, int64_t n) {
+  if (sc == 1 && sa == 0 && sb == 1) {
+    const U av = *a;
+    for (int64_t i = 0; i < n; ++i) po[i] = pick(c[i], av, b[i]);
+  } else if (sc == 1 && sa == 1 && sb == 0) {
+    const U bv = *b;
+    for (int64_t i = 0; i < n; ++i) po[i] = pick(c[i], a[i], bv);
+  } else if (sc == 1 && sa == 1 && sb == 1) {
+    for (int64_t i = 0; i < n; ++i) po[i] = pick(c[i], a[i], b[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) po[i] = pick(c[i * sc], a[i * sa], b[i * sb]);
+  }
+}
+
 void whereKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
   Tensor& o = allocOutput(n, out, 0);
   const DType t = o.dtype();
@@ -281,16 +308,19 @@ void whereKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
   const Shape& s = o.shape();
   dispatchAll(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    T* po = o.data<T>();
+    using U = std::conditional_t<
+        sizeof(T) == 1, uint8_t,
+        std::conditional_t<sizeof(T) == 2, uint16_t, std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>>;
+    static_assert(sizeof(U) == sizeof(T));
+    U* po = reinterpret_cast<U*>(o.data<T>());
     const bool* pc = cond.data<bool>();
-    const T* pa = a.data<T>();
-    const T* pb = b.data<T>();
+    const U* pa = reinterpret_cast<const U*>(a.data<T>());
+    const U* pb = reinterpret_cast<const U*>(b.data<T>());
     forEachStrided<4>(s,
                       {contiguousStrides(s), broadcastStrides(cond.shape(), s), broadcastStrides(a.shape(), s),
                        broadcastStrides(b.shape(), s)},
                       [&](const int64_t* off, const int64_t* st, int64_t cnt) {
-                        for (int64_t i = 0; i < cnt; ++i)
-                          po[off[0] + i] = pc[off[1] + i * st[1]] ? pa[off[2] + i * st[2]] : pb[off[3] + i * st[3]];
+                        whereRun(po + off[0], pc + off[1], st[1], pa + off[2], st[2], pb + off[3], st[3], cnt);
                       });
   });
 }
