@@ -18,4 +18,9 @@ bool cpuHasNativeBf16() {
   return native;
 }
 
+bool cpuHasAvx512() {
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  return avx512;
+}
+
 }  // namespace kiln::cpu

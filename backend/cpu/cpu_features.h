@@ -9,4 +9,8 @@ namespace kiln::cpu {
 /// --amp bf16 only rounds like bf16.
 bool cpuHasNativeBf16();
 
+/// True when the CPU has AVX-512 (AVX512F), where oneDNN's kernels use
+/// 16-wide vectors and blocked layouts.
+bool cpuHasAvx512();
+
 }  // namespace kiln::cpu

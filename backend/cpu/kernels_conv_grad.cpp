@@ -15,7 +15,7 @@
 // vs 35/35, 3x3 512ch@7 44/58 vs 65/39, depthwise 3x3 64ch@56 4.1/0.8 vs
 // 24/27, 7x7/2 stem 73/60 vs 82/101; but 1x1 convs lose to the GEMM path
 // (64->256@56 49/30 vs 23/21, 256->512/2@14 3.5/3.7 vs 2.5/0.9), so
-// ungrouped 1x1 convolutions stay on blas.
+// ungrouped 1x1 convolutions stay on blas on CPUs without AVX-512.
 //
 // "blas" (f32/f64, f16/bf16 in f32): the reference, and what the
 // finite-difference tests (f64) exercise. Per image and group, with
@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "backend/cpu/build_once_cache.h"
+#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/cpu_loops.h"
 #include "backend/cpu/dnnl_common.h"
 #include "backend/cpu/float_kernel.h"
@@ -311,9 +312,12 @@ bool dnnlSupports(const Node& n) {
   if (n.output()->type().numel() == 0 || n.input(0)->type().numel() == 0) return false;
   const ConvGeom g = convGeom(n);
   // Ungrouped f32 1x1 convolutions are plain GEMMs, which OpenBLAS runs on
-  // the user's layout with no reorders (see the timings at the top); bf16
-  // ones stay in oneDNN, which computes bf16 without converting.
-  if (g.kh == 1 && g.kw == 1 && g.groups == 1 && *dt == memory::data_type::f32) return false;
+  // the user's layout with no reorders: faster with AVX2 only (the timings
+  // at the top), slower with AVX-512, where oneDNN's 1x1 backward kernels
+  // win (ResNet-50 at batch 8, 224, Zen 4: the 36 1x1 convolutions'
+  // backward 762 ms on blas, about 640 ms on oneDNN). bf16 ones stay in
+  // oneDNN, which computes bf16 without converting.
+  if (g.kh == 1 && g.kw == 1 && g.groups == 1 && *dt == memory::data_type::f32 && !cpuHasAvx512()) return false;
   return dnnlBackwardFor(g, n.op() == "conv2d_weight_backward", *dt) != nullptr;
 }
 
