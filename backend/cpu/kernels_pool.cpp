@@ -39,6 +39,8 @@ PoolGeom poolGeom(const Node& n, bool windowed) {
   return g;
 }
 
+/// T: the storage type (float, double, or BFloat16, whose maximum is
+/// taken in float: exact, as a maximum rounds nothing).
 template <typename T>
 void maxPoolImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
   const PoolGeom g = poolGeom(n, true);
@@ -52,20 +54,21 @@ void maxPoolImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> ou
     for (int64_t oy = 0; oy < g.oh; ++oy)
       for (int64_t ox = 0; ox < g.ow; ++ox) {
         const int64_t y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
-        T best = -std::numeric_limits<T>::infinity();
+        using C = compute_t<T>;
+        C best = -std::numeric_limits<C>::infinity();
         for (int64_t i = 0; i < g.kh; ++i) {
           const int64_t iy = y0 + i * g.dh;
           if (iy < 0 || iy >= g.h) continue;
           for (int64_t j = 0; j < g.kw; ++j) {
             const int64_t ix = x0 + j * g.dw;
             if (ix < 0 || ix >= g.w) continue;
-            const T v = src[iy * g.w + ix];
+            const C v = static_cast<C>(src[iy * g.w + ix]);
             if (v > best || std::isnan(v)) best = v;
             if (std::isnan(v)) goto done;  // NaN wins; nothing can replace it
           }
         }
       done:
-        dst[oy * g.ow + ox] = best;
+        dst[oy * g.ow + ox] = static_cast<T>(best);
       }
   }
 }
@@ -167,11 +170,15 @@ bool floatInput(const Node& n) {
 
 void registerCpuPoolKernels(KernelRegistry& r) {
   r.add({"max_pool2d", "cpu", "cpu.max_pool2d", 0, floatInput, viaComputeType<maxPoolKernel>});
+  // amp's bf16 activations pooled in place of their f32 copies (same result).
+  r.add({"max_pool2d", "cpu", "cpu.max_pool2d_bf16", 10,
+         [](const Node& n) { return n.input(0)->dtype() == DType::BF16 && n.output(0)->dtype() == DType::BF16; },
+         [](const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
+           maxPoolImpl<BFloat16>(n, in, out);
+         }});
   r.add({"avg_pool2d", "cpu", "cpu.avg_pool2d", 0, floatInput, viaComputeType<avgPoolKernel>});
-  r.add({"adaptive_avg_pool2d", "cpu", "cpu.adaptive_avg_pool2d", 0, floatInput,
-         viaComputeType<adaptiveAvgKernel>});
-  r.add({"adaptive_max_pool2d", "cpu", "cpu.adaptive_max_pool2d", 0, floatInput,
-         viaComputeType<adaptiveMaxKernel>});
+  r.add({"adaptive_avg_pool2d", "cpu", "cpu.adaptive_avg_pool2d", 0, floatInput, viaComputeType<adaptiveAvgKernel>});
+  r.add({"adaptive_max_pool2d", "cpu", "cpu.adaptive_max_pool2d", 0, floatInput, viaComputeType<adaptiveMaxKernel>});
 }
 
 }  // namespace kiln::cpu

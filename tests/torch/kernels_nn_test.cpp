@@ -236,6 +236,22 @@ TEST_F(KernelsNN, MaxPoolStemAndCeilMode) {
   checkMaxPool({1, 2, 10, 7}, {2, 2}, {2, 2}, {0, 0}, {1, 1}, true);
   checkMaxPool({1, 2, 11, 11}, {3, 2}, {2, 3}, {1, 1}, {1, 1}, true);
 }
+// amp's bf16 activations are pooled as bf16: a maximum rounds nothing, so
+// the result equals torch's bit for bit, NaN included.
+TEST_F(KernelsNN, MaxPoolBF16IsExact) {
+  auto x = torch::randn({2, 8, 15, 15}).to(torch::kBFloat16);
+  x.index_put_({0, 1, 3, 4}, std::numeric_limits<float>::quiet_NaN());
+  AttrMap attrs = {{"kernel_size", Ints{3, 3}}, {"stride", Ints{2, 2}}, {"padding", Ints{1, 1}}};
+  auto out = runOp("max_pool2d", {x}, attrs);
+  ASSERT_EQ(out.size(), 1u);
+  auto expected = torch::max_pool2d(x, {3, 3}, {2, 2}, {1, 1});
+  ASSERT_EQ(out[0].scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(torch::isnan(out[0]), torch::isnan(expected)));
+  EXPECT_TRUE(torch::equal(torch::nan_to_num(out[0]), torch::nan_to_num(expected)));
+  OneNode one("max_pool2d", {x}, attrs);
+  EXPECT_EQ(KernelRegistry::cpu().select(*one.node)->name, "cpu.max_pool2d_bf16");
+}
+
 TEST_F(KernelsNN, MaxPoolDilationAnd3DInput) {
   checkMaxPool({2, 4, 13, 12}, {3, 3}, {1, 2}, {1, 0}, {2, 2}, false);
   checkMaxPool({3, 9, 9}, {2, 2}, {2, 2}, {1, 1}, {1, 1}, true);
