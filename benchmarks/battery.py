@@ -42,6 +42,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import flop_count  # noqa: E402
 import zoo  # noqa: E402
+from cpu_zoo import export  # noqa: E402  (train-mode trace, dropout at p = 0)
 
 # name -> (zoo model, loss, what it is)
 MODELS = {
@@ -95,16 +96,6 @@ def count_flops(zoo_name: str, loss: str) -> dict:
     res = flop_count.step_flops(model, inputs, loss_fn(loss, target))
     res["params"] = params
     return res
-
-
-def export(zoo_name: str, out_dir: str) -> str:
-    path = os.path.join(out_dir, f"{zoo_name}.pt")
-    if not os.path.exists(path):
-        print(f"  exporting {zoo_name} ...", flush=True)
-        cmd = [sys.executable, os.path.join(HERE, "..", "models", "export.py"), zoo_name, "--format", "trace",
-               "--train", "--no-dropout", "--out-dir", out_dir]
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return path
 
 
 def bench(args, pt: str, loss: str, precision: str, js: str) -> dict:
@@ -212,7 +203,7 @@ def main() -> int:
     for m in models:
         zoo_name, loss, desc = MODELS[m]
         print(f"{m}: {desc}", flush=True)
-        pt = export(zoo_name, os.path.join(args.out_dir, "models"))
+        pt = export(zoo_name, os.path.join(args.out_dir, "models"), 0)  # 0: the zoo entry's batch
         if zoo_name not in flops_cache:
             flops_cache[zoo_name] = count_flops(zoo_name, loss)
             with open(flops_cache_path, "w") as f:

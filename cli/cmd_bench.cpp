@@ -62,8 +62,8 @@ void printProfile(const CpuExecutor& ex, int64_t steps, int top) {
   std::cout << "\n  Kiln step profile (kernel: ms per step, share, nodes), " << fixed(total, 2) << " ms in kernels\n";
   for (int i = 0; i < top && i < static_cast<int>(rows.size()); ++i)
     std::cout << "    " << std::left << std::setw(36) << rows[i].first << std::right << std::setw(9)
-              << fixed(rows[i].second.first, 3) << std::setw(7) << fixed(100.0 * rows[i].second.first / total, 1) << "%"
-              << std::setw(6) << rows[i].second.second << "\n";
+              << fixed(rows[i].second.first, 3) << std::setw(7) << fixed(100.0 * rows[i].second.first / total, 1)
+              << "%" << std::setw(6) << rows[i].second.second << "\n";
 }
 
 /// Step times and memory of one side. Memory is attributed by watching the
@@ -101,14 +101,12 @@ struct SideStats {
   double min() const { return ms.empty() ? NAN : *std::min_element(ms.begin(), ms.end()); }
 
   nlohmann::json toJson() const {
-    return {{"median_ms", median()},      {"min_ms", min()},     {"step_ms", ms}, {"peak_bytes", peak},
-            {"resident_bytes", resident}, {"setup_ms", setup_ms}};
+    return {{"median_ms", median()}, {"min_ms", min()},       {"step_ms", ms},
+            {"peak_bytes", peak},    {"resident_bytes", resident}, {"setup_ms", setup_ms}};
   }
 };
 
-std::string mib(int64_t bytes) {
-  return fixed(static_cast<double>(bytes) / (1024.0 * 1024.0), 1);
-}
+std::string mib(int64_t bytes) { return fixed(static_cast<double>(bytes) / (1024.0 * 1024.0), 1); }
 
 std::string batchDescription(const TensorMap& batch) {
   std::string out;
@@ -130,8 +128,7 @@ int bench(const BenchCmd& c) {
   TrainArgs args = c.train;
   // One thread count for both sides: Kiln's executor and libtorch both set
   // the process's OpenMP pool.
-  const int threads =
-      args.threads > 0 ? args.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = args.threads > 0 ? args.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   args.threads = threads;
 
 #ifdef KILN_HAVE_TORCH
@@ -169,10 +166,10 @@ int bench(const BenchCmd& c) {
 
   auto first = setup->batches->batch(0);
   if (!first) return reportError(first.error());
-  std::cout << "kiln bench " << args.model.path << "\n  batch: " << batchDescription(*first) << "\n  " << args.loss
-            << " loss, " << args.optimizer << " lr " << args.lr << ", " << threads << " threads, " << c.warmup
-            << " warm-up + " << args.steps << " measured steps" << (compare ? ", alternating Kiln and libtorch" : "")
-            << "\n";
+  std::cout << "kiln bench " << args.model.path << "\n  batch: " << batchDescription(*first) << "\n  "
+            << args.loss << " loss, " << args.optimizer << " lr " << args.lr << ", " << threads << " threads, "
+            << c.warmup << " warm-up + " << args.steps << " measured steps"
+            << (compare ? ", alternating Kiln and libtorch" : "") << "\n";
   if (compare)
     std::cout << "  libtorch " << torch_version << " eager (torch::optim)"
               << (args.amp == "bf16" ? " under torch.autocast(\"cpu\", torch.bfloat16)" : "") << "\n";
@@ -186,8 +183,7 @@ int bench(const BenchCmd& c) {
     if (!batch) return reportError(batch.error());
     const bool record = i >= c.warmup;
     if (i == c.warmup && c.profile > 0) {
-      if (!s.cpuExecutor())
-        return reportError(Error{"--profile times the CPU executor's nodes; not with --device cuda"});
+      if (!s.cpuExecutor()) return reportError(Error{"--profile times the CPU executor's nodes; not with --device cuda"});
       s.cpuExecutor()->setProfiling(true);
     }
     const double lr = s.nextLr();
@@ -212,20 +208,19 @@ int bench(const BenchCmd& c) {
       if (!st) return reportError(st.error(), args.verbose);
     }
 #endif
-    if (tty)
-      std::cerr << "\rstep " << i + 1 << "/" << total << (record ? "" : " (warm-up)") << "          " << std::flush;
+    if (tty) std::cerr << "\rstep " << i + 1 << "/" << total << (record ? "" : " (warm-up)") << "          " << std::flush;
   }
   if (tty) std::cerr << "\r" << std::string(40, ' ') << "\r";
 
   const bool mem = heapMeterAvailable();
   auto row = [&](const char* name, const SideStats& st, double loss) {
     std::cout << "  " << std::left << std::setw(10) << name << std::right << std::setw(11) << fixed(st.median(), 2)
-              << std::setw(10) << fixed(st.min(), 2) << std::setw(12) << fixed(1000.0 / st.median(), 2) << std::setw(12)
-              << (mem ? mib(st.peak) : "n/a") << std::setw(14) << fixed(loss, 6) << "\n";
+              << std::setw(10) << fixed(st.min(), 2) << std::setw(12) << fixed(1000.0 / st.median(), 2)
+              << std::setw(12) << (mem ? mib(st.peak) : "n/a") << std::setw(14) << fixed(loss, 6) << "\n";
   };
-  std::cout << "\n  " << std::left << std::setw(10) << "" << std::right << std::setw(11) << "median ms" << std::setw(10)
-            << "min ms" << std::setw(12) << "steps/s" << std::setw(12) << "peak MiB" << std::setw(14) << "last loss"
-            << "\n";
+  std::cout << "\n  " << std::left << std::setw(10) << "" << std::right << std::setw(11) << "median ms"
+            << std::setw(10) << "min ms" << std::setw(12) << "steps/s" << std::setw(12) << "peak MiB" << std::setw(14)
+            << "last loss" << "\n";
   row("kiln", kiln_stats, kiln_loss);
   nlohmann::json j{{"schema", "kiln-bench"},
                    {"version", 1},
@@ -249,8 +244,7 @@ int bench(const BenchCmd& c) {
     const double loss_rel = std::abs(kiln_first - torch_first) / std::max(std::abs(torch_first), 1e-30);
     std::cout << "\n  speedup " << fixed(speedup, 2) << "x (libtorch median / Kiln median)";
     if (mem)
-      std::cout << ", peak memory "
-                << fixed(static_cast<double>(kiln_stats.peak) / std::max<int64_t>(torch_stats.peak, 1), 2)
+      std::cout << ", peak memory " << fixed(static_cast<double>(kiln_stats.peak) / std::max<int64_t>(torch_stats.peak, 1), 2)
                 << "x libtorch's";
     std::cout << "\n  first-step losses differ by " << std::setprecision(2) << loss_rel
               << " (relative; same model, weights and batch); float32 rounding may let later steps drift apart\n";

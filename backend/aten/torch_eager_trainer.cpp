@@ -13,26 +13,16 @@ namespace {
 
 Result<at::ScalarType> scalarType(DType d) {
   switch (d) {
-    case DType::F32:
-      return at::kFloat;
-    case DType::F64:
-      return at::kDouble;
-    case DType::F16:
-      return at::kHalf;
-    case DType::BF16:
-      return at::kBFloat16;
-    case DType::I64:
-      return at::kLong;
-    case DType::I32:
-      return at::kInt;
-    case DType::I16:
-      return at::kShort;
-    case DType::I8:
-      return at::kChar;
-    case DType::U8:
-      return at::kByte;
-    case DType::Bool:
-      return at::kBool;
+    case DType::F32: return at::kFloat;
+    case DType::F64: return at::kDouble;
+    case DType::F16: return at::kHalf;
+    case DType::BF16: return at::kBFloat16;
+    case DType::I64: return at::kLong;
+    case DType::I32: return at::kInt;
+    case DType::I16: return at::kShort;
+    case DType::I8: return at::kChar;
+    case DType::U8: return at::kByte;
+    case DType::Bool: return at::kBool;
   }
   return Error{"unknown dtype"};
 }
@@ -79,9 +69,10 @@ std::optional<at::Tensor> firstTensor(const c10::IValue& v) {
   return std::nullopt;
 }
 
-/// torch.autocast("cpu", dtype) around the forward and the loss, as a
-/// PyTorch user writes it (backward and the optimizer run outside). The
-/// autocast API moved in libtorch 2.4 (device-generic setters).
+/// torch.autocast("cpu", dtype) from construction to destruction, around
+/// the forward and the loss as a PyTorch user writes it (the backward and
+/// the optimizer run outside). The autocast API moved in libtorch 2.4
+/// (device-generic setters).
 class CpuAutocast {
  public:
   explicit CpuAutocast(std::optional<at::ScalarType> dtype) : on_(dtype.has_value()) {
@@ -126,23 +117,15 @@ struct TorchEagerTrainer::Impl {
 TorchEagerTrainer::TorchEagerTrainer() : impl_(std::make_unique<Impl>()) {}
 TorchEagerTrainer::~TorchEagerTrainer() = default;
 
-std::string TorchEagerTrainer::torchVersion() {
-  return TORCH_VERSION;
-}
+std::string TorchEagerTrainer::torchVersion() { return TORCH_VERSION; }
 
 Result<std::unique_ptr<TorchEagerTrainer>> TorchEagerTrainer::create(const TorchEagerConfig& config) {
   std::unique_ptr<TorchEagerTrainer> tr(new TorchEagerTrainer());
   Impl& m = *tr->impl_;
   m.training = config.training;
-  switch (config.training.amp.mode) {
-    case AmpMode::None:
-      break;
-    case AmpMode::Bf16:
-      m.autocast = at::kBFloat16;
-      break;
-    case AmpMode::Fp16:
-      return Error{"--amp fp16: libtorch's CPU autocast runs bfloat16 only; compare with --amp bf16"};
-  }
+  if (config.training.amp.mode == AmpMode::Fp16)
+    return Error{"--amp fp16: libtorch's CPU autocast runs bfloat16 only; compare with --amp bf16"};
+  if (config.training.amp.mode == AmpMode::Bf16) m.autocast = at::kBFloat16;
   if (config.num_threads > 0) at::set_num_threads(config.num_threads);
   try {
     m.module = torch::jit::load(config.model_path);
@@ -161,11 +144,10 @@ Result<std::unique_ptr<TorchEagerTrainer>> TorchEagerTrainer::create(const Torch
   const double wd = o.weightDecay();
   switch (o.kind) {
     case OptimizerKind::Sgd:
-      m.opt = std::make_unique<torch::optim::SGD>(m.params, torch::optim::SGDOptions(1e-3)
-                                                                .momentum(o.momentum)
-                                                                .dampening(o.dampening)
-                                                                .weight_decay(wd)
-                                                                .nesterov(o.nesterov));
+      m.opt = std::make_unique<torch::optim::SGD>(
+          m.params,
+          torch::optim::SGDOptions(1e-3).momentum(o.momentum).dampening(o.dampening).weight_decay(wd).nesterov(
+              o.nesterov));
       break;
     case OptimizerKind::Adam:
       m.opt = std::make_unique<torch::optim::Adam>(
@@ -205,30 +187,24 @@ Status TorchEagerTrainer::step(double lr) {
   try {
     for (auto& group : m.opt->param_groups()) group.options().set_lr(lr);
     m.opt->zero_grad();
+    std::optional<CpuAutocast> autocast(std::in_place, m.autocast);  // forward and loss
+    auto pred = firstTensor(m.module.forward(m.inputs));
+    if (!pred) return Error{"libtorch: the model returned no tensor"};
     at::Tensor loss;
-    {
-      CpuAutocast autocast(m.autocast);
-      auto pred = firstTensor(m.module.forward(m.inputs));
-      if (!pred) return Error{"libtorch: the model returned no tensor"};
-      switch (m.training.loss) {
-        case LossKind::Model:
-          loss = *pred;
-          break;
-        case LossKind::Mse:
-          loss = torch::mse_loss(*pred, *target);
-          break;
-        case LossKind::CrossEntropy: {
-          // The layout rule of passes/loss.h: classes last when the target is
-          // the logits' shape without its last dim (language models).
-          auto ls = pred->sizes(), ts = target->sizes();
-          bool classes_last = ls.size() >= 2 && ts.equals(ls.slice(0, ls.size() - 1));
-          loss = classes_last
-                     ? torch::nn::functional::cross_entropy(pred->reshape({-1, ls.back()}), target->reshape(-1))
-                     : torch::nn::functional::cross_entropy(*pred, *target);
-          break;
-        }
+    switch (m.training.loss) {
+      case LossKind::Model: loss = *pred; break;
+      case LossKind::Mse: loss = torch::mse_loss(*pred, *target); break;
+      case LossKind::CrossEntropy: {
+        // The layout rule of passes/loss.h: classes last when the target is
+        // the logits' shape without its last dim (language models).
+        auto ls = pred->sizes(), ts = target->sizes();
+        bool classes_last = ls.size() >= 2 && ts.equals(ls.slice(0, ls.size() - 1));
+        loss = classes_last ? torch::nn::functional::cross_entropy(pred->reshape({-1, ls.back()}), target->reshape(-1))
+                            : torch::nn::functional::cross_entropy(*pred, *target);
+        break;
       }
     }
+    autocast.reset();
     loss.backward();
     if (m.training.optimizer.clip_grad_norm > 0)
       torch::nn::utils::clip_grad_norm_(m.params, m.training.optimizer.clip_grad_norm);
@@ -241,9 +217,7 @@ Status TorchEagerTrainer::step(double lr) {
   return {};
 }
 
-double TorchEagerTrainer::lastLoss() const {
-  return impl_->last_loss;
-}
+double TorchEagerTrainer::lastLoss() const { return impl_->last_loss; }
 
 TensorMap TorchEagerTrainer::stateDict() const {
   TensorMap sd;

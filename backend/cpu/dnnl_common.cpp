@@ -5,29 +5,25 @@
 
 namespace kiln::cpu {
 
-void* dnnlScratch(size_t bytes) {
+DnnlWorkspace::DnnlWorkspace(std::initializer_list<size_t> sizes) {
   struct Buffer {
     void* p = nullptr;
     size_t size = 0;
     ~Buffer() { std::free(p); }
   };
   thread_local Buffer buf;
-  if (bytes > buf.size) {
+  size_t total = 0;
+  for (size_t s : sizes) {
+    offsets_.push_back(total);
+    total += (s + 63) / 64 * 64;
+  }
+  if (total > buf.size) {
     std::free(buf.p);
-    buf.size = (bytes + 63) / 64 * 64;
-    buf.p = std::aligned_alloc(64, buf.size);
+    buf.p = std::aligned_alloc(64, total);
+    buf.size = buf.p ? total : 0;
     if (!buf.p) throw std::bad_alloc();
   }
-  return buf.p;
-}
-
-void dnnlExecute(const dnnl::primitive& prim, const dnnl::memory::desc& scratch,
-                 std::unordered_map<int, dnnl::memory> args) {
-  auto& eng = dnnlEngine();
-  dnnl::stream s(eng);
-  args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(scratch, eng, dnnlScratch(scratch.get_size())));
-  prim.execute(s, args);
-  s.wait();
+  base_ = static_cast<char*>(buf.p);
 }
 
 }  // namespace kiln::cpu

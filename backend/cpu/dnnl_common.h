@@ -10,7 +10,6 @@
 #include <initializer_list>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "core/dtype.h"
@@ -43,38 +42,18 @@ inline std::string dnnlKeyPrefix() {
   return std::to_string(omp_get_max_threads()) + ':';
 }
 
-}  // namespace kiln::cpu
-
-namespace kiln::cpu {
-
-/// A 64-byte aligned buffer of at least `bytes` for oneDNN's user-managed
-/// scratchpad, one per calling thread and reused across calls (a fresh
-/// allocation per call would page-fault megabytes every step).
-void* dnnlScratch(size_t bytes);
-
-/// Several buffers (reordered operands, a scratchpad) carved out of this
-/// thread's scratch buffer, each 64-byte aligned; valid until the next
-/// dnnlScratch/DnnlWorkspace on the same thread.
+/// Several buffers (reordered operands, a scratchpad) carved out of one
+/// 64-byte aligned buffer of the calling thread, reused across calls (a
+/// fresh allocation per call page-faulted megabytes every step); valid
+/// until the next DnnlWorkspace on the same thread.
 class DnnlWorkspace {
  public:
-  explicit DnnlWorkspace(std::initializer_list<size_t> sizes) {
-    size_t total = 0;
-    for (size_t s : sizes) {
-      offsets_.push_back(total);
-      total += (s + 63) / 64 * 64;
-    }
-    base_ = static_cast<char*>(dnnlScratch(total));
-  }
+  explicit DnnlWorkspace(std::initializer_list<size_t> sizes);
   void* part(size_t i) const { return base_ + offsets_.at(i); }
 
  private:
   std::vector<size_t> offsets_;
   char* base_ = nullptr;
 };
-
-/// Execute `prim` with `args` plus a scratchpad of `scratch` on a stream of
-/// the engine, and wait for it.
-void dnnlExecute(const dnnl::primitive& prim, const dnnl::memory::desc& scratch,
-                 std::unordered_map<int, dnnl::memory> args);
 
 }  // namespace kiln::cpu

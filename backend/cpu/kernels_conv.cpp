@@ -156,15 +156,14 @@ std::string convKey(const ConvGeom& g, ConvTypes t) {
 
 std::unique_ptr<DnnlConv> buildDnnlConv(const ConvGeom& g, ConvTypes t) {
   auto c = std::make_unique<DnnlConv>();
-  const auto in_t = t.in;
   memory::dims src{g.n, g.c, g.h, g.w}, dst{g.n, g.o, g.oh, g.ow}, bias{g.o};
   memory::dims wei =
       g.groups == 1 ? memory::dims{g.o, g.cg, g.kh, g.kw} : memory::dims{g.groups, g.o / g.groups, g.cg, g.kh, g.kw};
-  c->user_src = memory::desc(src, in_t, tag::nchw);
+  c->user_src = memory::desc(src, t.in, tag::nchw);
   c->user_dst = memory::desc(dst, t.out, tag::nchw);
-  c->user_wei = memory::desc(wei, in_t, g.groups == 1 ? tag::oihw : tag::goihw);
-  c->bias_md = memory::desc(bias, in_t, tag::x);
-  memory::desc any_src(src, in_t, tag::any), any_dst(dst, t.out, tag::any), any_wei(wei, in_t, tag::any);
+  c->user_wei = memory::desc(wei, t.in, g.groups == 1 ? tag::oihw : tag::goihw);
+  c->bias_md = memory::desc(bias, t.in, tag::x);
+  memory::desc any_src(src, t.in, tag::any), any_dst(dst, t.out, tag::any), any_wei(wei, t.in, tag::any);
   // oneDNN's dilation counts the gaps (0 = dense). Symmetric padding: oneDNN
   // derives the output size with the same floor formula as PyTorch.
   memory::dims strides{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pad{g.ph, g.pw};

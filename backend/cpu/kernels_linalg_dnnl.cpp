@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 
 #include "backend/cpu/build_once_cache.h"
 #include "backend/cpu/dnnl_common.h"
@@ -179,12 +180,16 @@ void runGemm(const Node& n, const GemmProblem& p, std::span<const Tensor> in, st
   if (!g) opFail(n, "oneDNN has no matmul for this configuration");
   Tensor& y = allocOutput(n, out, 0);
   auto& eng = dnnlEngine();
+  DnnlWorkspace ws({g->scratch.get_size()});
   // oneDNN never writes through its sources; the casts only satisfy its API.
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(g->src, eng, const_cast<void*>(in[0].raw()))},
                                        {DNNL_ARG_WEIGHTS, memory(g->wei, eng, const_cast<void*>(in[1].raw()))},
-                                       {DNNL_ARG_DST, memory(g->dst, eng, y.raw())}};
+                                       {DNNL_ARG_DST, memory(g->dst, eng, y.raw())},
+                                       {DNNL_ARG_SCRATCHPAD, memory(g->scratch, eng, ws.part(0))}};
   if (p.bias) args.emplace(DNNL_ARG_BIAS, memory(g->bias, eng, const_cast<void*>(in[2].raw())));
-  dnnlExecute(g->prim, g->scratch, std::move(args));
+  dnnl::stream s(eng);
+  g->prim.execute(s, args);
+  s.wait();
 }
 
 void linearKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
