@@ -11,7 +11,7 @@ model and a Markdown table with the geometric-mean speedup.
     /usr/bin/python3 benchmarks/cpu_zoo.py --kiln build/kiln --out-dir build/bench \
         [--models a,b] [--batch N] [--steps 20] [--warmup 3] [--threads 0]
 
-The table goes to OUT_DIR/cpu_zoo.md (and stdout); numbers in the README come
+The table goes to OUT_DIR/cpu_zoo.md (and stdout); numbers in docs/benchmarks.md come
 from this script.
 """
 

@@ -30,7 +30,7 @@ or Zipf-distributed as in text (frequency ~ 1/rank^1.1, the most frequent
 ids lowest, as in GPT-2's BPE vocabulary: the ranks share their frequent
 tokens, and the row exchange may send them to their owners instead).
 
-Writes results.json into --out-dir. The README's numbers come from here.
+Writes results.json into --out-dir. docs/data-parallel.md's numbers come from here.
 """
 
 import argparse

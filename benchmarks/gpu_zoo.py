@@ -14,7 +14,7 @@ time, against the GPU's dense bf16 peak given by --peak-tflops).
     python3 benchmarks/gpu_zoo.py --kiln build-gpu/kiln --out-dir OUT \\
         [--models gpt2_small,tv_resnet50] [--batch N] [--steps 20] [--warmup 5] [--peak-tflops 989]
 
-Writes OUT/gpu_zoo.md (the README's table) and one JSON per model. With
+Writes OUT/gpu_zoo.md (docs/cuda.md's table) and one JSON per model. With
 --smoke it runs the plumbing on the CPU with a small model (no GPU numbers).
 """
 

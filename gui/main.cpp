@@ -2,7 +2,7 @@
 //             [--measure] [--pass NAME] [--screenshot FILE.png|FILE.svg]
 // Opens a report (kiln compile/train --report) or a model (compiled in this
 // process, every pass's IR kept). With --screenshot it renders the view, saves it and
-// exits (the README's pictures are made so): exit 1 with one line on error.
+// exits (docs/studio.md's pictures are made so): exit 1 with one line on error.
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QTimer>

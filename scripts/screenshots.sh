@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the README's kiln-studio pictures (docs/studio-*.png): exports
+# Regenerates kiln-studio's pictures in docs/studio.md (docs/studio-*.png): exports
 # gpt2_mini, compiles it (keeping every pass's IR) and trains it 8 steps on
 # 2 ranks with --report, and has kiln-studio save each view headless: the
 # graph folded by scope, the fuse pass before and after, the memory
