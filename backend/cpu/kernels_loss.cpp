@@ -9,9 +9,11 @@
 // message naming it. Sums accumulate in double.
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "backend/cpu/cpu_loops.h"
 #include "backend/cpu/float_kernel.h"
+#include "backend/cpu/row_math.h"
 #include "core/ops/op_helpers.h"
 
 namespace kiln::cpu {
@@ -49,6 +51,25 @@ Tensor checkedTargets(const Node& n, const Tensor& target, int64_t classes, int6
   return t;
 }
 
+/// log(sum_k exp(x[k * stride])) over n values, max-shifted (an all -inf
+/// row shifts by 0). Contiguous f32 rows take the vectorized row loops;
+/// the rest sum exp in double.
+template <typename T>
+double logSumExp(const T* x, int64_t n, int64_t stride) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (stride == 1) {
+      const float shift = softmaxShift(rowMaxF32(x, n));
+      return std::log(rowSumExpF32(x, n, shift)) + shift;
+    }
+  }
+  double mx = -std::numeric_limits<double>::infinity();
+  for (int64_t k = 0; k < n; ++k) mx = std::max<double>(mx, x[k * stride]);
+  if (std::isinf(mx) && mx < 0) mx = 0;
+  double sum = 0;
+  for (int64_t k = 0; k < n; ++k) sum += std::exp(x[k * stride] - mx);
+  return std::log(sum) + mx;
+}
+
 /// Shared by cross_entropy (kLogits: apply log_softmax over the class dim
 /// first, allow label smoothing) and nll_loss (input already log-probs).
 template <typename T, bool kLogits>
@@ -71,15 +92,7 @@ void classLossImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> 
         continue;
       }
       const T* src = x + b * g.classes * g.inner + i;
-      double lse = 0;  // log-sum-exp (logits only)
-      if constexpr (kLogits) {
-        double mx = -std::numeric_limits<double>::infinity();
-        for (int64_t k = 0; k < g.classes; ++k) mx = std::max<double>(mx, src[k * g.inner]);
-        if (std::isinf(mx) && mx < 0) mx = 0;
-        double sum = 0;
-        for (int64_t k = 0; k < g.classes; ++k) sum += std::exp(src[k * g.inner] - mx);
-        lse = std::log(sum) + mx;
-      }
+      const double lse = kLogits ? logSumExp(src, g.classes, g.inner) : 0.0;
       double l = -(src[tgt[e] * g.inner] - lse);
       if (smoothing > 0) {
         double neg_sum = 0;  // sum_k -log p_k

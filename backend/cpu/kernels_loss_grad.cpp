@@ -13,9 +13,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "backend/cpu/cpu_loops.h"
 #include "backend/cpu/float_kernel.h"
+#include "backend/cpu/row_math.h"
 #include "core/ops/op_helpers.h"
 
 namespace kiln::cpu {
@@ -91,13 +93,23 @@ void crossEntropyBackwardImpl(const Node& n, std::span<const Tensor> in, std::sp
         for (int64_t k = 0; k < geo.classes; ++k) dst[k * geo.inner] = T(0);
         continue;
       }
+      const double s = scale.at(g, e);
+      if constexpr (std::is_same_v<T, float>) {
+        if (geo.inner == 1) {  // contiguous rows: vectorized exp, then one affine pass
+          const float shift = softmaxShift(rowMaxF32(src, geo.classes));
+          const double inv = 1.0 / rowExpF32(src, dst, geo.classes, shift);
+          rowAffineF32(dst, geo.classes, static_cast<float>(s * inv), static_cast<float>(-s * uniform));
+          dst[tgt[e]] = static_cast<float>(dst[tgt[e]] - s * (1.0 - smoothing));
+          continue;
+        }
+      }
       // Softmax as the forward computes it: max-shifted, sums in double.
       double mx = -std::numeric_limits<double>::infinity();
       for (int64_t k = 0; k < geo.classes; ++k) mx = std::max<double>(mx, src[k * geo.inner]);
       if (std::isinf(mx) && mx < 0) mx = 0;
       double sum = 0;
       for (int64_t k = 0; k < geo.classes; ++k) sum += std::exp(src[k * geo.inner] - mx);
-      const double s = scale.at(g, e), inv = 1.0 / sum;
+      const double inv = 1.0 / sum;
       for (int64_t k = 0; k < geo.classes; ++k) {
         const double p = std::exp(src[k * geo.inner] - mx) * inv;
         const double target_mass = k == tgt[e] ? 1.0 - smoothing : 0.0;

@@ -9,9 +9,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "backend/cpu/cpu_loops.h"
 #include "backend/cpu/float_kernel.h"
+#include "backend/cpu/row_math.h"
 #include "core/ops/op_helpers.h"
 
 namespace kiln::cpu {
@@ -109,6 +111,23 @@ void softmaxImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> ou
   const int64_t outer = size * inner != 0 ? in[0].numel() / (size * inner) : 0;
   const T* x = in[0].data<T>();
   T* y = allocAs(n, out, 0, in[0].dtype()).template data<T>();
+  if constexpr (std::is_same_v<T, float>) {
+    if (inner == 1) {  // softmax over contiguous rows (the usual last dim): vectorized row loops
+#pragma omp parallel for if (outer * size > kOmpMinWork)
+      for (int64_t o = 0; o < outer; ++o) {
+        const float* src = x + o * size;
+        float* dst = y + o * size;
+        const float shift = softmaxShift(rowMaxF32(src, size));
+        if constexpr (kLog) {
+          const float lse = static_cast<float>(std::log(rowSumExpF32(src, size, shift))) + shift;
+          for (int64_t k = 0; k < size; ++k) dst[k] = src[k] - lse;
+        } else {
+          rowAffineF32(dst, size, static_cast<float>(1.0 / rowExpF32(src, dst, size, shift)), 0.0f);
+        }
+      }
+      return;
+    }
+  }
 #pragma omp parallel for collapse(2) if (outer * inner * size > kOmpMinWork)
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t i = 0; i < inner; ++i) {
