@@ -7,6 +7,9 @@
 
 namespace kiln {
 
+// core/ops/attention.cpp: attention, attention_backward (made by the fuse_attention pass).
+void registerAttentionOps(OpTable& t);
+
 const AttrSpec* OpDef::findAttr(const std::string& n) const {
   for (const auto& a : attrs)
     if (a.name == n) return &a;
@@ -33,6 +36,7 @@ const OpTable& OpTable::get() {
     registerNormGrads(t);
     registerLossGrads(t);
     registerFusedOps(t);
+    registerAttentionOps(t);
     return t;
   }();
   return table;

@@ -13,6 +13,7 @@
 // to a dtype at most once.
 #include "passes/amp.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -59,12 +60,14 @@ class Caster {
 
 /// Apply the policy to one node; returns its category when it acted.
 std::optional<AmpCategory> applyPolicy(Node* n, DType low, Caster& caster) {
-  std::optional<AmpCategory> cat = ampCategory(n->op());
+  const AmpPolicyEntry* entry = ampPolicyEntry(n->op());
+  std::optional<AmpCategory> cat = entry ? std::optional(entry->category) : std::nullopt;
   if (!cat || *cat == AmpCategory::Promote) return std::nullopt;
   // torch.autocast: ops on f64 tensors are not eligible.
   for (Value* v : n->inputs())
     if (v->dtype() == DType::F64) return std::nullopt;
-  for (size_t i = 0; i < n->numInputs(); ++i) {
+  const size_t cast_inputs = entry->cast_inputs < 0 ? n->numInputs() : static_cast<size_t>(entry->cast_inputs);
+  for (size_t i = 0; i < std::min(n->numInputs(), cast_inputs); ++i) {
     DType t = n->input(i)->dtype();
     if (!isFloating(t)) continue;
     DType want = *cat == AmpCategory::Lower ? low : DType::F32;

@@ -19,6 +19,10 @@ const std::vector<AmpPolicyEntry>& ampPolicy() {
       {"matmul", Lower, "torch: matmul, mm, bmm, baddbmm, addmm in the low-precision list"},
       {"linear", Lower, "torch: linear in the low-precision list"},
       {"conv2d", Lower, "torch: conv1d/2d/3d in the low-precision list"},
+      {"attention", Lower,
+       "torch: the matmuls inside scaled_dot_product_attention are in the low-precision list; the fused kernel "
+       "keeps scores, softmax and sums in f32 and leaves an additive mask (input 3) in its dtype",
+       3},
 
       // ---- f32: softmax-like ops, whose exp and sum need f32's range and precision.
       {"softmax", Fp32, "torch CUDA: softmax in the float32 list"},
@@ -62,11 +66,16 @@ const std::vector<AmpPolicyEntry>& ampPolicy() {
   return table;
 }
 
-std::optional<AmpCategory> ampCategory(std::string_view op) {
+const AmpPolicyEntry* ampPolicyEntry(std::string_view op) {
   const auto& t = ampPolicy();
   auto it = std::ranges::find(t, op, &AmpPolicyEntry::op);
-  if (it == t.end()) return std::nullopt;
-  return it->category;
+  return it == t.end() ? nullptr : &*it;
+}
+
+std::optional<AmpCategory> ampCategory(std::string_view op) {
+  const AmpPolicyEntry* e = ampPolicyEntry(op);
+  if (!e) return std::nullopt;
+  return e->category;
 }
 
 }  // namespace kiln

@@ -29,10 +29,15 @@ struct AmpPolicyEntry {
   std::string_view op;
   AmpCategory category;
   std::string_view why;  ///< the reason, shown by tools and tests
+  /// How many leading inputs the policy casts (-1: all of them).
+  int cast_inputs = -1;
 };
 
 /// The whole table, in the order of passes/amp_policy.cpp.
 const std::vector<AmpPolicyEntry>& ampPolicy();
+
+/// The entry of `op`, or nullptr when the table has none.
+const AmpPolicyEntry* ampPolicyEntry(std::string_view op);
 
 /// The category of `op`, or nullopt for an op autocast leaves alone (it
 /// runs in whatever dtype its inputs have, like an unlisted op under

@@ -34,6 +34,9 @@ struct PassContext {
   /// the optimizer pass, which updates only this rank's parameters and
   /// all-gathers the rest.
   std::optional<ZeroShardPlan> zero_plan;
+  /// The target runs `attention` nodes (the CPU does; CUDA has no kernel
+  /// yet, so TrainingSession clears it there): fuse_attention acts only then.
+  bool attention_kernels = true;
 };
 
 struct PassResult {

@@ -8,6 +8,7 @@
 #include "passes/fold.h"
 #include "passes/freeze.h"
 #include "passes/fuse.h"
+#include "passes/fuse_attention.h"
 #include "passes/loss.h"
 #include "passes/memory_plan.h"
 #include "passes/optimizer.h"
@@ -25,6 +26,13 @@ const std::vector<PassInfo>& allPasses() {
        "Needs a forward graph and PassContext::training.loss. Appends cross_entropy or mse of output 0 against a "
        "new `target` data input (or takes output 0 as the loss for `model`) and marks it the Loss output.",
        runLoss},
+      {"fuse_attention", "matmul -> scale -> mask -> softmax -> matmul chains into one tiled attention kernel",
+       "Run on the forward graph before amp and autodiff. Replaces each softmax(scale * q k^T [masked]) v chain "
+       "whose intermediates have no other use by an attention node (core/ops/attention.h): the [L, S] scores "
+       "exist only a tile at a time, causal masks (triu/tril of true) skip the upper triangle, head-split "
+       "permutes are read in place, and the backward recomputes the scores. Chains with dropout on the "
+       "probabilities or a parameter-dependent additive mask stay unfused. Same values within float rounding.",
+       runFuseAttention},
       {"amp", "automatic mixed precision: bf16/fp16 compute with f32 master weights (torch.autocast)",
        "Needs PassContext::training.amp; run after loss and before autodiff. Casts the inputs of matmul/linear/conv2d "
        "to bf16/f16 and those of softmax, norms, reductions, losses and exp/log to f32 (passes/amp_policy.cpp), "

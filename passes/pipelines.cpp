@@ -5,6 +5,7 @@ namespace kiln {
 const std::vector<PipelineEntry>& trainingPipeline(TrainingGraphKind kind) {
   static const std::vector<PipelineEntry> step = {
       {"loss", "defines the scalar that autodiff differentiates"},
+      {"fuse_attention", "before amp (attention takes its low-precision policy) and autodiff (its own gradient rule)"},
       {"amp", "after loss so the loss follows the policy; before autodiff so the backward goes through the casts"},
       {"autodiff", "its Gradient outputs are what the optimizer consumes"},
       {"data_parallel", "between autodiff and optimizer: the optimizer (and clipping) sees the ranks' mean gradients"},
@@ -20,6 +21,7 @@ const std::vector<PipelineEntry>& trainingPipeline(TrainingGraphKind kind) {
   };
   static const std::vector<PipelineEntry> gradients = {
       {"loss", "defines the scalar that autodiff differentiates"},
+      {"fuse_attention", "before amp (attention takes its low-precision policy) and autodiff (its own gradient rule)"},
       {"amp", "after loss so the loss follows the policy; before autodiff so the backward goes through the casts"},
       {"autodiff", "the Gradient outputs are the result (kiln grad)"},
       {"data_parallel", "after autodiff: the Gradient outputs become the ranks' mean gradients"},

@@ -100,6 +100,7 @@ inline bool floatInputsLowp(const Node& n) {
 void registerCpuConvKernels(KernelRegistry& r);
 void registerCpuPoolKernels(KernelRegistry& r);
 void registerCpuNormKernels(KernelRegistry& r);
+void registerCpuAttentionKernels(KernelRegistry& r);
 // oneDNN's bf16 matmul and linear (kernels_linalg_dnnl.cpp); registered with the linalg family.
 void registerCpuDnnlLinalgKernels(KernelRegistry& r);
 

@@ -174,6 +174,7 @@ void registerCpuNNKernels(KernelRegistry& r) {
   registerCpuConvKernels(r);
   registerCpuPoolKernels(r);
   registerCpuNormKernels(r);
+  registerCpuAttentionKernels(r);
   r.add({"embedding", "cpu", "cpu.embedding", 0, nullptr, embeddingKernel});
   r.add({"dropout", "cpu", "cpu.dropout", 0, floatInput, viaComputeType<dropoutKernel>});
   r.add({"softmax", "cpu", "cpu.softmax", 0, nullptr, viaComputeType<softmaxKernel>});

@@ -99,6 +99,7 @@ Emitter::Emitter() {
   addNNEmitters(table_);
   addReduceLossEmitters(table_);
   addOptimizerEmitters(table_);
+  addAttentionEmitters(table_);
 }
 
 const std::string& Emitter::ref(const Value* v) const {

@@ -98,6 +98,7 @@ void addShapeEmitters(EmitTable& t);        // fx_python_shape.cpp
 void addNNEmitters(EmitTable& t);           // fx_python_nn.cpp
 void addReduceLossEmitters(EmitTable& t);   // fx_python_reduce.cpp
 void addOptimizerEmitters(EmitTable& t);    // fx_python_optim.cpp
+void addAttentionEmitters(EmitTable& t);    // fx_python_attention.cpp
 
 /// Shared by families: a sum or mean over explicit axes (Kiln's reductionAxes
 /// of a `dims` attribute: never aten's "empty means all").

@@ -88,11 +88,16 @@ class StudioTest : public QObject {
     g->waitForLayout();
     const kiln::Graph* graph = w.document()->graph();
     QVERIFY(graph);
-    // gpt2_mini's 192 nodes open folded by scope: a box for every item.
+    // A box for every item: one per node up to kFoldAbove nodes (gpt2_mini's
+    // step has about that many), folded by scope within kMaxItems above it
+    // (the folding itself is tested on generated graphs in graph_model_test).
     const auto& folded = g->canvas()->folded();
     QCOMPARE(folded.item_of_node.size(), graph->numNodes());
     QCOMPARE(g->canvas()->drawnItems(), folded.items.size());
-    QVERIFY(folded.items.size() <= kiln::studio::GraphCanvas::kMaxItems);
+    if (graph->numNodes() > kiln::studio::GraphCanvas::kFoldAbove)
+      QVERIFY(folded.items.size() <= kiln::studio::GraphCanvas::kMaxItems);
+    else
+      QCOMPARE(folded.items.size(), graph->numNodes());
     const int first = g->findNext("matmul");
     QVERIFY(first >= 0);
     const int second = g->findNext("matmul");

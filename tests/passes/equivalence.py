@@ -10,8 +10,14 @@ default pipeline of `kiln train` (or --passes), and with only the passes a
 training step cannot do without (loss, autodiff, optimizer), i.e. the graph
 no optimization has touched. Every parameter, buffer and per-step loss must
 agree within --tol relative to the tensor's max (the passes are meant to be
-exact; the tolerance leaves room for a reassociating rewrite). Then the same
-for `kiln grad` (gradients, default pipeline against loss,autodiff).
+exact; the tolerance leaves room for a reassociating rewrite such as fused
+attention's). Before that the same for `kiln grad` (gradients, default
+pipeline against loss,autodiff), over every element. The weight comparison
+then leaves out the elements whose gradient is rounding noise (below
+NOISE times its tensor's largest, e.g. attention's key bias, whose exact
+gradient is 0): Adam turns any noise into a +-lr step, so two exact
+pipelines that round differently move them apart by design; their count
+is printed.
 
 Exits 1 on a mismatch, 2 when something could not run.
 """
@@ -29,6 +35,7 @@ import st_io  # noqa: E402
 from compare import rel_max  # noqa: E402
 
 UNOPTIMIZED = {"train": "loss,autodiff,optimizer", "grad": "loss,autodiff"}
+NOISE = 1e-6
 
 
 def run(cmd):
@@ -57,7 +64,9 @@ def main() -> int:
     try:
         pt, batch = parity.prepare(a.name, loss, a.cache_dir or a.work_dir)
         worst, bad = 0.0, []
-        for cmd in ("train", "grad"):
+        noise = {}  # per gradient: the elements that are rounding noise
+        skipped = 0
+        for cmd in ("grad", "train"):
             outs = {}
             for label, passes in (("optimized", a.passes), ("unoptimized", UNOPTIMIZED[cmd])):
                 w = os.path.join(a.work_dir, f"{cmd}.{label}.safetensors")
@@ -76,7 +85,13 @@ def main() -> int:
             if set(opt[0]) != set(ref[0]):
                 bad.append(f"{cmd}: tensor names differ: {sorted(set(opt[0]) ^ set(ref[0]))}")
             for k in sorted(set(opt[0]) & set(ref[0])):
-                e = rel_max(opt[0][k], ref[0][k])
+                x, y = opt[0][k], ref[0][k]
+                if cmd == "grad" and y.is_floating_point() and y.numel():
+                    noise[k] = y.abs() <= NOISE * y.abs().max()
+                if cmd == "train" and k in noise and noise[k].shape == y.shape and noise[k].any():
+                    skipped += int(noise[k].sum())
+                    x, y = x[~noise[k]], y[~noise[k]]
+                e = rel_max(x, y) if y.numel() else 0.0
                 worst = max(worst, e)
                 if e > a.tol:
                     bad.append(f"{cmd}: {k}: relative error {e:.3g} > {a.tol:g}")
@@ -91,7 +106,8 @@ def main() -> int:
     for line in bad:
         print(f"{a.name}: FAIL {line}")
     print(f"{a.name}: optimized vs unoptimized pipeline, train ({a.steps} AdamW steps) and grad: "
-          f"worst relative error {worst:.3g} (tol {a.tol:g}){'' if not bad else ' -- FAILED'}")
+          f"worst relative error {worst:.3g} (tol {a.tol:g}; {skipped} weights with noise-level gradients "
+          f"not compared after training){'' if not bad else ' -- FAILED'}")
     return parity.tidy_outputs(a.work_dir, 1 if bad else 0, False)
 
 

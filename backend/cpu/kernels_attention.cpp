@@ -1,0 +1,278 @@
+// CPU kernels of the fused attention ops (core/ops/attention.h), f32 and
+// f64 (bf16/f16 q, k, v compute in f32 through viaComputeType).
+//
+// Forward, per (batch, head) and block of Br query rows: the block's scores
+// [Br, S'] = q k^T by one GEMM, then per row scale, mask, max, exp and sum
+// (the vectorized row loops of row_math.h for f32), lse, normalize, and
+// y = p v by a second GEMM. Only a [Br, S'] tile of scores exists at a time
+// (Br shrinks as S grows, ~128 KiB per thread); S' stops at the last key a
+// causal block can see, so causal attention skips the upper triangle.
+// Backward, per (batch, head), block by block: recompute the tile's scores
+// and p = exp(s - lse), then gv += p^T gy, gp = gy v^T,
+// gs = p (gp - rowsum(p gp)) * scale, gq = gs k, gk += gs^T q.
+// Blocks run on OpenMP threads with single-threaded BLAS calls inside:
+// the forward over (batch, head, block), the backward over (batch, head),
+// whose blocks accumulate gk and gv in turn.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "backend/cpu/blas_threads.h"
+#include "backend/cpu/cpu_loops.h"
+#include "backend/cpu/float_kernel.h"
+#include "backend/cpu/row_math.h"
+#include "core/ops/attention.h"
+#include "core/ops/op_helpers.h"
+
+namespace kiln::cpu {
+namespace {
+
+/// Row-major C[m,n] = alpha op(A) op(B) + beta C with leading dimensions.
+template <typename T>
+void gemmLd(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
+            T beta, T* c, int64_t ldc) {
+  const auto A = ta ? CblasTrans : CblasNoTrans, B = tb ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, A, B, int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb), beta, c, int(ldc));
+  else
+    cblas_dgemm(CblasRowMajor, A, B, int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+
+enum class MaskKind { None, Keep, Drop, Add };
+
+MaskKind maskKind(const Node& n) {
+  const std::string& m = n.s("mask");
+  return m == "keep" ? MaskKind::Keep : m == "drop" ? MaskKind::Drop : m == "add" ? MaskKind::Add : MaskKind::None;
+}
+
+/// Where each (batch, head)'s mask starts and its row / column strides
+/// (0 along broadcast dims).
+struct MaskView {
+  MaskKind kind = MaskKind::None;
+  const void* data = nullptr;
+  std::vector<int64_t> base;  // per batch * heads + head
+  int64_t row_stride = 0, col_stride = 0;
+};
+
+MaskView maskView(const Node& n, const AttentionGeom& g, const Tensor* mask, size_t q_index) {
+  MaskView mv;
+  mv.kind = maskKind(n);
+  if (!mask) return mv;
+  const Shape scores = g.scoreShape(n.input(q_index)->shape());
+  const Shape st = broadcastStrides(mask->shape(), scores);
+  const size_t r = scores.size();
+  mv.data = mask->raw();
+  mv.row_stride = st[r - 2];
+  mv.col_stride = st[r - 1];
+  mv.base.resize(static_cast<size_t>(g.outer * g.heads));
+  // Walk the batch dims (all but L, S) of the scores.
+  std::vector<int64_t> idx(r - 2, 0);
+  for (size_t e = 0; e < mv.base.size(); ++e) {
+    int64_t off = 0;
+    for (size_t d = 0; d < r - 2; ++d) off += idx[d] * st[d];
+    mv.base[e] = off;
+    for (size_t d = r - 2; d-- > 0;) {
+      if (++idx[d] < scores[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return mv;
+}
+
+/// Rows per block: about 32K score elements per tile, 16..256 rows.
+int64_t blockRows(const AttentionGeom& g) {
+  return std::clamp<int64_t>(32768 / std::max<int64_t>(g.S, 1), 16, 256);
+}
+
+/// Keys row t of a block may see: all S, or t + 1 when causal.
+int64_t keysOf(bool causal, int64_t t, int64_t S) {
+  return causal ? std::min(S, t + 1) : S;
+}
+
+/// Scale, mask and causal cut of one score row (in place): keys >= `seen`
+/// become -inf.
+template <typename T>
+void prepareRow(T* row, int64_t n_cols, int64_t seen, T scale, const MaskView& mv, int64_t bh, int64_t t) {
+  for (int64_t j = 0; j < seen; ++j) row[j] *= scale;
+  const T ninf = -std::numeric_limits<T>::infinity();
+  if (mv.kind != MaskKind::None) {
+    const int64_t off = mv.base[static_cast<size_t>(bh)] + t * mv.row_stride;
+    if (mv.kind == MaskKind::Add) {
+      const T* m = static_cast<const T*>(mv.data) + off;
+      for (int64_t j = 0; j < seen; ++j) row[j] += m[j * mv.col_stride];
+    } else {
+      const bool* m = static_cast<const bool*>(mv.data) + off;
+      const bool drop_when = mv.kind == MaskKind::Drop;
+      for (int64_t j = 0; j < seen; ++j)
+        if (m[j * mv.col_stride] == drop_when) row[j] = ninf;
+    }
+  }
+  for (int64_t j = seen; j < n_cols; ++j) row[j] = ninf;
+}
+
+/// Row max and the softmax shift, sum of exp written in place.
+template <typename T>
+T rowSoftmaxInPlace(T* row, int64_t n, T* lse_out) {
+  T shift;
+  double sum;
+  if constexpr (std::is_same_v<T, float>) {
+    shift = softmaxShift(rowMaxF32(row, n));
+    sum = rowExpF32(row, row, n, shift);
+  } else {
+    T mx = -std::numeric_limits<T>::infinity();
+    for (int64_t j = 0; j < n; ++j) mx = std::max(mx, row[j]);
+    shift = std::isinf(mx) && mx < 0 ? T(0) : mx;
+    sum = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      row[j] = std::exp(row[j] - shift);
+      sum += row[j];
+    }
+  }
+  const T inv = static_cast<T>(1.0 / sum);
+  for (int64_t j = 0; j < n; ++j) row[j] *= inv;
+  *lse_out = static_cast<T>(std::log(sum)) + shift;
+  return shift;
+}
+
+/// Runs `body` with the BLAS library single-threaded (the GEMMs run inside
+/// our own OpenMP loop), restoring its thread count after.
+template <typename F>
+void withSerialBlas(F&& body) {
+  const int saved = blasThreads();
+  if (saved > 1) setBlasThreads(1);
+  try {
+    body();
+  } catch (...) {
+    if (saved > 1) setBlasThreads(saved);
+    throw;
+  }
+  if (saved > 1) setBlasThreads(saved);
+}
+
+template <typename T>
+void attentionImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
+  const AttentionGeom g = attentionGeom(n, 0);
+  const T* q = in[0].data<T>();
+  const T* k = in[1].data<T>();
+  const T* v = in[2].data<T>();
+  T* y = allocAs(n, out, 0, in[0].dtype()).template data<T>();
+  T* lse = allocAs(n, out, 1, in[0].dtype()).template data<T>();
+  const MaskView mv = maskView(n, g, in.size() > 3 ? &in[3] : nullptr, 0);
+  const bool causal = n.i("causal") != 0;
+  const T scale = static_cast<T>(n.f("scale"));
+  const int64_t br = blockRows(g), blocks = (g.L + br - 1) / br, bhs = g.outer * g.heads;
+  const int64_t qs = g.rowStride(g.E), ks = g.rowStride(g.E), vs = g.rowStride(g.Ev), ys = g.rowStride(g.Ev);
+  withSerialBlas([&] {
+#pragma omp parallel
+    {
+      std::vector<T> tile(static_cast<size_t>(br * g.S));
+#pragma omp for collapse(2) schedule(dynamic)
+      for (int64_t bh = 0; bh < bhs; ++bh)
+        for (int64_t blk = 0; blk < blocks; ++blk) {
+          const int64_t o = bh / g.heads, h = bh % g.heads, t0 = blk * br, rows = std::min(br, g.L - t0);
+          const int64_t cols = keysOf(causal, t0 + rows - 1, g.S);
+          T* y0 = y + g.offset(o, h, t0, g.L, g.Ev);
+          if (cols == 0) {  // no keys at all: softmax of nothing, as the unfused graph gives (NaN)
+            for (int64_t r = 0; r < rows; ++r) {
+              std::fill(y0 + r * ys, y0 + r * ys + g.Ev, std::numeric_limits<T>::quiet_NaN());
+              lse[bh * g.L + t0 + r] = -std::numeric_limits<T>::infinity();
+            }
+            continue;
+          }
+          gemmLd<T>(false, true, rows, cols, g.E, q + g.offset(o, h, t0, g.L, g.E), qs, k + g.offset(o, h, 0, g.S, g.E),
+                    ks, T(0), tile.data(), cols);
+          for (int64_t r = 0; r < rows; ++r) {
+            T* row = tile.data() + r * cols;
+            prepareRow(row, cols, keysOf(causal, t0 + r, g.S), scale, mv, bh, t0 + r);
+            rowSoftmaxInPlace(row, cols, &lse[bh * g.L + t0 + r]);
+          }
+          gemmLd<T>(false, false, rows, g.Ev, cols, tile.data(), cols, v + g.offset(o, h, 0, g.S, g.Ev), vs, T(0), y0,
+                    ys);
+        }
+    }
+  });
+}
+
+template <typename T>
+void attentionBackwardImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
+  const AttentionGeom g = attentionGeom(n, 1);
+  const T* gy = in[0].data<T>();
+  const T* q = in[1].data<T>();
+  const T* k = in[2].data<T>();
+  const T* v = in[3].data<T>();
+  const T* lse = in[5].data<T>();
+  T* gq = allocAs(n, out, 0, in[1].dtype()).template data<T>();
+  T* gk = allocAs(n, out, 1, in[1].dtype()).template data<T>();
+  T* gv = allocAs(n, out, 2, in[1].dtype()).template data<T>();
+  const MaskView mv = maskView(n, g, in.size() > 6 ? &in[6] : nullptr, 1);
+  const bool causal = n.i("causal") != 0;
+  const T scale = static_cast<T>(n.f("scale"));
+  const int64_t br = blockRows(g), blocks = (g.L + br - 1) / br, bhs = g.outer * g.heads;
+  const int64_t qs = g.rowStride(g.E), vs = g.rowStride(g.Ev);
+  withSerialBlas([&] {
+#pragma omp parallel
+    {
+      std::vector<T> p(static_cast<size_t>(br * g.S)), gp(static_cast<size_t>(br * g.S));
+#pragma omp for schedule(dynamic)
+      for (int64_t bh = 0; bh < bhs; ++bh) {
+        const int64_t o = bh / g.heads, h = bh % g.heads;
+        const T* kb = k + g.offset(o, h, 0, g.S, g.E);
+        const T* vb = v + g.offset(o, h, 0, g.S, g.Ev);
+        T* gkb = gk + g.offset(o, h, 0, g.S, g.E);
+        T* gvb = gv + g.offset(o, h, 0, g.S, g.Ev);
+        for (int64_t j = 0; j < g.S; ++j) {
+          std::fill(gkb + j * qs, gkb + j * qs + g.E, T(0));
+          std::fill(gvb + j * vs, gvb + j * vs + g.Ev, T(0));
+        }
+        for (int64_t blk = 0; blk < blocks; ++blk) {
+          const int64_t t0 = blk * br, rows = std::min(br, g.L - t0);
+          const int64_t cols = keysOf(causal, t0 + rows - 1, g.S);
+          const T* qb = q + g.offset(o, h, t0, g.L, g.E);
+          const T* gyb = gy + g.offset(o, h, t0, g.L, g.Ev);
+          T* gqb = gq + g.offset(o, h, t0, g.L, g.E);
+          if (cols == 0) {
+            for (int64_t r = 0; r < rows; ++r) std::fill(gqb + r * qs, gqb + r * qs + g.E, T(0));
+            continue;
+          }
+          gemmLd<T>(false, true, rows, cols, g.E, qb, qs, kb, qs, T(0), p.data(), cols);
+          for (int64_t r = 0; r < rows; ++r) {
+            T* row = p.data() + r * cols;
+            prepareRow(row, cols, keysOf(causal, t0 + r, g.S), scale, mv, bh, t0 + r);
+            const T l = lse[bh * g.L + t0 + r];
+            for (int64_t j = 0; j < cols; ++j) row[j] = std::exp(row[j] - l);
+          }
+          gemmLd<T>(true, false, cols, g.Ev, rows, p.data(), cols, gyb, vs, T(1), gvb, vs);  // gv += p^T gy
+          gemmLd<T>(false, true, rows, cols, g.Ev, gyb, vs, vb, vs, T(0), gp.data(), cols);  // gp = gy v^T
+          for (int64_t r = 0; r < rows; ++r) {
+            const T* pr = p.data() + r * cols;
+            T* gr = gp.data() + r * cols;
+            double d = 0;
+            for (int64_t j = 0; j < cols; ++j) d += static_cast<double>(pr[j]) * gr[j];
+            const T dt = static_cast<T>(d);
+            for (int64_t j = 0; j < cols; ++j) gr[j] = pr[j] * (gr[j] - dt) * scale;
+          }
+          gemmLd<T>(false, false, rows, g.E, cols, gp.data(), cols, kb, qs, T(0), gqb, qs);  // gq = gs k
+          gemmLd<T>(true, false, cols, g.E, rows, gp.data(), cols, qb, qs, T(1), gkb, qs);   // gk += gs^T q
+        }
+      }
+    }
+  });
+}
+
+void attentionKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
+  dispatchFloat(in[0].dtype(), [&](auto t) { attentionImpl<decltype(t)>(n, in, out); });
+}
+void attentionBackwardKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
+  dispatchFloat(in[1].dtype(), [&](auto t) { attentionBackwardImpl<decltype(t)>(n, in, out); });
+}
+
+}  // namespace
+
+void registerCpuAttentionKernels(KernelRegistry& r) {
+  r.add({"attention", "cpu", "cpu.attention", 0, nullptr, viaComputeType<attentionKernel>});
+  r.add({"attention_backward", "cpu", "cpu.attention_backward", 0, nullptr, viaComputeType<attentionBackwardKernel, 1>});
+}
+
+}  // namespace kiln::cpu
