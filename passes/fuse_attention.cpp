@@ -29,6 +29,7 @@
 #include <limits>
 #include <optional>
 #include <set>
+#include <vector>
 
 #include "core/ops/op_helpers.h"
 #include "passes/dce.h"
@@ -40,7 +41,9 @@ namespace {
 using ValueSet = std::set<const Value*>;
 
 /// One node reads `v` and the graph does not return it.
-bool usedOnce(const ValueSet& outputs, const Value* v) { return v->uses().size() == 1 && !outputs.count(v); }
+bool usedOnce(const ValueSet& outputs, const Value* v) {
+  return v->uses().size() == 1 && !outputs.count(v);
+}
 
 Node* producerIf(const Value* v, std::string_view op) {
   Node* p = v->producer();
@@ -59,15 +62,24 @@ bool swapsOnly(const Node* n, int64_t a, int64_t b) {
   return true;
 }
 
-bool swapsLastTwo(const Node* n, int64_t rank) { return swapsOnly(n, rank - 2, rank - 1); }
+bool swapsLastTwo(const Node* n, int64_t rank) {
+  return swapsOnly(n, rank - 2, rank - 1);
+}
 
-/// The value of a splat scalar constant `v` when it broadcasts into `like`
-/// without changing its type.
-std::optional<double> scalarFactor(const Node& op, size_t ci, const Value* like) {
-  const Value* c = op.input(ci);
-  if (op.output()->type() != like->type()) return std::nullopt;
-  if (numelOf(c->shape()) != 1) return std::nullopt;
-  return splatValue(c);
+/// x * c, c * x or x / c with c a finite, non-zero splat constant that
+/// leaves x's type as it is: x and the factor it is multiplied by.
+struct Scaled {
+  Value* x;
+  double factor;
+};
+std::optional<Scaled> scaledByConstant(const Node* n) {
+  if (!n || (n->op() != "mul" && n->op() != "div")) return std::nullopt;
+  const size_t ci = n->op() == "mul" && numelOf(n->input(0)->shape()) == 1 ? 0 : 1;
+  Value* x = n->input(1 - ci);
+  if (n->output()->type() != x->type() || numelOf(n->input(ci)->shape()) != 1) return std::nullopt;
+  std::optional<double> c = splatValue(n->input(ci));
+  if (!c || *c == 0 || !std::isfinite(*c)) return std::nullopt;
+  return Scaled{x, n->op() == "mul" ? *c : 1.0 / *c};
 }
 
 bool isNegInf(const Value* v) {
@@ -75,12 +87,21 @@ bool isNegInf(const Value* v) {
   return x && std::isinf(*x) && *x < 0 && numelOf(v->shape()) == 1;
 }
 
-/// Whether a graph input with the Param role feeds `v`.
-bool dependsOnParam(const Value* v, std::set<const Value*>& seen) {
-  if (!seen.insert(v).second) return false;
-  if (v->isGraphInput()) return v->role() == ValueRole::Param;
-  for (const Value* in : v->producer()->inputs())
-    if (dependsOnParam(in, seen)) return true;
+/// Whether a graph input with the Param role feeds `v` (an explicit stack:
+/// a mask computed from activations reaches back through the whole forward).
+bool dependsOnParam(const Value* v) {
+  std::set<const Value*> seen;
+  std::vector<const Value*> todo = {v};
+  while (!todo.empty()) {
+    const Value* x = todo.back();
+    todo.pop_back();
+    if (!seen.insert(x).second) continue;
+    if (x->isGraphInput()) {
+      if (x->role() == ValueRole::Param) return true;
+      continue;
+    }
+    for (const Value* in : x->producer()->inputs()) todo.push_back(in);
+  }
   return false;
 }
 
@@ -142,8 +163,8 @@ std::optional<Match> matchChain(Node* sm, const ValueSet& outs) {
       !std::equal(vv->shape().begin(), vv->shape().end() - 2, p->shape().begin()))
     return std::nullopt;
   if ((m.transposed_out ? vv->shape()[r - 1] : vv->shape()[r - 2]) != p->shape()[r - 1]) return std::nullopt;
-  // Walk back from the softmax input to the score matmul.
-  // Walking back, a factor met before a mask is applied after it: fine for
+  // Walk back from the softmax input to the score matmul. A factor met
+  // before a mask is applied after it: fine for
   // a -inf mask when positive, never for an additive one.
   Value* s = sm->input(0);
   while (true) {
@@ -168,17 +189,13 @@ std::optional<Match> matchChain(Node* sm, const ValueSet& outs) {
       const int ci = fromChain(n->input(0)) ? 0 : fromChain(n->input(1)) ? 1 : -1;
       if (ci < 0 || n->input(ci)->type() != s->type() || m.scale != 1.0) return std::nullopt;
       Value* mask = n->input(1 - ci);
-      std::set<const Value*> seen;
-      if (!isFloating(mask->dtype()) || dependsOnParam(mask, seen)) return std::nullopt;
+      if (!isFloating(mask->dtype()) || dependsOnParam(mask)) return std::nullopt;
       m.mask_kind = "add";
       m.mask = mask;
       s = n->input(ci);
-    } else if ((n->op() == "mul" || n->op() == "div")) {
-      const int ci = n->op() == "mul" && numelOf(n->input(0)->shape()) == 1 ? 0 : 1;
-      auto c = scalarFactor(*n, static_cast<size_t>(ci), n->input(1 - ci));
-      if (!c || *c == 0 || !std::isfinite(*c)) return std::nullopt;
-      m.scale *= n->op() == "mul" ? *c : 1.0 / *c;
-      s = n->input(1 - ci);
+    } else if (std::optional<Scaled> sc = scaledByConstant(n)) {
+      m.scale *= sc->factor;
+      s = sc->x;
     } else {
       return std::nullopt;
     }
@@ -191,12 +208,9 @@ std::optional<Match> matchChain(Node* sm, const ValueSet& outs) {
       !std::equal(b->shape().begin(), b->shape().end() - 2, p->shape().begin()))
     return std::nullopt;
   // q scaled before the product (nn.MultiheadAttention: q / sqrt(E)).
-  if (Node* qs = a->producer(); qs && usedOnce(outs, a) && (qs->op() == "mul" || qs->op() == "div")) {
-    const int ci = qs->op() == "mul" && numelOf(qs->input(0)->shape()) == 1 ? 0 : 1;
-    if (auto c = scalarFactor(*qs, static_cast<size_t>(ci), qs->input(1 - ci)); c && *c != 0 && std::isfinite(*c)) {
-      m.scale *= qs->op() == "mul" ? *c : 1.0 / *c;
-      a = qs->input(1 - ci);
-    }
+  if (std::optional<Scaled> sc = usedOnce(outs, a) ? scaledByConstant(a->producer()) : std::nullopt) {
+    m.scale *= sc->factor;
+    a = sc->x;
   }
   m.q = a;
   m.k_t = b;
@@ -251,8 +265,7 @@ Result<PassResult> runFuseAttention(Graph& g, PassContext& ctx) {
       v = pv->input(0);
       to = 1;
     }
-    AttrMap attrs = {{"scale", m->scale}, {"causal", int64_t{0}}, {"mask", m->mask_kind},
-                     {"tokens_outer", to}};
+    AttrMap attrs = {{"scale", m->scale}, {"causal", int64_t{0}}, {"mask", m->mask_kind}, {"tokens_outer", to}};
     std::vector<Value*> ins = {q, k, v};
     if (m->mask && m->mask_kind != "add" && isCausalMask(m->mask, m->mask_kind == "drop", L, S)) {
       attrs["causal"] = int64_t{1};
@@ -265,7 +278,8 @@ Result<PassResult> runFuseAttention(Graph& g, PassContext& ctx) {
     Node* att = g.create("attention", ins, attrs, like.scope(), prov.empty() ? "fuse_attention" : prov);
     Value* y = att->output(0);
     if (to) y = g.add("permute", {y}, {{"dims", swapDims(r, r - 3, r - 2)}}, like.scope(), like.provenance());
-    if (m->transposed_out) y = g.add("permute", {y}, {{"dims", swapDims(r, r - 2, r - 1)}}, like.scope(), like.provenance());
+    if (m->transposed_out)
+      y = g.add("permute", {y}, {{"dims", swapDims(r, r - 2, r - 1)}}, like.scope(), like.provenance());
     g.replaceAllUsesWith(m->out_matmul->output(), y);
     fused += 1;
     tokens_outer += static_cast<double>(to);

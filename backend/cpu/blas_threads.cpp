@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <mutex>
+
 namespace kiln {
 namespace {
 
@@ -18,6 +20,10 @@ const OpenBlasThreads& openBlas() {
   return api;
 }
 
+std::mutex serial_mutex;
+int serial_depth = 0;  // live SerialBlasScopes
+int serial_saved = 0;  // the thread count the first one found
+
 }  // namespace
 
 int blasThreads() {
@@ -26,6 +32,19 @@ int blasThreads() {
 
 void setBlasThreads(int threads) {
   if (threads > 0 && openBlas().set && openBlas().get && openBlas().get() != threads) openBlas().set(threads);
+}
+
+SerialBlasScope::SerialBlasScope() {
+  std::lock_guard lock(serial_mutex);
+  if (serial_depth++ == 0) {
+    serial_saved = blasThreads();
+    setBlasThreads(1);
+  }
+}
+
+SerialBlasScope::~SerialBlasScope() {
+  std::lock_guard lock(serial_mutex);
+  if (--serial_depth == 0) setBlasThreads(serial_saved);
 }
 
 }  // namespace kiln

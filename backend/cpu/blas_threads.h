@@ -13,4 +13,17 @@ int blasThreads();
 /// Set it (threads > 0); nothing when the library has no such control.
 void setBlasThreads(int threads);
 
+/// While one lives, BLAS calls run on their calling thread: for kernels
+/// that call BLAS on small tiles from their own OpenMP loop (fused
+/// attention), where the pool would fan every call out again. Scopes nest
+/// and overlap across threads (nodes run side by side): the first one in
+/// saves the thread count and sets 1, the last one out restores it.
+class SerialBlasScope {
+ public:
+  SerialBlasScope();
+  ~SerialBlasScope();
+  SerialBlasScope(const SerialBlasScope&) = delete;
+  SerialBlasScope& operator=(const SerialBlasScope&) = delete;
+};
+
 }  // namespace kiln

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
 namespace kiln::cpu {
 
@@ -28,7 +29,7 @@ void rowAffineF32(float* y, int64_t n, float a, float b);
 /// The shift softmax subtracts: the row's max, or 0 when it is -inf (all
 /// masked rows then give exp(-inf) = 0 instead of NaN from -inf - -inf).
 inline float softmaxShift(float mx) {
-  return mx == -__builtin_inff() ? 0.0f : mx;
+  return mx == -std::numeric_limits<float>::infinity() ? 0.0f : mx;
 }
 
 }  // namespace kiln::cpu
