@@ -42,8 +42,8 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::create(const Model& mo
     s->trace_ = std::move(compiled->trace);
   } else {
     // Memory-counting passes see the views the CPU kernels really make.
-    // CUDA has no attention kernel yet: the chains stay matmul/softmax there.
-    s->config_.passes.attention_kernels = s->config_.device != "cuda";
+    // CUDA has no attention or gemm kernel yet: matmul/softmax/permute stay there.
+    s->config_.passes.cpu_only_ops = s->config_.device != "cuda";
     s->config_.passes.is_view = [order = s->config_.kernels.dialects](const Node& n) {
       const KernelDef* k = KernelRegistry::cpu().select(n, order);
       return k && k->output_views_input0;

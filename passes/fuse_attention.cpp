@@ -3,7 +3,7 @@
 // Needs: a forward graph (run before amp and autodiff: the attention node
 // gets amp's low-precision policy and its own gradient rule, which
 // recomputes the scores instead of saving the softmax). The target must have
-// attention kernels (PassContext::attention_kernels; the CPU does).
+// attention kernels (PassContext::cpu_only_ops; the CPU does).
 // Does: finds softmax over the last dim whose input is, walking back,
 //   [where(mask, s, -inf) | where(mask, -inf, s) | add(s, mask)]
 //   [mul(s, c) | div(s, c)]...            (c a splat constant)
@@ -238,7 +238,7 @@ std::vector<int64_t> swapDims(int64_t r, int64_t a, int64_t b) {
 
 Result<PassResult> runFuseAttention(Graph& g, PassContext& ctx) {
   PassResult res;
-  if (!ctx.attention_kernels) return res;
+  if (!ctx.cpu_only_ops) return res;
   ValueSet outs;
   for (const GraphOutput& o : g.outputs()) outs.insert(o.value);
   std::vector<Node*> softmaxes;

@@ -10,7 +10,7 @@ namespace kiln {
 /// fused (chains replaced), causal (masks recognized as causal),
 /// tokens_outer (fusions that read the head split's layout directly),
 /// score_bytes (bytes of [.., L, S] tensors no longer materialized per
-/// forward). Does nothing when PassContext::attention_kernels is false.
+/// forward). Does nothing when PassContext::cpu_only_ops is false.
 Result<PassResult> runFuseAttention(Graph& g, PassContext& ctx);
 
 }  // namespace kiln

@@ -34,9 +34,10 @@ struct PassContext {
   /// the optimizer pass, which updates only this rank's parameters and
   /// all-gathers the rest.
   std::optional<ZeroShardPlan> zero_plan;
-  /// The target runs `attention` nodes (the CPU does; CUDA has no kernel
-  /// yet, so TrainingSession clears it there): fuse_attention acts only then.
-  bool attention_kernels = true;
+  /// The target has kernels for the ops only the CPU backend runs so far
+  /// (`attention`, `gemm`); TrainingSession clears it for CUDA. The passes
+  /// that create them (fuse_attention, fold_transposes) act only when set.
+  bool cpu_only_ops = true;
 };
 
 struct PassResult {

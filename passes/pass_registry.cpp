@@ -6,6 +6,7 @@
 #include "passes/data_parallel.h"
 #include "passes/dce.h"
 #include "passes/fold.h"
+#include "passes/fold_transposes.h"
 #include "passes/freeze.h"
 #include "passes/fuse.h"
 #include "passes/fuse_attention.h"
@@ -77,6 +78,13 @@ const std::vector<PassInfo>& allPasses() {
        "...) and fold until nothing changes, then cse and dce. Same values (bit for bit except -0.0 where a "
        "rule says so); statistics per rule.",
        runSimplify},
+      {"fold_transposes", "matmul of a transposed operand into one gemm that reads it transposed",
+       "Run after simplify (permute pairs already cancelled) on a target with gemm kernels "
+       "(PassContext::cpu_only_ops). A matmul of matrices or a gemm whose operand is a permute swapping the last "
+       "two dims becomes gemm(a, b) {trans_a, trans_b} on the permute's input, so BLAS / oneDNN read it "
+       "transposed instead of a copy being made (every linear's weight gradient g^T x). Same values within float "
+       "rounding.",
+       runFoldTransposes},
       {"fuse", "elementwise chains (and a sum/mean ending one) into one fused kernel each",
        "Groups fusible elementwise nodes (passes/fuse.h) with one loop shape and one float dtype, operands of "
        "that shape, scalars or broadcast runs, into fused_elementwise nodes whose body is the chain as text IR; "

@@ -9,7 +9,8 @@
 // causal block can see, so causal attention skips the upper triangle.
 // Backward, per (batch, head), block by block: recompute the tile's scores
 // and p = exp(s - lse), then gv += p^T gy, gp = gy v^T,
-// gs = p (gp - rowsum(p gp)) * scale, gq = gs k, gk += gs^T q.
+// gs = p (gp - rowsum(p gp)) * scale (row_math loops for f32), gq = gs k,
+// gk += gs^T q.
 // Blocks run on OpenMP threads, each tile GEMM on its thread (gemmLd,
 // under a SerialBlasScope): the
 // forward over (batch, head, block), the backward over (batch, head), whose
@@ -99,7 +100,10 @@ int64_t keysOf(bool causal, int64_t t, int64_t S) {
 /// become -inf.
 template <typename T>
 void prepareRow(T* row, int64_t n_cols, int64_t seen, T scale, const MaskView& mv, int64_t bh, int64_t t) {
-  for (int64_t j = 0; j < seen; ++j) row[j] *= scale;
+  if constexpr (std::is_same_v<T, float>)
+    rowAffineF32(row, seen, scale, 0.0f);
+  else
+    for (int64_t j = 0; j < seen; ++j) row[j] *= scale;
   const T ninf = -std::numeric_limits<T>::infinity();
   if (mv.kind != MaskKind::None) {
     const int64_t off = mv.base[static_cast<size_t>(bh)] + t * mv.row_stride;
@@ -249,17 +253,24 @@ void attentionBackwardImpl(const Node& n, std::span<const Tensor> in, std::span<
           T* row = p.data() + r * cols;
           prepareRow(row, cols, keysOf(causal, t0 + r, g.S), scale, mv, bh, t0 + r);
           const T l = lse[bh * g.L + t0 + r];
-          for (int64_t j = 0; j < cols; ++j) row[j] = std::exp(row[j] - l);
+          if constexpr (std::is_same_v<T, float>)
+            rowExpF32(row, row, cols, l);
+          else
+            for (int64_t j = 0; j < cols; ++j) row[j] = std::exp(row[j] - l);
         }
         gemmLd<T>(true, false, cols, g.Ev, rows, p.data(), cols, gyb, vs, T(1), gvb, vs);  // gv += p^T gy
         gemmLd<T>(false, true, rows, cols, g.Ev, gyb, vs, vb, vs, T(0), gp.data(), cols);  // gp = gy v^T
         for (int64_t r = 0; r < rows; ++r) {
           const T* pr = p.data() + r * cols;
           T* gr = gp.data() + r * cols;
-          double d = 0;
-          for (int64_t j = 0; j < cols; ++j) d += static_cast<double>(pr[j]) * gr[j];
-          const T dt = static_cast<T>(d);
-          for (int64_t j = 0; j < cols; ++j) gr[j] = pr[j] * (gr[j] - dt) * scale;
+          if constexpr (std::is_same_v<T, float>) {
+            rowSoftmaxGradF32(pr, gr, cols, static_cast<float>(rowDotF32(pr, gr, cols)), scale);
+          } else {
+            double d = 0;
+            for (int64_t j = 0; j < cols; ++j) d += static_cast<double>(pr[j]) * gr[j];
+            const T dt = static_cast<T>(d);
+            for (int64_t j = 0; j < cols; ++j) gr[j] = pr[j] * (gr[j] - dt) * scale;
+          }
         }
         gemmLd<T>(false, false, rows, g.E, cols, gp.data(), cols, kb, qs, T(0), gqb, qs);  // gq = gs k
         gemmLd<T>(true, false, cols, g.E, rows, gp.data(), cols, qb, qs, T(1), gkb, qs);   // gk += gs^T q

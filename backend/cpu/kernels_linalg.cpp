@@ -1,4 +1,5 @@
-// CPU kernels for the linalg family: `matmul` (torch.matmul semantics) and
+// CPU kernels for the linalg family: `matmul` (torch.matmul semantics),
+// `gemm` (matmul of matrices stored plain or transposed, BLAS's flags) and
 // `linear` (x W^T + b). f32/f64 go through OpenBLAS GEMM ("blas"); a
 // "cpu" kernel computes any floating dtype in float/double with plain
 // loops. Batch dims broadcast with stride 0; when the right operand has no
@@ -81,40 +82,57 @@ Shape matmulBatch(const Shape& a, const Shape& b) {
   return out;
 }
 
-/// Plain-loop GEMM for the reference kernels (c = a b or a b^T, plus beta c).
+/// Plain-loop GEMM for the reference kernels: c[m,p] = op(a) op(b) + beta c,
+/// a stored [m,k] (or [k,m] when trans_a), b [k,p] (or [p,k] when trans_b).
 template <typename T>
-void refGemm(bool trans_b, int64_t m, int64_t p, int64_t k, const T* a, const T* b, T* c, T beta) {
+void refGemm(bool trans_a, bool trans_b, int64_t m, int64_t p, int64_t k, const T* a, const T* b, T* c, T beta) {
 #pragma omp parallel for if (m * p * k > 32768)
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < p; ++j) {
       double acc = 0;
-      for (int64_t q = 0; q < k; ++q) acc += double(a[i * k + q]) * double(trans_b ? b[j * k + q] : b[q * p + j]);
+      for (int64_t q = 0; q < k; ++q)
+        acc += double(trans_a ? a[q * m + i] : a[i * k + q]) * double(trans_b ? b[j * k + q] : b[q * p + j]);
       c[i * p + j] = static_cast<T>(acc + (beta != T(0) ? double(beta) * double(c[i * p + j]) : 0.0));
     }
 }
 
+/// BLAS's c[m,p] = op(a) op(b) (row-major, beta 0), flags as refGemm's.
+inline void blasGemm(bool ta, bool tb, int64_t m, int64_t p, int64_t k, const float* a, const float* b, float* c) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+              static_cast<int>(p), static_cast<int>(k), 1.0f, a, static_cast<int>(ta ? m : k), b,
+              static_cast<int>(tb ? k : p), 0.0f, c, static_cast<int>(p));
+}
+inline void blasGemm(bool ta, bool tb, int64_t m, int64_t p, int64_t k, const double* a, const double* b, double* c) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+              static_cast<int>(p), static_cast<int>(k), 1.0, a, static_cast<int>(ta ? m : k), b,
+              static_cast<int>(tb ? k : p), 0.0, c, static_cast<int>(p));
+}
+
+/// The batched product of matmul (flags 0) and gemm: one GEMM per output
+/// batch entry, or a single one with the batch folded into M when B is shared
+/// and A's matrices follow each other untransposed.
 template <typename T, bool kBlas>
-void matmulImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
+void productImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, bool ta, bool tb) {
   const Shape& as = in[0].shape();
   const Shape& bs = in[1].shape();
   Shape batch = matmulBatch(as, bs);
-  MatmulPlan plan = planMatmul(as, bs, batch);
+  MatmulPlan plan = planMatmul(as, bs, batch);  // offsets hold for stored-transposed matrices too
+  if (ta) std::swap(plan.m, plan.k);
+  if (tb) plan.p = bs[bs.size() - 2];
   Tensor& y = allocAs(n, out, 0, in[0].dtype());
   const T* a = in[0].data<T>();
   const T* b = in[1].data<T>();
   T* c = y.data<T>();
-  if (plan.k == 0) return;  // empty inner dim: zeros (already zero-filled)
+  if (plan.k == 0 || plan.m == 0 || plan.p == 0) return;  // empty: zeros (already zero-filled)
   auto run = [&](int64_t m, const T* pa, const T* pb, T* pc) {
     if constexpr (kBlas)
-      gemm(false, m, plan.p, plan.k, pa, pb, pc, T(0));
+      blasGemm(ta, tb, m, plan.p, plan.k, pa, pb, pc);
     else
-      refGemm(false, m, plan.p, plan.k, pa, pb, pc, T(0));
+      refGemm(ta, tb, m, plan.p, plan.k, pa, pb, pc, T(0));
   };
   const int64_t count = static_cast<int64_t>(plan.a_off.size());
-  // B shared by every batch entry and A laid out contiguously batch after
-  // batch: one GEMM with M = batch * m.
   bool b_shared = std::all_of(plan.b_off.begin(), plan.b_off.end(), [](int64_t o) { return o == 0; });
-  bool a_dense = true;
+  bool a_dense = !ta;
   for (int64_t e = 0; e < count && a_dense; ++e) a_dense = plan.a_off[static_cast<size_t>(e)] == e * plan.m * plan.k;
   if (b_shared && a_dense && count * plan.m <= INT32_MAX) {
     run(count * plan.m, a, b, c);
@@ -127,7 +145,13 @@ void matmulImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> out
 
 template <bool kBlas>
 void matmulKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
-  dispatchFloat(in[0].dtype(), [&](auto t) { matmulImpl<decltype(t), kBlas>(n, in, out); });
+  dispatchFloat(in[0].dtype(), [&](auto t) { productImpl<decltype(t), kBlas>(n, in, out, false, false); });
+}
+
+template <bool kBlas>
+void gemmKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
+  const bool ta = n.i("trans_a") != 0, tb = n.i("trans_b") != 0;
+  dispatchFloat(in[0].dtype(), [&](auto t) { productImpl<decltype(t), kBlas>(n, in, out, ta, tb); });
 }
 
 /// linear: y = bias + x @ W^T, then the activation epilogue. With an
@@ -159,7 +183,7 @@ void linearImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> out
       if constexpr (kBlas)
         gemm(true, rows, p, k, x + r0 * k, in[1].data<T>(), cp, beta);
       else
-        refGemm(true, rows, p, k, x + r0 * k, in[1].data<T>(), cp, beta);
+        refGemm(false, true, rows, p, k, x + r0 * k, in[1].data<T>(), cp, beta);
     }
     if (relu) {
       const cpu::ReluOp op(n);
@@ -200,6 +224,9 @@ void registerCpuLinalgKernels(KernelRegistry& r) {
   r.add({"linear", "blas", "blas.linear", 20, fitsBlas, linearKernel<true>});
   r.add({"linear", "cpu", "cpu.linear", 0, nullptr, cpu::viaComputeType<linearKernel<false>>});
   r.add({"matmul", "blas", "blas.matmul_lowp", 20, fitsBlasLowp, cpu::viaComputeType<matmulKernel<true>>});
+  r.add({"gemm", "blas", "blas.gemm", 20, fitsBlas, gemmKernel<true>});
+  r.add({"gemm", "cpu", "cpu.gemm", 0, nullptr, cpu::viaComputeType<gemmKernel<false>>});
+  r.add({"gemm", "blas", "blas.gemm_lowp", 20, fitsBlasLowp, cpu::viaComputeType<gemmKernel<true>>});
   r.add({"linear", "blas", "blas.linear_lowp", 20, fitsBlasLowp, cpu::viaComputeType<linearKernel<true>>});
   cpu::registerCpuDnnlLinalgKernels(r);
 }

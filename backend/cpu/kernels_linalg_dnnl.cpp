@@ -1,4 +1,4 @@
-// oneDNN kernels for amp's bf16 GEMMs: `matmul` and `linear` with bf16
+// oneDNN kernels for amp's bf16 GEMMs: `matmul`, `gemm` and `linear` with bf16
 // operands run oneDNN's matmul on the bf16 data itself (f32 accumulation
 // inside oneDNN) and write the node's output dtype directly; `linear`'s bias
 // and ReLU run in the GEMM's epilogue. No f32 copy of an operand or of the
@@ -9,12 +9,14 @@
 // Shapes: a linear is one 2-D product ([M, K] x W[N, K]^T, W read through
 // transposed strides). A matmul is one 2-D product when the right operand
 // has no batch (the left one's batch folds into M), one 3-D batched product
-// when both batches agree or the left operand is a single matrix; other
-// broadcasts fall through to the next kernel. Primitives are built once per
+// when both batches agree or one side is a single matrix; other broadcasts
+// fall through to the next kernel. gemm's transposed operands are read
+// through transposed strides (no copy). Primitives are built once per
 // shape and thread count (oneDNN bakes the thread count in) and cached; the
 // predicate builds them, so a shape oneDNN rejects falls through too.
 #include <dnnl.hpp>
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,9 +33,10 @@ namespace {
 using dnnl::memory;
 
 /// One oneDNN matmul problem: src [B, m, k] x wei [B or 1, k, n] -> dst,
-/// or the same without B (rank 2); weights dense or transposed.
+/// or the same without B (rank 2); either operand dense or transposed.
 struct GemmProblem {
   memory::dims src, wei, dst;
+  bool src_transposed = false;  ///< src is stored [.., k, m]
   bool wei_transposed = false;  ///< wei is stored [.., n, k] (linear's W)
   memory::data_type src_t, wei_t, dst_t, bias_t;
   bool bias = false;
@@ -46,7 +49,7 @@ struct GemmProblem {
       k += ';';
     }
     for (auto t : {src_t, wei_t, dst_t, bias_t}) k += std::to_string(static_cast<int>(t)) + ',';
-    return k + (wei_transposed ? "T" : "N") + (bias ? "b" : "") + (relu ? "r" : "");
+    return k + (src_transposed ? "T" : "N") + (wei_transposed ? "T" : "N") + (bias ? "b" : "") + (relu ? "r" : "");
   }
 };
 
@@ -62,17 +65,20 @@ memory::dims denseStrides(const memory::dims& dims) {
   return st;
 }
 
+/// Strides of the logical matrices `dims` [.., r, c] stored as [.., c, r].
+memory::dims transposedStrides(const memory::dims& dims) {
+  memory::dims st = denseStrides(dims);
+  const size_t r = dims.size();
+  st[r - 2] = 1;
+  st[r - 1] = dims[r - 2];
+  return st;
+}
+
 std::unique_ptr<DnnlGemm> buildGemm(const GemmProblem& p) {
   auto g = std::make_unique<DnnlGemm>();
-  g->src = memory::desc(p.src, p.src_t, denseStrides(p.src));
+  g->src = memory::desc(p.src, p.src_t, p.src_transposed ? transposedStrides(p.src) : denseStrides(p.src));
   g->dst = memory::desc(p.dst, p.dst_t, denseStrides(p.dst));
-  memory::dims wst = denseStrides(p.wei);
-  if (p.wei_transposed) {  // stored [.., n, k]: k is the contiguous dim
-    const size_t r = p.wei.size();
-    wst[r - 2] = 1;
-    wst[r - 1] = p.wei[r - 2];
-  }
-  g->wei = memory::desc(p.wei, p.wei_t, wst);
+  g->wei = memory::desc(p.wei, p.wei_t, p.wei_transposed ? transposedStrides(p.wei) : denseStrides(p.wei));
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (p.relu) {
@@ -139,30 +145,40 @@ Shape asMatrix(const Shape& s, bool left) {
   return left ? Shape{1, s[0]} : Shape{s[0], 1};
 }
 
-std::optional<GemmProblem> matmulProblem(const Node& n) {
+/// matmul (flags false) or gemm as one oneDNN problem.
+std::optional<GemmProblem> productProblem(const Node& n, bool ta, bool tb) {
   if (!allBf16Inputs(n)) return std::nullopt;
   auto dst_t = dnnlDataType(n.output()->dtype());
   if (!dst_t) return std::nullopt;
   const Shape a = asMatrix(n.input(0)->shape(), true), b = asMatrix(n.input(1)->shape(), false);
-  const int64_t m = a[a.size() - 2], k = a.back(), p = b.back();
+  const int64_t m = ta ? a.back() : a[a.size() - 2], k = ta ? a[a.size() - 2] : a.back();
+  const int64_t p = tb ? b[b.size() - 2] : b.back();
   if (m == 0 || k == 0 || p == 0) return std::nullopt;
   const Shape ab(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
   const int64_t na = numelOf(ab), nb = numelOf(bb);
   GemmProblem g;
   g.src_t = g.wei_t = g.bias_t = memory::data_type::bf16;
   g.dst_t = *dst_t;
-  if (nb == 1) {  // one right matrix: the left batch folds into M
+  g.src_transposed = ta;
+  g.wei_transposed = tb;
+  if (nb == 1 && !ta) {  // one right matrix: the left batch folds into M
     g.src = {na * m, k};
     g.wei = {k, p};
     g.dst = {na * m, p};
-  } else if (ab == bb || na == 1) {  // equal batches, or one left matrix broadcast over them
+  } else if (ab == bb || na == 1 || nb == 1) {  // equal batches, or one side a single matrix broadcast
     g.src = {na, m, k};
     g.wei = {nb, k, p};
-    g.dst = {nb, m, p};
+    g.dst = {std::max(na, nb), m, p};
   } else {
     return std::nullopt;
   }
   return g;
+}
+
+std::optional<GemmProblem> matmulProblem(const Node& n) { return productProblem(n, false, false); }
+
+std::optional<GemmProblem> gemmProblem(const Node& n) {
+  return productProblem(n, n.i("trans_a") != 0, n.i("trans_b") != 0);
 }
 
 bool linearSupported(const Node& n) {
@@ -172,6 +188,11 @@ bool linearSupported(const Node& n) {
 
 bool matmulSupported(const Node& n) {
   auto p = matmulProblem(n);
+  return p && gemmFor(*p) != nullptr;
+}
+
+bool gemmSupported(const Node& n) {
+  auto p = gemmProblem(n);
   return p && gemmFor(*p) != nullptr;
 }
 
@@ -204,12 +225,19 @@ void matmulKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> o
   runGemm(n, *p, in, out);
 }
 
+void gemmKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
+  auto p = gemmProblem(n);
+  if (!p) opFail(n, "not a bf16 gemm oneDNN runs");
+  runGemm(n, *p, in, out);
+}
+
 }  // namespace
 
 void registerCpuDnnlLinalgKernels(KernelRegistry& r) {
   // Above blas.*_lowp (20), which converts to f32. oneDNN splits its work
   // by the thread count: never beside other nodes.
   for (KernelDef k : {KernelDef{"matmul", "onednn", "onednn.matmul_bf16", 30, matmulSupported, matmulKernel},
+                      KernelDef{"gemm", "onednn", "onednn.gemm_bf16", 30, gemmSupported, gemmKernel},
                       KernelDef{"linear", "onednn", "onednn.linear_bf16", 30, linearSupported, linearKernel}}) {
     k.runs_beside_others = false;
     r.add(std::move(k));

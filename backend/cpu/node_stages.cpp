@@ -11,7 +11,7 @@ namespace kiln {
 double estimatedMicros(const Node& n) {
   const Cost c = nodeCost(n);
   const std::string_view op = n.op();
-  const bool gemm = op.find("matmul") != op.npos || op.find("linear") != op.npos || op.find("bmm") != op.npos ||
+  const bool gemm = op.find("matmul") != op.npos || op.find("linear") != op.npos || op.find("bmm") != op.npos || op == "gemm" ||
                     op.find("conv") != op.npos;
   return std::max(c.flops / (gemm ? kGemmFlopsPerMicro : kFlopsPerMicro), ioBytes(n) / kBytesPerMicro);
 }

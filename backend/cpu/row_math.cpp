@@ -56,4 +56,19 @@ KILN_SIMD_CLONES void rowAffineF32(float* y, int64_t n, float a, float b) {
   for (int64_t i = 0; i < n; ++i) y[i] = y[i] * a + b;
 }
 
+KILN_SIMD_CLONES double rowDotF32(const float* a, const float* b, int64_t n) {
+  float lane[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) lane[j] += a[i + j] * b[i + j];
+  double sum = 0;
+  for (; i < n; ++i) sum += static_cast<double>(a[i]) * b[i];
+  for (float l : lane) sum += l;
+  return sum;
+}
+
+KILN_SIMD_CLONES void rowSoftmaxGradF32(const float* p, float* g, int64_t n, float d, float scale) {
+  for (int64_t i = 0; i < n; ++i) g[i] = p[i] * (g[i] - d) * scale;
+}
+
 }  // namespace kiln::cpu

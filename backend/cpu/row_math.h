@@ -26,6 +26,13 @@ double rowExpF32(const float* x, float* y, int64_t n, float shift);
 /// y[i] = y[i] * a + b.
 void rowAffineF32(float* y, int64_t n, float a, float b);
 
+/// sum over i of a[i] * b[i] (float lanes, combined in double).
+double rowDotF32(const float* a, const float* b, int64_t n);
+
+/// g[i] = p[i] * (g[i] - d) * scale: softmax's backward over a row, given
+/// d = sum p g (attention scales it by the score scale too).
+void rowSoftmaxGradF32(const float* p, float* g, int64_t n, float d, float scale);
+
 /// The shift softmax subtracts: the row's max, or 0 when it is -inf (all
 /// masked rows then give exp(-inf) = 0 instead of NaN from -inf - -inf).
 inline float softmaxShift(float mx) {

@@ -47,6 +47,15 @@ void emitMatmul(Emitter& e, const Node& n) {
   e.setOut(n, 0, e.call("aten.matmul.default", {e.in(n, 0), e.in(n, 1)}));
 }
 
+/// gemm: matmul of the operands, each transposed first where its flag says.
+void emitGemm(Emitter& e, const Node& n) {
+  auto operand = [&](size_t i, const char* flag) {
+    const std::string x = e.in(n, i);
+    return n.i(flag) ? e.call("aten.transpose.int", {x, "-2", "-1"}) : x;
+  };
+  e.setOut(n, 0, e.call("aten.matmul.default", {operand(0, "trans_a"), operand(1, "trans_b")}));
+}
+
 void emitLinear(Emitter& e, const Node& n) {
   std::string y = e.call("aten.linear.default", {e.in(n, 0), e.in(n, 1), optionalIn(e, n, 2)});
   const std::string& act = n.s("activation");
@@ -296,6 +305,7 @@ void emitSoftmaxBackward(Emitter& e, const Node& n) {
 
 void addNNEmitters(EmitTable& t) {
   t["matmul"] = emitMatmul;
+  t["gemm"] = emitGemm;
   t["linear"] = emitLinear;
   t["conv2d"] = emitConv2d;
   t["conv2d_input_backward"] = emitConvInputBackward;

@@ -1,6 +1,9 @@
 // Matrix products: `matmul` with torch.matmul semantics (1-D operands are
-// promoted and the added dim removed, batch dims broadcast) and `linear`
-// (y = x W^T + b), the form GEMM + bias epilogues want.
+// promoted and the added dim removed, batch dims broadcast), `linear`
+// (y = x W^T + b), the form GEMM + bias epilogues want, and `gemm`, a matmul
+// of matrices (rank >= 2) whose operands may be stored transposed: the
+// fold_transposes pass makes it from matmul(permute(a), b) so that BLAS
+// reads the transpose instead of a copy being made.
 #include "core/ops/op_helpers.h"
 
 namespace kiln {
@@ -29,6 +32,37 @@ std::vector<TensorType> inferMatmul(const Node& n) {
   if (!a_vec) out.push_back(m);
   if (!b_vec) out.push_back(p);
   return {{n.input(0)->dtype(), out}};
+}
+
+/// gemm's [rows, cols] of operand `i` as the product sees it (after its flag).
+std::pair<int64_t, int64_t> gemmOperand(const Node& n, size_t i) {
+  const Shape& s = n.input(i)->shape();
+  const bool t = n.i(i == 0 ? "trans_a" : "trans_b") != 0;
+  return t ? std::pair{s.back(), s[s.size() - 2]} : std::pair{s[s.size() - 2], s.back()};
+}
+
+std::vector<TensorType> inferGemm(const Node& n) {
+  requireFloat(n);
+  const Shape &a = n.input(0)->shape(), &b = n.input(1)->shape();
+  if (a.size() < 2 || b.size() < 2)
+    opFail(n, "operands must be matrices (rank >= 2), got " + n.input(0)->type().str() + " and " +
+                  n.input(1)->type().str());
+  for (const char* flag : {"trans_a", "trans_b"})
+    if (n.i(flag) != 0 && n.i(flag) != 1) opFail(n, std::string(flag) + " must be 0 or 1");
+  const auto [m, k] = gemmOperand(n, 0);
+  const auto [k2, p] = gemmOperand(n, 1);
+  if (k != k2)
+    opFail(n, "inner dimensions differ: " + n.input(0)->type().str() + (n.i("trans_a") ? "^T" : "") + " @ " +
+                  n.input(1)->type().str() + (n.i("trans_b") ? "^T" : ""));
+  Shape out = broadcastShapes(n, Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2));
+  out.push_back(m);
+  out.push_back(p);
+  return {{n.input(0)->dtype(), out}};
+}
+
+Cost gemmCost(const Node& n) {
+  return {2.0 * static_cast<double>(gemmOperand(n, 0).second) * static_cast<double>(n.output()->type().numel()),
+          ioBytes(n)};
 }
 
 Cost matmulCost(const Node& n) {
@@ -61,6 +95,8 @@ Cost linearCost(const Node& n) {
 
 void registerLinalgOps(OpTable& t) {
   t.add({"matmul", "torch.matmul (batched, broadcasting)", 2, 2, 0, {}, inferMatmul, matmulCost});
+  t.add({"gemm", "op(a) @ op(b) of matrices (batch dims broadcast), op(x) = x^T where trans_a / trans_b is 1", 2, 2,
+         0, {optAttr("trans_a", int64_t{0}), optAttr("trans_b", int64_t{0})}, inferGemm, gemmCost});
   // `activation` is an epilogue the fuse pass sets (relu(linear(...)) ->
   // linear {activation="relu"}): applied to the GEMM's output in the same
   // kernel, before it leaves the cache.

@@ -10,7 +10,14 @@
 //
 // linear (x[*, in] @ W[out, in]^T + b): dx = g @ W; dW = g2^T @ x2 with the
 // leading dims flattened (one GEMM); db = g summed over the leading dims.
-// Transposes are `permute` nodes; matmul has no transpose flags.
+// Transposes are `permute` nodes; matmul has no transpose flags (the
+// fold_transposes pass moves them into gemm's flags later, on targets with
+// gemm kernels).
+//
+// gemm (op(a) @ op(b), op = transpose where flagged): each gradient is one
+// gemm with flags, never a permute: da = g op(b)^T, or op(b) g^T when a is
+// stored transposed; db = op(a)^T g, or g^T op(a) when b is; summed over
+// broadcast batch dims.
 #include <numeric>
 
 #include "core/grad.h"
@@ -129,9 +136,21 @@ void linearGrad(GradContext& c) {
   }
 }
 
+Value* gemmOf(GradContext& c, Value* a, Value* b, bool ta, bool tb) {
+  return c.op("gemm", {a, b}, {{"trans_a", int64_t{ta}}, {"trans_b", int64_t{tb}}});
+}
+
+void gemmGrad(GradContext& c) {
+  Value *a = c.in(0), *b = c.in(1), *g = c.grad();
+  const bool ta = c.node().i("trans_a") != 0, tb = c.node().i("trans_b") != 0;
+  if (c.needs(0)) c.setGradBroadcast(0, ta ? gemmOf(c, b, g, tb, true) : gemmOf(c, g, b, false, !tb));
+  if (c.needs(1)) c.setGradBroadcast(1, tb ? gemmOf(c, g, a, true, ta) : gemmOf(c, a, g, !ta, false));
+}
+
 }  // namespace
 
 void registerLinalgGrads(OpTable& t) {
+  t.setGrad("gemm", gemmGrad);
   t.setGrad("matmul", matmulGrad);
   t.setGrad("linear", linearGrad);
 }

@@ -35,6 +35,26 @@ TEST(GradLinalg, MatmulMatrices) {
   EXPECT_TRUE(checkGrad({.op = "matmul", .inputs = {f64({2, 1, 2, 3}), f64({1, 3, 3, 2})}}));
 }
 
+// gemm's rule writes each gradient as one gemm with flags (no permute), for
+// every flag pair and with broadcast batch dims summed away.
+TEST(GradLinalg, GemmEveryFlagPair) {
+  for (int64_t ta : {0, 1})
+    for (int64_t tb : {0, 1}) {
+      const AttrMap attrs = {{"trans_a", ta}, {"trans_b", tb}};
+      auto stored = [](Shape s, bool t) {
+        if (t) std::swap(s[s.size() - 2], s.back());
+        return f64(s);
+      };
+      EXPECT_TRUE(checkGrad({.op = "gemm", .attrs = attrs, .inputs = {stored({3, 4}, ta), stored({4, 5}, tb)}}))
+          << ta << tb;
+      EXPECT_TRUE(checkGrad({.op = "gemm", .attrs = attrs, .inputs = {stored({2, 3, 4}, ta), stored({4, 5}, tb)}}))
+          << ta << tb;
+      EXPECT_TRUE(
+          checkGrad({.op = "gemm", .attrs = attrs, .inputs = {stored({2, 1, 3, 4}, ta), stored({3, 4, 2}, tb)}}))
+          << ta << tb;
+    }
+}
+
 TEST(GradLinalg, Linear) {
   EXPECT_TRUE(checkGrad({.op = "linear", .inputs = {f64({3, 4}), f64({2, 4}), f64({2})}}));
   EXPECT_TRUE(checkGrad({.op = "linear", .inputs = {f64({3, 4}), f64({2, 4})}}));         // no bias
@@ -62,6 +82,23 @@ std::vector<std::string> backwardOps(const std::string& op, std::vector<TensorTy
   for (auto it = std::next(g.nodes().begin(), static_cast<long>(forward)); it != g.nodes().end(); ++it)
     ops.push_back((*it)->op());
   return ops;
+}
+
+TEST(GradLinalg, GemmGradientsAreGemms) {
+  for (int64_t ta : {0, 1})
+    for (int64_t tb : {0, 1})
+      for (size_t wrt : {0, 1}) {
+        Graph g;
+        Value* a = g.addInput("a", f64({3, 3}), wrt == 0 ? ValueRole::Param : ValueRole::Data);
+        Value* b = g.addInput("b", f64({3, 3}), wrt == 1 ? ValueRole::Param : ValueRole::Data);
+        Value* y = g.add("gemm", {a, b}, {{"trans_a", ta}, {"trans_b", tb}});
+        Value* loss = g.add("sum", {y});
+        g.addOutput(loss, "loss", OutputRole::Loss);
+        const size_t forward = g.nodes().size();
+        ASSERT_TRUE(differentiate(g, loss, {wrt == 0 ? a : b}).ok());
+        for (auto it = std::next(g.nodes().begin(), static_cast<long>(forward)); it != g.nodes().end(); ++it)
+          EXPECT_NE((*it)->op(), "permute") << ta << tb << wrt;
+      }
 }
 
 TEST(GradLinalg, BatchedWeightGradientIsOneGemm) {

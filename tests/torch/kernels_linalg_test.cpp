@@ -1,7 +1,8 @@
-// CPU linalg kernels (matmul, linear) against libtorch on seeded random
-// inputs: every torch.matmul shape rule, linear with and without bias, f64,
-// and amp's bf16 GEMMs (oneDNN's bf16 matmul, or the f32 fallback) on every
-// shape rule against libtorch's bf16 products.
+// CPU linalg kernels (matmul, gemm, linear) against libtorch on seeded
+// random inputs: every torch.matmul shape rule, gemm's transposed operands
+// on every batch rule (BLAS, oneDNN and the reference loops), linear with and
+// without bias, f64, and amp's bf16 GEMMs (oneDNN's bf16 matmul, or the f32
+// fallback) on every shape rule against libtorch's bf16 products.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -92,6 +93,36 @@ TEST_F(KernelsLinalg, MatmulBF16EveryShapeRule) {
   }
 }
 
+// gemm reads an operand stored transposed ([.., k, m] for a, [.., p, k] for
+// b); libtorch computes the product of the logical matrices. Every flag pair
+// on every batch rule, in f64, f32 and bf16, with the default kernels (BLAS,
+// oneDNN for bf16) and with the reference loops only. The bf16 reference is
+// libtorch's product in f32 rounded once (Kiln's kernels accumulate in f32;
+// libtorch 1.13's bf16 dot product of a [1, k] x [k, 1] does not).
+TEST_F(KernelsLinalg, GemmTransposedOperandsEveryBatchRule) {
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> cases = {
+      {{33, 17}, {17, 45}},        {{3, 4, 8, 16}, {16, 5}}, {{8, 16}, {3, 16, 5}},  {{2, 1, 4, 6}, {3, 6, 5}},
+      {{2, 4, 64, 32}, {2, 4, 32, 64}}, {{96, 256}, {256, 384}}, {{1, 7}, {7, 1}}};
+  const std::vector<std::pair<torch::ScalarType, double>> types = {
+      {torch::kFloat64, 1e-12}, {torch::kFloat32, 1e-5}, {torch::kBFloat16, kBf16Tol}};
+  for (const auto& [dt, tol] : types)
+    for (const std::vector<std::string>& dialects : {std::vector<std::string>{}, std::vector<std::string>{"cpu"}})
+      for (const auto& [a, b] : cases)
+        for (int64_t ta : {0, 1})
+          for (int64_t tb : {0, 1}) {
+            auto x = torch::randn(a).to(dt), y = torch::randn(b).to(dt);
+            auto xs = ta ? x.transpose(-2, -1).contiguous() : x, ys = tb ? y.transpose(-2, -1).contiguous() : y;
+            auto out = runOp("gemm", {xs, ys}, {{"trans_a", ta}, {"trans_b", tb}}, dialects);
+            ASSERT_EQ(out.size(), 1u);
+            auto want = dt == torch::kBFloat16 ? torch::matmul(x.to(torch::kFloat32), y.to(torch::kFloat32)).to(dt)
+                                               : torch::matmul(x, y);
+            expectClose(out[0], want, tol,
+                        std::string(c10::toString(dt)) + (dialects.empty() ? "" : " reference") + " gemm " +
+                            shapeStr(Shape(a.begin(), a.end())) + (ta ? "^T" : "") + " @ " +
+                            shapeStr(Shape(b.begin(), b.end())) + (tb ? "^T" : ""));
+          }
+}
+
 TEST_F(KernelsLinalg, LinearBF16WithBiasAndReluEpilogue) {
   auto x = torch::randn({2, 40, 96}).to(torch::kBFloat16), w = torch::randn({72, 96}).to(torch::kBFloat16);
   auto b = torch::randn({72}).to(torch::kBFloat16);
@@ -156,6 +187,10 @@ TEST_F(KernelsLinalg, BlasKernelPreferredForF32AndHalfReferenceForHugeDims) {
   EXPECT_EQ(KernelRegistry::cpu().select(*f32)->name, "blas.matmul");
   EXPECT_EQ(KernelRegistry::cpu().select(*f16)->name, "blas.matmul_lowp");
   EXPECT_EQ(KernelRegistry::cpu().select(*big)->name, "cpu.matmul");
+  const AttrMap ta = {{"trans_a", int64_t{1}}};
+  EXPECT_EQ(KernelRegistry::cpu().select(*g.create("gemm", {b, b}, {{"trans_b", int64_t{1}}}))->name, "blas.gemm");
+  EXPECT_EQ(KernelRegistry::cpu().select(*g.create("gemm", {bh, bh}, ta))->name, "blas.gemm_lowp");
+  EXPECT_EQ(KernelRegistry::cpu().select(*g.create("gemm", {bx, bx}, ta))->name, "cpu.gemm");
 }
 
 // amp's bf16 GEMMs run in oneDNN on the bf16 data wherever oneDNN has a
@@ -168,9 +203,12 @@ TEST_F(KernelsLinalg, Bf16GemmsRunInOneDnn) {
   Value* k = g.addInput("k", {DType::BF16, {2, 4, 32, 8}}, ValueRole::Data);
   Node* lin = g.create("linear", {a, w});
   Node* mm = g.create("matmul", {q, k});
+  // A weight gradient g^T x as fold_transposes writes it: a read transposed.
+  Node* wgrad = g.create("gemm", {a, a}, {{"trans_a", int64_t{1}}});
   if (!cpu::cpuHasAvx512()) GTEST_SKIP() << "no AVX-512: oneDNN 2.x has no bf16 matmul here";
   EXPECT_EQ(KernelRegistry::cpu().select(*lin)->name, "onednn.linear_bf16");
   EXPECT_EQ(KernelRegistry::cpu().select(*mm)->name, "onednn.matmul_bf16");
+  EXPECT_EQ(KernelRegistry::cpu().select(*wgrad)->name, "onednn.gemm_bf16");
 }
 
 }  // namespace

@@ -54,7 +54,7 @@ Tensor fromTorch(const torch::Tensor& src) {
 }
 
 std::vector<torch::Tensor> runOp(const std::string& op, const std::vector<torch::Tensor>& inputs,
-                                 const AttrMap& attrs) {
+                                 const AttrMap& attrs, const std::vector<std::string>& dialects) {
   Graph g;
   std::vector<Value*> ins;
   TensorMap bound;
@@ -72,7 +72,9 @@ std::vector<torch::Tensor> runOp(const std::string& op, const std::vector<torch:
     return {};
   }
   for (size_t i = 0; i < n->numOutputs(); ++i) g.addOutput(n->output(i), "output" + std::to_string(i));
-  auto ex = CpuExecutor::create(g);
+  CpuExecutorOptions options;
+  options.kernels.dialects.dialects = dialects;
+  auto ex = CpuExecutor::create(g, options);
   if (!ex.ok()) {
     ADD_FAILURE() << ex.error().message;
     return {};

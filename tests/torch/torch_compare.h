@@ -23,9 +23,10 @@ Tensor fromTorch(const torch::Tensor& t);
 /// Build a graph with one data input per tensor in `inputs` (input0, ...),
 /// one node `op` with `attrs`, all of its outputs as graph outputs; run it on
 /// the CPU executor and return the outputs as torch tensors. Fails the test
-/// (ADD_FAILURE) and returns {} on any error.
+/// (ADD_FAILURE) and returns {} on any error. `dialects` restricts the
+/// kernels (e.g. {"cpu"}: the reference loops); empty: the default choice.
 std::vector<torch::Tensor> runOp(const std::string& op, const std::vector<torch::Tensor>& inputs,
-                                 const AttrMap& attrs = {});
+                                 const AttrMap& attrs = {}, const std::vector<std::string>& dialects = {});
 
 /// The project's parity measure, max |a - b| / max |b| (core/tensor_compare.h).
 double relativeMaxError(const torch::Tensor& actual, const torch::Tensor& expected);
