@@ -2,7 +2,9 @@
 //
 // What it does: walks the graph in order and grows groups of fusible
 // elementwise nodes (fusibleOps()) that share one loop shape and one
-// floating dtype. A node joins the group of one of its producers when every
+// floating dtype (f32, f64, and on the CPU also amp's bf16, whose bodies
+// round every value to bf16 as the one-op kernels do; the CUDA fused
+// codegen computes in f32/f64 only). A node joins the group of one of its producers when every
 // other operand is already in the group or was computed before the group's
 // first node; that keeps the graph acyclic when the group is placed at its
 // first node's position. It must also sit within kMaxJoinDistance nodes of
@@ -52,8 +54,8 @@ const std::set<std::string, std::less<>>& fusibleOps() {
       // comparisons (their bool results feed `where`, e.g. relu's backward)
       "lt", "le", "gt", "ge", "eq", "ne",
       // activations and math
-      "relu", "gelu", "tanh", "sigmoid", "silu", "exp", "log", "sqrt", "rsqrt", "abs", "erf", "leaky_relu",
-      "hardtanh", "clamp", "hardswish", "hardsigmoid", "reciprocal",
+      "relu", "gelu", "tanh", "sigmoid", "silu", "exp", "log", "sqrt", "rsqrt", "abs", "erf", "leaky_relu", "hardtanh",
+      "clamp", "hardswish", "hardsigmoid", "reciprocal",
       // the backward's elementwise gradients (gelu's, tanh's, ...)
       "unary_backward"};
   return ops;
@@ -61,16 +63,24 @@ const std::set<std::string, std::less<>>& fusibleOps() {
 
 namespace {
 
-bool isFloatType(DType t) { return t == DType::F32 || t == DType::F64; }
+bool isFloatType(DType t) {
+  return t == DType::F32 || t == DType::F64;
+}
+
+/// The dtypes a body may compute in on the target.
+struct BodyTypes {
+  bool bf16 = false;  ///< the CPU's fused kernels run bf16 bodies
+  bool operator()(DType t) const { return isFloatType(t) || (bf16 && t == DType::BF16); }
+};
 
 /// A one-element `full` constant: copied into every body that reads it
 /// instead of becoming an operand, so it never orders a group.
-bool isScalarConstant(const Value* v) {
-  return v->producer() && v->producer()->op() == "full" && v->type().numel() == 1 && isFloatType(v->dtype());
+bool scalarConstant(const Value* v, BodyTypes body_types) {
+  return v->producer() && v->producer()->op() == "full" && v->type().numel() == 1 && body_types(v->dtype());
 }
 
 /// The dtype a node computes in when it may be fused, or nullopt.
-std::optional<DType> fusibleDType(const Node& n) {
+std::optional<DType> fusibleDType(const Node& n, BodyTypes body_types) {
   if (n.numOutputs() != 1 || !fusibleOps().count(n.op())) return std::nullopt;
   const DType out = n.output()->dtype();
   if (n.op() == "where") {
@@ -82,7 +92,7 @@ std::optional<DType> fusibleDType(const Node& n) {
       if (v->dtype() != n.input(0)->dtype()) return std::nullopt;
   }
   const DType t = n.op() == "where" ? out : n.input(0)->dtype();
-  if (!isFloatType(t)) return std::nullopt;
+  if (!body_types(t)) return std::nullopt;
   if (out != t && out != DType::Bool) return std::nullopt;
   return t;
 }
@@ -135,7 +145,9 @@ size_t fuseEpilogues(Graph& g) {
   return fused;
 }
 
-Result<PassResult> runFuse(Graph& g, PassContext&) {
+Result<PassResult> runFuse(Graph& g, PassContext& ctx) {
+  const BodyTypes body_types{ctx.cpu_only_ops};
+  auto isScalarConstant = [body_types](const Value* v) { return scalarConstant(v, body_types); };
   const size_t epilogues = fuseEpilogues(g);
   std::vector<Node*> order;
   std::unordered_map<const Node*, size_t> pos;
@@ -158,7 +170,7 @@ Result<PassResult> runFuse(Graph& g, PassContext&) {
         gr.reduction = n;
       continue;
     }
-    auto t = fusibleDType(*n);
+    auto t = fusibleDType(*n, body_types);
     if (!t) continue;
     const Shape& shape = n->output()->shape();
     // Join the group of a producer, if the join keeps the graph acyclic.
@@ -252,9 +264,9 @@ Result<PassResult> runFuse(Graph& g, PassContext&) {
     attrs["body"] = printGraph(body, po);
     const size_t count = gr.nodes.size() + (red ? 1 : 0);
     g.setInsertPoint(gr.nodes.front());
-    Node* f = g.create(red ? "fused_reduction" : "fused_elementwise", operands, std::move(attrs),
-                       gr.nodes.front()->scope(),
-                       "fuse(" + std::to_string(count) + " nodes from " + gr.nodes.front()->describe() + ")");
+    Node* f =
+        g.create(red ? "fused_reduction" : "fused_elementwise", operands, std::move(attrs), gr.nodes.front()->scope(),
+                 "fuse(" + std::to_string(count) + " nodes from " + gr.nodes.front()->describe() + ")");
     g.setInsertPoint(nullptr);
     const size_t first = red ? 1 : 0;
     if (red) g.replaceAllUsesWith(red->output(), f->output(0));

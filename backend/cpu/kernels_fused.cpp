@@ -11,6 +11,12 @@
 // those of the unfused graph. Bool intermediates are held as 0/1 in the
 // compute type.
 //
+// bf16 bodies (amp's activations; passes/fuse.cpp forms them for the CPU
+// only) compute in f32 and round every bf16 body value to bf16 as it is
+// produced, as the one-op kernels round their outputs: the same bits as
+// the unfused graph, with one read of each bf16 operand and one write of
+// each output instead of an f32 copy in and out of every op.
+//
 // fused_reduction runs reduce_loops.h, the one-op reductions' loops, on its
 // body's first output computed block by block as the loops ask for it: the
 // same elements combine in the same order, so the sum is the unfused one bit
@@ -39,6 +45,7 @@ struct Program {
   struct Instr {
     std::vector<int> in;
     int out = 0;
+    bool round_bf16 = false;  ///< a bf16 body value: rounded as the one-op kernel's output is
     std::function<void(const T* const* in, T* out, int64_t n)> run;
   };
   Graph body;
@@ -133,6 +140,7 @@ std::shared_ptr<const Program<T>> compile(const Node& node) {
     for (const Value* v : n->inputs()) ins.in.push_back(slot.at(v));
     ins.out = slot[n->output()] = p->num_slots++;
     ins.run = instruction<T>(*n);
+    ins.round_bf16 = n->output()->dtype() == DType::BF16;
     if (!ins.run) opFail(node, "the CPU fused kernel cannot run '" + n->op() + "' in a body");
     p->instrs.push_back(std::move(ins));
   }
@@ -155,12 +163,21 @@ std::shared_ptr<const Program<T>> programFor(const Node& n) {
   return p;
 }
 
-/// How a body reads each operand: in place (the loop shape, not bool), as a
-/// splat (one element), or gathered from a broadcast run (element
-/// (i / inner) % numel) and converted from bool where needed.
+/// Rounds each value to the nearest bf16 (kept in float): what storing it
+/// as bf16 and reading it back gives.
+KILN_SIMD_CLONES void roundToBf16(float* __restrict v, int64_t cnt) {
+  for (int64_t i = 0; i < cnt; ++i) v[i] = bf16ToFloat(floatToBf16(v[i]));
+}
+template <class T>
+void roundToBf16(T*, int64_t) {}
+
+/// How a body reads each operand: in place (the loop shape, in the compute
+/// type), as a splat (one element), converted block by block (the loop
+/// shape, bf16 or bool), or gathered from a broadcast run (element
+/// (i / inner) % numel) and converted where needed.
 struct Operand {
   int64_t inner = 1, period = 1;
-  bool in_place = false, splat = false, is_bool = false;
+  bool in_place = false, splat = false, is_bool = false, is_bf16 = false, full = false;
 };
 
 std::vector<Operand> operandsOf(const Node& n, std::span<const Tensor> in, const Shape& loop) {
@@ -169,9 +186,11 @@ std::vector<Operand> operandsOf(const Node& n, std::span<const Tensor> in, const
   for (size_t k = 0; k < in.size(); ++k) {
     Operand& o = ops[k];
     o.is_bool = in[k].dtype() == DType::Bool;
+    o.is_bf16 = in[k].dtype() == DType::BF16;
     o.period = in[k].numel();
     o.splat = o.period == 1;
-    o.in_place = o.period == total && !o.is_bool;
+    o.full = o.period == total;
+    o.in_place = o.full && !o.is_bool && !o.is_bf16;
     if (!o.splat && o.period != total) {
       auto inner = broadcastRunInner(in[k].shape(), loop);
       if (!inner) opFail(n, "operand " + in[k].type().str() + " does not broadcast along one run of dims");
@@ -201,7 +220,10 @@ struct BodyEval {
     }
     T* block(size_t k) { return scratch.data() + k * kBlock; }
     T load(size_t k, int64_t idx) const {
-      return e->ops[k].is_bool ? T(e->in[k].data<bool>()[idx]) : e->in[k].data<T>()[idx];
+      const Operand& o = e->ops[k];
+      if (o.is_bool) return T(e->in[k].data<bool>()[idx]);
+      if (o.is_bf16) return T(bf16ToFloat(e->in[k].data<BFloat16>()[idx].bits));
+      return e->in[k].data<T>()[idx];
     }
     /// Computes every body value for loop indices [b, b + cnt), cnt <= kBlock.
     void eval(int64_t b, int64_t cnt) {
@@ -211,6 +233,11 @@ struct BodyEval {
           slots[k] = block(k);
         } else if (o.in_place) {
           slots[k] = e->in[k].data<T>() + b;
+        } else if (o.full && o.is_bf16) {
+          T* dst = block(k);
+          const BFloat16* src = e->in[k].data<BFloat16>() + b;
+          for (int64_t i = 0; i < cnt; ++i) dst[i] = T(bf16ToFloat(src[i].bits));
+          slots[k] = dst;
         } else {
           T* dst = block(k);
           int64_t r = b % o.inner, j = (b / o.inner) % o.period;
@@ -229,6 +256,7 @@ struct BodyEval {
         for (int s : ins.in) args.push_back(slots[s]);
         T* o = block(ins.out);
         ins.run(args.data(), o, cnt);
+        if (ins.round_bf16) roundToBf16(o, cnt);
         slots[ins.out] = o;
       }
     }
@@ -240,6 +268,9 @@ struct BodyEval {
       if (e->prog->output_dtypes[k] == DType::Bool) {
         bool* d = dst.data<bool>() + b;
         for (int64_t i = 0; i < cnt; ++i) d[i] = src[i] != T(0);
+      } else if (e->prog->output_dtypes[k] == DType::BF16) {
+        BFloat16* d = dst.data<BFloat16>() + b;  // already rounded: exact
+        for (int64_t i = 0; i < cnt; ++i) d[i].bits = floatToBf16(static_cast<float>(src[i]));
       } else {
         std::copy(src, src + cnt, dst.data<T>() + b);
       }

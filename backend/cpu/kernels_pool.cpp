@@ -6,8 +6,10 @@
 // padding (as if it held -inf) and propagates NaN, average pooling divides
 // by the window clipped to the padded border (count_include_pad), the window
 // clipped to the input, or divisor_override.
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "backend/cpu/cpu_loops.h"
 #include "backend/cpu/float_kernel.h"
@@ -39,37 +41,61 @@ PoolGeom poolGeom(const Node& n, bool windowed) {
   return g;
 }
 
+/// Copies a row into the compute type.
+template <typename T>
+void widenRow(const T* src, compute_t<T>* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<compute_t<T>>(src[i]);
+}
+
+/// best[o] = max(best[o], row[o * stride]) with NaN winning: the select
+/// keeps a NaN once taken (nothing compares greater than it).
+template <typename C>
+void foldMax(const C* __restrict row, int64_t stride, C* __restrict best, int64_t n) {
+  for (int64_t o = 0; o < n; ++o) {
+    const C v = row[o * stride], b = best[o];
+    best[o] = (v > b || v != v) ? v : b;
+  }
+}
+
 /// T: the storage type (float, double, or BFloat16, whose maximum is
 /// taken in float: exact, as a maximum rounds nothing).
+///
+/// Row by row: each input row the window covers is widened to the compute
+/// type once, with -inf in the padding on both sides, and folded into the
+/// output row's running maxima one window column at a time. The inner loop
+/// runs over output columns without bounds checks or branches (a compare
+/// and a select the compiler vectorizes), where a scan of each window
+/// element by element cost 43 ms for ResNet-50's one bf16 pool at batch 8.
+/// A NaN wins over everything (PyTorch propagates it).
 template <typename T>
 void maxPoolImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
+  using C = compute_t<T>;
   const PoolGeom g = poolGeom(n, true);
   Tensor& yt = allocAs(n, out, 0, in[0].dtype());
   const T* x = in[0].data<T>();
   T* y = yt.data<T>();
-#pragma omp parallel for if (in[0].numel() > kOmpMinWork)
-  for (int64_t p = 0; p < g.planes; ++p) {
-    const T* src = x + p * g.h * g.w;
-    T* dst = y + p * g.oh * g.ow;
-    for (int64_t oy = 0; oy < g.oh; ++oy)
-      for (int64_t ox = 0; ox < g.ow; ++ox) {
-        const int64_t y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
-        using C = compute_t<T>;
-        C best = -std::numeric_limits<C>::infinity();
+  // The widened row: pw columns of padding, the row, then padding out to
+  // the last window column any output reads (ceil_mode may reach past pw).
+  const int64_t span = std::max(g.pw + g.w, (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1);
+  constexpr C kLowest = -std::numeric_limits<C>::infinity();
+#pragma omp parallel if (in[0].numel() > kOmpMinWork)
+  {
+    std::vector<C> row(static_cast<size_t>(span), kLowest), best(static_cast<size_t>(g.ow));
+#pragma omp for
+    for (int64_t p = 0; p < g.planes; ++p) {
+      const T* src = x + p * g.h * g.w;
+      T* dst = y + p * g.oh * g.ow;
+      for (int64_t oy = 0; oy < g.oh; ++oy) {
+        std::fill(best.begin(), best.end(), kLowest);
         for (int64_t i = 0; i < g.kh; ++i) {
-          const int64_t iy = y0 + i * g.dh;
-          if (iy < 0 || iy >= g.h) continue;
-          for (int64_t j = 0; j < g.kw; ++j) {
-            const int64_t ix = x0 + j * g.dw;
-            if (ix < 0 || ix >= g.w) continue;
-            const C v = static_cast<C>(src[iy * g.w + ix]);
-            if (v > best || std::isnan(v)) best = v;
-            if (std::isnan(v)) goto done;  // NaN wins; nothing can replace it
-          }
+          const int64_t iy = oy * g.sh - g.ph + i * g.dh;
+          if (iy < 0 || iy >= g.h) continue;  // padding rows hold -inf
+          widenRow(src + iy * g.w, row.data() + g.pw, g.w);
+          for (int64_t j = 0; j < g.kw; ++j) foldMax(row.data() + j * g.dw, g.sw, best.data(), g.ow);
         }
-      done:
-        dst[oy * g.ow + ox] = static_cast<T>(best);
+        for (int64_t ox = 0; ox < g.ow; ++ox) dst[oy * g.ow + ox] = static_cast<T>(best[ox]);
       }
+    }
   }
 }
 

@@ -18,6 +18,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
+#include <vector>
 
 #include "backend/cpu/cpu_loops.h"
 #include "backend/cpu/float_kernel.h"
@@ -73,29 +75,75 @@ int64_t argmaxWindow(const T* src, int64_t width, int64_t y0, int64_t y1, int64_
   return best_i;
 }
 
-template <typename T>
+/// Folds window column j of one input row into the running argmax of an
+/// output row under PyTorch's rule (a later candidate wins only if strictly
+/// greater, or NaN). `row` is the widened row with -inf padding, which
+/// never wins; `base` is the row's flat index minus the padding width.
+template <typename C>
+void foldArgmax(const C* __restrict row, int64_t stride, int64_t base, C* __restrict best, int64_t* __restrict best_i,
+                int64_t n) {
+  for (int64_t o = 0; o < n; ++o) {
+    const C v = row[o * stride];
+    const bool take = v > best[o] || v != v;
+    best[o] = take ? v : best[o];
+    best_i[o] = take ? base + o * stride : best_i[o];
+  }
+}
+
+/// X: the storage type of g, x and dx (float, double, or BFloat16, whose
+/// gradients are summed in an f32 plane and rounded once, as the f32
+/// kernel's result converted to bf16 would be). Row by row, as the forward
+/// (kernels_pool.cpp): the window's rows in order, each widened once and
+/// folded in column by column, give every output of the row its argmax in
+/// PyTorch's scan order without per-element bounds checks; the gradients
+/// are then added in output order.
+template <typename X>
 void maxPoolBackwardImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
+  using C = compute_t<X>;
   const PoolGeom p = poolGeom(n, true);
-  const T* g = in[0].data<T>();
-  const T* x = in[1].data<T>();
-  T* dx = allocAs(n, out, 0, in[0].dtype()).template data<T>();
-#pragma omp parallel for if (in[0].numel() > kOmpMinWork)
-  for (int64_t q = 0; q < p.planes; ++q) {
-    const T* src = x + q * p.h * p.w;
-    const T* go = g + q * p.oh * p.ow;
-    T* dst = dx + q * p.h * p.w;
-    std::fill(dst, dst + p.h * p.w, T(0));
-    for (int64_t oy = 0; oy < p.oh; ++oy) {
-      // First in-input row of the dilated window, and the clipped end.
-      int64_t y0 = oy * p.sh - p.ph;
-      const int64_t y1 = std::min(y0 + (p.kh - 1) * p.dh + 1, p.h);
-      while (y0 < 0) y0 += p.dh;
-      for (int64_t ox = 0; ox < p.ow; ++ox) {
-        int64_t x0 = ox * p.sw - p.pw;
-        const int64_t x1 = std::min(x0 + (p.kw - 1) * p.dw + 1, p.w);
-        while (x0 < 0) x0 += p.dw;
-        const int64_t i = argmaxWindow(src, p.w, y0, y1, p.dh, x0, x1, p.dw);
-        if (i >= 0) dst[i] += go[oy * p.ow + ox];
+  const X* g = in[0].data<X>();
+  const X* x = in[1].data<X>();
+  X* dx = allocAs(n, out, 0, in[0].dtype()).template data<X>();
+  const int64_t span = std::max(p.pw + p.w, (p.ow - 1) * p.sw + (p.kw - 1) * p.dw + 1);
+  constexpr C kLowest = -std::numeric_limits<C>::infinity();
+  // A window with no in-input column (possible only with ceil_mode) gets no gradient.
+  std::vector<int64_t> first_col(static_cast<size_t>(p.ow), -1);
+  for (int64_t ox = 0; ox < p.ow; ++ox) {
+    int64_t x0 = ox * p.sw - p.pw;
+    const int64_t x1 = std::min(x0 + (p.kw - 1) * p.dw + 1, p.w);
+    while (x0 < 0) x0 += p.dw;
+    if (x0 < x1) first_col[static_cast<size_t>(ox)] = x0;
+  }
+#pragma omp parallel if (in[0].numel() > kOmpMinWork)
+  {
+    std::vector<C> row(static_cast<size_t>(span), kLowest), best(static_cast<size_t>(p.ow));
+    std::vector<int64_t> best_i(static_cast<size_t>(p.ow));
+    std::vector<C> acc(std::is_same_v<X, C> ? 0 : static_cast<size_t>(p.h * p.w));
+#pragma omp for
+    for (int64_t q = 0; q < p.planes; ++q) {
+      const X* src = x + q * p.h * p.w;
+      const X* go = g + q * p.oh * p.ow;
+      C* dst = std::is_same_v<X, C> ? reinterpret_cast<C*>(dx + q * p.h * p.w) : acc.data();
+      std::fill(dst, dst + p.h * p.w, C(0));
+      for (int64_t oy = 0; oy < p.oh; ++oy) {
+        // First in-input row of the dilated window, and the clipped end.
+        int64_t y0 = oy * p.sh - p.ph;
+        const int64_t y1 = std::min(y0 + (p.kh - 1) * p.dh + 1, p.h);
+        while (y0 < 0) y0 += p.dh;
+        if (y0 >= y1) continue;
+        std::fill(best.begin(), best.end(), kLowest);
+        for (int64_t ox = 0; ox < p.ow; ++ox) best_i[ox] = y0 * p.w + first_col[ox];
+        for (int64_t iy = y0; iy < y1; iy += p.dh) {
+          for (int64_t i = 0; i < p.w; ++i) row[p.pw + i] = static_cast<C>(src[iy * p.w + i]);
+          for (int64_t j = 0; j < p.kw; ++j)
+            foldArgmax(row.data() + j * p.dw, p.sw, iy * p.w - p.pw + j * p.dw, best.data(), best_i.data(), p.ow);
+        }
+        for (int64_t ox = 0; ox < p.ow; ++ox)
+          if (first_col[ox] >= 0) dst[best_i[ox]] += static_cast<C>(go[oy * p.ow + ox]);
+      }
+      if constexpr (!std::is_same_v<X, C>) {
+        X* out_plane = dx + q * p.h * p.w;
+        for (int64_t i = 0; i < p.h * p.w; ++i) out_plane[i] = static_cast<X>(acc[i]);
       }
     }
   }
@@ -196,10 +244,19 @@ bool floatInput(const Node& n) {
 }  // namespace
 
 void registerCpuPoolGradKernels(KernelRegistry& r) {
-  r.add({"max_pool2d_backward", "cpu", "cpu.max_pool2d_backward", 0, floatInput,
-         viaComputeType<maxPoolBackwardKernel>});
-  r.add({"avg_pool2d_backward", "cpu", "cpu.avg_pool2d_backward", 0, floatInput,
-         viaComputeType<avgPoolBackwardKernel>});
+  r.add(
+      {"max_pool2d_backward", "cpu", "cpu.max_pool2d_backward", 0, floatInput, viaComputeType<maxPoolBackwardKernel>});
+  // amp's bf16 gradients and activations read directly (the same result).
+  r.add({"max_pool2d_backward", "cpu", "cpu.max_pool2d_backward_bf16", 10,
+         [](const Node& n) {
+           return n.input(0)->dtype() == DType::BF16 && n.input(1)->dtype() == DType::BF16 &&
+                  n.output(0)->dtype() == DType::BF16;
+         },
+         [](const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
+           maxPoolBackwardImpl<BFloat16>(n, in, out);
+         }});
+  r.add(
+      {"avg_pool2d_backward", "cpu", "cpu.avg_pool2d_backward", 0, floatInput, viaComputeType<avgPoolBackwardKernel>});
   r.add({"adaptive_avg_pool2d_backward", "cpu", "cpu.adaptive_avg_pool2d_backward", 0, floatInput,
          viaComputeType<adaptiveAvgBackwardKernel>});
   r.add({"adaptive_max_pool2d_backward", "cpu", "cpu.adaptive_max_pool2d_backward", 0, floatInput,

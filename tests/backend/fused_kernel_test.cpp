@@ -1,8 +1,10 @@
 // The CPU fused_elementwise kernel against the one-op kernels: for every op
 // the fuse pass may fuse (passes/fuse.h), a chain containing it is run
-// unfused and fused, in f32 and f64, over sizes that cover whole blocks,
-// ragged tails and the multi-threaded split; the results must be equal bit
-// for bit (the fused kernel runs the same functors in the same dtype).
+// unfused and fused, in f32, f64 and bf16 (the CPU's bodies round each bf16
+// value as the one-op kernels round their outputs), over sizes that cover
+// whole blocks, ragged tails and the multi-threaded split; the results must
+// be equal bit for bit (the fused kernel runs the same functors in the same
+// dtype).
 #include <gtest/gtest.h>
 
 #include <array>
@@ -64,12 +66,12 @@ TEST(FusedKernel, EveryFusibleOpMatchesTheOneOpKernelsBitForBit) {
   std::uniform_real_distribution<double> dist(-3, 3);
   for (const std::string& op : fusibleOps()) {
     if (op == "full") continue;  // covered by %h in every chain
-    for (const char* t : {"f32", "f64"}) {
+    for (const char* t : {"f32", "f64", "bf16"}) {
       for (int64_t n : {1, 511, 513, 70001}) {
         SCOPED_TRACE(op + " " + t + " n=" + std::to_string(n));
         auto g = parseGraph(chainGraph(op, t, n));
         ASSERT_TRUE(g) << g.error().message;
-        const DType dt = std::string(t) == "f32" ? DType::F32 : DType::F64;
+        const DType dt = *parseDType(t);
         TensorMap in;
         for (const char* name : {"x", "y"}) {
           Tensor v(TensorType{dt, {n}});
@@ -109,29 +111,34 @@ TEST(FusedKernel, BroadcastRunOperandsMatchTheOneOpKernels) {
   %3 = gelu(%2) {approximate="none"} : f32[3,4,5,6]
   return %3 "out"
 })";
-  for (int64_t batch : {3, 2000}) {  // one block; many blocks on several threads
-    std::string src = text;
-    const std::string from = "[3,4,5,6]", to = "[" + std::to_string(batch) + ",4,5,6]";
+  auto replaceAll = [](std::string& src, const std::string& from, const std::string& to) {
     for (size_t at = 0; (at = src.find(from, at)) != std::string::npos; at += to.size())
       src.replace(at, from.size(), to);
-    auto g = parseGraph(src);
-    ASSERT_TRUE(g) << g.error().message;
-    std::mt19937 rng(batch);
-    std::uniform_real_distribution<double> dist(-2, 2);
-    TensorMap in;
-    for (const Value* v : g->inputs()) {
-      Tensor t(v->type());
-      for (int64_t i = 0; i < t.numel(); ++i) t.set(i, v->dtype() == DType::Bool ? double(rng() % 2) : dist(rng));
-      in[v->name()] = t;
+  };
+  for (const char* t : {"f32", "bf16"})
+    for (int64_t batch : {3, 2000}) {  // one block; many blocks on several threads
+      SCOPED_TRACE(std::string(t) + " batch " + std::to_string(batch));
+      std::string src = text;
+      replaceAll(src, "[3,4,5,6]", "[" + std::to_string(batch) + ",4,5,6]");
+      replaceAll(src, "f32", t);
+      auto g = parseGraph(src);
+      ASSERT_TRUE(g) << g.error().message;
+      std::mt19937 rng(batch);
+      std::uniform_real_distribution<double> dist(-2, 2);
+      TensorMap in;
+      for (const Value* v : g->inputs()) {
+        Tensor t(v->type());
+        for (int64_t i = 0; i < t.numel(); ++i) t.set(i, v->dtype() == DType::Bool ? double(rng() % 2) : dist(rng));
+        in[v->name()] = t;
+      }
+      auto want = run(*g, in);
+      PassContext ctx;
+      ASSERT_TRUE(runFuse(*g, ctx));
+      ASSERT_EQ(g->numNodes(), 1u) << printGraph(*g);
+      auto got = run(*g, in);
+      ASSERT_EQ(got.size(), 1u);
+      EXPECT_EQ(std::memcmp(got[0].data<void>(), want[0].data<void>(), want[0].bytes()), 0);
     }
-    auto want = run(*g, in);
-    PassContext ctx;
-    ASSERT_TRUE(runFuse(*g, ctx));
-    ASSERT_EQ(g->numNodes(), 1u) << printGraph(*g);
-    auto got = run(*g, in);
-    ASSERT_EQ(got.size(), 1u);
-    EXPECT_EQ(std::memcmp(got[0].data<void>(), want[0].data<void>(), want[0].bytes()), 0);
-  }
 }
 
 /// The GEMM epilogue: linear {activation="relu"} (row panels, each
@@ -245,6 +252,32 @@ TEST(FusedKernel, ReductionEndingAChainMatchesTheOneOpKernelsBitForBit) {
               << "output " << k << " differs";
         }
       }
+}
+
+/// bf16 bodies are the CPU's: for a target without them (PassContext's
+/// cpu_only_ops cleared, as for CUDA, whose codegen computes in f32/f64)
+/// a bf16 chain stays unfused; and a bf16 sum never ends a group (the
+/// fused reductions run in f32/f64), while the chain before it fuses.
+TEST(FusedKernel, Bf16BodiesOnlyForTheCpuAndWithoutReductions) {
+  const char* text = R"(graph g(%x: bf16[64] data, %y: bf16[64] data) {
+  %0 = add(%x, %y) : bf16[64]
+  %1 = relu(%0) : bf16[64]
+  %2 = sum(%1) {dims=[0], keepdim=0} : bf16[]
+  return %2 "s", %1 "r"
+})";
+  auto g = parseGraph(text);
+  ASSERT_TRUE(g) << g.error().message;
+  PassContext gpu;
+  gpu.cpu_only_ops = false;
+  auto r = runFuse(*g, gpu);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->statistics.at("groups"), 0) << printGraph(*g);
+  PassContext cpu;
+  r = runFuse(*g, cpu);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->statistics.at("groups"), 1) << printGraph(*g);
+  EXPECT_EQ(r->statistics.at("reductions"), 0) << printGraph(*g);
+  EXPECT_EQ(g->numNodes(), 2u) << printGraph(*g);  // fused_elementwise, sum
 }
 
 TEST(BroadcastRunInner, WhichOperandsOneIndexDivisionReaches) {

@@ -252,6 +252,41 @@ TEST_F(KernelsNN, MaxPoolBF16IsExact) {
   EXPECT_EQ(KernelRegistry::cpu().select(*one.node)->name, "cpu.max_pool2d_bf16");
 }
 
+// amp's bf16 max-pool backward reads bf16 directly and sums each input's
+// gradients in f32: libtorch's f32 gradient of the same values, rounded
+// once. Small integers make ties common (the first maximum in the window
+// takes the gradient) and overlapping windows add into one input; a NaN
+// takes its windows' gradients. Every geometry runs, ceil_mode and
+// dilation included.
+TEST_F(KernelsNN, MaxPoolBackwardBF16MatchesTorchF32RoundedOnce) {
+  struct Geometry {
+    Ints k, s, p, d;
+    bool ceil;
+  };
+  for (const Geometry& geo :
+       {Geometry{{3, 3}, {2, 2}, {1, 1}, {1, 1}, false}, Geometry{{3, 3}, {1, 1}, {1, 1}, {1, 1}, false},
+        Geometry{{2, 3}, {2, 1}, {1, 0}, {1, 2}, true}, Geometry{{3, 2}, {2, 3}, {1, 1}, {1, 1}, true}}) {
+    auto x = torch::randint(-3, 4, {2, 5, 13, 11}).to(torch::kBFloat16);
+    x.index_put_({1, 2, 4, 5}, std::numeric_limits<float>::quiet_NaN());
+    auto x32 = x.to(torch::kFloat).requires_grad_();
+    auto y32 = torch::max_pool2d(x32, geo.k, geo.s, geo.p, geo.d, geo.ceil);
+    auto g = torch::randn(y32.sizes()).to(torch::kBFloat16);
+    y32.backward(g.to(torch::kFloat));
+    AttrMap attrs = {{"kernel_size", geo.k},
+                     {"stride", geo.s},
+                     {"padding", geo.p},
+                     {"dilation", geo.d},
+                     {"ceil_mode", int64_t{geo.ceil}}};
+    auto out = runOp("max_pool2d_backward", {g, x}, attrs);
+    ASSERT_EQ(out.size(), 1u);
+    ASSERT_EQ(out[0].scalar_type(), torch::kBFloat16);
+    EXPECT_TRUE(torch::equal(out[0], x32.grad().to(torch::kBFloat16)))
+        << "kernel " << geo.k[0] << "x" << geo.k[1] << " stride " << geo.s[0] << "x" << geo.s[1];
+    OneNode one("max_pool2d_backward", {g, x}, attrs);
+    EXPECT_EQ(KernelRegistry::cpu().select(*one.node)->name, "cpu.max_pool2d_backward_bf16");
+  }
+}
+
 TEST_F(KernelsNN, MaxPoolDilationAnd3DInput) {
   checkMaxPool({2, 4, 13, 12}, {3, 3}, {1, 2}, {1, 0}, {2, 2}, false);
   checkMaxPool({3, 9, 9}, {2, 2}, {2, 2}, {1, 1}, {1, 1}, true);
