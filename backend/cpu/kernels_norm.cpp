@@ -6,7 +6,10 @@
 // PyTorch: normalize with the biased batch variance, update running_var
 // with the unbiased one: new = (1 - momentum) * old + momentum * batch.
 #include <cmath>
+#include <utility>
+#include <vector>
 
+#include "backend/cpu/batch_norm_rows.h"
 #include "backend/cpu/cpu_loops.h"
 #include "backend/cpu/float_kernel.h"
 #include "backend/cpu/norm_moments.h"
@@ -15,6 +18,51 @@
 
 namespace kiln::cpu {
 namespace {
+
+/// The running statistics' update, as PyTorch's: the unbiased variance
+/// for the running estimate (count - 1 = 0 gives inf/nan, as in PyTorch).
+template <typename P>
+void updateRunning(int64_t c, double mean, double var, int64_t count, double momentum, const P* rmean, const P* rvar,
+                   P* new_mean, P* new_var) {
+  const double unbiased = var * static_cast<double>(count) / static_cast<double>(count - 1);
+  new_mean[c] = static_cast<P>((1 - momentum) * rmean[c] + momentum * mean);
+  new_var[c] = static_cast<P>((1 - momentum) * rvar[c] + momentum * unbiased);
+}
+
+/// y = x * scale + shift: the normalization with the per-channel affine folded in.
+template <typename C>
+std::pair<C, C> foldedAffine(double mean, double var, double eps, double weight, double bias) {
+  const double inv_std = 1.0 / std::sqrt(var + eps);
+  return {static_cast<C>(inv_std * weight), static_cast<C>(bias - mean * inv_std * weight)};
+}
+
+/// x with inner size 1 ([rows, channels], BatchNorm1d's layout):
+/// batch_norm_rows.h's loops, vectorized across the channels.
+template <typename X, typename P>
+void batchNormRowsImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
+  using C = compute_t<X>;
+  const int64_t rows = in[0].shape()[0], channels = in[0].shape()[1];
+  const bool training = n.i("training") != 0;
+  const double momentum = n.f("momentum"), eps = n.f("eps");
+  const X* x = in[0].data<X>();
+  X* y = allocAs(n, out, 0, in[0].dtype()).template data<X>();
+  const P* weight = in[1].data<P>();
+  const P* bias = in[2].data<P>();
+  const P* rmean = in[3].data<P>();
+  const P* rvar = in[4].data<P>();
+  std::vector<double> mean(rmean, rmean + channels), var(rvar, rvar + channels);
+  if (training) {
+    P* new_mean = allocAs(n, out, 1, in[3].dtype()).template data<P>();
+    P* new_var = allocAs(n, out, 2, in[4].dtype()).template data<P>();
+    rowsMoments(x, rows, channels, mean, var);
+    for (int64_t c = 0; c < channels; ++c)
+      updateRunning(c, mean[c], var[c], rows, momentum, rmean, rvar, new_mean, new_var);
+  }
+  std::vector<C> scale(static_cast<size_t>(channels)), shift(static_cast<size_t>(channels));
+  for (int64_t c = 0; c < channels; ++c)
+    std::tie(scale[c], shift[c]) = foldedAffine<C>(mean[c], var[c], eps, weight[c], bias[c]);
+  rowsAffine(x, y, rows, channels, scale.data(), shift.data());
+}
 
 /// X: the storage type of x and y (float or double; amp's bf16 has its own
 /// loops, batchNormBf16Kernel); P: the parameters' and running
@@ -25,6 +73,7 @@ void batchNormImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> 
   const Shape& xs = in[0].shape();
   const int64_t batch = xs[0], channels = xs[1];
   const int64_t inner = numelOf(Shape(xs.begin() + 2, xs.end()));
+  if (inner == 1) return batchNormRowsImpl<X, P>(n, in, out);
   const bool training = n.i("training") != 0;
   const double momentum = n.f("momentum"), eps = n.f("eps");
   Tensor& yt = allocAs(n, out, 0, in[0].dtype());
@@ -45,18 +94,12 @@ void batchNormImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> 
     double mean, var;
     if (training) {
       std::tie(mean, var) = moments(x + c * inner, batch, inner, channels * inner);
-      // Unbiased variance for the running estimate (count - 1 = 0 gives inf/nan, as in PyTorch).
-      const double unbiased = var * static_cast<double>(count) / static_cast<double>(count - 1);
-      new_mean[c] = static_cast<P>((1 - momentum) * rmean[c] + momentum * mean);
-      new_var[c] = static_cast<P>((1 - momentum) * rvar[c] + momentum * unbiased);
+      updateRunning(c, mean, var, count, momentum, rmean, rvar, new_mean, new_var);
     } else {
       mean = rmean[c];
       var = rvar[c];
     }
-    // y = x * scale + shift with the per-channel affine folded in.
-    const double inv_std = 1.0 / std::sqrt(var + eps);
-    const C scale = static_cast<C>(inv_std * weight[c]);
-    const C shift = static_cast<C>(bias[c] - mean * inv_std * weight[c]);
+    const auto [scale, shift] = foldedAffine<C>(mean, var, eps, weight[c], bias[c]);
     for (int64_t b = 0; b < batch; ++b) {
       const X* src = x + (b * channels + c) * inner;
       X* dst = y + (b * channels + c) * inner;
@@ -144,6 +187,7 @@ void batchNormBf16Kernel(const Node& n, std::span<const Tensor> in, std::span<Te
   const Shape& xs = in[0].shape();
   const int64_t batch = xs[0], channels = xs[1];
   const int64_t inner = numelOf(Shape(xs.begin() + 2, xs.end()));
+  if (inner == 1) return batchNormRowsImpl<BFloat16, float>(n, in, out);
   const bool training = n.i("training") != 0;
   const double momentum = n.f("momentum"), eps = n.f("eps");
   const auto* x = static_cast<const uint16_t*>(in[0].raw());
@@ -163,16 +207,12 @@ void batchNormBf16Kernel(const Node& n, std::span<const Tensor> in, std::span<Te
     double mean, var;
     if (training) {
       std::tie(mean, var) = momentsBf16(x + c * inner, batch, inner, channels * inner);
-      const double unbiased = var * static_cast<double>(count) / static_cast<double>(count - 1);
-      new_mean[c] = static_cast<float>((1 - momentum) * rmean[c] + momentum * mean);
-      new_var[c] = static_cast<float>((1 - momentum) * rvar[c] + momentum * unbiased);
+      updateRunning(c, mean, var, count, momentum, rmean, rvar, new_mean, new_var);
     } else {
       mean = rmean[c];
       var = rvar[c];
     }
-    const double inv_std = 1.0 / std::sqrt(var + eps);
-    const auto scale = static_cast<float>(inv_std * weight[c]);
-    const auto shift = static_cast<float>(bias[c] - mean * inv_std * weight[c]);
+    const auto [scale, shift] = foldedAffine<float>(mean, var, eps, weight[c], bias[c]);
     for (int64_t b = 0; b < batch; ++b) {
       const int64_t off = (b * channels + c) * inner;
       rowAffineBf16(x + off, y + off, inner, scale, shift);

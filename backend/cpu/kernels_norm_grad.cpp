@@ -23,6 +23,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/batch_norm_rows.h"
 #include "backend/cpu/cpu_loops.h"
 #include "backend/cpu/float_kernel.h"
 #include "backend/cpu/norm_moments.h"
@@ -39,6 +40,60 @@ int64_t innerSize(const Shape& s) {
 
 // ---- batch_norm_backward(g, x, weight[, running_mean, running_var]) -------------------
 
+/// The per-channel results of batch norm's backward given the sums
+/// sum_g = sum(g) and dotp = sum(g * (x - mean)): grad_weight, grad_bias,
+/// and the constants of the input gradient
+/// gx = (g - grad_mean - (x - mean) * k) * scale. Training: the batch mean
+/// and variance depend on x too (the projection of g onto the normalized
+/// output is removed); eval: the statistics are constants.
+template <typename C>
+struct ChannelGrad {
+  double grad_weight, grad_bias;
+  C scale, grad_mean, k;
+};
+template <typename C>
+ChannelGrad<C> channelGrad(double sum_g, double dotp, double invstd, double w, int64_t count, bool training) {
+  const bool batch_stats = training && count > 0;
+  const double n = static_cast<double>(count);
+  return {count > 0 ? dotp * invstd : 0.0, sum_g, static_cast<C>(invstd * w),
+          static_cast<C>(batch_stats ? sum_g / n : 0.0),
+          static_cast<C>(batch_stats ? dotp * invstd * invstd / n : 0.0)};
+}
+
+/// x with inner size 1 ([rows, channels], BatchNorm1d's layout):
+/// batch_norm_rows.h's loops, vectorized across the channels.
+template <typename X, typename P>
+void batchNormBackwardRowsImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
+  using C = compute_t<X>;
+  const int64_t rows = in[1].shape()[0], channels = in[1].shape()[1];
+  const bool training = n.i("training") != 0;
+  const double eps = n.f("eps");
+  const X* g = in[0].data<X>();
+  const X* x = in[1].data<X>();
+  const P* w = in[2].data<P>();
+  X* gx = allocAs(n, out, 0, in[1].dtype()).template data<X>();
+  P* gw = allocAs(n, out, 1, in[2].dtype()).template data<P>();
+  P* gb = allocAs(n, out, 2, in[2].dtype()).template data<P>();
+  std::vector<double> mean, var;
+  if (training) {
+    rowsMoments(x, rows, channels, mean, var);
+  } else {
+    mean.assign(in[3].data<P>(), in[3].data<P>() + channels);
+    var.assign(in[4].data<P>(), in[4].data<P>() + channels);
+  }
+  std::vector<double> sum_g, dot;
+  rowsGradSums(g, x, rows, channels, mean, sum_g, dot);
+  std::vector<C> cmean(static_cast<size_t>(channels)), scale(cmean), grad_mean(cmean), k(cmean);
+  for (int64_t c = 0; c < channels; ++c) {
+    const double invstd = 1.0 / std::sqrt(var[c] + eps);
+    const ChannelGrad<C> r = channelGrad<C>(sum_g[c], dot[c], invstd, w[c], rows, training);
+    gw[c] = static_cast<P>(r.grad_weight);
+    gb[c] = static_cast<P>(r.grad_bias);
+    cmean[c] = static_cast<C>(mean[c]), scale[c] = r.scale, grad_mean[c] = r.grad_mean, k[c] = r.k;
+  }
+  rowsNormGrad(g, x, gx, rows, channels, grad_mean.data(), cmean.data(), k.data(), scale.data());
+}
+
 /// X: the storage type of g, x and grad_x (float or double; amp's bf16 has
 /// its own loops, batchNormBackwardBf16Kernel); P: weight's, the
 /// statistics' and grad_weight's and grad_bias's. Arithmetic in
@@ -48,6 +103,7 @@ void batchNormBackwardImpl(const Node& n, std::span<const Tensor> in, std::span<
   using C = compute_t<X>;
   const Shape& xs = in[1].shape();
   const int64_t batch = xs[0], channels = xs[1], inner = innerSize(xs);
+  if (inner == 1) return batchNormBackwardRowsImpl<X, P>(n, in, out);
   const int64_t count = batch * inner;
   const bool training = n.i("training") != 0;
   const double eps = n.f("eps");
@@ -76,13 +132,10 @@ void batchNormBackwardImpl(const Node& n, std::span<const Tensor> in, std::span<
     // sum(g * (x - mean)); x sits at the same offset from x as p from g.
     const double dotp = sumRuns(gc, batch, inner, channels * inner,
                                 [&](const X* p, int64_t i) { return double(p[i]) * (double(x[p - g + i]) - mean); });
-    gw[c] = static_cast<P>(count > 0 ? dotp * invstd : 0.0);
-    gb[c] = static_cast<P>(sum_g);
-    const C scale = static_cast<C>(invstd * w[c]);
-    // Training: the batch mean and variance depend on x too (projection of
-    // g onto the normalized output removed); eval: the stats are constants.
-    const C grad_mean = static_cast<C>(training && count > 0 ? sum_g / static_cast<double>(count) : 0.0);
-    const C k = static_cast<C>(training && count > 0 ? dotp * invstd * invstd / static_cast<double>(count) : 0.0);
+    const auto [grad_weight, grad_bias, scale, grad_mean, k] =
+        channelGrad<C>(sum_g, dotp, invstd, w[c], count, training);
+    gw[c] = static_cast<P>(grad_weight);
+    gb[c] = static_cast<P>(grad_bias);
     const C tmean = static_cast<C>(mean);
     for (int64_t b = 0; b < batch; ++b) {
       const int64_t off = (b * channels + c) * inner;
@@ -262,6 +315,7 @@ bool batchNormBackwardBf16(const Node& n) {
 void batchNormBackwardBf16Kernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
   const Shape& xs = in[1].shape();
   const int64_t batch = xs[0], channels = xs[1], inner = innerSize(xs);
+  if (inner == 1) return batchNormBackwardRowsImpl<BFloat16, float>(n, in, out);
   const int64_t count = batch * inner;
   const bool training = n.i("training") != 0;
   const double eps = n.f("eps");
@@ -292,12 +346,10 @@ void batchNormBackwardBf16Kernel(const Node& n, std::span<const Tensor> in, std:
     }
     // The products were taken against tmean: sum g (x - mean) = sum g (x - tmean) - (mean - tmean) sum g.
     const double dotp = dot - (mean - static_cast<double>(tmean)) * sum_g;
-    gw[c] = static_cast<float>(count > 0 ? dotp * invstd : 0.0);
-    gb[c] = static_cast<float>(sum_g);
-    const auto scale = static_cast<float>(invstd * w[c]);
-    const auto grad_mean = static_cast<float>(training && count > 0 ? sum_g / static_cast<double>(count) : 0.0);
-    const auto k =
-        static_cast<float>(training && count > 0 ? dotp * invstd * invstd / static_cast<double>(count) : 0.0);
+    const auto [grad_weight, grad_bias, scale, grad_mean, k] =
+        channelGrad<float>(sum_g, dotp, invstd, w[c], count, training);
+    gw[c] = static_cast<float>(grad_weight);
+    gb[c] = static_cast<float>(grad_bias);
     for (int64_t b = 0; b < batch; ++b) {
       const int64_t off = (b * channels + c) * inner;
       rowNormGradBf16(g + off, x + off, gx + off, inner, grad_mean, tmean, k, scale);

@@ -382,41 +382,69 @@ TEST_F(KernelsNN, BatchNormTrainUpdatesRunningStats) {
   checkBatchNormTrain({8, 5, 6, 7}, 0.1, torch::kFloat32);
   checkBatchNormTrain({16, 12}, 0.3, torch::kFloat32);  // [N, C] as in BatchNorm1d
   checkBatchNormTrain({3, 4, 5, 5}, 0.1, torch::kFloat64);
+  // [N, C] over many row blocks (batch_norm_rows.cpp sums blocks of rows in parallel).
+  checkBatchNormTrain({5000, 24}, 0.1, torch::kFloat32);
+  checkBatchNormTrain({3001, 7, 1}, 0.1, torch::kFloat64);
+}
+
+// The [N, C] backward over many row blocks, training and eval, against
+// libtorch's autograd (grad_kernels_test covers small shapes in f64 too).
+TEST_F(KernelsNN, BatchNormRowsBackwardMatchesAutograd) {
+  for (bool training : {true, false}) {
+    const int64_t c = 24;
+    auto x = torch::randn({5000, c}) * 2 + 0.5, w = torch::randn({c}), b = torch::randn({c});
+    auto rm = torch::randn({c}), rv = torch::rand({c}) + 0.5;
+    auto xg = x.clone().requires_grad_(), wg = w.clone().requires_grad_(), bg = b.clone().requires_grad_();
+    auto y = torch::batch_norm(xg, wg, bg, rm.clone(), rv.clone(), training, 0.1, 1e-5, false);
+    auto g = torch::randn(y.sizes());
+    y.backward(g);
+    std::vector<torch::Tensor> args = {g, x, w};
+    if (!training) args.insert(args.end(), {rm, rv});
+    auto grads = runOp("batch_norm_backward", args, {{"training", int64_t{training}}, {"eps", 1e-5}});
+    ASSERT_EQ(grads.size(), 3u);
+    expectClose(grads[0], xg.grad(), 1e-5, "grad_x");
+    expectClose(grads[1], wg.grad(), 1e-5, "grad_weight");
+    expectClose(grads[2], bg.grad(), 1e-5, "grad_bias");
+  }
 }
 
 // amp's bf16 batch norm (x bf16, parameters and statistics f32), as torch's
 // CPU autocast runs it: forward in training and eval mode, and the backward
 // (grad_x bf16, parameter gradients f32) against libtorch's autograd.
+// NCHW and [N, C] (batch_norm_rows.cpp's loops, over several row blocks).
 TEST_F(KernelsNN, BatchNormBF16WithF32Params) {
-  const int64_t c = 6;
-  auto x = (torch::randn({4, c, 5, 7}) * 3 + 1).to(torch::kBFloat16), w = torch::randn({c}), b = torch::randn({c});
-  auto rm = torch::randn({c}), rv = torch::rand({c}) + 0.5;
-  auto out = runOp("batch_norm", {x, w, b, rm, rv}, {{"training", int64_t{1}}, {"momentum", 0.1}});
-  ASSERT_EQ(out.size(), 3u);
-  auto rm_t = rm.clone(), rv_t = rv.clone();
-  auto y = torch::batch_norm(x, w, b, rm_t, rv_t, true, 0.1, 1e-5, false);
-  ASSERT_EQ(y.scalar_type(), torch::kBFloat16);
-  expectClose(out[0], y, 1e-2, "bf16 y");
-  expectClose(out[1], rm_t, 1e-5, "f32 running_mean");
-  expectClose(out[2], rv_t, 1e-5, "f32 running_var");
-  auto eval = runOp("batch_norm", {x, w, b, rm, rv}, {{"training", int64_t{0}}});
-  ASSERT_EQ(eval.size(), 1u);
-  expectClose(eval[0], torch::batch_norm(x, w, b, rm, rv, false, 0.1, 1e-5, false), 1e-2, "bf16 eval y");
-  OneNode one("batch_norm", {x, w, b, rm, rv}, {{"training", int64_t{1}}});
-  EXPECT_EQ(KernelRegistry::cpu().select(*one.node)->name, "cpu.batch_norm_bf16");
+  for (const Ints& shape : {Ints{4, 6, 5, 7}, Ints{7000, 6}}) {
+    SCOPED_TRACE("shape [" + std::to_string(shape[0]) + ", " + std::to_string(shape[1]) + ", ...]");
+    const int64_t c = 6;
+    auto x = (torch::randn(shape) * 3 + 1).to(torch::kBFloat16), w = torch::randn({c}), b = torch::randn({c});
+    auto rm = torch::randn({c}), rv = torch::rand({c}) + 0.5;
+    auto out = runOp("batch_norm", {x, w, b, rm, rv}, {{"training", int64_t{1}}, {"momentum", 0.1}});
+    ASSERT_EQ(out.size(), 3u);
+    auto rm_t = rm.clone(), rv_t = rv.clone();
+    auto y = torch::batch_norm(x, w, b, rm_t, rv_t, true, 0.1, 1e-5, false);
+    ASSERT_EQ(y.scalar_type(), torch::kBFloat16);
+    expectClose(out[0], y, 1e-2, "bf16 y");
+    expectClose(out[1], rm_t, 1e-5, "f32 running_mean");
+    expectClose(out[2], rv_t, 1e-5, "f32 running_var");
+    auto eval = runOp("batch_norm", {x, w, b, rm, rv}, {{"training", int64_t{0}}});
+    ASSERT_EQ(eval.size(), 1u);
+    expectClose(eval[0], torch::batch_norm(x, w, b, rm, rv, false, 0.1, 1e-5, false), 1e-2, "bf16 eval y");
+    OneNode one("batch_norm", {x, w, b, rm, rv}, {{"training", int64_t{1}}});
+    EXPECT_EQ(KernelRegistry::cpu().select(*one.node)->name, "cpu.batch_norm_bf16");
 
-  // Backward: d/dx, d/dw, d/db of sum(bn(x) * g).
-  auto xg = x.clone().requires_grad_(), wg = w.clone().requires_grad_(), bg = b.clone().requires_grad_();
-  auto yg = torch::batch_norm(xg, wg, bg, rm.clone(), rv.clone(), true, 0.1, 1e-5, false);
-  auto g = torch::randn(yg.sizes()).to(torch::kBFloat16);
-  yg.backward(g);
-  auto grads = runOp("batch_norm_backward", {g, x, w}, {{"training", int64_t{1}}, {"eps", 1e-5}});
-  ASSERT_EQ(grads.size(), 3u);
-  expectClose(grads[0], xg.grad(), 2e-2, "bf16 grad_x");
-  expectClose(grads[1], wg.grad(), 1e-2, "f32 grad_weight");
-  expectClose(grads[2], bg.grad(), 1e-2, "f32 grad_bias");
-  OneNode back("batch_norm_backward", {g, x, w}, {{"training", int64_t{1}}, {"eps", 1e-5}});
-  EXPECT_EQ(KernelRegistry::cpu().select(*back.node)->name, "cpu.batch_norm_backward_bf16");
+    // Backward: d/dx, d/dw, d/db of sum(bn(x) * g).
+    auto xg = x.clone().requires_grad_(), wg = w.clone().requires_grad_(), bg = b.clone().requires_grad_();
+    auto yg = torch::batch_norm(xg, wg, bg, rm.clone(), rv.clone(), true, 0.1, 1e-5, false);
+    auto g = torch::randn(yg.sizes()).to(torch::kBFloat16);
+    yg.backward(g);
+    auto grads = runOp("batch_norm_backward", {g, x, w}, {{"training", int64_t{1}}, {"eps", 1e-5}});
+    ASSERT_EQ(grads.size(), 3u);
+    expectClose(grads[0], xg.grad(), 2e-2, "bf16 grad_x");
+    expectClose(grads[1], wg.grad(), 1e-2, "f32 grad_weight");
+    expectClose(grads[2], bg.grad(), 1e-2, "f32 grad_bias");
+    OneNode back("batch_norm_backward", {g, x, w}, {{"training", int64_t{1}}, {"eps", 1e-5}});
+    EXPECT_EQ(KernelRegistry::cpu().select(*back.node)->name, "cpu.batch_norm_backward_bf16");
+  }
 }
 
 TEST_F(KernelsNN, LayerNorm) {

@@ -1,0 +1,107 @@
+#include "backend/cpu/batch_norm_rows.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cpu/cpu_loops.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+/// Rows per block: about 32K elements, at least 16 rows.
+int64_t rowBlock(int64_t channels) {
+  return std::max<int64_t>(16, 32768 / std::max<int64_t>(channels, 1));
+}
+
+/// Calls body(r0, r1, partial) for each block of rows, blocks in parallel,
+/// with `partial` nsums * channels zeroed doubles of its own; returns the
+/// partials added in block order.
+template <class Body>
+std::vector<double> sumOverRowBlocks(int64_t rows, int64_t channels, int64_t nsums, Body body) {
+  const int64_t block = rowBlock(channels), width = nsums * channels;
+  const int64_t blocks = (rows + block - 1) / block;
+  std::vector<double> partial(static_cast<size_t>(blocks * width), 0.0);
+#pragma omp parallel for if (rows * channels > kOmpMinWork)
+  for (int64_t b = 0; b < blocks; ++b) body(b * block, std::min(rows, (b + 1) * block), partial.data() + b * width);
+  std::vector<double> out(static_cast<size_t>(width), 0.0);
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t i = 0; i < width; ++i) out[i] += partial[b * width + i];
+  return out;
+}
+
+template <class X>
+double wide(X v) {
+  return static_cast<double>(static_cast<compute_t<X>>(v));
+}
+
+}  // namespace
+
+template <class X>
+void rowsMoments(const X* x, int64_t rows, int64_t channels, std::vector<double>& mean, std::vector<double>& var) {
+  const double count = static_cast<double>(rows);
+  mean = sumOverRowBlocks(rows, channels, 1, [&](int64_t r0, int64_t r1, double* acc) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t c = 0; c < channels; ++c) acc[c] += wide(x[r * channels + c]);
+  });
+  for (double& m : mean) m = rows ? m / count : 0.0;
+  var = sumOverRowBlocks(rows, channels, 1, [&](int64_t r0, int64_t r1, double* acc) {
+    const double* m = mean.data();
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t c = 0; c < channels; ++c) {
+        const double d = wide(x[r * channels + c]) - m[c];
+        acc[c] += d * d;
+      }
+  });
+  for (double& v : var) v = rows ? v / count : std::nan("");
+}
+
+template <class X, class C>
+void rowsAffine(const X* x, X* y, int64_t rows, int64_t channels, const C* scale, const C* shift) {
+#pragma omp parallel for if (rows * channels > kOmpMinWork)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < channels; ++c)
+      y[r * channels + c] = static_cast<X>(static_cast<C>(x[r * channels + c]) * scale[c] + shift[c]);
+}
+
+template <class X>
+void rowsGradSums(const X* g, const X* x, int64_t rows, int64_t channels, const std::vector<double>& mean,
+                  std::vector<double>& sum_g, std::vector<double>& dot) {
+  // One pass for both: sums [0, C) hold sum g, [C, 2C) sum g (x - mean).
+  std::vector<double> both = sumOverRowBlocks(rows, channels, 2, [&](int64_t r0, int64_t r1, double* acc) {
+    const double* m = mean.data();
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t c = 0; c < channels; ++c) {
+        const double gv = wide(g[r * channels + c]);
+        acc[c] += gv;
+        acc[channels + c] += gv * (wide(x[r * channels + c]) - m[c]);
+      }
+  });
+  sum_g.assign(both.begin(), both.begin() + channels);
+  dot.assign(both.begin() + channels, both.end());
+}
+
+template <class X, class C>
+void rowsNormGrad(const X* g, const X* x, X* gx, int64_t rows, int64_t channels, const C* grad_mean, const C* mean,
+                  const C* k, const C* scale) {
+#pragma omp parallel for if (rows * channels > kOmpMinWork)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < channels; ++c) {
+      const int64_t i = r * channels + c;
+      gx[i] = static_cast<X>((C(g[i]) - grad_mean[c] - (C(x[i]) - mean[c]) * k[c]) * scale[c]);
+    }
+}
+
+#define KILN_BATCH_NORM_ROWS(X)                                                                                        \
+  template void rowsMoments<X>(const X*, int64_t, int64_t, std::vector<double>&, std::vector<double>&);                \
+  template void rowsAffine<X, compute_t<X>>(const X*, X*, int64_t, int64_t, const compute_t<X>*, const compute_t<X>*); \
+  template void rowsGradSums<X>(const X*, const X*, int64_t, int64_t, const std::vector<double>&,                      \
+                                std::vector<double>&, std::vector<double>&);                                           \
+  template void rowsNormGrad<X, compute_t<X>>(const X*, const X*, X*, int64_t, int64_t, const compute_t<X>*,           \
+                                              const compute_t<X>*, const compute_t<X>*, const compute_t<X>*);
+KILN_BATCH_NORM_ROWS(float)
+KILN_BATCH_NORM_ROWS(double)
+KILN_BATCH_NORM_ROWS(BFloat16)
+#undef KILN_BATCH_NORM_ROWS
+
+}  // namespace kiln::cpu
