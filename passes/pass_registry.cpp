@@ -2,6 +2,7 @@
 
 #include "passes/amp.h"
 #include "passes/autodiff.h"
+#include "passes/channels_last.h"
 #include "passes/cse.h"
 #include "passes/data_parallel.h"
 #include "passes/dce.h"
@@ -78,6 +79,13 @@ const std::vector<PassInfo>& allPasses() {
        "...) and fold until nothing changes, then cse and dce. Same values (bit for bit except -0.0 where a "
        "rule says so); statistics per rule.",
        runSimplify},
+      {"channels_last", "convolution chains on NHWC tensors, without per-call layout reorders",
+       "Run after simplify on a target whose convolutions take channels_last (PassContext::cpu_only_ops). Every "
+       "4-D conv2d and conv backward op becomes its channels_last form between NCHW <-> NHWC permutes; a "
+       "batch_norm (or backward) of such a permute normalizes the NHWC rows; then permute pairs cancel and "
+       "permutes move below elementwise ops and into sums, to a fixed point, so only the transposes at the "
+       "NCHW edges stay. Same values within float rounding.",
+       runChannelsLast},
       {"fold_transposes", "matmul of a transposed operand into one gemm that reads it transposed",
        "Run after simplify (permute pairs already cancelled) on a target with gemm kernels "
        "(PassContext::cpu_only_ops). A matmul of matrices or a gemm whose operand is a permute swapping the last "

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "backend/cpu/cpu_loops.h"
 
@@ -30,9 +31,24 @@ std::vector<double> sumOverRowBlocks(int64_t rows, int64_t channels, int64_t nsu
   return out;
 }
 
+/// The type one block's sums run in: float for bf16 (a block holds at most
+/// 32768 / C rows, far inside bf16's precision, and the loop stays in float
+/// vectors), double otherwise; blocks always combine in double.
 template <class X>
-double wide(X v) {
-  return static_cast<double>(static_cast<compute_t<X>>(v));
+using block_acc_t = std::conditional_t<std::is_same_v<X, BFloat16>, float, double>;
+
+template <class X>
+block_acc_t<X> wide(X v) {
+  return static_cast<block_acc_t<X>>(static_cast<compute_t<X>>(v));
+}
+
+/// Runs add(acc) on a zeroed block accumulator of `n` sums in block_acc_t<X>
+/// and adds it into `out`.
+template <class X, class Add>
+void blockSums(int64_t n, double* out, Add add) {
+  std::vector<block_acc_t<X>> acc(static_cast<size_t>(n), 0);
+  add(acc.data());
+  for (int64_t i = 0; i < n; ++i) out[i] += acc[i];
 }
 
 }  // namespace
@@ -40,20 +56,29 @@ double wide(X v) {
 template <class X>
 void rowsMoments(const X* x, int64_t rows, int64_t channels, std::vector<double>& mean, std::vector<double>& var) {
   const double count = static_cast<double>(rows);
-  mean = sumOverRowBlocks(rows, channels, 1, [&](int64_t r0, int64_t r1, double* acc) {
-    for (int64_t r = r0; r < r1; ++r)
-      for (int64_t c = 0; c < channels; ++c) acc[c] += wide(x[r * channels + c]);
+  mean = sumOverRowBlocks(rows, channels, 1, [&](int64_t r0, int64_t r1, double* out) {
+    blockSums<X>(channels, out, [&](auto* acc) {
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = 0; c < channels; ++c) acc[c] += wide(x[r * channels + c]);
+    });
   });
   for (double& m : mean) m = rows ? m / count : 0.0;
-  var = sumOverRowBlocks(rows, channels, 1, [&](int64_t r0, int64_t r1, double* acc) {
-    const double* m = mean.data();
-    for (int64_t r = r0; r < r1; ++r)
-      for (int64_t c = 0; c < channels; ++c) {
-        const double d = wide(x[r * channels + c]) - m[c];
-        acc[c] += d * d;
-      }
+  using A = block_acc_t<X>;
+  const std::vector<A> m(mean.begin(), mean.end());
+  var = sumOverRowBlocks(rows, channels, 1, [&](int64_t r0, int64_t r1, double* out) {
+    blockSums<X>(channels, out, [&](A* acc) {
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = 0; c < channels; ++c) {
+          const A d = wide(x[r * channels + c]) - m[c];
+          acc[c] += d * d;
+        }
+    });
   });
-  for (double& v : var) v = rows ? v / count : std::nan("");
+  // Deviations were taken from the mean rounded to A: correct for the offset.
+  for (int64_t c = 0; c < channels; ++c) {
+    const double off = mean[c] - static_cast<double>(m[c]);
+    var[c] = rows ? std::max(0.0, var[c] / count - off * off) : std::nan("");
+  }
 }
 
 template <class X, class C>
@@ -68,17 +93,22 @@ template <class X>
 void rowsGradSums(const X* g, const X* x, int64_t rows, int64_t channels, const std::vector<double>& mean,
                   std::vector<double>& sum_g, std::vector<double>& dot) {
   // One pass for both: sums [0, C) hold sum g, [C, 2C) sum g (x - mean).
-  std::vector<double> both = sumOverRowBlocks(rows, channels, 2, [&](int64_t r0, int64_t r1, double* acc) {
-    const double* m = mean.data();
-    for (int64_t r = r0; r < r1; ++r)
-      for (int64_t c = 0; c < channels; ++c) {
-        const double gv = wide(g[r * channels + c]);
-        acc[c] += gv;
-        acc[channels + c] += gv * (wide(x[r * channels + c]) - m[c]);
-      }
+  using A = block_acc_t<X>;
+  const std::vector<A> m(mean.begin(), mean.end());
+  std::vector<double> both = sumOverRowBlocks(rows, channels, 2, [&](int64_t r0, int64_t r1, double* out) {
+    blockSums<X>(2 * channels, out, [&](A* acc) {
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = 0; c < channels; ++c) {
+          const A gv = wide(g[r * channels + c]);
+          acc[c] += gv;
+          acc[channels + c] += gv * (wide(x[r * channels + c]) - m[c]);
+        }
+    });
   });
   sum_g.assign(both.begin(), both.begin() + channels);
   dot.assign(both.begin() + channels, both.end());
+  // Products were taken against the mean rounded to A: sum g (x - mean) = sum g (x - m) - (mean - m) sum g.
+  for (int64_t c = 0; c < channels; ++c) dot[c] -= (mean[c] - static_cast<double>(m[c])) * sum_g[c];
 }
 
 template <class X, class C>

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "backend/cpu/build_once_cache.h"
+#include "backend/cpu/conv_layout.h"
 #include "backend/cpu/cpu_loops.h"
 #include "backend/cpu/dnnl_common.h"
 #include "backend/cpu/float_kernel.h"
@@ -48,12 +49,14 @@ struct ConvGeom {
   int64_t sh, sw, ph, pw, dh, dw;
   int64_t oh, ow;
   bool bias;
+  bool nhwc;  // channels_last: x and y are [N, H, W, C]
 };
 
 ConvGeom convGeom(const Node& n) {
-  const Shape& x = n.input(0)->shape();
+  const bool nhwc = channelsLast(n);
+  const Shape x = nhwc ? nchwFromNhwc(n.input(0)->shape()) : n.input(0)->shape();
   const Shape& wt = n.input(1)->shape();
-  const Shape& y = n.output()->shape();
+  const Shape y = nhwc ? nchwFromNhwc(n.output()->shape()) : n.output()->shape();
   auto stride = pair(n, "stride"), pad = pair(n, "padding"), dil = pair(n, "dilation");
   ConvGeom g;
   g.n = x[0], g.c = x[1], g.h = x[2], g.w = x[3];
@@ -62,6 +65,7 @@ ConvGeom convGeom(const Node& n) {
   g.sh = stride[0], g.sw = stride[1], g.ph = pad[0], g.pw = pad[1], g.dh = dil[0], g.dw = dil[1];
   g.oh = y[2], g.ow = y[3];
   g.bias = n.numInputs() == 3;
+  g.nhwc = nhwc;
   return g;
 }
 
@@ -148,8 +152,8 @@ struct ConvTypes {
 std::string convKey(const ConvGeom& g, ConvTypes t) {
   std::string k =
       dnnlKeyPrefix() + std::to_string(static_cast<int>(t.in)) + ',' + std::to_string(static_cast<int>(t.out)) + ':';
-  for (int64_t v :
-       {g.n, g.c, g.h, g.w, g.o, g.cg, g.kh, g.kw, g.groups, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, int64_t{g.bias}})
+  for (int64_t v : {g.n, g.c, g.h, g.w, g.o, g.cg, g.kh, g.kw, g.groups, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw,
+                    int64_t{g.bias}, int64_t{g.nhwc}})
     k += std::to_string(v) + ',';
   return k;
 }
@@ -159,11 +163,16 @@ std::unique_ptr<DnnlConv> buildDnnlConv(const ConvGeom& g, ConvTypes t) {
   memory::dims src{g.n, g.c, g.h, g.w}, dst{g.n, g.o, g.oh, g.ow}, bias{g.o};
   memory::dims wei =
       g.groups == 1 ? memory::dims{g.o, g.cg, g.kh, g.kw} : memory::dims{g.groups, g.o / g.groups, g.cg, g.kh, g.kw};
-  c->user_src = memory::desc(src, t.in, tag::nchw);
-  c->user_dst = memory::desc(dst, t.out, tag::nchw);
+  // channels_last activations stay NHWC for the primitive too (oneDNN's nxc
+  // implementations read and write them in place); NCHW ones let oneDNN
+  // pick its layout and are reordered.
+  const tag act = g.nhwc ? tag::nhwc : tag::nchw;
+  c->user_src = memory::desc(src, t.in, act);
+  c->user_dst = memory::desc(dst, t.out, act);
   c->user_wei = memory::desc(wei, t.in, g.groups == 1 ? tag::oihw : tag::goihw);
   c->bias_md = memory::desc(bias, t.in, tag::x);
-  memory::desc any_src(src, t.in, tag::any), any_dst(dst, t.out, tag::any), any_wei(wei, t.in, tag::any);
+  memory::desc any_src(src, t.in, g.nhwc ? tag::nhwc : tag::any), any_dst(dst, t.out, g.nhwc ? tag::nhwc : tag::any),
+      any_wei(wei, t.in, tag::any);
   // oneDNN's dilation counts the gaps (0 = dense). Symmetric padding: oneDNN
   // derives the output size with the same floor formula as PyTorch.
   memory::dims strides{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pad{g.ph, g.pw};
@@ -277,7 +286,8 @@ void registerCpuConvKernels(KernelRegistry& r) {
   };
   r.add(alone({"conv2d", "onednn", "onednn.conv2d", 30, dnnlConvSupports, convDnnlKernel}));
   r.add(alone({"conv2d", "onednn", "onednn.conv2d_f16", 30, dnnlConvSupportsF16, viaComputeType<convDnnlKernel>}));
-  r.add({"conv2d", "blas", "blas.conv2d", 20, nullptr, viaComputeType<convIm2colKernel>});
+  // The reference loops read NCHW: channels_last nodes run on transposed copies.
+  r.add({"conv2d", "blas", "blas.conv2d", 20, nullptr, viaNchw<viaComputeType<convIm2colKernel>>});
 }
 
 }  // namespace kiln::cpu

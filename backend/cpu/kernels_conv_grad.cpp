@@ -38,6 +38,7 @@
 
 #include "backend/cpu/build_once_cache.h"
 #include "backend/cpu/cpu_features.h"
+#include "backend/cpu/conv_layout.h"
 #include "backend/cpu/cpu_loops.h"
 #include "backend/cpu/dnnl_common.h"
 #include "backend/cpu/float_kernel.h"
@@ -52,14 +53,17 @@ struct ConvGeom {
   int64_t o, cg, kh, kw;  // weight (cg = input channels per group)
   int64_t groups;
   int64_t sh, sw, ph, pw, dh, dw;
-  int64_t oh, ow;  // output (the gradient g)
+  int64_t oh, ow;     // output (the gradient g)
+  bool nhwc = false;  // channels_last: activations [N, H, W, C]
 };
 
 ConvGeom convGeom(const Node& n) {
   const bool weight_grad = n.op() == "conv2d_weight_backward";
-  const Shape x = weight_grad ? n.input(1)->shape() : n.is("input_shape");
+  const bool nhwc = channelsLast(n);
+  auto nchw = [nhwc](const Shape& s) { return nhwc ? nchwFromNhwc(s) : s; };
+  const Shape x = nchw(weight_grad ? n.input(1)->shape() : n.is("input_shape"));
   const Shape wt = weight_grad ? n.is("weight_shape") : n.input(1)->shape();
-  const Shape& g = n.input(0)->shape();
+  const Shape g = nchw(n.input(0)->shape());
   auto stride = pair(n, "stride"), pad = pair(n, "padding"), dil = pair(n, "dilation");
   ConvGeom c;
   c.n = x[0], c.c = x[1], c.h = x[2], c.w = x[3];
@@ -67,6 +71,7 @@ ConvGeom convGeom(const Node& n) {
   c.groups = n.i("groups");
   c.sh = stride[0], c.sw = stride[1], c.ph = pad[0], c.pw = pad[1], c.dh = dil[0], c.dw = dil[1];
   c.oh = g[2], c.ow = g[3];
+  c.nhwc = nhwc;
   return c;
 }
 
@@ -202,8 +207,11 @@ ConvDescs convDescs(const ConvGeom& g, bool any, memory::data_type dt) {
   memory::dims wei =
       g.groups == 1 ? memory::dims{g.o, g.cg, g.kh, g.kw} : memory::dims{g.groups, g.o / g.groups, g.cg, g.kh, g.kw};
   ConvDescs d;
-  d.src = memory::desc(src, dt, any ? tag::any : tag::nchw);
-  d.dst = memory::desc(dst, dt, any ? tag::any : tag::nchw);
+  // channels_last activations are NHWC for the primitive too: oneDNN runs
+  // its nxc implementations on them in place, with no reorder either way.
+  const tag act = g.nhwc ? tag::nhwc : any ? tag::any : tag::nchw;
+  d.src = memory::desc(src, dt, act);
+  d.dst = memory::desc(dst, dt, act);
   d.wei = memory::desc(wei, dt, any ? tag::any : g.groups == 1 ? tag::oihw : tag::goihw);
   // oneDNN's dilation counts the gaps (0 = dense). The right padding is what
   // the last window actually reaches (PyTorch's mkldnn path does the same):
@@ -284,8 +292,8 @@ std::unique_ptr<DnnlConvBackward> buildBackward(const ConvGeom& g, bool weights,
 const DnnlConvBackward* dnnlBackwardFor(const ConvGeom& g, bool weights, memory::data_type dt) {
   static BuildOnceCache<DnnlConvBackward> cache;
   std::string key = std::string(weights ? "w:" : "x:") + dnnlKeyPrefix() + std::to_string(static_cast<int>(dt)) + ':';
-  for (int64_t v :
-       {g.n, g.c, g.h, g.w, g.o, g.cg, g.kh, g.kw, g.groups, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.oh, g.ow})
+  for (int64_t v : {g.n, g.c, g.h, g.w, g.o, g.cg, g.kh, g.kw, g.groups, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.oh, g.ow,
+                    int64_t{g.nhwc}})
     key += std::to_string(v) + ',';
   return cache.get(key, [&]() -> std::unique_ptr<DnnlConvBackward> {
     try {
@@ -361,9 +369,10 @@ void registerCpuConvGradKernels(KernelRegistry& r) {
     KernelDef dnnl{name, "onednn", "onednn." + name, 30, dnnlSupports, dnnlBackwardKernel};
     dnnl.runs_beside_others = false;
     r.add(std::move(dnnl));
+    // The reference loops read NCHW: channels_last nodes run on transposed copies.
     r.add({name, "blas", "blas." + name, 20, nullptr,
-           name == "conv2d_input_backward" ? viaComputeType<inputBackwardGemmKernel>
-                                           : viaComputeType<weightBackwardGemmKernel>});
+           name == "conv2d_input_backward" ? viaNchw<viaComputeType<inputBackwardGemmKernel>>
+                                           : viaNchw<viaComputeType<weightBackwardGemmKernel>>});
   }
 }
 

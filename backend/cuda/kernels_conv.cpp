@@ -91,6 +91,7 @@ ConvGeom convGeom(const Node& n) {
 }
 
 bool convSupports(const Node& n) {
+  if (channelsLast(n)) return false;  // NCHW descriptors only (passes/channels_last.cpp is CPU-only)
   const DType t = n.input(0)->dtype();
   if (t != DType::F32 && t != DType::F64 && t != DType::F16 && t != DType::BF16) return false;
   for (const Value* v : n.inputs())

@@ -74,26 +74,38 @@ std::vector<std::string> convArgs(const Node& n) {
   return {ints(n, "stride"), ints(n, "padding"), ints(n, "dilation"), "False", "[0, 0]", pyInt(n.i("groups"))};
 }
 
+/// Activation operand i of a convolution node in NCHW: channels_last nodes
+/// (passes/channels_last.cpp) hold NHWC tensors, which aten reads permuted.
+std::string nchwIn(Emitter& e, const Node& n, size_t i) {
+  return channelsLast(n) ? e.call("aten.permute.default", {e.in(n, i), "[0, 3, 1, 2]"}) : e.in(n, i);
+}
+/// A convolution's NCHW activation result in the node's layout.
+std::string inLayout(Emitter& e, const Node& n, const std::string& y) {
+  return channelsLast(n) ? e.call("aten.permute.default", {y, "[0, 2, 3, 1]"}) : y;
+}
+
 void emitConv2d(Emitter& e, const Node& n) {
-  std::vector<std::string> args = {e.in(n, 0), e.in(n, 1), optionalIn(e, n, 2)};
+  std::vector<std::string> args = {nchwIn(e, n, 0), e.in(n, 1), optionalIn(e, n, 2)};
   for (std::string& a : convArgs(n)) args.push_back(std::move(a));
-  e.setOut(n, 0, e.call("aten.convolution.default", args));
+  e.setOut(n, 0, inLayout(e, n, e.call("aten.convolution.default", args)));
 }
 
 /// convolution_backward for one of its outputs (0: input, 1: weight).
-void emitConvBackward(Emitter& e, const Node& n, const std::string& input, const std::string& weight, int which) {
-  std::vector<std::string> args = {e.in(n, 0), input, weight, "None"};
+std::string convBackward(Emitter& e, const Node& n, const std::string& input, const std::string& weight, int which) {
+  std::vector<std::string> args = {nchwIn(e, n, 0), input, weight, "None"};
   for (std::string& a : convArgs(n)) args.push_back(std::move(a));
   args.push_back(which == 0 ? "[True, False, False]" : "[False, True, False]");
-  e.setOut(n, 0, e.item(e.call("aten.convolution_backward.default", args), which));
+  return e.item(e.call("aten.convolution_backward.default", args), which);
 }
 
 void emitConvInputBackward(Emitter& e, const Node& n) {
-  emitConvBackward(e, n, zerosLike(e, e.in(n, 0), n.is("input_shape")), e.in(n, 1), 0);
+  const Shape shape = n.is("input_shape");
+  const std::string input = zerosLike(e, e.in(n, 0), channelsLast(n) ? nchwFromNhwc(shape) : shape);
+  e.setOut(n, 0, inLayout(e, n, convBackward(e, n, input, e.in(n, 1), 0)));
 }
 
 void emitConvWeightBackward(Emitter& e, const Node& n) {
-  emitConvBackward(e, n, e.in(n, 1), zerosLike(e, e.in(n, 0), n.is("weight_shape")), 1);
+  e.setOut(n, 0, convBackward(e, n, nchwIn(e, n, 1), zerosLike(e, e.in(n, 0), n.is("weight_shape")), 1));
 }
 
 // ---- pooling ------------------------------------------------------------------------

@@ -24,7 +24,8 @@ void requireRank(const Node& n, size_t input, int64_t rank, const char* what) {
 std::vector<TensorType> inferConv2d(const Node& n) {
   requireRank(n, 0, 4, "input");
   requireRank(n, 1, 4, "weight");
-  const Shape& x = n.input(0)->shape();
+  const bool nhwc = channelsLast(n);
+  const Shape x = nhwc ? nchwFromNhwc(n.input(0)->shape()) : n.input(0)->shape();
   const Shape& w = n.input(1)->shape();
   auto stride = pair(n, "stride"), pad = pair(n, "padding"), dil = pair(n, "dilation");
   requireWindow(n, stride, "stride", 1);
@@ -39,7 +40,8 @@ std::vector<TensorType> inferConv2d(const Node& n) {
   int64_t oh = pooledLength(x[2], w[2], stride[0], pad[0], dil[0], false);
   int64_t ow = pooledLength(x[3], w[3], stride[1], pad[1], dil[1], false);
   if (oh <= 0 || ow <= 0) opFail(n, "kernel larger than padded input " + n.input(0)->type().str());
-  return {{n.input(0)->dtype(), {x[0], w[0], oh, ow}}};
+  const Shape y = {x[0], w[0], oh, ow};
+  return {{n.input(0)->dtype(), nhwc ? nhwcFromNchw(y) : y}};
 }
 
 Cost conv2dCost(const Node& n) {
@@ -140,8 +142,9 @@ Cost normCost(const Node& n) { return {8.0 * static_cast<double>(n.input(0)->typ
 
 void registerNNOps(OpTable& t) {
   const std::vector<int64_t> ones = {1, 1}, zeros = {0, 0}, none;
-  t.add({"conv2d", "2-D convolution (NCHW, weight OIHW); bias optional", 2, 3, 0,
-         {optAttr("stride", ones), optAttr("padding", zeros), optAttr("dilation", ones), optAttr("groups", int64_t{1})},
+  t.add({"conv2d", "2-D convolution (NCHW, or NHWC with channels_last=1; weight OIHW); bias optional", 2, 3, 0,
+         {optAttr("stride", ones), optAttr("padding", zeros), optAttr("dilation", ones), optAttr("groups", int64_t{1}),
+          optAttr("channels_last", int64_t{0})},
          inferConv2d, conv2dCost});
   t.add({"max_pool2d", "max pooling (NCHW); stride [] means kernel_size", 1, 1, 0,
          {reqAttr("kernel_size", AttrKind::Ints), optAttr("stride", none), optAttr("padding", zeros),

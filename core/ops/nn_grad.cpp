@@ -72,17 +72,22 @@ void checkConvShapes(const Node& n, const Shape& x, const Shape& w, const Shape&
                   shapeStr(x) + " and weight " + shapeStr(w));
 }
 
+/// An activation shape in NCHW: channels_last nodes hold theirs as NHWC.
+Shape asNchw(const Node& n, const Shape& s) {
+  return channelsLast(n) ? nchwFromNhwc(s) : s;
+}
+
 std::vector<TensorType> inferConvInputBackward(const Node& n) {
   requireFloating(n, 0);
-  Shape x = shapeAttr(n, "input_shape", 4);
-  checkConvShapes(n, x, n.input(1)->shape(), n.input(0)->shape());
+  Shape x = shapeAttr(n, "input_shape", 4);  // in the node's layout
+  checkConvShapes(n, asNchw(n, x), n.input(1)->shape(), asNchw(n, n.input(0)->shape()));
   return {{n.input(0)->dtype(), x}};
 }
 
 std::vector<TensorType> inferConvWeightBackward(const Node& n) {
   requireFloating(n, 0);
   Shape w = shapeAttr(n, "weight_shape", 4);
-  checkConvShapes(n, n.input(1)->shape(), w, n.input(0)->shape());
+  checkConvShapes(n, asNchw(n, n.input(1)->shape()), w, asNchw(n, n.input(0)->shape()));
   return {{n.input(0)->dtype(), w}};
 }
 
@@ -173,10 +178,12 @@ std::vector<TensorType> inferEmbeddingBackward(const Node& n) {
 
 /// The forward conv's window attributes, as explicit values.
 AttrMap convAttrs(const Node& n) {
-  return {{"stride", n.is("stride")},
-          {"padding", n.is("padding")},
-          {"dilation", n.is("dilation")},
-          {"groups", n.i("groups")}};
+  AttrMap a = {{"stride", n.is("stride")},
+               {"padding", n.is("padding")},
+               {"dilation", n.is("dilation")},
+               {"groups", n.i("groups")}};
+  if (channelsLast(n)) a["channels_last"] = int64_t{1};
+  return a;
 }
 
 void conv2dGrad(GradContext& c) {
@@ -194,7 +201,8 @@ void conv2dGrad(GradContext& c) {
     c.setGrad(1, c.op("conv2d_weight_backward", {g, c.in(0)}, std::move(a)));
   }
   // Bias: summed over batch and spatial dims (PyTorch: grad.sum({0, 2, 3})).
-  if (c.numInputs() == 3 && c.needs(2)) c.setGrad(2, c.op("sum", {g}, {{"dims", Ints{0, 2, 3}}}));
+  const Ints spatial = channelsLast(n) ? Ints{0, 1, 2} : Ints{0, 2, 3};
+  if (c.numInputs() == 3 && c.needs(2)) c.setGrad(2, c.op("sum", {g}, {{"dims", spatial}}));
 }
 
 /// The forward pool's attributes that the backward ops share (all explicit).
@@ -258,7 +266,8 @@ void registerNNGrads(OpTable& t) {
   const Ints ones = {1, 1}, zeros = {0, 0}, none;
   auto convSpec = [&](const char* shape_attr) {
     return std::vector<AttrSpec>{reqAttr(shape_attr, AttrKind::Ints), optAttr("stride", ones),
-                                 optAttr("padding", zeros), optAttr("dilation", ones), optAttr("groups", int64_t{1})};
+                                 optAttr("padding", zeros),           optAttr("dilation", ones),
+                                 optAttr("groups", int64_t{1}),       optAttr("channels_last", int64_t{0})};
   };
   t.add({"conv2d_input_backward", "gradient of conv2d w.r.t. its input: (grad_output, weight) -> input_shape", 2, 2, 0,
          convSpec("input_shape"), inferConvInputBackward, convBackwardCost});

@@ -126,6 +126,14 @@ std::vector<int64_t> pair(const Node& n, const std::string& attr) {
   return v;
 }
 
+bool channelsLast(const Node& n) {
+  const Attr* a = n.attr("channels_last");
+  return a && std::get<int64_t>(*a) != 0;
+}
+
+Shape nchwFromNhwc(const Shape& s) { return s.size() == 4 ? Shape{s[0], s[3], s[1], s[2]} : s; }
+Shape nhwcFromNchw(const Shape& s) { return s.size() == 4 ? Shape{s[0], s[2], s[3], s[1]} : s; }
+
 std::vector<TensorType> inferSameAsInput0(const Node& n) { return {n.input(0)->type()}; }
 
 }  // namespace kiln

@@ -59,6 +59,14 @@ std::vector<DimGroup> groupDims(const Shape& s, const std::vector<int64_t>& axes
 /// Expect a 2-element int list (e.g. stride), expanding a 1-element one.
 std::vector<int64_t> pair(const Node& n, const std::string& attr);
 
+/// The convolution ops' `channels_last` layout (conv2d and its backward
+/// ops, set by passes/channels_last.cpp): their activation tensors are
+/// [N, H, W, C] instead of [N, C, H, W]; weights stay OIHW.
+bool channelsLast(const Node& n);
+/// [N, H, W, C] -> [N, C, H, W] and back (4-D shapes).
+Shape nchwFromNhwc(const Shape& s);
+Shape nhwcFromNchw(const Shape& s);
+
 // Common inference functions.
 std::vector<TensorType> inferSameAsInput0(const Node& n);
 

@@ -5,10 +5,13 @@
 // dropout's mask and reproducibility, softmax/log_softmax. Also times a
 // ResNet-sized convolution against torch::conv2d (printed, not asserted).
 #include <gtest/gtest.h>
+
 #include <torch/torch.h>
+#include <functional>
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <cstdio>
 
 #include "backend/cpu/cpu_features.h"
@@ -120,6 +123,66 @@ void checkConvBackwardBf16(const ConvCase& c) {
   expectClose(dw[0], w.grad(), 2e-2, "bf16 weight gradient");
   OneNode in_node("conv2d_input_backward", {g, w.detach()}, in_attrs);
   if (cpu::cpuHasAvx512()) EXPECT_EQ(KernelRegistry::cpu().select(*in_node.node)->name, "onednn.conv2d_input_backward");
+}
+
+/// conv2d and its backward ops with channels_last=1 (NHWC activations,
+/// OIHW weights; passes/channels_last.cpp) against libtorch's NCHW
+/// convolution and autograd on the same values: forward (with the bias),
+/// input gradient and weight gradient, in f32 and bf16 (whose gradients
+/// libtorch computes in bf16 too, hence the looser bounds).
+void checkConvChannelsLast(const ConvCase& c, torch::ScalarType dt) {
+  auto x = torch::randn(c.x).to(dt).requires_grad_(), w = torch::randn(c.w).to(dt).requires_grad_();
+  auto b = torch::randn({c.w[0]}).to(dt);
+  auto y = torch::conv2d(x, w, c.bias ? b : torch::Tensor(), c.stride, c.padding, c.dilation, c.groups);
+  auto g = torch::randn(y.sizes()).to(dt);
+  y.backward(g);
+  auto nhwc = [](const torch::Tensor& t) { return t.detach().permute({0, 2, 3, 1}).contiguous(); };
+  auto nchw = [](const torch::Tensor& t) { return t.permute({0, 3, 1, 2}); };
+  AttrMap attrs = {{"stride", c.stride},
+                   {"padding", c.padding},
+                   {"dilation", c.dilation},
+                   {"groups", c.groups},
+                   {"channels_last", int64_t{1}}};
+  std::vector<torch::Tensor> ins = {nhwc(x), w.detach()};
+  if (c.bias) ins.push_back(b);
+  AttrMap in_attrs = attrs, w_attrs = attrs;
+  in_attrs["input_shape"] = Ints{c.x[0], c.x[2], c.x[3], c.x[1]};
+  w_attrs["weight_shape"] = c.w;
+  const bool bf16 = dt == torch::kBFloat16;
+  // Each of the three results against libtorch's, however they were run.
+  using Runner =
+      std::function<std::vector<torch::Tensor>(const std::string&, const std::vector<torch::Tensor>&, const AttrMap&)>;
+  auto check = [&](const Runner& run, const std::string& how) {
+    auto out = run("conv2d", ins, attrs);
+    auto dx = run("conv2d_input_backward", {nhwc(g), w.detach()}, in_attrs);
+    auto dw = run("conv2d_weight_backward", {nhwc(g), nhwc(x)}, w_attrs);
+    ASSERT_EQ(out.size(), 1u);
+    ASSERT_EQ(dx.size(), 1u);
+    ASSERT_EQ(dw.size(), 1u);
+    expectClose(nchw(out[0]), y, bf16 ? 1e-2 : 1e-5, how + " forward");
+    expectClose(nchw(dx[0]), x.grad(), bf16 ? 1e-2 : 1e-5, how + " input gradient");
+    expectClose(dw[0], w.grad(), bf16 ? 2e-2 : 1e-5, how + " weight gradient");
+  };
+  check([](const std::string& op, const std::vector<torch::Tensor>& in, const AttrMap& a) { return runOp(op, in, a); },
+        "selected");
+  // oneDNN runs them by default; the reference loops (on transposed copies) agree too.
+  OneNode fwd("conv2d", ins, attrs);
+  EXPECT_EQ(KernelRegistry::cpu().select(*fwd.node)->name, "onednn.conv2d");
+  OneNode wgrad("conv2d_weight_backward", {nhwc(g), nhwc(x)}, w_attrs);
+  EXPECT_EQ(KernelRegistry::cpu().select(*wgrad.node)->name, "onednn.conv2d_weight_backward");
+  check([](const std::string& op, const std::vector<torch::Tensor>& in,
+           const AttrMap& a) { return runKernel("blas." + op, op, in, a); },
+        "blas");
+}
+
+TEST_F(KernelsNN, ConvChannelsLast) {
+  for (auto dt : {torch::kFloat32, torch::kBFloat16}) {
+    SCOPED_TRACE(dt == torch::kFloat32 ? "f32" : "bf16");
+    checkConvChannelsLast({{2, 8, 12, 12}, {16, 8, 3, 3}, {1, 1}, {1, 1}}, dt);
+    checkConvChannelsLast({{2, 32, 7, 7}, {24, 32, 1, 1}, {2, 2}, {0, 0}, {1, 1}, 1, false}, dt);
+    checkConvChannelsLast({{2, 3, 17, 15}, {5, 3, 3, 5}, {2, 1}, {1, 2}, {2, 1}, 1, false}, dt);
+    checkConvChannelsLast({{2, 16, 14, 14}, {16, 1, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 16}, dt);
+  }
 }
 
 TEST_F(KernelsNN, Conv3x3Padded) {

@@ -1,0 +1,368 @@
+// The channels_last pass.
+//
+// Needs: a target whose convolutions take channels_last (PassContext::
+// cpu_only_ops: the CPU's oneDNN kernels do, in f32 and bf16; cuDNN's here
+// not). Runs on the step graph after simplify and before fuse.
+// Does: every 4-D conv2d, conv2d_input_backward and conv2d_weight_backward
+// in a chain (a region of convolutions, batch norms and elementwise ops
+// holding at least two forward convolutions) becomes its channels_last form (core/ops/nn.cpp: activations [N, H, W, C],
+// weights OIHW) between two permutes, NCHW -> NHWC before and back after.
+// A batch_norm (or its backward) whose input is such a permute's result
+// normalizes the [N*H*W, C] rows of the NHWC tensor instead (the same
+// per-channel statistics; kernels vectorize across channels). Then, to a
+// fixed point: a permute of a permute that composes to the identity is
+// its input; an elementwise op (fuse's fusibleOps, or a cast) whose
+// operands are all the same permute (or scalars) runs before the permute
+// instead, when that leaves no more permutes than before; a sum or mean of
+// a permute that keeps the remaining dims in order reduces the permute's
+// input. What is left are transposes at the NCHW edges (the input image,
+// a max pool, the global pooling).
+// Why: oneDNN's convolutions want their own layouts (nhwc for bf16's
+// brgconv, blocked nChw16c for the f32 backward); given NCHW tensors every
+// call reorders its activations in and its result out. On ResNet-50 bf16 at
+// batch 8 those reorders took 183 ms of a 1.1 s step.
+// Guarantees: the same values; oneDNN's NHWC kernels may sum in another
+// order (float rounding), the batch-norm row sums add blocks of rows in
+// another order than the per-channel runs.
+#include "passes/channels_last.h"
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "core/ops/op_helpers.h"
+#include "passes/dce.h"
+#include "passes/fuse.h"
+
+namespace kiln {
+namespace {
+
+using Ints = std::vector<int64_t>;
+
+const Ints kToNhwc = {0, 2, 3, 1};
+const Ints kToNchw = {0, 3, 1, 2};
+
+bool isPermuteBy(const Node* p, const Ints& dims) {
+  return p && p->op() == "permute" && p->is("dims") == dims;
+}
+
+Ints inversePermutation(const Ints& p) {
+  Ints inv(p.size());
+  for (size_t d = 0; d < p.size(); ++d) inv[static_cast<size_t>(p[d])] = static_cast<int64_t>(d);
+  return inv;
+}
+
+bool isScalar(const Value* v) {
+  return v->type().rank() == 0;
+}
+
+/// The graph edits, with the nodes they erased (never visited again).
+struct Rewriter {
+  Graph& g;
+  std::unordered_set<const Node*> gone;
+  double convs = 0, norms = 0, cancelled = 0;
+
+  /// permute(v, dims), reusing one that already exists before `at`
+  /// (several convolutions read one activation, forward and backward).
+  Value* permute(Value* v, const Ints& dims, const Node& at) {
+    for (const Use& u : v->uses())
+      if (isPermuteBy(u.user, dims) && !gone.count(u.user) && before(u.user, &at)) return u.user->output();
+    return g.add("permute", {v}, {{"dims", dims}}, at.scope(), at.provenance());
+  }
+
+  /// Whether `a` comes before `b` in the graph (positions kept up to date lazily).
+  bool before(const Node* a, const Node* b) {
+    for (const auto& n : g.nodes()) {
+      if (n.get() == a) return true;
+      if (n.get() == b) return false;
+    }
+    return false;
+  }
+
+  /// Erases `n` if nothing reads its outputs, then its inputs' producers
+  /// that became unused permutes or reshapes.
+  void eraseIfDead(Node* n) {
+    if (!n || gone.count(n)) return;
+    for (const Value* o : n->outputs())
+      if (!o->uses().empty() || isReturned(o)) return;
+    std::vector<Node*> producers;
+    for (Value* v : n->inputs()) producers.push_back(v->producer());
+    g.erase(n);
+    gone.insert(n);
+    for (Node* p : producers)
+      if (p && (p->op() == "permute" || p->op() == "reshape")) eraseIfDead(p);
+  }
+
+  bool isReturned(const Value* v) const {
+    for (const GraphOutput& o : g.outputs())
+      if (o.value == v) return true;
+    return false;
+  }
+
+  /// Replaces n's outputs by `outs` and erases n.
+  void replace(Node* n, const std::vector<Value*>& outs) {
+    for (size_t i = 0; i < outs.size(); ++i) g.replaceAllUsesWith(n->output(i), outs[i]);
+    eraseIfDead(n);
+  }
+
+  void convertConv(Node* n) {
+    g.setInsertPoint(n);
+    AttrMap a = n->attrs();
+    a["channels_last"] = int64_t{1};
+    std::vector<Value*> in(n->inputs().begin(), n->inputs().end());
+    const bool weight_grad = n->op() == "conv2d_weight_backward";
+    in[0] = permute(in[0], kToNhwc, *n);  // x, or the output gradient
+    if (weight_grad) in[1] = permute(in[1], kToNhwc, *n);
+    if (n->op() == "conv2d_input_backward") {
+      const Ints& s = n->is("input_shape");
+      a["input_shape"] = nhwcFromNchw(Shape(s.begin(), s.end()));
+    }
+    Value* y = g.add(n->op(), in, std::move(a), n->scope(), n->provenance());
+    replace(n, {weight_grad ? y : permute(y, kToNchw, *n)});
+    ++convs;
+  }
+
+  /// batch_norm(x, ...) / batch_norm_backward(g, x, ...) on the NHWC rows.
+  void convertNorm(Node* n) {
+    g.setInsertPoint(n);
+    const bool backward = n->op() == "batch_norm_backward";
+    const Shape& s = n->input(backward ? 1 : 0)->shape();
+    const Shape nhwc = nhwcFromNchw(s);
+    const Ints rows = {s[0] * s[2] * s[3], s[1]};
+    auto toRows = [&](Value* v) {
+      return g.add("reshape", {permute(v, kToNhwc, *n)}, {{"shape", rows}}, n->scope(), n->provenance());
+    };
+    std::vector<Value*> in(n->inputs().begin(), n->inputs().end());
+    in[0] = toRows(in[0]);
+    if (backward) in[1] = toRows(in[1]);
+    Node* m = g.create(n->op(), in, n->attrs(), n->scope(), n->provenance());
+    Value* y =
+        g.add("reshape", {m->output(0)}, {{"shape", Ints(nhwc.begin(), nhwc.end())}}, n->scope(), n->provenance());
+    std::vector<Value*> outs = {permute(y, kToNchw, *n)};
+    for (size_t i = 1; i < m->numOutputs(); ++i) outs.push_back(m->output(i));
+    replace(n, outs);
+    ++norms;
+  }
+
+  /// permute(permute(x, a), b) that composes to the identity: x.
+  bool cancel(Node* n) {
+    Node* p = n->input(0)->producer();
+    if (!p || p->op() != "permute") return false;
+    const Ints &a = p->is("dims"), &b = n->is("dims");
+    if (a.size() != b.size()) return false;
+    for (size_t d = 0; d < b.size(); ++d)
+      if (a[static_cast<size_t>(b[d])] != static_cast<int64_t>(d)) return false;
+    replace(n, {p->input(0)});
+    ++cancelled;
+    return true;
+  }
+
+  /// op(permute(a, P), b, scalars) -> permute(op(a, permute(b, P^-1), ...), P):
+  /// the op runs in the permuted layout when that leaves no more permutes
+  /// than before: the copies added (one per operand that is not a permute,
+  /// one for the result unless every reader permutes it back) are at most
+  /// those that go (operand permutes read only here, the readers' permutes).
+  bool sinkElementwise(Node* n) {
+    const Node* perm = nullptr;
+    for (const Value* v : n->inputs()) {
+      const Node* p = v->producer();
+      if (isScalar(v) || !p || p->op() != "permute") continue;
+      if (perm && p->is("dims") != perm->is("dims")) return false;
+      perm = p;
+    }
+    if (!perm) return false;
+    const Ints dims = perm->is("dims"), inverse = inversePermutation(dims);
+    const auto rank = static_cast<int64_t>(dims.size());
+    if (n->output()->type().rank() != rank) return false;
+    int added = 0, removed = 0;
+    for (const Value* v : n->inputs()) {
+      if (isScalar(v)) continue;
+      if (v->type().rank() != rank) return false;  // a broadcast operand: its dims would move too
+      if (!isPermuteBy(v->producer(), dims)) {
+        ++added;
+      } else if (!isReturned(v) &&
+                 std::all_of(v->uses().begin(), v->uses().end(), [n](const Use& u) { return u.user == n; })) {
+        ++removed;
+      }
+    }
+    const Value* y = n->output();
+    const bool undone = !isReturned(y) && !y->uses().empty() &&
+                        std::all_of(y->uses().begin(), y->uses().end(),
+                                    [&](const Use& u) { return isPermuteBy(u.user, inverse); });
+    (undone ? removed : added) += 1;
+    if (added > removed) return false;
+    g.setInsertPoint(n);
+    std::vector<Value*> in;
+    for (Value* v : n->inputs())
+      in.push_back(isScalar(v)                          ? v
+                   : isPermuteBy(v->producer(), dims) ? v->producer()->input(0)
+                                                      : permute(v, inverse, *n));
+    Value* out = g.add(n->op(), in, n->attrs(), n->scope(), n->provenance());
+    replace(n, {permute(out, dims, *n)});
+    return true;
+  }
+
+  /// sum / mean (keepdim 0) of permute(x, P) whose kept dims stay in order:
+  /// the same reduction of x over the permuted dims.
+  bool sinkReduction(Node* n) {
+    Node* p = n->input(0)->producer();
+    if (!p || p->op() != "permute" || n->i("keepdim") != 0) return false;
+    const Ints& perm = p->is("dims");
+    const auto rank = static_cast<int64_t>(perm.size());
+    std::vector<int64_t> axes = reductionAxes(*n, n->is("dims"), rank);
+    std::vector<bool> reduced(static_cast<size_t>(rank), false);
+    for (int64_t a : axes) reduced[static_cast<size_t>(a)] = true;
+    Ints dims, kept;
+    for (int64_t d = 0; d < rank; ++d) (reduced[d] ? dims : kept).push_back(perm[static_cast<size_t>(d)]);
+    if (!std::is_sorted(kept.begin(), kept.end())) return false;
+    std::sort(dims.begin(), dims.end());
+    g.setInsertPoint(n);
+    AttrMap a = n->attrs();
+    a["dims"] = dims;
+    replace(n, {g.add(n->op(), {p->input(0)}, std::move(a), n->scope(), n->provenance())});
+    return true;
+  }
+};
+
+/// A convolution op to convert: 4-D, NCHW, in f32 or bf16 (what oneDNN's
+/// channels_last kernels compute; the reference loops read NCHW only).
+bool isConv(const Node& n) {
+  if (n.op() != "conv2d" && n.op() != "conv2d_input_backward" && n.op() != "conv2d_weight_backward") return false;
+  const DType t = n.input(0)->dtype();
+  return !channelsLast(n) && n.input(0)->type().rank() == 4 && (t == DType::F32 || t == DType::BF16);
+}
+
+/// A batch norm over NCHW whose x is an NHWC tensor made NCHW.
+bool isNormAfterConv(const Node& n) {
+  if (n.op() != "batch_norm" && n.op() != "batch_norm_backward") return false;
+  const Value* x = n.input(n.op() == "batch_norm" ? 0 : 1);
+  return x->type().rank() == 4 && isPermuteBy(x->producer(), kToNchw);
+}
+
+bool sinksThroughElementwise(const Node& n) {
+  return n.numOutputs() == 1 && (n.op() == "cast" || fusibleOps().count(n.op()));
+}
+
+/// Ops that can run on NHWC activations once converted (or have permutes
+/// move through them).
+bool layoutFlexible(const Node& n) {
+  return isConv(n) || n.op() == "batch_norm" || n.op() == "batch_norm_backward" || sinksThroughElementwise(n);
+}
+
+/// The activation operands of a layout-flexible node (what would be NHWC):
+/// a convolution's weight is not one, nor a weight gradient.
+std::vector<size_t> activationInputs(const Node& n) {
+  if (n.op() == "conv2d" || n.op() == "conv2d_input_backward" || n.op() == "batch_norm") return {0};
+  if (n.op() == "conv2d_weight_backward" || n.op() == "batch_norm_backward") return {0, 1};
+  std::vector<size_t> all;
+  for (size_t i = 0; i < n.numInputs(); ++i)
+    if (n.input(i)->type().rank() == 4) all.push_back(i);
+  return all;
+}
+bool hasActivationOutput(const Node& n) {
+  return n.op() != "conv2d_weight_backward";
+}
+
+/// The convolutions worth converting. Layout-flexible nodes joined by the
+/// 4-D activations they pass each other form regions; a region is
+/// converted when it holds at least two forward convolutions and no more
+/// activations cross its border (each a transpose once converted) than it
+/// has convolution nodes (each of which stops reordering its activations
+/// in and out, two to three per call). A lone convolution between
+/// NCHW-only neighbours (a stem before a max pool), or convolutions each
+/// boxed in by group norms (a diffusion UNet's), would trade their reorders
+/// for as many transposes and gain nothing (measured: the UNet's bf16 step
+/// 12% slower converted).
+std::vector<Node*> convsInChains(Graph& g) {
+  std::unordered_map<const Node*, const Node*> parent;
+  auto find = [&](const Node* n) {
+    while (parent.at(n) != n) n = parent[n] = parent.at(parent.at(n));
+    return n;
+  };
+  auto inRegion = [&](const Node* n) { return n && parent.count(n) > 0; };
+  for (const auto& n : g.nodes())
+    if (layoutFlexible(*n)) parent[n.get()] = n.get();
+  for (const auto& n : g.nodes()) {
+    if (!inRegion(n.get())) continue;
+    for (size_t i : activationInputs(*n)) {
+      const Node* p = n->input(i)->producer();
+      if (inRegion(p) && hasActivationOutput(*p)) parent[find(p)] = find(n.get());
+    }
+  }
+  std::unordered_map<const Node*, int> forward_convs, convs, border;
+  std::unordered_map<const Node*, std::unordered_set<const Value*>> incoming;
+  std::unordered_set<const Value*> outs;
+  for (const GraphOutput& o : g.outputs()) outs.insert(o.value);
+  for (const auto& n : g.nodes()) {
+    if (!inRegion(n.get())) continue;
+    const Node* root = find(n.get());
+    if (isConv(*n)) ++convs[root], forward_convs[root] += n->op() == "conv2d";
+    // An activation coming in from outside the region (one transpose however many read it).
+    for (size_t i : activationInputs(*n)) {
+      const Node* p = n->input(i)->producer();
+      if (!inRegion(p) || !hasActivationOutput(*p) || find(p) != root) incoming[root].insert(n->input(i));
+    }
+    // An activation leaving it: read by a node outside, or returned.
+    if (!hasActivationOutput(*n)) continue;
+    const Value* y = n->output(0);
+    bool leaves = outs.count(y) > 0;
+    for (const Use& u : y->uses()) {
+      const auto ins = inRegion(u.user) ? activationInputs(*u.user) : std::vector<size_t>{};
+      leaves |= !inRegion(u.user) || find(u.user) != root ||
+                std::find(ins.begin(), ins.end(), u.index) == ins.end();
+    }
+    border[root] += leaves;
+  }
+  std::vector<Node*> out;
+  for (const auto& n : g.nodes())
+    if (isConv(*n)) {
+      const Node* root = find(n.get());
+      const int crossing = border[root] + static_cast<int>(incoming[root].size());
+      if (forward_convs[root] >= 2 && crossing <= convs[root]) out.push_back(n.get());
+    }
+  return out;
+}
+
+}  // namespace
+
+Result<PassResult> runChannelsLast(Graph& g, PassContext& ctx) {
+  PassResult res;
+  if (!ctx.cpu_only_ops) return res;
+  Rewriter r{g};
+  const std::vector<Node*> convs = convsInChains(g);
+  if (convs.empty()) return res;
+  for (Node* n : convs) r.convertConv(n);
+  for (bool changed = true; changed;) {
+    changed = false;
+    r.gone.clear();  // the addresses of nodes erased last round may hold new nodes now
+    std::vector<Node*> order;
+    for (const auto& n : g.nodes()) order.push_back(n.get());
+    for (Node* n : order) {
+      if (r.gone.count(n)) continue;
+      if (isNormAfterConv(*n)) {
+        r.convertNorm(n);
+        changed = true;
+      } else if (n->op() == "permute") {
+        changed |= r.cancel(n);
+      } else if (sinksThroughElementwise(*n)) {
+        changed |= r.sinkElementwise(n);
+      } else if (n->op() == "sum" || n->op() == "mean") {
+        changed |= r.sinkReduction(n);
+      }
+    }
+  }
+  g.setInsertPoint(nullptr);
+  auto d = runDce(g, ctx);
+  if (!d) return d.error();
+  double transposes = 0;
+  for (const auto& n : g.nodes()) transposes += isPermuteBy(n.get(), kToNhwc) || isPermuteBy(n.get(), kToNchw);
+  res.changed = true;
+  res.statistics = {{"convolutions", r.convs},
+                    {"batch_norms", r.norms},
+                    {"transposes", transposes},
+                    {"transposes_cancelled", r.cancelled}};
+  return res;
+}
+
+}  // namespace kiln

@@ -1,0 +1,17 @@
+// The channels_last pass: convolution chains run on NHWC tensors, so
+// oneDNN's convolutions read and write them in place instead of reordering
+// every activation into their layout and back.
+#pragma once
+
+#include "passes/pass.h"
+
+namespace kiln {
+
+/// The channels_last pass (see passes/channels_last.cpp). Statistics:
+/// convolutions and batch_norms (nodes moved to NHWC), transposes (the
+/// layout copies left in the graph, at its NCHW edges) and
+/// transposes_cancelled. Does nothing when PassContext::cpu_only_ops is
+/// false.
+Result<PassResult> runChannelsLast(Graph& g, PassContext& ctx);
+
+}  // namespace kiln
