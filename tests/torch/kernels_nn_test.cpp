@@ -7,12 +7,11 @@
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
-#include <functional>
 
 #include <algorithm>
 #include <chrono>
-#include <functional>
 #include <cstdio>
+#include <functional>
 
 #include "backend/cpu/cpu_features.h"
 #include "backend/kernel.h"
