@@ -3,20 +3,24 @@
 // Needs: a target whose convolutions take channels_last (PassContext::
 // cpu_only_ops: the CPU's oneDNN kernels do, in f32 and bf16; cuDNN's here
 // not). Runs on the step graph after simplify and before fuse.
-// Does: every 4-D conv2d, conv2d_input_backward and conv2d_weight_backward
-// in a chain (a region of convolutions, batch norms and elementwise ops
-// holding at least two forward convolutions) becomes its channels_last form (core/ops/nn.cpp: activations [N, H, W, C],
-// weights OIHW) between two permutes, NCHW -> NHWC before and back after.
-// A batch_norm (or its backward) whose input is such a permute's result
-// normalizes the [N*H*W, C] rows of the NHWC tensor instead (the same
-// per-channel statistics; kernels vectorize across channels). Then, to a
-// fixed point: a permute of a permute that composes to the identity is
-// its input; an elementwise op (fuse's fusibleOps, or a cast) whose
-// operands are all the same permute (or scalars) runs before the permute
-// instead, when that leaves no more permutes than before; a sum or mean of
-// a permute that keeps the remaining dims in order reduces the permute's
-// input. What is left are transposes at the NCHW edges (the input image,
-// a max pool, the global pooling).
+// Does: layout-flexible nodes (convolutions, batch norms, elementwise ops)
+// joined by the 4-D activations they pass each other form regions; a
+// region with at least two forward convolutions and no more activations
+// crossing its border than it has convolution nodes is converted (see
+// convsInChains). Its f32/bf16 conv2d, conv2d_input_backward and
+// conv2d_weight_backward become their channels_last form (core/ops/nn.cpp:
+// activations [N, H, W, C], weights OIHW) between two permutes, NCHW ->
+// NHWC before and back after. A batch_norm (or its backward) whose input
+// is such a permute's result normalizes the [N*H*W, C] rows of the NHWC
+// tensor instead (the same per-channel statistics). Then, to a fixed
+// point: a permute of a permute is merged (simplify's permute_of_permute
+// rule: its input where the two compose to the identity); an elementwise op
+// (fuse's fusibleOps, or a cast) with a permuted operand runs before the
+// permute instead when that leaves no more permutes than before (its plain
+// operands get the inverse permute); a sum or mean of a permute that keeps
+// the remaining dims in order reduces the permute's input. What is left are
+// transposes at the region's border (the input image, a max pool, the
+// global pooling).
 // Why: oneDNN's convolutions want their own layouts (nhwc for bf16's
 // brgconv, blocked nChw16c for the f32 backward); given NCHW tensors every
 // call reorders its activations in and its result out. On ResNet-50 bf16 at
@@ -32,6 +36,7 @@
 #include <vector>
 
 #include "core/ops/op_helpers.h"
+#include "passes/algebraic_rules.h"
 #include "passes/dce.h"
 #include "passes/fuse.h"
 
@@ -57,11 +62,12 @@ bool isScalar(const Value* v) {
   return v->type().rank() == 0;
 }
 
-/// The graph edits, with the nodes they erased (never visited again).
+/// The graph edits, with the nodes they erased this round (skipped by the
+/// round's walk; cleared between rounds, as new nodes may reuse their addresses).
 struct Rewriter {
   Graph& g;
   std::unordered_set<const Node*> gone;
-  double convs = 0, norms = 0, cancelled = 0;
+  double convs = 0, norms = 0, merged = 0;
 
   /// permute(v, dims), reusing one that already exists before `at`
   /// (several convolutions read one activation, forward and backward).
@@ -71,7 +77,8 @@ struct Rewriter {
     return g.add("permute", {v}, {{"dims", dims}}, at.scope(), at.provenance());
   }
 
-  /// Whether `a` comes before `b` in the graph (positions kept up to date lazily).
+  /// Whether `a` comes before `b` in the graph (a walk: the graph changes
+  /// under the pass, and it runs once per compile on a few thousand nodes).
   bool before(const Node* a, const Node* b) {
     for (const auto& n : g.nodes()) {
       if (n.get() == a) return true;
@@ -145,16 +152,19 @@ struct Rewriter {
     ++norms;
   }
 
-  /// permute(permute(x, a), b) that composes to the identity: x.
-  bool cancel(Node* n) {
-    Node* p = n->input(0)->producer();
-    if (!p || p->op() != "permute") return false;
-    const Ints &a = p->is("dims"), &b = n->is("dims");
-    if (a.size() != b.size()) return false;
-    for (size_t d = 0; d < b.size(); ++d)
-      if (a[static_cast<size_t>(b[d])] != static_cast<int64_t>(d)) return false;
-    replace(n, {p->input(0)});
-    ++cancelled;
+  /// permute(permute(x, a), b): simplify's permute_of_permute rule (x
+  /// itself where the two compose to the identity, one permute otherwise).
+  bool mergePermutes(Node* n) {
+    static const AlgebraicRule* rule = [] {
+      for (const AlgebraicRule& r : algebraicRules())
+        if (std::string_view(r.name) == "permute_of_permute") return &r;
+      return static_cast<const AlgebraicRule*>(nullptr);
+    }();
+    g.setInsertPoint(n);
+    Value* v = rule->rewrite(g, *n);
+    if (!v) return false;
+    replace(n, {v});
+    ++merged;
     return true;
   }
 
@@ -187,15 +197,15 @@ struct Rewriter {
       }
     }
     const Value* y = n->output();
-    const bool undone = !isReturned(y) && !y->uses().empty() &&
-                        std::all_of(y->uses().begin(), y->uses().end(),
-                                    [&](const Use& u) { return isPermuteBy(u.user, inverse); });
+    const bool undone =
+        !isReturned(y) && !y->uses().empty() &&
+        std::all_of(y->uses().begin(), y->uses().end(), [&](const Use& u) { return isPermuteBy(u.user, inverse); });
     (undone ? removed : added) += 1;
     if (added > removed) return false;
     g.setInsertPoint(n);
     std::vector<Value*> in;
     for (Value* v : n->inputs())
-      in.push_back(isScalar(v)                          ? v
+      in.push_back(isScalar(v)                        ? v
                    : isPermuteBy(v->producer(), dims) ? v->producer()->input(0)
                                                       : permute(v, inverse, *n));
     Value* out = g.add(n->op(), in, n->attrs(), n->scope(), n->provenance());
@@ -309,8 +319,7 @@ std::vector<Node*> convsInChains(Graph& g) {
     bool leaves = outs.count(y) > 0;
     for (const Use& u : y->uses()) {
       const auto ins = inRegion(u.user) ? activationInputs(*u.user) : std::vector<size_t>{};
-      leaves |= !inRegion(u.user) || find(u.user) != root ||
-                std::find(ins.begin(), ins.end(), u.index) == ins.end();
+      leaves |= !inRegion(u.user) || find(u.user) != root || std::find(ins.begin(), ins.end(), u.index) == ins.end();
     }
     border[root] += leaves;
   }
@@ -344,7 +353,7 @@ Result<PassResult> runChannelsLast(Graph& g, PassContext& ctx) {
         r.convertNorm(n);
         changed = true;
       } else if (n->op() == "permute") {
-        changed |= r.cancel(n);
+        changed |= r.mergePermutes(n);
       } else if (sinksThroughElementwise(*n)) {
         changed |= r.sinkElementwise(n);
       } else if (n->op() == "sum" || n->op() == "mean") {
@@ -358,10 +367,8 @@ Result<PassResult> runChannelsLast(Graph& g, PassContext& ctx) {
   double transposes = 0;
   for (const auto& n : g.nodes()) transposes += isPermuteBy(n.get(), kToNhwc) || isPermuteBy(n.get(), kToNchw);
   res.changed = true;
-  res.statistics = {{"convolutions", r.convs},
-                    {"batch_norms", r.norms},
-                    {"transposes", transposes},
-                    {"transposes_cancelled", r.cancelled}};
+  res.statistics = {
+      {"convolutions", r.convs}, {"batch_norms", r.norms}, {"transposes", transposes}, {"permutes_merged", r.merged}};
   return res;
 }
 

@@ -9,9 +9,9 @@ namespace kiln {
 
 /// The channels_last pass (see passes/channels_last.cpp). Statistics:
 /// convolutions and batch_norms (nodes moved to NHWC), transposes (the
-/// layout copies left in the graph, at its NCHW edges) and
-/// transposes_cancelled. Does nothing when PassContext::cpu_only_ops is
-/// false.
+/// layout copies left in the graph, at its NCHW edges) and permutes_merged
+/// (pairs merged, most into nothing). Does nothing when
+/// PassContext::cpu_only_ops is false.
 Result<PassResult> runChannelsLast(Graph& g, PassContext& ctx);
 
 }  // namespace kiln

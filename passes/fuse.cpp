@@ -4,10 +4,10 @@
 // elementwise nodes (fusibleOps()) that share one loop shape and one
 // floating dtype (f32, f64, and on the CPU also amp's bf16, whose bodies
 // round every value to bf16 as the one-op kernels do; the CUDA fused
-// codegen computes in f32/f64 only). A node joins the group of one of its producers when every
-// other operand is already in the group or was computed before the group's
-// first node; that keeps the graph acyclic when the group is placed at its
-// first node's position. It must also sit within kMaxJoinDistance nodes of
+// codegen computes in f32/f64 only). A node joins the group of one of its
+// producers when every other operand is already in the group or was
+// computed before the group's first node; that keeps the graph acyclic
+// when the group is placed at its first node's position. It must also sit within kMaxJoinDistance nodes of
 // the group's last node, so fusing never hoists work from the backward into
 // the forward. Operands from outside must have the loop shape,
 // hold one element, or broadcast along one contiguous run of dims (a bias
@@ -54,8 +54,8 @@ const std::set<std::string, std::less<>>& fusibleOps() {
       // comparisons (their bool results feed `where`, e.g. relu's backward)
       "lt", "le", "gt", "ge", "eq", "ne",
       // activations and math
-      "relu", "gelu", "tanh", "sigmoid", "silu", "exp", "log", "sqrt", "rsqrt", "abs", "erf", "leaky_relu", "hardtanh",
-      "clamp", "hardswish", "hardsigmoid", "reciprocal",
+      "relu", "gelu", "tanh", "sigmoid", "silu", "exp", "log", "sqrt", "rsqrt", "abs", "erf", "leaky_relu",
+      "hardtanh", "clamp", "hardswish", "hardsigmoid", "reciprocal",
       // the backward's elementwise gradients (gelu's, tanh's, ...)
       "unary_backward"};
   return ops;
@@ -63,9 +63,7 @@ const std::set<std::string, std::less<>>& fusibleOps() {
 
 namespace {
 
-bool isFloatType(DType t) {
-  return t == DType::F32 || t == DType::F64;
-}
+bool isFloatType(DType t) { return t == DType::F32 || t == DType::F64; }
 
 /// The dtypes a body may compute in on the target.
 struct BodyTypes {
@@ -264,9 +262,9 @@ Result<PassResult> runFuse(Graph& g, PassContext& ctx) {
     attrs["body"] = printGraph(body, po);
     const size_t count = gr.nodes.size() + (red ? 1 : 0);
     g.setInsertPoint(gr.nodes.front());
-    Node* f =
-        g.create(red ? "fused_reduction" : "fused_elementwise", operands, std::move(attrs), gr.nodes.front()->scope(),
-                 "fuse(" + std::to_string(count) + " nodes from " + gr.nodes.front()->describe() + ")");
+    Node* f = g.create(red ? "fused_reduction" : "fused_elementwise", operands, std::move(attrs),
+                       gr.nodes.front()->scope(),
+                       "fuse(" + std::to_string(count) + " nodes from " + gr.nodes.front()->describe() + ")");
     g.setInsertPoint(nullptr);
     const size_t first = red ? 1 : 0;
     if (red) g.replaceAllUsesWith(red->output(), f->output(0));

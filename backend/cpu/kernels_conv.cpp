@@ -49,7 +49,7 @@ struct ConvGeom {
   int64_t sh, sw, ph, pw, dh, dw;
   int64_t oh, ow;
   bool bias;
-  bool nhwc;  // channels_last: x and y are [N, H, W, C]
+  bool nhwc = false;  // channels_last: x and y are [N, H, W, C]
 };
 
 ConvGeom convGeom(const Node& n) {

@@ -64,9 +64,10 @@ void batchNormRowsImpl(const Node& n, std::span<const Tensor> in, std::span<Tens
   rowsAffine(x, y, rows, channels, scale.data(), shift.data());
 }
 
-/// X: the storage type of x and y (float or double; amp's bf16 has its own
-/// loops, batchNormBf16Kernel); P: the parameters' and running
-/// statistics'. Arithmetic is in compute_t<X>, statistics in double.
+/// X: the storage type of x and y (float, double, or BFloat16 for amp's
+/// bf16 activations, whose per-channel steps are norm_rows_bf16.h's
+/// overloads); P: the parameters' and running statistics' (f32 master
+/// copies under amp). Arithmetic is in compute_t<X>, statistics in double.
 template <typename X, typename P = X>
 void batchNormImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
   using C = compute_t<X>;
@@ -101,9 +102,8 @@ void batchNormImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> 
     }
     const auto [scale, shift] = foldedAffine<C>(mean, var, eps, weight[c], bias[c]);
     for (int64_t b = 0; b < batch; ++b) {
-      const X* src = x + (b * channels + c) * inner;
-      X* dst = y + (b * channels + c) * inner;
-      for (int64_t i = 0; i < inner; ++i) dst[i] = static_cast<X>(static_cast<C>(src[i]) * scale + shift);
+      const int64_t off = (b * channels + c) * inner;
+      affineRun(x + off, y + off, inner, scale, shift);
     }
   }
 }
@@ -181,43 +181,10 @@ bool bf16WithF32Params(const Node& n) {
   return true;
 }
 
-/// amp's bf16 batch norm: batchNormImpl's arithmetic on norm_rows_bf16's
+/// amp's bf16 batch norm: batchNormImpl with norm_rows_bf16.h's
 /// float-vector loops.
 void batchNormBf16Kernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
-  const Shape& xs = in[0].shape();
-  const int64_t batch = xs[0], channels = xs[1];
-  const int64_t inner = numelOf(Shape(xs.begin() + 2, xs.end()));
-  if (inner == 1) return batchNormRowsImpl<BFloat16, float>(n, in, out);
-  const bool training = n.i("training") != 0;
-  const double momentum = n.f("momentum"), eps = n.f("eps");
-  const auto* x = static_cast<const uint16_t*>(in[0].raw());
-  auto* y = static_cast<uint16_t*>(allocAs(n, out, 0, in[0].dtype()).raw());
-  const float* weight = in[1].data<float>();
-  const float* bias = in[2].data<float>();
-  const float* rmean = in[3].data<float>();
-  const float* rvar = in[4].data<float>();
-  float *new_mean = nullptr, *new_var = nullptr;
-  if (training) {
-    new_mean = allocAs(n, out, 1, in[3].dtype()).data<float>();
-    new_var = allocAs(n, out, 2, in[4].dtype()).data<float>();
-  }
-  const int64_t count = batch * inner;
-#pragma omp parallel for if (channels * count > kOmpMinWork)
-  for (int64_t c = 0; c < channels; ++c) {
-    double mean, var;
-    if (training) {
-      std::tie(mean, var) = momentsBf16(x + c * inner, batch, inner, channels * inner);
-      updateRunning(c, mean, var, count, momentum, rmean, rvar, new_mean, new_var);
-    } else {
-      mean = rmean[c];
-      var = rvar[c];
-    }
-    const auto [scale, shift] = foldedAffine<float>(mean, var, eps, weight[c], bias[c]);
-    for (int64_t b = 0; b < batch; ++b) {
-      const int64_t off = (b * channels + c) * inner;
-      rowAffineBf16(x + off, y + off, inner, scale, shift);
-    }
-  }
+  batchNormImpl<BFloat16, float>(n, in, out);
 }
 
 }  // namespace

@@ -94,10 +94,10 @@ void batchNormBackwardRowsImpl(const Node& n, std::span<const Tensor> in, std::s
   rowsNormGrad(g, x, gx, rows, channels, grad_mean.data(), cmean.data(), k.data(), scale.data());
 }
 
-/// X: the storage type of g, x and grad_x (float or double; amp's bf16 has
-/// its own loops, batchNormBackwardBf16Kernel); P: weight's, the
-/// statistics' and grad_weight's and grad_bias's. Arithmetic in
-/// compute_t<X>, sums in double.
+/// X: the storage type of g, x and grad_x (float, double, or BFloat16 for
+/// amp's bf16 activations, whose per-channel steps are norm_rows_bf16.h's
+/// overloads); P: weight's, the statistics' and grad_weight's and
+/// grad_bias's (f32 under amp). Arithmetic in compute_t<X>, sums in double.
 template <typename X, typename P = X>
 void batchNormBackwardImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
   using C = compute_t<X>;
@@ -126,12 +126,7 @@ void batchNormBackwardImpl(const Node& n, std::span<const Tensor> in, std::span<
       mean = rmean[c];
       invstd = 1.0 / std::sqrt(static_cast<double>(rvar[c]) + eps);
     }
-    const X* gc = g + c * inner;
-    const double sum_g =
-        sumRuns(gc, batch, inner, channels * inner, [](const X* p, int64_t i) { return double(p[i]); });
-    // sum(g * (x - mean)); x sits at the same offset from x as p from g.
-    const double dotp = sumRuns(gc, batch, inner, channels * inner,
-                                [&](const X* p, int64_t i) { return double(p[i]) * (double(x[p - g + i]) - mean); });
+    const auto [sum_g, dotp] = gradSums(g + c * inner, x + c * inner, batch, inner, channels * inner, mean);
     const auto [grad_weight, grad_bias, scale, grad_mean, k] =
         channelGrad<C>(sum_g, dotp, invstd, w[c], count, training);
     gw[c] = static_cast<P>(grad_weight);
@@ -139,8 +134,7 @@ void batchNormBackwardImpl(const Node& n, std::span<const Tensor> in, std::span<
     const C tmean = static_cast<C>(mean);
     for (int64_t b = 0; b < batch; ++b) {
       const int64_t off = (b * channels + c) * inner;
-      for (int64_t i = 0; i < inner; ++i)
-        gx[off + i] = static_cast<X>((C(g[off + i]) - grad_mean - (C(x[off + i]) - tmean) * k) * scale);
+      normGradRun(g + off, x + off, gx + off, inner, grad_mean, tmean, k, scale);
     }
   }
 }
@@ -309,53 +303,11 @@ bool batchNormBackwardBf16(const Node& n) {
     if (n.input(i)->dtype() != DType::F32) return false;
   return n.output(0)->dtype() == DType::BF16 && n.output(1)->dtype() == DType::F32;
 }
-/// batchNormBackwardImpl's arithmetic for amp's bf16 on norm_rows_bf16's
-/// float-vector loops: the statistics (training), then sum(g) and
-/// sum(g * (x - mean)) in one pass, then the input gradient.
+/// batchNormBackwardImpl with norm_rows_bf16.h's float-vector loops.
 void batchNormBackwardBf16Kernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
-  const Shape& xs = in[1].shape();
-  const int64_t batch = xs[0], channels = xs[1], inner = innerSize(xs);
-  if (inner == 1) return batchNormBackwardRowsImpl<BFloat16, float>(n, in, out);
-  const int64_t count = batch * inner;
-  const bool training = n.i("training") != 0;
-  const double eps = n.f("eps");
-  const auto* g = static_cast<const uint16_t*>(in[0].raw());
-  const auto* x = static_cast<const uint16_t*>(in[1].raw());
-  const float* w = in[2].data<float>();
-  const float* rmean = training ? nullptr : in[3].data<float>();
-  const float* rvar = training ? nullptr : in[4].data<float>();
-  auto* gx = static_cast<uint16_t*>(allocAs(n, out, 0, in[1].dtype()).raw());
-  float* gw = allocAs(n, out, 1, in[2].dtype()).data<float>();
-  float* gb = allocAs(n, out, 2, in[2].dtype()).data<float>();
-#pragma omp parallel for if (channels * count > kOmpMinWork)
-  for (int64_t c = 0; c < channels; ++c) {
-    double mean, invstd;
-    if (training) {
-      const auto [m, var] = momentsBf16(x + c * inner, batch, inner, channels * inner);
-      mean = m;
-      invstd = 1.0 / std::sqrt(var + eps);
-    } else {
-      mean = rmean[c];
-      invstd = 1.0 / std::sqrt(static_cast<double>(rvar[c]) + eps);
-    }
-    const auto tmean = static_cast<float>(mean);
-    double sum_g = 0, dot = 0;
-    for (int64_t b = 0; b < batch; ++b) {
-      const int64_t off = (b * channels + c) * inner;
-      rowGradSumsBf16(g + off, x + off, inner, tmean, &sum_g, &dot);
-    }
-    // The products were taken against tmean: sum g (x - mean) = sum g (x - tmean) - (mean - tmean) sum g.
-    const double dotp = dot - (mean - static_cast<double>(tmean)) * sum_g;
-    const auto [grad_weight, grad_bias, scale, grad_mean, k] =
-        channelGrad<float>(sum_g, dotp, invstd, w[c], count, training);
-    gw[c] = static_cast<float>(grad_weight);
-    gb[c] = static_cast<float>(grad_bias);
-    for (int64_t b = 0; b < batch; ++b) {
-      const int64_t off = (b * channels + c) * inner;
-      rowNormGradBf16(g + off, x + off, gx + off, inner, grad_mean, tmean, k, scale);
-    }
-  }
+  batchNormBackwardImpl<BFloat16, float>(n, in, out);
 }
+
 void layerNormBackwardKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
   dispatchFloat(in[0].dtype(), [&](auto t) { layerNormBackwardImpl<decltype(t)>(n, in, out); });
 }

@@ -1,5 +1,5 @@
 // Per-slice sums of the normalization kernels (batch, layer and group norm,
-// forward and backward), in double.
+// forward and backward), in double, and batch norm's per-channel loops.
 //
 // Each sum runs in eight independent lanes (element i goes to lane i % 8
 // of its run, the ragged tail to lane 0) combined pairwise at the end: the
@@ -60,6 +60,33 @@ std::pair<double, double> moments(const T* x, int64_t groups, int64_t run, int64
     return d * d;
   });
   return {mean, sq / count};
+}
+
+// The per-channel steps of batch norm over an [N, C, ...] tensor, as
+// kernels_norm.cpp / kernels_norm_grad.cpp run them for f32 and f64;
+// norm_rows_bf16.h overloads each for amp's bf16 (moments too).
+
+/// sum(g) and sum(g * (x - mean)) over `groups` runs of g and x, `stride` apart.
+template <typename T>
+std::pair<double, double> gradSums(const T* g, const T* x, int64_t groups, int64_t run, int64_t stride, double mean) {
+  const double sum_g = sumRuns(g, groups, run, stride, [](const T* p, int64_t i) { return double(p[i]); });
+  // x sits at the same offset from x as p from g.
+  const double dot = sumRuns(g, groups, run, stride,
+                             [&](const T* p, int64_t i) { return double(p[i]) * (double(x[p - g + i]) - mean); });
+  return {sum_g, dot};
+}
+
+/// y[i] = x[i] * scale + shift over one run.
+template <typename T, typename C>
+void affineRun(const T* x, T* y, int64_t n, C scale, C shift) {
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(static_cast<C>(x[i]) * scale + shift);
+}
+
+/// gx[i] = (g[i] - grad_mean - (x[i] - mean) * k) * scale over one run:
+/// batch norm's input gradient.
+template <typename T, typename C>
+void normGradRun(const T* g, const T* x, T* gx, int64_t n, C grad_mean, C mean, C k, C scale) {
+  for (int64_t i = 0; i < n; ++i) gx[i] = static_cast<T>((C(g[i]) - grad_mean - (C(x[i]) - mean) * k) * scale);
 }
 
 }  // namespace kiln::cpu

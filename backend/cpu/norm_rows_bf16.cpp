@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "backend/cpu/cpu_loops.h"
-
 namespace kiln::cpu {
 
 namespace {
@@ -34,7 +32,13 @@ template <class F>
   return bf16ToFloat(v);
 }
 
-}  // namespace
+/// The storage of bf16 elements, as the loops below read them.
+const uint16_t* bits(const BFloat16* p) {
+  return reinterpret_cast<const uint16_t*>(p);
+}
+uint16_t* bits(BFloat16* p) {
+  return reinterpret_cast<uint16_t*>(p);
+}
 
 KILN_SIMD_CLONES double rowSumBf16(const uint16_t* x, int64_t n, float shift) {
   return laneSum(n, [&](int64_t i) { return widen(x[i]) - shift; });
@@ -83,9 +87,12 @@ KILN_SIMD_CLONES void rowNormGradBf16(const uint16_t* __restrict g, const uint16
   for (int64_t i = 0; i < n; ++i) gx[i] = floatToBf16((widen(g[i]) - grad_mean - (widen(x[i]) - mean) * k) * scale);
 }
 
-std::pair<double, double> momentsBf16(const uint16_t* x, int64_t groups, int64_t run, int64_t stride) {
+}  // namespace
+
+std::pair<double, double> moments(const BFloat16* xs, int64_t groups, int64_t run, int64_t stride) {
   const double count = static_cast<double>(groups * run);
   if (count == 0) return {0.0, std::nan("")};
+  const uint16_t* x = bits(xs);
   // Shifting by a sample keeps the float partial sums near zero.
   const float shift = widen(x[0]);
   double s = 0;
@@ -97,6 +104,25 @@ std::pair<double, double> momentsBf16(const uint16_t* x, int64_t groups, int64_t
   // The deviations were taken from m, not mean: sum (x - m)^2 = sum (x - mean)^2 + count (mean - m)^2.
   const double off = mean - static_cast<double>(m);
   return {mean, std::max(0.0, sq / count - off * off)};
+}
+
+std::pair<double, double> gradSums(const BFloat16* g, const BFloat16* x, int64_t groups, int64_t run, int64_t stride,
+                                   double mean) {
+  const auto m = static_cast<float>(mean);
+  double sum_g = 0, dot = 0;
+  for (int64_t b = 0; b < groups; ++b)
+    rowGradSumsBf16(bits(g + b * stride), bits(x + b * stride), run, m, &sum_g, &dot);
+  // The products were taken against m: sum g (x - mean) = sum g (x - m) - (mean - m) sum g.
+  return {sum_g, dot - (mean - static_cast<double>(m)) * sum_g};
+}
+
+void affineRun(const BFloat16* x, BFloat16* y, int64_t n, float scale, float shift) {
+  rowAffineBf16(bits(x), bits(y), n, scale, shift);
+}
+
+void normGradRun(const BFloat16* g, const BFloat16* x, BFloat16* gx, int64_t n, float grad_mean, float mean, float k,
+                 float scale) {
+  rowNormGradBf16(bits(g), bits(x), bits(gx), n, grad_mean, mean, k, scale);
 }
 
 }  // namespace kiln::cpu

@@ -15,32 +15,31 @@
 #include <cstdint>
 #include <utility>
 
+#include "backend/cpu/cpu_loops.h"
+
 namespace kiln::cpu {
 
 /// Elements summed in float lanes before they are added into double.
 inline constexpr int64_t kNormFlush = 1024;
 
-/// sum over i of (x[i] - shift).
-double rowSumBf16(const uint16_t* x, int64_t n, float shift);
+// bf16 overloads of batch norm's per-channel steps (norm_moments.h), which
+// the kernels' templates pick for X = BFloat16.
 
-/// sum over i of (x[i] - mean)^2.
-double rowSqDevBf16(const uint16_t* x, int64_t n, float mean);
+/// Mean and biased variance of `groups` runs of `run` elements, `stride`
+/// apart (one channel of an [N, C, ...] tensor): the mean of the values
+/// shifted by the first one, then the squared deviations from it (two
+/// passes, as the template's). No elements: mean 0, variance NaN.
+std::pair<double, double> moments(const BFloat16* x, int64_t groups, int64_t run, int64_t stride);
 
-/// Adds sum g[i] to *sum_g and sum g[i] * (x[i] - mean) to *dot.
-void rowGradSumsBf16(const uint16_t* g, const uint16_t* x, int64_t n, float mean, double* sum_g, double* dot);
+/// sum(g) and sum(g * (x - mean)) in one pass over each run.
+std::pair<double, double> gradSums(const BFloat16* g, const BFloat16* x, int64_t groups, int64_t run, int64_t stride,
+                                   double mean);
 
 /// y[i] = bf16(x[i] * scale + shift).
-void rowAffineBf16(const uint16_t* x, uint16_t* y, int64_t n, float scale, float shift);
+void affineRun(const BFloat16* x, BFloat16* y, int64_t n, float scale, float shift);
 
-/// gx[i] = bf16((g[i] - grad_mean - (x[i] - mean) * k) * scale): batch
-/// norm's input gradient.
-void rowNormGradBf16(const uint16_t* g, const uint16_t* x, uint16_t* gx, int64_t n, float grad_mean, float mean,
-                     float k, float scale);
-
-/// Mean and biased variance of `groups` runs of `run` bf16 elements,
-/// `stride` apart (one channel of an [N, C, ...] tensor): the mean of the
-/// values shifted by the first one, then the squared deviations from it
-/// (two passes, as norm_moments.h's). No elements: mean 0, variance NaN.
-std::pair<double, double> momentsBf16(const uint16_t* x, int64_t groups, int64_t run, int64_t stride);
+/// gx[i] = bf16((g[i] - grad_mean - (x[i] - mean) * k) * scale).
+void normGradRun(const BFloat16* g, const BFloat16* x, BFloat16* gx, int64_t n, float grad_mean, float mean, float k,
+                 float scale);
 
 }  // namespace kiln::cpu
