@@ -34,10 +34,10 @@ import zoo  # noqa: E402
 BATCH = {"gpt2_small": 8, "tv_resnet50": 64}
 
 
-def export(model, out_dir, batch):
-    path = os.path.join(out_dir, f"{model}.pt")
+def export(model, out_dir, batch, fmt):
+    path = os.path.join(out_dir, f"{model}.pt" if fmt == "trace" else f"{model}.fx.json")
     if not os.path.exists(path):
-        cmd = [sys.executable, os.path.join(HERE, "..", "models", "export.py"), model, "--format", "trace",
+        cmd = [sys.executable, os.path.join(HERE, "..", "models", "export.py"), model, "--format", fmt,
                "--train", "--no-dropout", "--out-dir", out_dir, "--batch", str(batch)]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return path
@@ -115,6 +115,23 @@ def torch_side(name, batch, device, amp, steps, warmup, compiled):
     return {"median_ms": ms[len(ms) // 2], "warmup_s": warm_s}
 
 
+def measured_gemm_tflops(n=8192, reps=20):
+    """The GPU's bf16 matrix rate as this run finds it (random data, CUDA events, median)."""
+    a, b = (torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    for _ in range(3):
+        a @ b
+    ms = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        a @ b
+        e.record()
+        e.synchronize()
+        ms.append(s.elapsed_time(e))
+    ms.sort()
+    return 2 * n ** 3 / (ms[len(ms) // 2] * 1e-3) / 1e12
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--kiln", required=True)
@@ -124,6 +141,8 @@ def main():
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak (H100 SXM: 989)")
+    p.add_argument("--format", choices=("trace", "fx"), default="trace",
+                   help="how Kiln reads the model: a TorchScript trace (needs the libtorch plugin) or an FX dump")
     p.add_argument("--smoke", action="store_true", help="CPU, fp32, the mlp model: check the plumbing")
     args = p.parse_args()
     device, amp = ("cpu", "") if args.smoke else ("cuda", "bf16")
@@ -132,35 +151,43 @@ def main():
         print("gpu_zoo: no CUDA device (use --smoke to check the script on the CPU)", file=sys.stderr)
         return 2
     os.makedirs(args.out_dir, exist_ok=True)
+    gemm = measured_gemm_tflops() if device == "cuda" else float("nan")
+    print(f"measured bf16 GEMM rate (8192^3, torch.mm): {gemm:.0f} TFLOP/s", file=sys.stderr)
     rows = []
     for m in models:
         batch = args.batch or BATCH.get(m, 0) or None
-        pt = export(m, os.path.join(args.out_dir, "models"), batch or 2)
+        pt = export(m, os.path.join(args.out_dir, "models"), batch or 2, args.format)
         row = {"model": m, "batch": batch}
         try:
             row["kiln"] = kiln_side(args.kiln, pt, device, amp, args.steps, args.warmup, args.out_dir, m)
         except RuntimeError as e:
             row["kiln_error"] = str(e)
-        row["eager"] = torch_side(m, batch or 2, device, amp, args.steps, args.warmup, compiled=False)
-        if not args.smoke:
-            row["compiled"] = torch_side(m, batch or 2, device, amp, args.steps, args.warmup, compiled=True)
+        for side, compiled in (("eager", False), ("compiled", True)):
+            if compiled and args.smoke:
+                continue
+            try:
+                row[side] = torch_side(m, batch or 2, device, amp, args.steps, args.warmup, compiled=compiled)
+            except Exception as e:  # a torch.compile failure must not lose Kiln's numbers
+                row[side] = {"median_ms": float("nan"), "error": f"{type(e).__name__}: {str(e)[:300]}"}
         json.dump(row, open(os.path.join(args.out_dir, f"{m}.gpu.json"), "w"), indent=2)
         rows.append(row)
         print(json.dumps(row), file=sys.stderr)
 
-    lines = ["| model | batch | Kiln ms | eager ms | torch.compile ms | vs eager | vs compile | Kiln MFU | "
-             "compile cold / cached |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [f"measured bf16 GEMM rate: {gemm:.0f} TFLOP/s (torch.mm 8192^3); datasheet peak {args.peak_tflops:.0f}", "",
+             "| model | batch | Kiln ms | eager ms | torch.compile ms | vs eager | vs compile | Kiln MFU | "
+             "share of measured GEMM | compile cold / cached |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         k = r.get("kiln")
         if not k:
             lines.append(f"| `{r['model']}` | {r['batch']} | failed: {r['kiln_error'][:80]} | "
-                         f"{r['eager']['median_ms']:.2f} | | | | | |")
+                         f"{r['eager']['median_ms']:.2f} | | | | | | |")
             continue
         comp = r.get("compiled", {}).get("median_ms", float("nan"))
         mfu = k["flops"] / (k["median_ms"] * 1e-3) / (args.peak_tflops * 1e12)
         lines.append(f"| `{r['model']}` | {r['batch']} | {k['median_ms']:.2f} | {r['eager']['median_ms']:.2f} | "
                      f"{comp:.2f} | {r['eager']['median_ms'] / k['median_ms']:.2f}x | "
                      f"{comp / k['median_ms']:.2f}x | {100 * mfu:.1f}% | "
+                     f"{100 * k['flops'] / (k['median_ms'] * 1e-3) / (gemm * 1e12):.1f}% | "
                      f"{k['compile_cold_ms']:.0f} / {k['compile_cached_ms']:.0f} ms |")
     text = "\n".join(lines) + "\n"
     open(os.path.join(args.out_dir, "gpu_zoo.md"), "w").write(text)

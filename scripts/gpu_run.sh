@@ -35,7 +35,10 @@ ROOT=$(pwd)
 DEPS=$ROOT/.gpu-deps
 PACKAGES=(nlohmann-json3-dev libgtest-dev libcli11-dev libxxhash-dev libxxhash0 libzstd-dev libopenblas-dev
   libopenblas-pthread-dev libopenblas0-pthread libgfortran5 libdnnl-dev libdnnl2
-  libgloo-dev libgloo0 libhiredis0.14 libibverbs1 libnl-3-200 libnl-route-3-200)
+  libgloo-dev libgloo0 libhiredis0.14 libibverbs1 libnl-3-200 libnl-route-3-200
+  ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers  # dnnl-config.cmake needs OpenCL
+  libgraphviz-dev libgvc6 libcgraph6 libcdt5 libpathplan4 libxdot4 libltdl7 libgvpr2 liblab-gamut1
+  pkgconf-bin libpkgconf3)  # pkg-config finds Graphviz
 
 prepare() {
   mkdir -p "$DEPS"
@@ -51,17 +54,28 @@ setup_env() {
   if [ ! -d "$sysroot" ]; then
     mkdir -p "$sysroot"
     for f in "$DEPS"/*.deb; do dpkg -x "$f" "$sysroot"; done
+    # Gloo's CMake targets name /usr/lib/libgloo.so.0.5.0 by absolute path.
+    sed -i "s#\"/usr/lib/libgloo#\"$sysroot/usr/lib/libgloo#g" "$sysroot"/usr/share/cmake/Gloo/GlooTargets-*.cmake
   fi
   MULTIARCH=$sysroot/usr/lib/x86_64-linux-gnu
   # Debian's openblas lives in an alternatives directory; give it its usual names.
   ln -sf openblas-pthread/libblas.so.3 "$MULTIARCH/libblas.so.3"
   ln -sf openblas-pthread/libblas.so "$MULTIARCH/libblas.so"
   ln -sf openblas-pthread/libopenblas.so.0 "$MULTIARCH/libopenblas.so.0"
-  export LD_LIBRARY_PATH=$MULTIARCH:$MULTIARCH/openblas-pthread:${LD_LIBRARY_PATH:-}
+  export LD_LIBRARY_PATH=$MULTIARCH:$MULTIARCH/openblas-pthread:$sysroot/usr/lib:${LD_LIBRARY_PATH:-}
+  # Graphviz through pkg-config, its .pc files rebased onto the unpacked root.
+  export PKG_CONFIG_PATH=$MULTIARCH/pkgconfig:$sysroot/usr/share/pkgconfig PKG_CONFIG_SYSROOT_DIR=$sysroot
+  command -v pkg-config >/dev/null || export PKG_CONFIG=$sysroot/usr/bin/pkgconf
   PY=${KILN_PYTHON:-python3}
+  KILN_PYTHON=$(command -v "$PY"); export KILN_PYTHON  # the CLI tests' Python (tests/cli/lib/common.sh)
   TORCH_PREFIX=$($PY -c 'import torch; print(torch.utils.cmake_prefix_path)')
-  CUDNN_ROOT_DIR=$($PY -c 'import nvidia.cudnn, os; print(os.path.dirname(nvidia.cudnn.__file__) if nvidia.cudnn.__file__ else list(nvidia.cudnn.__path__)[0])' 2>/dev/null)
-  NCCL_ROOT_DIR=$($PY -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])' 2>/dev/null)
+  # cuDNN and NCCL from PyTorch's wheels (nvidia/cudnn, nvidia/nccl, or nested
+  # as nvidia/cu13/... in CUDA 13 wheels): the folder above the library's lib/.
+  local site
+  site=$($PY -c 'import torch, os; print(os.path.dirname(os.path.dirname(torch.__file__)))')
+  wheel_root() { local so; so=$(find "$site/nvidia" -name "$1" 2>/dev/null | head -1); [ -n "$so" ] && dirname "$(dirname "$so")"; }
+  CUDNN_ROOT_DIR=$(wheel_root 'libcudnn.so.9')
+  NCCL_ROOT_DIR=$(wheel_root 'libnccl.so.2')
   export LD_LIBRARY_PATH=$CUDNN_ROOT_DIR/lib:$NCCL_ROOT_DIR/lib:$LD_LIBRARY_PATH
 }
 
@@ -80,15 +94,21 @@ phase_build() {
   # libtorch-built test suites are CI's.
   local targets=(kiln kiln_cuda_tests)
   local t0=$SECONDS
-  cmake --build build-gpu -j "$(nproc)" --target "${targets[@]}" >"$OUTDIR/build.log" 2>&1 ||
-    { grep -B2 -A8 "error" "$OUTDIR/build.log" | head -60; return 1; }
-  echo "built ${targets[*]} in $((SECONDS - t0)) s"
+  grep -E "^KILN_WITH_(TORCH|CUDA):" build-gpu/CMakeCache.txt
+  # -k 0: the CUDA tests still get built when the libtorch plugin does not.
+  local rc=0
+  cmake --build build-gpu -j "$(nproc)" --target "${targets[@]}" -- -k 0 >"$OUTDIR/build.log" 2>&1 || rc=1
+  [ $rc = 0 ] || grep -B2 -A8 "error" "$OUTDIR/build.log" | head -60
+  echo "built ${targets[*]} in $((SECONDS - t0)) s (exit $rc)"
+  [ -x build-gpu/tests/kiln_cuda_tests ] || return 1
+  return $rc
 }
 
 phase_tests() {
   echo "== CUDA tests"
   local rc=0
-  build-gpu/tests/kiln_cuda_tests --gtest_output=xml:"$OUTDIR/cuda_tests.xml" >"$OUTDIR/cuda_tests.log" 2>&1 || rc=1
+  timeout "${KILN_GPU_TEST_TIMEOUT:-300}" build-gpu/tests/kiln_cuda_tests --gtest_output=xml:"$OUTDIR/cuda_tests.xml" \
+    >"$OUTDIR/cuda_tests.log" 2>&1 || rc=1
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|tests ran" "$OUTDIR/cuda_tests.log" | tail -40
   return $rc
 }
@@ -116,7 +136,12 @@ phase_train() {
 phase_bench() {
   echo "== benchmarks/gpu_zoo.py (Kiln vs PyTorch eager and torch.compile, bf16 AMP)"
   local rc=0
-  $PY benchmarks/gpu_zoo.py --kiln build-gpu/kiln --out-dir "$OUTDIR/gpu_zoo" >"$OUTDIR/gpu_zoo.log" 2>&1 || rc=1
+  # Without the libtorch plugin (PyTorch's headers failed to build it) Kiln reads FX dumps instead.
+  local fmt=trace
+  [ -e build-gpu/libkiln_torch.so ] || { fmt=fx; echo "(no libkiln_torch.so: FX dumps)"; }
+  # shellcheck disable=SC2086  # KILN_GPU_BENCH_ARGS: extra options, e.g. "--steps 10 --warmup 3"
+  $PY benchmarks/gpu_zoo.py --kiln build-gpu/kiln --format $fmt --out-dir "$OUTDIR/gpu_zoo" ${KILN_GPU_BENCH_ARGS:-} \
+    >"$OUTDIR/gpu_zoo.log" 2>&1 || rc=1
   cat "$OUTDIR/gpu_zoo/gpu_zoo.md" 2>/dev/null || tail -20 "$OUTDIR/gpu_zoo.log"
   return $rc
 }
@@ -144,10 +169,12 @@ run() {
   mkdir -p "$OUTDIR"
   setup_env
   for p in "${phases[@]}"; do
-    if [ "$p" != build ] && [ ! -x build-gpu/kiln ]; then
-      echo "gpu_run: phase $p needs build-gpu/ (run the build phase first, on this machine)"; exit 1
+    local needs=build-gpu/kiln
+    case $p in build) needs="" ;; tests|sanitizer) needs=build-gpu/tests/kiln_cuda_tests ;; esac
+    if [ -n "$needs" ] && [ ! -x "$needs" ]; then
+      echo "gpu_run: phase $p needs $needs (run the build phase first, on this machine)"; status=1; continue
     fi
-    "phase_$p" || { status=1; [ "$p" = build ] && return 1; }
+    "phase_$p" || status=1
   done
   return $status
 }

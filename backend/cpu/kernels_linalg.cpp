@@ -123,7 +123,11 @@ void productImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> ou
   const T* a = in[0].data<T>();
   const T* b = in[1].data<T>();
   T* c = y.data<T>();
-  if (plan.k == 0 || plan.m == 0 || plan.p == 0) return;  // empty: zeros (already zero-filled)
+  if (plan.k == 0) {  // an empty sum: zeros (the executor's arena slot holds old data)
+    std::fill(c, c + y.numel(), T(0));
+    return;
+  }
+  if (plan.m == 0 || plan.p == 0) return;
   auto run = [&](int64_t m, const T* pa, const T* pb, T* pc) {
     if constexpr (kBlas)
       blasGemm(ta, tb, m, plan.p, plan.k, pa, pb, pc);
@@ -171,6 +175,8 @@ void linearImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> out
 #pragma omp parallel for if (m * p > 65536)
     for (int64_t i = 0; i < m; ++i) std::copy(bias, bias + p, c + i * p);
     beta = T(1);
+  } else if (k == 0) {
+    std::fill(c, c + m * p, T(0));  // an empty sum (the executor's arena slot holds old data)
   }
   const bool relu = n.s("activation") == "relu";
   if (m == 0 || p == 0) return;

@@ -161,6 +161,24 @@ TEST_F(KernelsLinalg, Linear1DInput) {
   ASSERT_EQ(out.size(), 1u);
   expectClose(out[0], torch::linear(x, w, b), 1e-5);
 }
+// An empty inner dimension is an empty sum: zeros, or the bias rows. The
+// kernels write them (an executor's arena slot holds old data; the tests'
+// KILN_POISON_ALLOC fills it with NaN), as the CUDA kernel tests found.
+TEST_F(KernelsLinalg, EmptyInnerDimensionWritesZerosOrBias) {
+  checkMatmul({4, 0}, {0, 5});
+  checkMatmul({3, 2, 0}, {0, 4});
+  auto x = torch::randn({3, 0}), w = torch::randn({5, 0}), b = torch::randn({5});
+  for (const std::string act : {"", "relu"}) {
+    auto plain = runOp("linear", {x, w}, act.empty() ? AttrMap{} : AttrMap{{"activation", act}});
+    auto biased = runOp("linear", {x, w, b}, act.empty() ? AttrMap{} : AttrMap{{"activation", act}});
+    ASSERT_EQ(plain.size(), 1u);
+    ASSERT_EQ(biased.size(), 1u);
+    auto want = torch::linear(x, w, b);
+    expectClose(plain[0], torch::zeros({3, 5}), 0, "linear K = 0 " + act);
+    expectClose(biased[0], act.empty() ? want : torch::relu(want), 0, "linear K = 0 with bias " + act);
+  }
+}
+
 TEST_F(KernelsLinalg, LinearF64) {
   auto x = torch::randn({4, 6, 10}, torch::kFloat64), w = torch::randn({3, 10}, torch::kFloat64);
   auto b = torch::randn({3}, torch::kFloat64);
