@@ -493,6 +493,9 @@ _REGISTRY: Dict[str, Tuple[Callable[[], nn.Module], tuple, Tuple[str, ...]]] = {
     "cnn_bn": (CNNBN, ((4, 3, 16, 16),), _OWN),
     "cnn_bn_train": (CNNBN, ((4, 3, 16, 16),), _OWN),
     "resnet_mini": (ResNetMini, ((2, 3, 32, 32),), _OWN),
+    # The battery's diffusion UNet at toy size (group norms, SiLU, skip
+    # concatenations, nearest upsampling, pixel attention).
+    "unet_mini": (lambda: UNet(base=32, mults=(1, 2)), ((2, 3, 16, 16),), ("trace",)),
     "transformer_encoder": (TransformerEncoderLM, (_ints((2, 12), 100),), _OWN),
     "gpt2_mini": (GPT2Mini, (_ints((2, 16), 128),), _OWN),
     "nn_transformer": (NNTransformer, ((2, 10, 32), (2, 8, 32)), _OWN),

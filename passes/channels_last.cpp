@@ -12,7 +12,9 @@
 // activations [N, H, W, C], weights OIHW) between two permutes, NCHW ->
 // NHWC before and back after. A batch_norm (or its backward) whose input
 // is such a permute's result normalizes the [N*H*W, C] rows of the NHWC
-// tensor instead (the same per-channel statistics). Then, to a fixed
+// tensor instead (the same per-channel statistics), and a group_norm (or
+// its backward) becomes its channels_last form on the NHWC tensor (the
+// same per-group statistics). Then, to a fixed
 // point: a permute of a permute is merged (simplify's permute_of_permute
 // rule: its input where the two compose to the identity); an elementwise op
 // (fuse's fusibleOps, or a cast) with a permuted operand runs before the
@@ -67,7 +69,7 @@ bool isScalar(const Value* v) {
 struct Rewriter {
   Graph& g;
   std::unordered_set<const Node*> gone;
-  double convs = 0, norms = 0, merged = 0;
+  double convs = 0, norms = 0, group_norms = 0, moved = 0, merged = 0;
 
   /// permute(v, dims), reusing one that already exists before `at`
   /// (several convolutions read one activation, forward and backward).
@@ -150,6 +152,46 @@ struct Rewriter {
     for (size_t i = 1; i < m->numOutputs(); ++i) outs.push_back(m->output(i));
     replace(n, outs);
     ++norms;
+  }
+
+  /// group_norm(x, ...) / group_norm_backward(g, x, ...) in their
+  /// channels_last form on the NHWC tensors.
+  void convertGroupNorm(Node* n) {
+    g.setInsertPoint(n);
+    const bool backward = n->op() == "group_norm_backward";
+    std::vector<Value*> in(n->inputs().begin(), n->inputs().end());
+    in[0] = permute(in[0], kToNhwc, *n);  // x, or the output gradient
+    if (backward) in[1] = permute(in[1], kToNhwc, *n);
+    AttrMap a = n->attrs();
+    a["channels_last"] = int64_t{1};
+    Node* m = g.create(n->op(), in, std::move(a), n->scope(), n->provenance());
+    std::vector<Value*> outs = {permute(m->output(0), kToNchw, *n)};
+    for (size_t i = 1; i < m->numOutputs(); ++i) outs.push_back(m->output(i));
+    replace(n, outs);
+    ++group_norms;
+  }
+
+  /// An elementwise op, cast, cat or slice on the NHWC tensors (cat's and
+  /// slice's dim moved with its axis); false when an operand is neither 4-D
+  /// nor a scalar (a broadcast of lower rank, whose dims would not line up).
+  bool convertElementwise(Node* n) {
+    const auto rank = static_cast<int64_t>(kToNhwc.size());
+    if (n->output()->type().rank() != rank) return false;
+    for (const Value* v : n->inputs())
+      if (!isScalar(v) && v->type().rank() != rank) return false;
+    g.setInsertPoint(n);
+    std::vector<Value*> in;
+    for (Value* v : n->inputs()) in.push_back(isScalar(v) ? v : permute(v, kToNhwc, *n));
+    AttrMap a = n->attrs();
+    if (n->op() == "cat" || n->op() == "slice") {
+      int64_t d = n->i("dim");
+      if (d < 0) d += rank;
+      a["dim"] = kToNchw[static_cast<size_t>(d)];  // NCHW dim d is NHWC dim kToNchw[d]
+    }
+    Value* y = g.add(n->op(), in, std::move(a), n->scope(), n->provenance());
+    replace(n, {permute(y, kToNchw, *n)});
+    ++moved;
+    return true;
   }
 
   /// permute(permute(x, a), b): simplify's permute_of_permute rule (x
@@ -243,28 +285,38 @@ bool isConv(const Node& n) {
   return !channelsLast(n) && n.input(0)->type().rank() == 4 && (t == DType::F32 || t == DType::BF16);
 }
 
-/// A batch norm over NCHW whose x is an NHWC tensor made NCHW.
-bool isNormAfterConv(const Node& n) {
-  if (n.op() != "batch_norm" && n.op() != "batch_norm_backward") return false;
-  const Value* x = n.input(n.op() == "batch_norm" ? 0 : 1);
-  return x->type().rank() == 4 && isPermuteBy(x->producer(), kToNchw);
+/// A 4-D batch norm or group norm (or its backward) over NCHW.
+bool isNorm(const Node& n) {
+  const bool bn = n.op() == "batch_norm" || n.op() == "batch_norm_backward";
+  const bool gn = n.op() == "group_norm" || n.op() == "group_norm_backward";
+  if (!bn && !gn) return false;
+  const bool forward = n.op() == "batch_norm" || n.op() == "group_norm";
+  return n.input(forward ? 0 : 1)->type().rank() == 4 && !channelsLast(n);
 }
 
 bool sinksThroughElementwise(const Node& n) {
   return n.numOutputs() == 1 && (n.op() == "cast" || fusibleOps().count(n.op()));
 }
 
+/// Elementwise ops, and the shape ops a UNet's skip connections add (cat
+/// along the channels, and its gradient's slices).
+bool movesWithLayout(const Node& n) {
+  return sinksThroughElementwise(n) || n.op() == "cat" || n.op() == "slice";
+}
+
 /// Ops that can run on NHWC activations once converted (or have permutes
 /// move through them).
 bool layoutFlexible(const Node& n) {
-  return isConv(n) || n.op() == "batch_norm" || n.op() == "batch_norm_backward" || sinksThroughElementwise(n);
+  return isConv(n) || isNorm(n) || movesWithLayout(n);
 }
 
 /// The activation operands of a layout-flexible node (what would be NHWC):
 /// a convolution's weight is not one, nor a weight gradient.
 std::vector<size_t> activationInputs(const Node& n) {
-  if (n.op() == "conv2d" || n.op() == "conv2d_input_backward" || n.op() == "batch_norm") return {0};
-  if (n.op() == "conv2d_weight_backward" || n.op() == "batch_norm_backward") return {0, 1};
+  if (n.op() == "conv2d" || n.op() == "conv2d_input_backward" || n.op() == "batch_norm" || n.op() == "group_norm")
+    return {0};
+  if (n.op() == "conv2d_weight_backward" || n.op() == "batch_norm_backward" || n.op() == "group_norm_backward")
+    return {0, 1};
   std::vector<size_t> all;
   for (size_t i = 0; i < n.numInputs(); ++i)
     if (n.input(i)->type().rank() == 4) all.push_back(i);
@@ -274,17 +326,19 @@ bool hasActivationOutput(const Node& n) {
   return n.op() != "conv2d_weight_backward";
 }
 
-/// The convolutions worth converting. Layout-flexible nodes joined by the
+/// The nodes to convert, in graph order. Layout-flexible nodes joined by the
 /// 4-D activations they pass each other form regions; a region is
 /// converted when it holds at least two forward convolutions and no more
 /// activations cross its border (each a transpose once converted) than it
 /// has convolution nodes (each of which stops reordering its activations
 /// in and out, two to three per call). A lone convolution between
-/// NCHW-only neighbours (a stem before a max pool), or convolutions each
-/// boxed in by group norms (a diffusion UNet's), would trade their reorders
-/// for as many transposes and gain nothing (measured: the UNet's bf16 step
-/// 12% slower converted).
-std::vector<Node*> convsInChains(Graph& g) {
+/// NCHW-only neighbours (a stem before a max pool) would trade its reorders
+/// for as many transposes and gain nothing. Group norms are part of the
+/// regions: with them outside, a diffusion UNet's convolutions were each
+/// boxed in by transposes (its bf16 step measured 12% slower converted).
+/// Every layout-flexible node of a converted region is converted, so
+/// transposes are left only where activations cross its border.
+std::vector<Node*> nodesToConvert(Graph& g) {
   std::unordered_map<const Node*, const Node*> parent;
   auto find = [&](const Node* n) {
     while (parent.at(n) != n) n = parent[n] = parent.at(parent.at(n));
@@ -324,12 +378,12 @@ std::vector<Node*> convsInChains(Graph& g) {
     border[root] += leaves;
   }
   std::vector<Node*> out;
-  for (const auto& n : g.nodes())
-    if (isConv(*n)) {
-      const Node* root = find(n.get());
-      const int crossing = border[root] + static_cast<int>(incoming[root].size());
-      if (forward_convs[root] >= 2 && crossing <= convs[root]) out.push_back(n.get());
-    }
+  for (const auto& n : g.nodes()) {
+    if (!inRegion(n.get())) continue;
+    const Node* root = find(n.get());
+    const int crossing = border[root] + static_cast<int>(incoming[root].size());
+    if (forward_convs[root] >= 2 && crossing <= convs[root]) out.push_back(n.get());
+  }
   return out;
 }
 
@@ -339,9 +393,18 @@ Result<PassResult> runChannelsLast(Graph& g, PassContext& ctx) {
   PassResult res;
   if (!ctx.cpu_only_ops) return res;
   Rewriter r{g};
-  const std::vector<Node*> convs = convsInChains(g);
-  if (convs.empty()) return res;
-  for (Node* n : convs) r.convertConv(n);
+  const std::vector<Node*> nodes = nodesToConvert(g);
+  if (nodes.empty()) return res;
+  for (Node* n : nodes) {
+    if (isConv(*n))
+      r.convertConv(n);
+    else if (n->op() == "batch_norm" || n->op() == "batch_norm_backward")
+      r.convertNorm(n);
+    else if (isNorm(*n))
+      r.convertGroupNorm(n);
+    else
+      r.convertElementwise(n);
+  }
   for (bool changed = true; changed;) {
     changed = false;
     r.gone.clear();  // the addresses of nodes erased last round may hold new nodes now
@@ -349,10 +412,7 @@ Result<PassResult> runChannelsLast(Graph& g, PassContext& ctx) {
     for (const auto& n : g.nodes()) order.push_back(n.get());
     for (Node* n : order) {
       if (r.gone.count(n)) continue;
-      if (isNormAfterConv(*n)) {
-        r.convertNorm(n);
-        changed = true;
-      } else if (n->op() == "permute") {
+      if (n->op() == "permute") {
         changed |= r.mergePermutes(n);
       } else if (sinksThroughElementwise(*n)) {
         changed |= r.sinkElementwise(n);
@@ -368,7 +428,8 @@ Result<PassResult> runChannelsLast(Graph& g, PassContext& ctx) {
   for (const auto& n : g.nodes()) transposes += isPermuteBy(n.get(), kToNhwc) || isPermuteBy(n.get(), kToNchw);
   res.changed = true;
   res.statistics = {
-      {"convolutions", r.convs}, {"batch_norms", r.norms}, {"transposes", transposes}, {"permutes_merged", r.merged}};
+      {"convolutions", r.convs},      {"batch_norms", r.norms},     {"group_norms", r.group_norms},
+      {"elementwise_moved", r.moved}, {"transposes", transposes}, {"permutes_merged", r.merged}};
   return res;
 }
 

@@ -1,5 +1,6 @@
 // CPU kernels for normalization: batch_norm (eval and training), layer_norm
-// and group_norm ("cpu"; f32/f64 natively, f16/bf16 in f32; batch_norm also
+// and group_norm ("cpu"; f32/f64 natively, f16/bf16 in f32; group_norm on
+// channels-last tensors in group_norm_channels_last.cpp; batch_norm also
 // reads and writes amp's bf16 activations directly, with f32 parameters). Statistics
 // are accumulated in double with two passes (mean, then squared deviations)
 // so large planes don't lose precision. Training batch_norm matches
@@ -12,6 +13,7 @@
 #include "backend/cpu/batch_norm_rows.h"
 #include "backend/cpu/cpu_loops.h"
 #include "backend/cpu/float_kernel.h"
+#include "backend/cpu/group_norm_channels_last.h"
 #include "backend/cpu/norm_moments.h"
 #include "backend/cpu/norm_rows_bf16.h"
 #include "core/ops/op_helpers.h"
@@ -140,6 +142,11 @@ void groupNormImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> 
   const T* weight = in[1].data<T>();
   const T* bias = in[2].data<T>();
   T* y = yt.data<T>();
+  if (channelsLast(n)) {  // x is [N, S..., C]
+    const int64_t c = xs.back(), rows = batch * c ? in[0].numel() / (batch * c) : 0;
+    groupNormChannelsLast(x, weight, bias, y, batch, rows, c, groups, eps);
+    return;
+  }
 #pragma omp parallel for if (in[0].numel() > kOmpMinWork)
   for (int64_t bg = 0; bg < batch * groups; ++bg) {
     // A group's channels are contiguous: one run of per_group * inner.

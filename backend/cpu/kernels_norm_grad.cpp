@@ -26,6 +26,7 @@
 #include "backend/cpu/batch_norm_rows.h"
 #include "backend/cpu/cpu_loops.h"
 #include "backend/cpu/float_kernel.h"
+#include "backend/cpu/group_norm_channels_last.h"
 #include "backend/cpu/norm_moments.h"
 #include "backend/cpu/norm_rows_bf16.h"
 #include "core/ops/op_helpers.h"
@@ -214,6 +215,11 @@ void groupNormBackwardImpl(const Node& n, std::span<const Tensor> in, std::span<
   T* gx = allocAs(n, out, 0, dt).template data<T>();
   T* gw = allocAs(n, out, 1, dt).template data<T>();
   T* gb = allocAs(n, out, 2, dt).template data<T>();
+  if (channelsLast(n)) {  // x is [N, S..., C]
+    const int64_t c = xs.back(), rows = batch * c ? in[1].numel() / (batch * c) : 0;
+    groupNormBackwardChannelsLast(g, x, w, gx, gw, gb, batch, rows, c, groups, eps);
+    return;
+  }
   std::vector<T> means(static_cast<size_t>(batch * groups)), rstds(static_cast<size_t>(batch * groups));
 #pragma omp parallel for if (batch * channels * inner > kOmpMinWork)
   for (int64_t bg = 0; bg < batch * groups; ++bg) {

@@ -623,8 +623,9 @@ struct GroupNormApply {
   }
 };
 
+// NCHW only: passes/channels_last.cpp, which makes channels-last group norms, is CPU-only.
 bool groupNormSupports(const Node& n) {
-  return paramsOk(n, 0, {1, 2});
+  return !channelsLast(n) && paramsOk(n, 0, {1, 2});
 }
 
 size_t groupNormWorkspace(const Node& n) {
@@ -731,7 +732,7 @@ struct GroupNormGradApply {
 };
 
 bool groupNormBackwardSupports(const Node& n) {
-  return paramsOk(n, 1, {2});
+  return !channelsLast(n) && paramsOk(n, 1, {2});
 }
 
 size_t groupNormBackwardWorkspace(const Node& n) {

@@ -15,6 +15,7 @@
 // new = (1 - momentum) * old + momentum * batch (unbiased variance).
 // Dropout is exported only when it draws nothing (p = 0 or eval): Kiln's
 // random stream has no PyTorch equivalent.
+#include <algorithm>
 #include <functional>
 #include <numeric>
 
@@ -251,27 +252,52 @@ void emitLayerNormBackward(Emitter& e, const Node& n) {
 /// N, C, HxW, group: native_group_norm's geometry arguments.
 std::vector<std::string> groupGeometry(const Node& n, const Value* x) {
   const Shape& s = x->shape();
-  const int64_t hw = std::accumulate(s.begin() + 2, s.end(), int64_t{1}, std::multiplies<>());
-  return {pyInt(s[0]), pyInt(s[1]), pyInt(hw), pyInt(n.i("num_groups"))};
+  const int64_t c = channelsOf(n, s);
+  const int64_t hw = s[0] * c ? numelOf(s) / (s[0] * c) : 0;
+  return {pyInt(s[0]), pyInt(c), pyInt(hw), pyInt(n.i("num_groups"))};
+}
+
+/// A channels_last group norm's [N, S..., C] operand as the [N, C, S...]
+/// tensor aten normalizes (to_nchw), or aten's result back (!to_nchw).
+/// Operands are copied contiguous: given channels-last strides, libtorch
+/// 1.13's native_group_norm_backward returns wrong gradients.
+std::string groupNormLayout(Emitter& e, const Node& n, const std::string& v, size_t rank, bool to_nchw) {
+  if (!channelsLast(n)) return v;
+  std::vector<int64_t> dims(rank);
+  std::iota(dims.begin(), dims.end(), int64_t{0});
+  if (to_nchw)
+    std::rotate(dims.begin() + 1, dims.end() - 1, dims.end());  // [0, r-1, 1, ..., r-2]
+  else
+    std::rotate(dims.begin() + 1, dims.begin() + 2, dims.end());  // [0, 2, ..., r-1, 1]
+  const std::string p = e.call("aten.permute.default", {v, pyInts(dims)});
+  return to_nchw ? e.call("aten.clone.default", {p}, {"memory_format=torch.contiguous_format"}) : p;
 }
 
 void emitGroupNorm(Emitter& e, const Node& n) {
-  std::vector<std::string> args = {e.in(n, 0), e.in(n, 1), e.in(n, 2)};
+  const size_t rank = n.input(0)->shape().size();
+  std::vector<std::string> args = {groupNormLayout(e, n, e.in(n, 0), rank, true), e.in(n, 1), e.in(n, 2)};
   for (std::string& a : groupGeometry(n, n.input(0))) args.push_back(std::move(a));
   args.push_back(pyFloat(n.f("eps")));
-  e.setOut(n, 0, e.item(e.call("aten.native_group_norm.default", args), 0));
+  e.setOut(n, 0, groupNormLayout(e, n, e.item(e.call("aten.native_group_norm.default", args), 0), rank, false));
 }
 
 void emitGroupNormBackward(Emitter& e, const Node& n) {
+  const size_t rank = n.input(1)->shape().size();
   const std::vector<std::string> geo = groupGeometry(n, n.input(1));
-  std::vector<std::string> args = {e.in(n, 1), "None", "None"};
+  const std::string x = groupNormLayout(e, n, e.in(n, 1), rank, true);
+  std::vector<std::string> args = {x, "None", "None"};
   args.insert(args.end(), geo.begin(), geo.end());
   args.push_back(pyFloat(n.f("eps")));
   std::string fwd = e.call("aten.native_group_norm.default", args);
-  std::vector<std::string> bw = {e.in(n, 0), e.in(n, 1), e.item(fwd, 1), e.item(fwd, 2), e.in(n, 2)};
+  std::vector<std::string> bw = {groupNormLayout(e, n, e.in(n, 0), rank, true), x, e.item(fwd, 1), e.item(fwd, 2),
+                                 e.in(n, 2)};
   bw.insert(bw.end(), geo.begin(), geo.end());
   bw.push_back("[True, True, True]");
-  setOuts(e, n, e.call("aten.native_group_norm_backward.default", bw));
+  const std::string r = e.call("aten.native_group_norm_backward.default", bw);
+  if (!channelsLast(n)) return setOuts(e, n, r);
+  e.setOut(n, 0, groupNormLayout(e, n, e.item(r, 0), rank, false));
+  e.setOut(n, 1, e.item(r, 1));
+  e.setOut(n, 2, e.item(r, 2));
 }
 
 // ---- embedding, dropout, softmax ----------------------------------------------------

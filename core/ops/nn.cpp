@@ -106,9 +106,10 @@ std::vector<TensorType> inferLayerNorm(const Node& n) {
 std::vector<TensorType> inferGroupNorm(const Node& n) {
   const TensorType& x = n.input(0)->type();
   int64_t g = n.i("num_groups");
-  if (x.rank() < 2 || g <= 0 || x.shape[1] % g) opFail(n, "channels of " + x.str() + " not divisible into groups");
+  if (x.rank() < 2 || g <= 0 || channelsOf(n, x.shape) % g)
+    opFail(n, "channels of " + x.str() + " not divisible into groups");
   for (size_t i = 1; i < 3; ++i)
-    if (n.input(i)->shape() != Shape{x.shape[1]}) opFail(n, "weight/bias must have one entry per channel");
+    if (n.input(i)->shape() != Shape{channelsOf(n, x.shape)}) opFail(n, "weight/bias must have one entry per channel");
   return {x};
 }
 
@@ -163,8 +164,10 @@ void registerNNOps(OpTable& t) {
          {optAttr("training", int64_t{0}), optAttr("momentum", 0.1), optAttr("eps", 1e-5)}, inferBatchNorm, normCost});
   t.add({"layer_norm", "(x, weight, bias) over the trailing normalized_shape", 3, 3, 0,
          {reqAttr("normalized_shape", AttrKind::Ints), optAttr("eps", 1e-5)}, inferLayerNorm, normCost});
-  t.add({"group_norm", "(x, weight, bias) with num_groups channel groups", 3, 3, 0,
-         {reqAttr("num_groups", AttrKind::Int), optAttr("eps", 1e-5)}, inferGroupNorm, normCost});
+  t.add({"group_norm", "(x, weight, bias) with num_groups channel groups; x [N, C, ...], or [N, ..., C] with "
+         "channels_last=1", 3, 3, 0,
+         {reqAttr("num_groups", AttrKind::Int), optAttr("eps", 1e-5), optAttr("channels_last", int64_t{0})},
+         inferGroupNorm, normCost});
   t.add({"embedding", "(weight, indices) -> rows of weight", 2, 2, 0,
          {optAttr("padding_idx", int64_t{-1}), optAttr("scale_grad_by_freq", int64_t{0})},
          inferEmbedding, nullptr});

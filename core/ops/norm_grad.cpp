@@ -83,9 +83,9 @@ std::vector<TensorType> inferGroupNormBackward(const Node& n) {
   requireGradLikeInput(n);
   const TensorType& x = n.input(1)->type();
   const int64_t groups = n.i("num_groups");
-  if (x.rank() < 2 || groups <= 0 || x.shape[1] % groups)
+  if (x.rank() < 2 || groups <= 0 || channelsOf(n, x.shape) % groups)
     opFail(n, "channels of " + x.str() + " are not divisible into " + std::to_string(groups) + " groups");
-  requireChannelVector(n, 2, x.shape[1], "weight");
+  requireChannelVector(n, 2, channelsOf(n, x.shape), "weight");
   return normGradTypes(n);
 }
 
@@ -130,7 +130,9 @@ void layerNormGrad(GradContext& c) {
 }
 
 void groupNormGrad(GradContext& c) {
-  fusedNormGrad(c, "group_norm_backward", {}, forwardAttrs(c, {"num_groups", "eps"}));
+  AttrMap a = forwardAttrs(c, {"num_groups", "eps"});
+  if (channelsLast(c.node())) a["channels_last"] = int64_t{1};
+  fusedNormGrad(c, "group_norm_backward", {}, std::move(a));
 }
 
 /// softmax_backward / log_softmax_backward on the forward output.
@@ -161,11 +163,12 @@ void registerNormGrads(OpTable& t) {
          inferLayerNormBackward,
          normBackwardCost});
   t.add({"group_norm_backward",
-         "(g, x, weight) -> (grad_x, grad_weight, grad_bias) with num_groups groups",
+         "(g, x, weight) -> (grad_x, grad_weight, grad_bias) with num_groups groups; x [N, ..., C] with "
+         "channels_last=1",
          3,
          3,
          0,
-         {reqAttr("num_groups", AttrKind::Int), eps},
+         {reqAttr("num_groups", AttrKind::Int), eps, optAttr("channels_last", int64_t{0})},
          inferGroupNormBackward,
          normBackwardCost});
   t.add({"softmax_backward",

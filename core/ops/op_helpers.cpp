@@ -131,6 +131,8 @@ bool channelsLast(const Node& n) {
   return a && std::get<int64_t>(*a) != 0;
 }
 
+int64_t channelsOf(const Node& n, const Shape& x) { return channelsLast(n) ? x.back() : x[1]; }
+
 Shape nchwFromNhwc(const Shape& s) { return s.size() == 4 ? Shape{s[0], s[3], s[1], s[2]} : s; }
 Shape nhwcFromNchw(const Shape& s) { return s.size() == 4 ? Shape{s[0], s[2], s[3], s[1]} : s; }
 

@@ -59,10 +59,14 @@ std::vector<DimGroup> groupDims(const Shape& s, const std::vector<int64_t>& axes
 /// Expect a 2-element int list (e.g. stride), expanding a 1-element one.
 std::vector<int64_t> pair(const Node& n, const std::string& attr);
 
-/// The convolution ops' `channels_last` layout (conv2d and its backward
-/// ops, set by passes/channels_last.cpp): their activation tensors are
-/// [N, H, W, C] instead of [N, C, H, W]; weights stay OIHW.
+/// The `channels_last` layout (conv2d and its backward ops, group_norm and
+/// group_norm_backward; set by passes/channels_last.cpp): their activation
+/// tensors are [N, H, W, C] ([N, S..., C]) instead of [N, C, H, W]; weights
+/// stay OIHW.
 bool channelsLast(const Node& n);
+/// The channel count of n's activation shape x: its last dim under
+/// channels_last, else dim 1.
+int64_t channelsOf(const Node& n, const Shape& x);
 /// [N, H, W, C] -> [N, C, H, W] and back (4-D shapes).
 Shape nchwFromNhwc(const Shape& s);
 Shape nhwcFromNchw(const Shape& s);

@@ -414,6 +414,13 @@ TEST(GradKernelsNorm, SoftmaxAndNorms) {
        {param({2, 4, 5}), param({4}, 0.5, 1.5), param({4})},
        [](const Ts& x) { return torch::group_norm(x[0], 2, x[1], x[2], 1e-3); },
        "[2,4,5], 2 groups, eps 1e-3"},
+      {"group_norm",
+       {{"num_groups", I{3}}, {"channels_last", I{1}}},
+       {param({2, 3, 3, 6}), param({6}, 0.5, 1.5), param({6})},
+       [](const Ts& x) {
+         return torch::group_norm(x[0].permute({0, 3, 1, 2}), 3, x[1], x[2], 1e-5).permute({0, 2, 3, 1});
+       },
+       "[2,3,3,6] channels_last, 3 groups"},
       {"batch_norm", {{"training", I{1}}}, bnArgs({4, 3, 2, 2}), batchNorm(true), "training, NCHW"},
       {"batch_norm", {{"training", I{1}}}, bnArgs({6, 4}), batchNorm(true), "training, NC"},
       {"batch_norm", {{"training", I{0}}}, bnArgs({4, 3, 2, 2}), batchNorm(false), "eval, NCHW"},

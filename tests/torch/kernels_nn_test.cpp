@@ -535,6 +535,39 @@ TEST_F(KernelsNN, GroupNorm) {
   expectClose(out[0], torch::group_norm(xd, 3, wd, bd, 1e-4), 1e-10, "f64");
 }
 
+// channels_last=1 (passes/channels_last.cpp): x, g and grad_x are [N, H, W, C].
+// Shapes with several row blocks (backend/cpu/batch_norm_rows.cpp) and a
+// mean far from zero.
+TEST_F(KernelsNN, GroupNormChannelsLastMatchesTorch) {
+  auto nhwc = [](const torch::Tensor& t) { return t.detach().permute({0, 2, 3, 1}).contiguous(); };
+  auto nchw = [](const torch::Tensor& t) { return t.permute({0, 3, 1, 2}); };
+  struct Case {
+    std::vector<int64_t> x;
+    int64_t groups;
+    torch::ScalarType dt;
+  };
+  for (const Case& c : {Case{{2, 64, 40, 36}, 32, torch::kFloat32}, Case{{3, 12, 5, 7}, 4, torch::kFloat32},
+                        Case{{2, 8, 6, 6}, 1, torch::kFloat32}, Case{{2, 16, 9, 9}, 16, torch::kFloat32},
+                        Case{{2, 24, 10, 10}, 6, torch::kFloat64}}) {
+    const std::string what = shapeStr(Shape(c.x.begin(), c.x.end())) + " groups=" + std::to_string(c.groups);
+    auto x = (torch::randn(c.x, c.dt) * 2 + 3).requires_grad_();
+    auto w = torch::randn({c.x[1]}, c.dt).requires_grad_(), b = torch::randn({c.x[1]}, c.dt).requires_grad_();
+    auto y = torch::group_norm(x, c.groups, w, b, 1e-5);
+    auto g = torch::randn(y.sizes(), c.dt);
+    y.backward(g);
+    const AttrMap a = {{"num_groups", c.groups}, {"channels_last", int64_t{1}}};
+    const double tol = c.dt == torch::kFloat64 ? 1e-10 : 1e-5;
+    auto out = runOp("group_norm", {nhwc(x), w.detach(), b.detach()}, a);
+    ASSERT_EQ(out.size(), 1u);
+    expectClose(nchw(out[0]), y, tol, what + " forward");
+    auto grads = runOp("group_norm_backward", {nhwc(g), nhwc(x), w.detach()}, a);
+    ASSERT_EQ(grads.size(), 3u);
+    expectClose(nchw(grads[0]), x.grad(), tol, what + " grad_x");
+    expectClose(grads[1], w.grad(), tol, what + " grad_weight");
+    expectClose(grads[2], b.grad(), tol, what + " grad_bias");
+  }
+}
+
 // ---- embedding --------------------------------------------------------------------------
 
 TEST_F(KernelsNN, Embedding) {

@@ -117,7 +117,7 @@ ILL_CONDITIONED = {"tv_densenet121", "tv_efficientnet_b0", "tv_googlenet", "tv_i
 PARITY_BATCH = {"tv_inception_v3": 8, "tv_densenet121": 8}
 
 # Models whose first output is not a class score: regress it (mse).
-DEFAULT_LOSS = {"nn_mha": "mse", "nn_transformer": "mse"}
+DEFAULT_LOSS = {"nn_mha": "mse", "nn_transformer": "mse", "unet_mini": "mse"}
 
 
 class Failure(Exception):
@@ -504,7 +504,7 @@ def main(argv=None) -> int:
                                       "(default: a new temp dir)")
     p.add_argument("--cache-dir", help="where the export and batch go (DIR/NAME.LOSS/); one left there "
                                        "by an earlier run of the same sources is reused")
-    p.add_argument("--loss", choices=losses.KINDS, help="default: mse for nn_mha/nn_transformer, "
+    p.add_argument("--loss", choices=losses.KINDS, help="default: mse for nn_mha/nn_transformer/unet_mini, "
                                                         "cross_entropy otherwise")
     p.add_argument("--steps", type=int, default=STEPS)
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32",
