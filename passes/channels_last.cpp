@@ -3,26 +3,29 @@
 // Needs: a target whose convolutions take channels_last (PassContext::
 // cpu_only_ops: the CPU's oneDNN kernels do, in f32 and bf16; cuDNN's here
 // not). Runs on the step graph after simplify and before fuse.
-// Does: layout-flexible nodes (convolutions, batch norms, elementwise ops)
-// joined by the 4-D activations they pass each other form regions; a
-// region with at least two forward convolutions and no more activations
-// crossing its border than it has convolution nodes is converted (see
-// convsInChains). Its f32/bf16 conv2d, conv2d_input_backward and
-// conv2d_weight_backward become their channels_last form (core/ops/nn.cpp:
-// activations [N, H, W, C], weights OIHW) between two permutes, NCHW ->
-// NHWC before and back after. A batch_norm (or its backward) whose input
-// is such a permute's result normalizes the [N*H*W, C] rows of the NHWC
-// tensor instead (the same per-channel statistics), and a group_norm (or
-// its backward) becomes its channels_last form on the NHWC tensor (the
-// same per-group statistics). Then, to a fixed
-// point: a permute of a permute is merged (simplify's permute_of_permute
-// rule: its input where the two compose to the identity); an elementwise op
-// (fuse's fusibleOps, or a cast) with a permuted operand runs before the
-// permute instead when that leaves no more permutes than before (its plain
-// operands get the inverse permute); a sum or mean of a permute that keeps
-// the remaining dims in order reduces the permute's input. What is left are
-// transposes at the region's border (the input image, a max pool, the
-// global pooling).
+// Does: layout-flexible nodes (convolutions, batch and group norms,
+// elementwise ops and casts, skip concatenations and their gradient's
+// slices, nearest upsampling's index gathers and their gradient's
+// index_add) joined by the 4-D activations they pass each other form
+// regions; a region with at least two forward convolutions and no more
+// activations crossing its border than it has convolution nodes is
+// converted (see nodesToConvert), every node of it: f32/bf16 conv2d,
+// conv2d_input_backward and conv2d_weight_backward become their
+// channels_last form (core/ops/nn.cpp: activations [N, H, W, C], weights
+// OIHW); a batch_norm (or its backward) normalizes the [N*H*W, C] rows of
+// the NHWC tensor (the same per-channel statistics); a group_norm (or its
+// backward) takes channels_last=1 (the same per-group statistics); the
+// other ops run on the NHWC tensors with their dim moved with its axis.
+// Each converted node reads its activations through a permute NCHW -> NHWC
+// and hands its result back through the inverse. Then, to a fixed point: a
+// permute of a permute is merged (simplify's permute_of_permute rule: its
+// input where the two compose to the identity), which leaves transposes
+// only at the regions' borders (the input image, a max pool, the global
+// pooling, attention's reshapes); an elementwise op outside a region with
+// a permuted operand runs before the permute instead when that leaves no
+// more permutes than before (its plain operands get the inverse permute);
+// a sum or mean of a permute that keeps the remaining dims in order reduces
+// the permute's input.
 // Why: oneDNN's convolutions want their own layouts (nhwc for bf16's
 // brgconv, blocked nChw16c for the f32 backward); given NCHW tensors every
 // call reorders its activations in and its result out. On ResNet-50 bf16 at
@@ -171,19 +174,36 @@ struct Rewriter {
     ++group_norms;
   }
 
-  /// An elementwise op, cast, cat or slice on the NHWC tensors (cat's and
-  /// slice's dim moved with its axis); false when an operand is neither 4-D
-  /// nor a scalar (a broadcast of lower rank, whose dims would not line up).
+  /// An elementwise op, cast, cat, slice, index or index_add on the NHWC
+  /// tensors (the dim of the last four moved with its axis; index tensors
+  /// stay as they are, a splat `full` is made in the new shape); false when
+  /// an operand is neither 4-D nor a scalar (a broadcast of lower rank,
+  /// whose dims would not line up).
   bool convertElementwise(Node* n) {
     const auto rank = static_cast<int64_t>(kToNhwc.size());
+    const bool indexed = n->op() == "index" || n->op() == "index_add";
+    auto isIndex = [&](size_t i) { return indexed && i == 1; };
     if (n->output()->type().rank() != rank) return false;
-    for (const Value* v : n->inputs())
-      if (!isScalar(v) && v->type().rank() != rank) return false;
+    for (size_t i = 0; i < n->numInputs(); ++i)
+      if (!isIndex(i) && !isScalar(n->input(i)) && n->input(i)->type().rank() != rank) return false;
     g.setInsertPoint(n);
     std::vector<Value*> in;
-    for (Value* v : n->inputs()) in.push_back(isScalar(v) ? v : permute(v, kToNhwc, *n));
+    for (size_t i = 0; i < n->numInputs(); ++i) {
+      Value* v = n->input(i);
+      const Node* p = v->producer();
+      if (isIndex(i) || isScalar(v)) {
+        in.push_back(v);
+      } else if (p && p->op() == "full" && p->numInputs() == 0) {
+        AttrMap f = p->attrs();
+        const Shape nhwc = nhwcFromNchw(v->shape());
+        f["shape"] = Ints(nhwc.begin(), nhwc.end());
+        in.push_back(g.add("full", {}, std::move(f), p->scope(), p->provenance()));
+      } else {
+        in.push_back(permute(v, kToNhwc, *n));
+      }
+    }
     AttrMap a = n->attrs();
-    if (n->op() == "cat" || n->op() == "slice") {
+    if (n->op() == "cat" || n->op() == "slice" || indexed) {
       int64_t d = n->i("dim");
       if (d < 0) d += rank;
       a["dim"] = kToNchw[static_cast<size_t>(d)];  // NCHW dim d is NHWC dim kToNchw[d]
@@ -298,10 +318,12 @@ bool sinksThroughElementwise(const Node& n) {
   return n.numOutputs() == 1 && (n.op() == "cast" || fusibleOps().count(n.op()));
 }
 
-/// Elementwise ops, and the shape ops a UNet's skip connections add (cat
-/// along the channels, and its gradient's slices).
+/// Elementwise ops, and the shape ops of a UNet's skip connections (cat
+/// along the channels, and its gradient's slices) and nearest upsampling
+/// (index gathers, and their gradient's index_add).
 bool movesWithLayout(const Node& n) {
-  return sinksThroughElementwise(n) || n.op() == "cat" || n.op() == "slice";
+  return sinksThroughElementwise(n) || n.op() == "cat" || n.op() == "slice" || n.op() == "index" ||
+         n.op() == "index_add";
 }
 
 /// Ops that can run on NHWC activations once converted (or have permutes
