@@ -143,7 +143,7 @@ void groupNormImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> 
   const T* bias = in[2].data<T>();
   T* y = yt.data<T>();
   if (channelsLast(n)) {  // x is [N, S..., C]
-    const int64_t c = xs.back(), rows = batch * c ? in[0].numel() / (batch * c) : 0;
+    const int64_t c = xs.back(), rows = batch > 0 && c > 0 ? in[0].numel() / (batch * c) : 0;
     groupNormChannelsLast(x, weight, bias, y, batch, rows, c, groups, eps);
     return;
   }

@@ -216,7 +216,7 @@ void groupNormBackwardImpl(const Node& n, std::span<const Tensor> in, std::span<
   T* gw = allocAs(n, out, 1, dt).template data<T>();
   T* gb = allocAs(n, out, 2, dt).template data<T>();
   if (channelsLast(n)) {  // x is [N, S..., C]
-    const int64_t c = xs.back(), rows = batch * c ? in[1].numel() / (batch * c) : 0;
+    const int64_t c = xs.back(), rows = batch > 0 && c > 0 ? in[1].numel() / (batch * c) : 0;
     groupNormBackwardChannelsLast(g, x, w, gx, gw, gb, batch, rows, c, groups, eps);
     return;
   }

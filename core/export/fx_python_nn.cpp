@@ -253,7 +253,7 @@ void emitLayerNormBackward(Emitter& e, const Node& n) {
 std::vector<std::string> groupGeometry(const Node& n, const Value* x) {
   const Shape& s = x->shape();
   const int64_t c = channelsOf(n, s);
-  const int64_t hw = s[0] * c ? numelOf(s) / (s[0] * c) : 0;
+  const int64_t hw = s[0] > 0 && c > 0 ? numelOf(s) / (s[0] * c) : 0;
   return {pyInt(s[0]), pyInt(c), pyInt(hw), pyInt(n.i("num_groups"))};
 }
 
