@@ -21,11 +21,8 @@
 // permute of a permute is merged (simplify's permute_of_permute rule: its
 // input where the two compose to the identity), which leaves transposes
 // only at the regions' borders (the input image, a max pool, the global
-// pooling, attention's reshapes); an elementwise op outside a region with
-// a permuted operand runs before the permute instead when that leaves no
-// more permutes than before (its plain operands get the inverse permute);
-// a sum or mean of a permute that keeps the remaining dims in order reduces
-// the permute's input.
+// pooling, attention's reshapes); a sum or mean of a permute that keeps the
+// remaining dims in order reduces the permute's input.
 // Why: oneDNN's convolutions want their own layouts (nhwc for bf16's
 // brgconv, blocked nChw16c for the f32 backward); given NCHW tensors every
 // call reorders its activations in and its result out. On ResNet-50 bf16 at
@@ -57,15 +54,13 @@ bool isPermuteBy(const Node* p, const Ints& dims) {
   return p && p->op() == "permute" && p->is("dims") == dims;
 }
 
-Ints inversePermutation(const Ints& p) {
-  Ints inv(p.size());
-  for (size_t d = 0; d < p.size(); ++d) inv[static_cast<size_t>(p[d])] = static_cast<int64_t>(d);
-  return inv;
-}
-
 bool isScalar(const Value* v) {
   return v->type().rank() == 0;
 }
+
+bool isConv(const Node& n);
+std::vector<size_t> activationInputs(const Node& n);
+bool hasActivationOutput(const Node& n);
 
 /// The graph edits, with the nodes they erased this round (skipped by the
 /// round's walk; cleared between rounds, as new nodes may reuse their addresses).
@@ -118,21 +113,24 @@ struct Rewriter {
     eraseIfDead(n);
   }
 
-  void convertConv(Node* n) {
+  /// A convolution or group norm (or a backward of either) in its
+  /// channels_last form: its activation operands read through permutes to
+  /// NHWC, its activation result handed back through the inverse.
+  void convertToChannelsLast(Node* n) {
     g.setInsertPoint(n);
     AttrMap a = n->attrs();
     a["channels_last"] = int64_t{1};
-    std::vector<Value*> in(n->inputs().begin(), n->inputs().end());
-    const bool weight_grad = n->op() == "conv2d_weight_backward";
-    in[0] = permute(in[0], kToNhwc, *n);  // x, or the output gradient
-    if (weight_grad) in[1] = permute(in[1], kToNhwc, *n);
     if (n->op() == "conv2d_input_backward") {
       const Ints& s = n->is("input_shape");
       a["input_shape"] = nhwcFromNchw(Shape(s.begin(), s.end()));
     }
-    Value* y = g.add(n->op(), in, std::move(a), n->scope(), n->provenance());
-    replace(n, {weight_grad ? y : permute(y, kToNchw, *n)});
-    ++convs;
+    std::vector<Value*> in(n->inputs().begin(), n->inputs().end());
+    for (size_t i : activationInputs(*n)) in[i] = permute(in[i], kToNhwc, *n);
+    Node* m = g.create(n->op(), in, std::move(a), n->scope(), n->provenance());
+    std::vector<Value*> outs(m->outputs().begin(), m->outputs().end());
+    if (hasActivationOutput(*n)) outs[0] = permute(outs[0], kToNchw, *n);
+    ++(isConv(*n) ? convs : group_norms);
+    replace(n, outs);
   }
 
   /// batch_norm(x, ...) / batch_norm_backward(g, x, ...) on the NHWC rows.
@@ -155,23 +153,6 @@ struct Rewriter {
     for (size_t i = 1; i < m->numOutputs(); ++i) outs.push_back(m->output(i));
     replace(n, outs);
     ++norms;
-  }
-
-  /// group_norm(x, ...) / group_norm_backward(g, x, ...) in their
-  /// channels_last form on the NHWC tensors.
-  void convertGroupNorm(Node* n) {
-    g.setInsertPoint(n);
-    const bool backward = n->op() == "group_norm_backward";
-    std::vector<Value*> in(n->inputs().begin(), n->inputs().end());
-    in[0] = permute(in[0], kToNhwc, *n);  // x, or the output gradient
-    if (backward) in[1] = permute(in[1], kToNhwc, *n);
-    AttrMap a = n->attrs();
-    a["channels_last"] = int64_t{1};
-    Node* m = g.create(n->op(), in, std::move(a), n->scope(), n->provenance());
-    std::vector<Value*> outs = {permute(m->output(0), kToNchw, *n)};
-    for (size_t i = 1; i < m->numOutputs(); ++i) outs.push_back(m->output(i));
-    replace(n, outs);
-    ++group_norms;
   }
 
   /// An elementwise op, cast, cat, slice, index or index_add on the NHWC
@@ -230,51 +211,6 @@ struct Rewriter {
     return true;
   }
 
-  /// op(permute(a, P), b, scalars) -> permute(op(a, permute(b, P^-1), ...), P):
-  /// the op runs in the permuted layout when that leaves no more permutes
-  /// than before: the copies added (one per operand that is not a permute,
-  /// one for the result unless every reader permutes it back) are at most
-  /// those that go (operand permutes read only here, the readers' permutes).
-  bool sinkElementwise(Node* n) {
-    const Node* perm = nullptr;
-    for (const Value* v : n->inputs()) {
-      const Node* p = v->producer();
-      if (isScalar(v) || !p || p->op() != "permute") continue;
-      if (perm && p->is("dims") != perm->is("dims")) return false;
-      perm = p;
-    }
-    if (!perm) return false;
-    const Ints dims = perm->is("dims"), inverse = inversePermutation(dims);
-    const auto rank = static_cast<int64_t>(dims.size());
-    if (n->output()->type().rank() != rank) return false;
-    int added = 0, removed = 0;
-    for (const Value* v : n->inputs()) {
-      if (isScalar(v)) continue;
-      if (v->type().rank() != rank) return false;  // a broadcast operand: its dims would move too
-      if (!isPermuteBy(v->producer(), dims)) {
-        ++added;
-      } else if (!isReturned(v) &&
-                 std::all_of(v->uses().begin(), v->uses().end(), [n](const Use& u) { return u.user == n; })) {
-        ++removed;
-      }
-    }
-    const Value* y = n->output();
-    const bool undone =
-        !isReturned(y) && !y->uses().empty() &&
-        std::all_of(y->uses().begin(), y->uses().end(), [&](const Use& u) { return isPermuteBy(u.user, inverse); });
-    (undone ? removed : added) += 1;
-    if (added > removed) return false;
-    g.setInsertPoint(n);
-    std::vector<Value*> in;
-    for (Value* v : n->inputs())
-      in.push_back(isScalar(v)                        ? v
-                   : isPermuteBy(v->producer(), dims) ? v->producer()->input(0)
-                                                      : permute(v, inverse, *n));
-    Value* out = g.add(n->op(), in, n->attrs(), n->scope(), n->provenance());
-    replace(n, {permute(out, dims, *n)});
-    return true;
-  }
-
   /// sum / mean (keepdim 0) of permute(x, P) whose kept dims stay in order:
   /// the same reduction of x over the permuted dims.
   bool sinkReduction(Node* n) {
@@ -314,16 +250,12 @@ bool isNorm(const Node& n) {
   return n.input(forward ? 0 : 1)->type().rank() == 4 && !channelsLast(n);
 }
 
-bool sinksThroughElementwise(const Node& n) {
-  return n.numOutputs() == 1 && (n.op() == "cast" || fusibleOps().count(n.op()));
-}
-
-/// Elementwise ops, and the shape ops of a UNet's skip connections (cat
-/// along the channels, and its gradient's slices) and nearest upsampling
-/// (index gathers, and their gradient's index_add).
+/// Elementwise ops and casts, and the shape ops of a UNet's skip
+/// connections (cat along the channels, and its gradient's slices) and
+/// nearest upsampling (index gathers, and their gradient's index_add).
 bool movesWithLayout(const Node& n) {
-  return sinksThroughElementwise(n) || n.op() == "cat" || n.op() == "slice" || n.op() == "index" ||
-         n.op() == "index_add";
+  if (n.numOutputs() == 1 && (n.op() == "cast" || fusibleOps().count(n.op()))) return true;
+  return n.op() == "cat" || n.op() == "slice" || n.op() == "index" || n.op() == "index_add";
 }
 
 /// Ops that can run on NHWC activations once converted (or have permutes
@@ -418,12 +350,10 @@ Result<PassResult> runChannelsLast(Graph& g, PassContext& ctx) {
   const std::vector<Node*> nodes = nodesToConvert(g);
   if (nodes.empty()) return res;
   for (Node* n : nodes) {
-    if (isConv(*n))
-      r.convertConv(n);
-    else if (n->op() == "batch_norm" || n->op() == "batch_norm_backward")
+    if (n->op() == "batch_norm" || n->op() == "batch_norm_backward")
       r.convertNorm(n);
-    else if (isNorm(*n))
-      r.convertGroupNorm(n);
+    else if (isConv(*n) || isNorm(*n))  // convolutions and group norms
+      r.convertToChannelsLast(n);
     else
       r.convertElementwise(n);
   }
@@ -436,8 +366,6 @@ Result<PassResult> runChannelsLast(Graph& g, PassContext& ctx) {
       if (r.gone.count(n)) continue;
       if (n->op() == "permute") {
         changed |= r.mergePermutes(n);
-      } else if (sinksThroughElementwise(*n)) {
-        changed |= r.sinkElementwise(n);
       } else if (n->op() == "sum" || n->op() == "mean") {
         changed |= r.sinkReduction(n);
       }
