@@ -1,5 +1,8 @@
-// CPU kernels of the fused attention ops (core/ops/attention.h), f32 and
-// f64 (bf16/f16 q, k, v compute in f32 through viaComputeType).
+// CPU kernels of the fused attention ops (core/ops/attention.h). On CPUs
+// with AVX-512, f32 and bf16 q, k, v run on packed tiles
+// (kernels_attention_packed.cpp, the same algorithm); this file's BLAS
+// tiles take f64, and f32 / bf16 / f16 elsewhere (the half types computing
+// in f32 through viaComputeType).
 //
 // Forward, per (batch, head) and block of Br query rows: the block's scores
 // [Br, S'] = q k^T by one GEMM, then per row scale, mask, max, exp and sum
@@ -12,24 +15,27 @@
 // gs = p (gp - rowsum(p gp)) * scale (row_math loops for f32), gq = gs k,
 // gk += gs^T q.
 // Blocks run on OpenMP threads, each tile GEMM on its thread (gemmLd,
-// under a SerialBlasScope): the
-// forward over (batch, head, block), the backward over (batch, head), whose
-// blocks accumulate gk and gv in turn.
+// under a SerialBlasScope): the forward over (batch, head, block), the
+// backward over (batch, head), whose blocks accumulate gk and gv in turn.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
 #include <vector>
 
+#include "backend/cpu/attention_rows.h"
 #include "backend/cpu/blas_threads.h"
 #include "backend/cpu/cpu_loops.h"
 #include "backend/cpu/float_kernel.h"
+#include "backend/cpu/kernels_attention_packed.h"
 #include "backend/cpu/row_math.h"
 #include "core/ops/attention.h"
 #include "core/ops/op_helpers.h"
 
 namespace kiln::cpu {
 namespace {
+
+using namespace attention_rows;
 
 /// Row-major C[m,n] = op(A) op(B) + beta C with leading dimensions, on the
 /// calling thread (the kernels hold a SerialBlasScope: their OpenMP loop is
@@ -44,123 +50,6 @@ void gemmLd(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64
   else
     cblas_dgemm(CblasRowMajor, A, B, int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }
-
-enum class MaskKind { None, Keep, Drop, Add };
-
-MaskKind maskKind(const Node& n) {
-  const std::string& m = n.s("mask");
-  return m == "keep" ? MaskKind::Keep : m == "drop" ? MaskKind::Drop : m == "add" ? MaskKind::Add : MaskKind::None;
-}
-
-/// Where each (batch, head)'s mask starts and its row / column strides
-/// (0 along broadcast dims).
-struct MaskView {
-  MaskKind kind = MaskKind::None;
-  const void* data = nullptr;
-  std::vector<int64_t> base;  // per batch * heads + head
-  int64_t row_stride = 0, col_stride = 0;
-};
-
-MaskView maskView(const Node& n, const AttentionGeom& g, const Tensor* mask, size_t q_index) {
-  MaskView mv;
-  mv.kind = maskKind(n);
-  if (!mask) return mv;
-  const Shape scores = g.scoreShape(n.input(q_index)->shape());
-  const Shape st = broadcastStrides(mask->shape(), scores);
-  const size_t r = scores.size();
-  mv.data = mask->raw();
-  mv.row_stride = st[r - 2];
-  mv.col_stride = st[r - 1];
-  mv.base.resize(static_cast<size_t>(g.outer * g.heads));
-  // Walk the batch dims (all but L, S) of the scores.
-  std::vector<int64_t> idx(r - 2, 0);
-  for (size_t e = 0; e < mv.base.size(); ++e) {
-    int64_t off = 0;
-    for (size_t d = 0; d < r - 2; ++d) off += idx[d] * st[d];
-    mv.base[e] = off;
-    for (size_t d = r - 2; d-- > 0;) {
-      if (++idx[d] < scores[d]) break;
-      idx[d] = 0;
-    }
-  }
-  return mv;
-}
-
-/// Rows per block: about 32K score elements per tile, 16..256 rows.
-int64_t blockRows(const AttentionGeom& g) {
-  return std::clamp<int64_t>(32768 / std::max<int64_t>(g.S, 1), 16, 256);
-}
-
-/// Keys row t of a block may see: all S, or t + 1 when causal.
-int64_t keysOf(bool causal, int64_t t, int64_t S) {
-  return causal ? std::min(S, t + 1) : S;
-}
-
-/// Scale, mask and causal cut of one score row (in place): keys >= `seen`
-/// become -inf.
-template <typename T>
-void prepareRow(T* row, int64_t n_cols, int64_t seen, T scale, const MaskView& mv, int64_t bh, int64_t t) {
-  if constexpr (std::is_same_v<T, float>)
-    rowAffineF32(row, seen, scale, 0.0f);
-  else
-    for (int64_t j = 0; j < seen; ++j) row[j] *= scale;
-  const T ninf = -std::numeric_limits<T>::infinity();
-  if (mv.kind != MaskKind::None) {
-    const int64_t off = mv.base[static_cast<size_t>(bh)] + t * mv.row_stride;
-    if (mv.kind == MaskKind::Add) {
-      const T* m = static_cast<const T*>(mv.data) + off;
-      for (int64_t j = 0; j < seen; ++j) row[j] += m[j * mv.col_stride];
-    } else {
-      const bool* m = static_cast<const bool*>(mv.data) + off;
-      const bool drop_when = mv.kind == MaskKind::Drop;
-      for (int64_t j = 0; j < seen; ++j)
-        if (m[j * mv.col_stride] == drop_when) row[j] = ninf;
-    }
-  }
-  for (int64_t j = seen; j < n_cols; ++j) row[j] = ninf;
-}
-
-/// Row max and the softmax shift, sum of exp written in place.
-template <typename T>
-T rowSoftmaxInPlace(T* row, int64_t n, T* lse_out) {
-  T shift;
-  double sum;
-  if constexpr (std::is_same_v<T, float>) {
-    shift = softmaxShift(rowMaxF32(row, n));
-    sum = rowExpF32(row, row, n, shift);
-  } else {
-    T mx = -std::numeric_limits<T>::infinity();
-    for (int64_t j = 0; j < n; ++j) mx = std::max(mx, row[j]);
-    shift = std::isinf(mx) && mx < 0 ? T(0) : mx;
-    sum = 0;
-    for (int64_t j = 0; j < n; ++j) {
-      row[j] = std::exp(row[j] - shift);
-      sum += row[j];
-    }
-  }
-  const T inv = static_cast<T>(1.0 / sum);
-  for (int64_t j = 0; j < n; ++j) row[j] *= inv;
-  *lse_out = static_cast<T>(std::log(sum)) + shift;
-  return shift;
-}
-
-/// What the forward and backward kernels share: geometry, mask, causal cut,
-/// scale and the blocking of the query rows.
-struct AttentionSetup {
-  AttentionGeom g;
-  MaskView mask;
-  bool causal;
-  double scale;
-  int64_t block_rows, blocks, batch_heads;
-  AttentionSetup(const Node& n, std::span<const Tensor> in, size_t q_index, size_t mask_index)
-      : g(attentionGeom(n, q_index)),
-        mask(maskView(n, g, in.size() > mask_index ? &in[mask_index] : nullptr, q_index)),
-        causal(n.i("causal") != 0),
-        scale(n.f("scale")),
-        block_rows(blockRows(g)),
-        blocks((g.L + block_rows - 1) / block_rows),
-        batch_heads(g.outer * g.heads) {}
-};
 
 template <typename T>
 void attentionImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
@@ -279,19 +168,27 @@ void attentionBackwardImpl(const Node& n, std::span<const Tensor> in, std::span<
   }
 }
 
-void attentionKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
+void attentionBlas(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
   dispatchFloat(in[0].dtype(), [&](auto t) { attentionImpl<decltype(t)>(n, in, out); });
 }
-void attentionBackwardKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
+void attentionBackwardBlas(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
   dispatchFloat(in[1].dtype(), [&](auto t) { attentionBackwardImpl<decltype(t)>(n, in, out); });
+}
+
+/// The packed AVX-512 tiles where the CPU and dtype allow
+/// (kernels_attention_packed.cpp), else BLAS tiles in f32 or f64.
+void attentionKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext& ctx) {
+  if (!attentionPacked(n, in, out)) viaComputeType<attentionBlas>(n, in, out, ctx);
+}
+void attentionBackwardKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext& ctx) {
+  if (!attentionBackwardPacked(n, in, out)) viaComputeType<attentionBackwardBlas, 1>(n, in, out, ctx);
 }
 
 }  // namespace
 
 void registerCpuAttentionKernels(KernelRegistry& r) {
-  r.add({"attention", "cpu", "cpu.attention", 0, nullptr, viaComputeType<attentionKernel>});
-  r.add(
-      {"attention_backward", "cpu", "cpu.attention_backward", 0, nullptr, viaComputeType<attentionBackwardKernel, 1>});
+  r.add({"attention", "cpu", "cpu.attention", 0, nullptr, attentionKernel});
+  r.add({"attention_backward", "cpu", "cpu.attention_backward", 0, nullptr, attentionBackwardKernel});
 }
 
 }  // namespace kiln::cpu

@@ -148,6 +148,59 @@ TEST_F(KernelsAttention, F32AndBF16) {
   runCase(c, 2e-2);
 }
 
+/// The cases above in one list, for the f32 and bf16 runs: on AVX-512
+/// CPUs those take the packed tiles (kernels_attention_packed.cpp), with
+/// their own packing of k, v, q and gy, odd widths (bf16's half pairs),
+/// causal cuts and masks; elsewhere the BLAS tiles.
+std::vector<Case> everyShape() {
+  std::vector<Case> cases = {{{2, 3}, 9, 11, 8, 5}, {{4}, 6, 6, 16, 16}, {{2, 2}, 13, 13, 7, 9}};
+  Case c{{2, 2}, 13, 20, 8, 8};
+  c.causal = true;
+  cases.push_back(c);
+  c = Case{{2, 3}, 7, 10, 5, 6};
+  c.mask = "keep";
+  c.mask_shape = {2, 1, 7, 10};
+  cases.push_back(c);
+  c.mask = "drop";
+  c.mask_shape = {7, 10};
+  cases.push_back(c);
+  c.mask = "add";
+  c.mask_shape = {1, 3, 1, 10};
+  cases.push_back(c);
+  c = Case{{2, 4}, 12, 12, 8, 8};
+  c.tokens_outer = true;
+  c.causal = true;
+  cases.push_back(c);
+  c = Case{{1, 2}, 300, 700, 64, 64};  // 46 rows per block, the last block partial
+  c.causal = true;
+  cases.push_back(c);
+  c = Case{{2, 3}, 197, 197, 64, 64};  // a ViT-B/16 head's shape
+  c.tokens_outer = true;
+  cases.push_back(c);
+  return cases;
+}
+
+TEST_F(KernelsAttention, EveryShapeInF32) {
+  for (Case c : everyShape()) {
+    c.dtype = torch::kFloat32;
+    SCOPED_TRACE("L " + std::to_string(c.L) + " S " + std::to_string(c.S) + " E " + std::to_string(c.E) + " mask " +
+                 c.mask);
+    runCase(c, 2e-5);
+  }
+}
+
+TEST_F(KernelsAttention, EveryShapeInBF16) {
+  // bf16 q, k, v, gy, y and gradients; p and the score gradients rounded to
+  // bf16 before their GEMMs (as autocast's bf16 matmuls): within 8e-3 of
+  // the f64 answer on the same bf16 inputs, relative to the largest.
+  for (Case c : everyShape()) {
+    c.dtype = torch::kBFloat16;
+    SCOPED_TRACE("L " + std::to_string(c.L) + " S " + std::to_string(c.S) + " E " + std::to_string(c.E) + " mask " +
+                 c.mask);
+    runCase(c, 8e-3);
+  }
+}
+
 TEST_F(KernelsAttention, FullyMaskedRowIsNaNAsTorch) {
   auto q = torch::randn({1, 2, 4}, torch::kFloat64), k = torch::randn({1, 3, 4}, torch::kFloat64);
   auto v = torch::randn({1, 3, 4}, torch::kFloat64);
