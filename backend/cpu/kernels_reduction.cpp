@@ -64,6 +64,41 @@ AxisSplit splitAt(const Tensor& x, int64_t axis) {
   return a;
 }
 
+/// The first index of the extreme of a contiguous floating row, or of its
+/// first NaN, in 16 lanes that each keep their own first extreme (a lane's
+/// indices only grow), combined at the end: branch-free, so the loop
+/// vectorizes (the scalar loop took 17 ms over a GPT-2 step's [1024, 32000]
+/// logits). Rows of at most INT32_MAX elements.
+template <bool kMax, typename T>
+KILN_SIMD_CLONES int64_t rowArgExtreme(const T* p, int64_t r) {
+  using C = compute_t<T>;
+  constexpr int kL = 16;
+  C bv[kL];
+  int32_t bi[kL];
+  for (int j = 0; j < kL; ++j) bv[j] = C(p[j]), bi[j] = j;
+  auto take = [&](int j, int64_t k) {
+    const C v = C(p[k]);
+    const bool better = (kMax ? v > bv[j] : v < bv[j]) || (v != v && bv[j] == bv[j]);
+    bv[j] = better ? v : bv[j];
+    bi[j] = better ? static_cast<int32_t>(k) : bi[j];
+  };
+  int64_t k = kL;
+  for (; k + kL <= r; k += kL)
+    for (int j = 0; j < kL; ++j) take(j, k + j);
+  for (int j = 0; k + j < r; ++j) take(j, k + j);
+  int best = 0;
+  for (int j = 1; j < kL; ++j) {
+    const bool nan_j = bv[j] != bv[j], nan_b = bv[best] != bv[best];
+    bool better;
+    if (nan_j || nan_b)
+      better = nan_j && (!nan_b || bi[j] < bi[best]);
+    else
+      better = (kMax ? bv[j] > bv[best] : bv[j] < bv[best]) || (bv[j] == bv[best] && bi[j] < bi[best]);
+    if (better) best = j;
+  }
+  return bi[best];
+}
+
 /// argmax/argmin along `dim`: the first index of the extreme; a NaN counts as
 /// the extreme (the first NaN wins), as in PyTorch.
 template <bool kMax>
@@ -82,6 +117,11 @@ void argKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
     parallelFor(l.outer * inner, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(r, 1)),
                 [&](int64_t b, int64_t e) {
                   for (int64_t t = b; t < e; ++t) {
+                    if constexpr (is_floating_v<T>)
+                      if (inner == 1 && r >= 16 && r <= std::numeric_limits<int32_t>::max()) {
+                        dst[t] = rowArgExtreme<kMax>(src + t * r, r);
+                        continue;
+                      }
                     const T* p = src + (t / inner) * r * inner + t % inner;
                     int64_t best = 0;
                     C bv = C(p[0]);

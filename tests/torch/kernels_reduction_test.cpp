@@ -159,6 +159,30 @@ TEST(KernelsReductionArg, TiesNaNNegativeDimKeepdim) {
   check("argmax", s, s.argmax(0), {{"dim", int64_t{0}}});
 }
 
+TEST(KernelsReductionArg, LongRowsTiesNaNInfAcrossLanes) {
+  // Rows of 16 elements and more take the 16-lane loop: ties between lanes
+  // and within a lane, NaN and +-inf anywhere (also in the ragged tail),
+  // f32, f64 and bf16.
+  torch::manual_seed(27);
+  for (int64_t r : {16, 17, 31, 33, 100, 1000}) {
+    auto x = torch::randint(-3, 4, {12, r}).to(torch::kFloat32);  // many ties
+    x[1][r - 1] = kNaN;                                                         // NaN in the tail
+    x[2][3] = kNaN;
+    x[2][r / 2] = kNaN;                                                         // two NaN: the first wins
+    x[3][r - 2] = INFINITY;
+    x[4][0] = -INFINITY;
+    x[5].fill_(kNaN);
+    x[6].fill_(2.0);                                                            // all tied
+    x[7][r - 1] = 100.0;
+    for (auto dt : {torch::kFloat32, torch::kFloat64, torch::kBFloat16}) {
+      auto xd = x.to(dt);
+      check("argmax", xd, xd.argmax(1), {{"dim", int64_t{1}}});
+      check("argmin", xd, xd.argmin(1), {{"dim", int64_t{1}}});
+      check("argmax", xd, xd.argmax(-1, true), {{"dim", int64_t{-1}}, {"keepdim", int64_t{1}}});
+    }
+  }
+}
+
 TEST(KernelsReductionCumsum, FloatIntBoolAndDims) {
   torch::manual_seed(26);
   auto x = torch::randn({4, 5, 6});
