@@ -17,10 +17,19 @@ int main(int argc, char** argv) {
   // parallel region wait for a sleeping thread to wake, tens of microseconds
   // each (resnet_mini's step: 9.9 ms). A short spin is the best of both:
   // 3.2 ms on a quiet machine, and 16 ms instead of PASSIVE's 20 ms with two
-  // trainings sharing 2 cores. libgomp reads these when it loads, before
-  // main, so set it and start again; a user's own setting is respected.
-  if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT") && setenv("GOMP_SPINCOUNT", "2000", 1) == 0)
-    execv("/proc/self/exe", argv);  // returns only on failure: carry on as is
+  // trainings sharing 2 cores.
+  // OpenBLAS's own worker threads (the pthread build, Debian's default) spin
+  // for 2^28 cycles (~0.1 s) after every GEMM, taking the cores from the
+  // OpenMP kernels that follow: ViT-B/16's f32 step went from 2.80-3.03 s
+  // to 2.54-2.75 s with 2^13 (attention forward 103-107 -> 57-59 ms, AdamW
+  // 205-265 -> 154-175 ms), GPT-2-style 1.98-2.09 -> 1.71 s.
+  // libgomp and OpenBLAS read these when they load, before main, so set them
+  // and start again; a user's own settings are respected.
+  bool restart = false;
+  if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT"))
+    restart |= setenv("GOMP_SPINCOUNT", "2000", 1) == 0;
+  if (!std::getenv("OPENBLAS_THREAD_TIMEOUT")) restart |= setenv("OPENBLAS_THREAD_TIMEOUT", "13", 1) == 0;
+  if (restart) execv("/proc/self/exe", argv);  // returns only on failure: carry on as is
   CLI::App app{"kiln: a training compiler for PyTorch models"};
   app.set_version_flag("--version", std::string("kiln ") + KILN_VERSION);
   app.require_subcommand(1);
