@@ -4,6 +4,7 @@
 // scalar arguments are, so that weights after N steps agree with PyTorch to
 // rounding. Scalars that PyTorch computes in Python (bias corrections, step
 // size) are computed here in double, as Python does.
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cpu/cpu_loops.h"
@@ -65,33 +66,39 @@ void sgdGroup(const Node& n, const Scalars& s, const Tensor& p, const Tensor& g,
   }
 }
 
+/// How the weight decay enters the update.
+enum class Decay { None, Coupled, Decoupled };
+
 template <typename T>
 struct AdamConsts {
   T scale, decay, twd, tb1, c1, tb2, c2, bias2_sqrt, eps, step_size;
   bool decoupled;
 };
 
-/// One contiguous run of the Adam/AdamW update, in PyTorch's order of
-/// operations (torch.optim's single-tensor path). Cloned for AVX2 so the
-/// loop is 8 floats wide where the CPU has it; the backend builds with
-/// -ffp-contract=off, so no clone fuses a multiply and an add PyTorch keeps
-/// apart.
-template <typename T>
-KILN_SIMD_CLONES void adamRun(const T* pp, const T* gp, const T* mp, const T* vp, T* po, T* mo, T* vo, int64_t count,
-                              AdamConsts<T> k) {
+/// One contiguous run of the Adam/AdamW update in place (p, m and v are
+/// read and overwritten), in PyTorch's order of operations (torch.optim's
+/// single-tensor path). Cloned for AVX2 so the loop is 8 floats wide where
+/// the CPU has it; the backend builds with -ffp-contract=off, so no clone
+/// fuses a multiply and an add PyTorch keeps apart. Vectorizing took three
+/// things (without them the loop ran one float at a time: 105 ms for
+/// GPT-2-style's 42M parameters): the decay kind as a template argument (no
+/// branch), -fno-math-errno (no errno path around sqrt), and in-place
+/// operands (four pointers: seven needed more alias checks than GCC makes).
+template <typename T, Decay kDecay>
+KILN_SIMD_CLONES void adamRun(T* p, const T* g, T* m, T* v, int64_t count, AdamConsts<T> k) {
   for (int64_t i = 0; i < count; ++i) {
-    T grad = gp[i] * k.scale;
-    T param = pp[i];
-    if (k.decoupled)
+    T grad = g[i] * k.scale;
+    T param = p[i];
+    if constexpr (kDecay == Decay::Decoupled)
       param = param * k.decay;
-    else if (k.twd != 0)
+    else if constexpr (kDecay == Decay::Coupled)
       grad = grad + k.twd * param;                   // grad.add(param, alpha=weight_decay)
-    T mi = mp[i] * k.tb1 + k.c1 * grad;              // exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
-    T vi = vp[i] * k.tb2 + k.c2 * grad * grad;       // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    T mi = m[i] * k.tb1 + k.c1 * grad;               // exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+    T vi = v[i] * k.tb2 + k.c2 * grad * grad;        // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
     T denom = std::sqrt(vi) / k.bias2_sqrt + k.eps;  // (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
-    po[i] = param + k.step_size * (mi / denom);      // param.addcdiv_(exp_avg, denom, value=-step_size)
-    mo[i] = mi;
-    vo[i] = vi;
+    p[i] = param + k.step_size * (mi / denom);       // param.addcdiv_(exp_avg, denom, value=-step_size)
+    m[i] = mi;
+    v[i] = vi;
   }
 }
 
@@ -111,7 +118,16 @@ void adamGroup(const Node& n, const Scalars& s, const Tensor& p, const Tensor& g
   T *po = p_out.data<T>(), *mo = m_out.data<T>(), *vo = v_out.data<T>();
   const AdamConsts<T> k{scale, decay, twd, tb1, c1, tb2, c2, bias2_sqrt, eps, step_size, decoupled};
   cpu::parallelFor(count, 65536, [&](int64_t b, int64_t e) {
-    adamRun(pp + b, gp + b, mp + b, vp + b, po + b, mo + b, vo + b, e - b, k);
+    // Out of place (the executor found no donor): copy, then update the copy.
+    if (po != pp) std::copy(pp + b, pp + e, po + b);
+    if (mo != mp) std::copy(mp + b, mp + e, mo + b);
+    if (vo != vp) std::copy(vp + b, vp + e, vo + b);
+    if (decoupled)
+      adamRun<T, Decay::Decoupled>(po + b, gp + b, mo + b, vo + b, e - b, k);
+    else if (twd != 0)
+      adamRun<T, Decay::Coupled>(po + b, gp + b, mo + b, vo + b, e - b, k);
+    else
+      adamRun<T, Decay::None>(po + b, gp + b, mo + b, vo + b, e - b, k);
   });
 }
 
