@@ -37,6 +37,54 @@ bool skipStep(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, 
   return true;
 }
 
+/// How SGD uses its momentum buffer: none, plain, or Nesterov.
+enum class Momentum { None, Plain, Nesterov };
+
+/// One contiguous run of the SGD update in place (p and the momentum buffer
+/// are read and overwritten), torch.optim's single-tensor arithmetic. The
+/// branches are template arguments (kDecay: weight decay is added; kFirst:
+/// the first step's buffer is the gradient itself) so the loop vectorizes.
+template <typename T, bool kDecay, Momentum kMomentum, bool kFirst>
+KILN_SIMD_CLONES void sgdRun(T* p, const T* g, T* buf, int64_t count, T scale, T wd, T momentum, T keep, T neg_lr) {
+  for (int64_t i = 0; i < count; ++i) {
+    T d = g[i] * scale;
+    if constexpr (kDecay) d = d + wd * p[i];  // grad.add(param, alpha=weight_decay)
+    if constexpr (kMomentum != Momentum::None) {
+      // First step: buf = clone(d_p); later: buf.mul_(momentum).add_(d_p, alpha=1 - dampening).
+      T b;
+      if constexpr (kFirst)
+        b = d;
+      else
+        b = buf[i] * momentum + keep * d;
+      buf[i] = b;
+      if constexpr (kMomentum == Momentum::Nesterov)
+        d = d + momentum * b;
+      else
+        d = b;
+    }
+    p[i] = p[i] + neg_lr * d;  // param.add_(d_p, alpha=-lr)
+  }
+}
+
+/// sgdRun with the node's options as template arguments.
+template <typename T, bool kDecay, Momentum kMomentum>
+void sgdRunFirst(bool first, T* p, const T* g, T* buf, int64_t count, T scale, T wd, T momentum, T keep, T neg_lr) {
+  if (first)
+    sgdRun<T, kDecay, kMomentum, true>(p, g, buf, count, scale, wd, momentum, keep, neg_lr);
+  else
+    sgdRun<T, kDecay, kMomentum, false>(p, g, buf, count, scale, wd, momentum, keep, neg_lr);
+}
+template <typename T, bool kDecay>
+void sgdRunMomentum(Momentum mk, bool first, T* p, const T* g, T* buf, int64_t count, T scale, T wd, T momentum, T keep,
+                    T neg_lr) {
+  if (mk == Momentum::None)
+    sgdRunFirst<T, kDecay, Momentum::None>(first, p, g, buf, count, scale, wd, momentum, keep, neg_lr);
+  else if (mk == Momentum::Plain)
+    sgdRunFirst<T, kDecay, Momentum::Plain>(first, p, g, buf, count, scale, wd, momentum, keep, neg_lr);
+  else
+    sgdRunFirst<T, kDecay, Momentum::Nesterov>(first, p, g, buf, count, scale, wd, momentum, keep, neg_lr);
+}
+
 template <typename T>
 void sgdGroup(const Node& n, const Scalars& s, const Tensor& p, const Tensor& g, const Tensor* buf, Tensor& p_out,
               Tensor* buf_out) {
@@ -45,25 +93,25 @@ void sgdGroup(const Node& n, const Scalars& s, const Tensor& p, const Tensor& g,
   const T wd = static_cast<T>(n.f("weight_decay"));
   const T neg_lr = static_cast<T>(-s.lr);
   const T scale = static_cast<T>(s.grad_scale);
-  const bool nesterov = n.i("nesterov") != 0, first = s.step <= 1;
+  const bool first = s.step <= 1;
+  const Momentum mk = !buf_out ? Momentum::None : n.i("nesterov") != 0 ? Momentum::Nesterov : Momentum::Plain;
   const int64_t count = p.numel();
   const T* pp = p.data<T>();
   const T* gp = g.data<T>();
   T* po = p_out.data<T>();
   const T* bp = buf ? buf->data<T>() : nullptr;
   T* bo = buf_out ? buf_out->data<T>() : nullptr;
-#pragma omp parallel for if (count > 65536)
-  for (int64_t i = 0; i < count; ++i) {
-    T d = gp[i] * scale;
-    if (wd != 0) d = d + wd * pp[i];  // grad.add(param, alpha=weight_decay)
-    if (bo) {
-      // First step: buf = clone(d_p); later: buf.mul_(momentum).add_(d_p, alpha=1 - dampening).
-      T b = first ? d : bp[i] * momentum + keep * d;
-      bo[i] = b;
-      d = nesterov ? d + momentum * b : b;
-    }
-    po[i] = pp[i] + neg_lr * d;  // param.add_(d_p, alpha=-lr)
-  }
+  cpu::parallelFor(count, 65536, [&](int64_t b, int64_t e) {
+    // Out of place (the executor found no donor): copy, then update the copy.
+    if (po != pp) std::copy(pp + b, pp + e, po + b);
+    if (bo && bo != bp && !first) std::copy(bp + b, bp + e, bo + b);
+    T* pb = po + b;
+    T* bb = bo ? bo + b : nullptr;
+    if (wd != 0)
+      sgdRunMomentum<T, true>(mk, first, pb, gp + b, bb, e - b, scale, wd, momentum, keep, neg_lr);
+    else
+      sgdRunMomentum<T, false>(mk, first, pb, gp + b, bb, e - b, scale, wd, momentum, keep, neg_lr);
+  });
 }
 
 /// How the weight decay enters the update.

@@ -1,9 +1,10 @@
-// The CPU adam_update kernel (backend/cpu/kernels_optim.cpp) run as one
-// node with fresh outputs (the out-of-place path; training steps update in
-// place, covered by the tests/train parity runs) against torch.optim's
-// single-tensor Adam / AdamW arithmetic on the same tensors: AdamW, Adam
-// with coupled weight decay and without, a gradient scale, f32 and f64,
-// lengths that leave vector tails.
+// The CPU adam_update and sgd_update kernels (backend/cpu/kernels_optim.cpp)
+// run as one node with fresh outputs (the out-of-place path; training steps
+// update in place, covered by the tests/train parity runs) against
+// torch.optim's single-tensor arithmetic on the same tensors: AdamW, Adam
+// with coupled weight decay and without; SGD with and without weight decay,
+// momentum (first and later steps), dampening, Nesterov; a gradient scale,
+// f32 and f64, lengths that leave vector tails.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -52,6 +53,52 @@ TEST(KernelsOptim, AdamUpdateOutOfPlaceMatchesTorchOptim) {
       SCOPED_TRACE("wd " + std::to_string(c.wd) + (c.decoupled ? " decoupled" : "") + " n " + std::to_string(n));
       runAdam(c, torch::kFloat64, n, 1e-15);
       runAdam(c, torch::kFloat32, n, 1e-6);
+    }
+}
+
+struct SgdCase {
+  double wd, momentum, dampening;
+  bool nesterov;
+  double step;
+};
+
+void runSgd(const SgdCase& c, torch::ScalarType dt, int64_t n, double tol) {
+  torch::manual_seed(32);
+  const double lr = 1e-2, gs = 0.5;
+  auto p = torch::randn({n}, torch::kFloat64).to(dt), g = torch::randn({n}, torch::kFloat64).to(dt);
+  auto buf = torch::randn({n}, torch::kFloat64).to(dt);
+  // torch.optim._single_tensor_sgd.
+  auto d = g * gs;
+  if (c.wd != 0) d = d.add(p, c.wd);
+  torch::Tensor buf_ref;
+  if (c.momentum != 0) {
+    buf_ref = c.step <= 1 ? d.clone() : buf.clone().mul_(c.momentum).add_(d, 1 - c.dampening);
+    d = c.nesterov ? d.add(buf_ref, c.momentum) : buf_ref;
+  }
+  auto p_ref = p.add(d, -lr);
+
+  auto scalar = [](double x, torch::ScalarType t) { return torch::tensor(x, torch::TensorOptions().dtype(t)); };
+  AttrMap attrs = {{"weight_decay", c.wd},
+                   {"momentum", c.momentum},
+                   {"dampening", c.dampening},
+                   {"nesterov", int64_t{c.nesterov}}};
+  std::vector<torch::Tensor> ins = {scalar(lr, torch::kFloat64), scalar(c.step, torch::kFloat64),
+                                    scalar(gs, torch::kFloat32), p, g};
+  if (c.momentum != 0) ins.push_back(buf);
+  auto out = runOp("sgd_update", ins, attrs);
+  ASSERT_EQ(out.size(), c.momentum != 0 ? 2u : 1u);
+  expectClose(out[0], p_ref, tol, "param");
+  if (c.momentum != 0) expectClose(out[1], buf_ref, tol, "momentum_buffer");
+}
+
+TEST(KernelsOptim, SgdUpdateOutOfPlaceMatchesTorchOptim) {
+  for (SgdCase c : {SgdCase{0, 0, 0, false, 3}, SgdCase{0.01, 0, 0, false, 3}, SgdCase{0.01, 0.9, 0.1, false, 1},
+                    SgdCase{0.01, 0.9, 0.1, false, 3}, SgdCase{0, 0.9, 0, true, 3}, SgdCase{0.01, 0.9, 0, true, 1}})
+    for (int64_t n : {1, 7, 8, 1000, 70001}) {
+      SCOPED_TRACE("wd " + std::to_string(c.wd) + " momentum " + std::to_string(c.momentum) +
+                   (c.nesterov ? " nesterov" : "") + " step " + std::to_string(c.step) + " n " + std::to_string(n));
+      runSgd(c, torch::kFloat64, n, 1e-15);
+      runSgd(c, torch::kFloat32, n, 1e-6);
     }
 }
 
