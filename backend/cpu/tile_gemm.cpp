@@ -86,14 +86,19 @@ template <int MR, int NV>
 }
 
 template <int MR, int NV>
-[[gnu::target("avx512f")]] void microF32(const MicroArgs& m) {
-  const float* a = static_cast<const float*>(m.a);
-  const float* b = static_cast<const float*>(m.b);
-  __m512 acc[MR][NV];
+[[gnu::target("avx512f")]] [[gnu::always_inline]] inline void zeroTile(__m512 (&acc)[MR][NV]) {
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+}
+
+template <int MR, int NV>
+[[gnu::target("avx512f")]] void microF32(const MicroArgs& m) {
+  const float* a = static_cast<const float*>(m.a);
+  const float* b = static_cast<const float*>(m.b);
+  __m512 acc[MR][NV];
+  zeroTile<MR, NV>(acc);
   for (int64_t kk = 0; kk < m.k; ++kk) {
     const float* bk = b + kk * m.b_stride;
     __m512 bv[NV];
@@ -137,10 +142,7 @@ template <int MR, int NV>
   const uint16_t* a = static_cast<const uint16_t*>(m.a);
   const uint16_t* b = static_cast<const uint16_t*>(m.b);
   __m512 acc[MR][NV];
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  zeroTile<MR, NV>(acc);
   const int64_t pairs = m.k / 2;
   for (int64_t p = 0; p < pairs; ++p) bf16Step<MR, NV, false>(acc, a, m.lda, b + p * m.b_stride, p);
   if (m.k % 2) bf16Step<MR, NV, true>(acc, a, m.lda, b + pairs * m.b_stride, pairs);

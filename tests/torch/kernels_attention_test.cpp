@@ -180,25 +180,23 @@ std::vector<Case> everyShape() {
   return cases;
 }
 
-TEST_F(KernelsAttention, EveryShapeInF32) {
+/// Every case of everyShape() in `dtype` within `tol`.
+void runEveryShape(torch::ScalarType dtype, double tol) {
   for (Case c : everyShape()) {
-    c.dtype = torch::kFloat32;
+    c.dtype = dtype;
     SCOPED_TRACE("L " + std::to_string(c.L) + " S " + std::to_string(c.S) + " E " + std::to_string(c.E) + " mask " +
                  c.mask);
-    runCase(c, 2e-5);
+    runCase(c, tol);
   }
 }
+
+TEST_F(KernelsAttention, EveryShapeInF32) { runEveryShape(torch::kFloat32, 2e-5); }
 
 TEST_F(KernelsAttention, EveryShapeInBF16) {
   // bf16 q, k, v, gy, y and gradients; p and the score gradients rounded to
   // bf16 before their GEMMs (as autocast's bf16 matmuls): within 8e-3 of
   // the f64 answer on the same bf16 inputs, relative to the largest.
-  for (Case c : everyShape()) {
-    c.dtype = torch::kBFloat16;
-    SCOPED_TRACE("L " + std::to_string(c.L) + " S " + std::to_string(c.S) + " E " + std::to_string(c.E) + " mask " +
-                 c.mask);
-    runCase(c, 8e-3);
-  }
+  runEveryShape(torch::kBFloat16, 8e-3);
 }
 
 TEST_F(KernelsAttention, FullyMaskedRowIsNaNAsTorch) {
