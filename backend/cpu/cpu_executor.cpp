@@ -284,7 +284,10 @@ Result<std::vector<Tensor>> CpuExecutor::run(const TensorMap& inputs, const std:
     };
     if (comm) comm->beginStep();
     std::vector<NodeRun> runs(1);
-    for (const auto& [first, end] : stages_) {
+    for (const auto& stage : stages_) {
+      // Plain variables, not a structured binding: the OpenMP region below
+      // captures `first`, which C++20 allows for bindings but clang 14 not.
+      const size_t first = stage.first, end = stage.second;
       const size_t count = end - first;
       if (runs.size() < count) runs.resize(count);
       if (comm)

@@ -221,9 +221,9 @@ struct BodyEval {
     T* block(size_t k) { return scratch.data() + k * kBlock; }
     T load(size_t k, int64_t idx) const {
       const Operand& o = e->ops[k];
-      if (o.is_bool) return T(e->in[k].data<bool>()[idx]);
-      if (o.is_bf16) return T(bf16ToFloat(e->in[k].data<BFloat16>()[idx].bits));
-      return e->in[k].data<T>()[idx];
+      if (o.is_bool) return T(e->in[k].template data<bool>()[idx]);
+      if (o.is_bf16) return T(bf16ToFloat(e->in[k].template data<BFloat16>()[idx].bits));
+      return e->in[k].template data<T>()[idx];
     }
     /// Computes every body value for loop indices [b, b + cnt), cnt <= kBlock.
     void eval(int64_t b, int64_t cnt) {
@@ -232,10 +232,10 @@ struct BodyEval {
         if (o.splat) {
           slots[k] = block(k);
         } else if (o.in_place) {
-          slots[k] = e->in[k].data<T>() + b;
+          slots[k] = e->in[k].template data<T>() + b;
         } else if (o.full && o.is_bf16) {
           T* dst = block(k);
-          const BFloat16* src = e->in[k].data<BFloat16>() + b;
+          const BFloat16* src = e->in[k].template data<BFloat16>() + b;
           for (int64_t i = 0; i < cnt; ++i) dst[i] = T(bf16ToFloat(src[i].bits));
           slots[k] = dst;
         } else {

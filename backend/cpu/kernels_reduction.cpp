@@ -148,7 +148,8 @@ void cumsumKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
   Tensor& o = allocOutput(n, out, 0);
   const Tensor& x = in[0];
   const int64_t axis = normalizeAxis(n.i("dim"), x.rank());
-  const auto [outer, r, inner] = splitAt(x, axis);
+  const AxisSplit split = splitAt(x, axis);  // not a structured binding: lambdas below capture these (clang 14)
+  const int64_t outer = split.outer, r = split.size, inner = split.inner;
   dispatchAll(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using Out = std::conditional_t<is_floating_v<T>, T, int64_t>;

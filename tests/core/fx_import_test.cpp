@@ -34,9 +34,20 @@ json input(const std::string& name, int index, std::vector<int64_t> shape, const
   return {{"name", name}, {"kind", "input"}, {"key", "input" + std::to_string(index)}, {"index", index},
           {"dtype", dtype}, {"shape", shape}};
 }
-json node(const std::string& name, const std::string& target, json args, json val, json kwargs = json::object(),
+/// A list argument. Braces always make a list here: copy-initializing a
+/// `json` from `{nodeRef("x")}` gives the one object itself under clang (its
+/// copy constructor wins) but a one-element array under GCC.
+struct Args {
+  json list = json::array();
+  Args() = default;
+  Args(std::initializer_list<json> items) {
+    for (const json& item : items) list.push_back(item);
+  }
+  Args(json j) : list(std::move(j)) {}  // NOLINT: a ready-made list (or a deliberately wrong type)
+};
+json node(const std::string& name, const std::string& target, Args args, json val, json kwargs = json::object(),
           const std::string& scope = "", const std::string& source = "model.py:1 (forward)") {
-  return {{"name", name}, {"target", target}, {"args", args}, {"kwargs", kwargs},
+  return {{"name", name}, {"target", target}, {"args", args.list}, {"kwargs", kwargs},
           {"val", val},   {"scope", scope},   {"source", source}};
 }
 
@@ -125,10 +136,10 @@ Result<Model> importDoc(const json& doc, const TensorMap& weights = linearWeight
 }
 
 /// A doc with the linear model's inputs and `nodes` / `outputs` replaced.
-json withNodes(json nodes, json outputs) {
+json withNodes(Args nodes, Args outputs) {
   json d = linearDoc();
-  d["nodes"] = std::move(nodes);
-  d["outputs"] = std::move(outputs);
+  d["nodes"] = std::move(nodes.list);
+  d["outputs"] = std::move(outputs.list);
   return d;
 }
 
@@ -218,7 +229,7 @@ TEST(FxImport, ConstantsBecomeConstInputs) {
                      {"dtype", "f32"}, {"shape", json::array()}}};
   d["nodes"].push_back(node("lift", "aten.lift_fresh_copy.default", {nodeRef("_tensor_constant0")}, tensorVal("f32", {})));
   d["nodes"].push_back(node("mul", "aten.mul.Tensor", {nodeRef("relu"), nodeRef("lift")}, tensorVal("f32", {2, 3})));
-  d["outputs"] = {nodeRef("mul")};
+  d["outputs"] = json::array({nodeRef("mul")});
   TensorMap w = linearWeights();
   w["__constant__._tensor_constant0"] = Tensor::scalar(DType::F32, 3);
   auto m = importDoc(d, w);
@@ -246,7 +257,7 @@ json batchNormTrainDoc() {
                 node("bn", "aten.native_batch_norm.default",
                      {nodeRef("x"), nodeRef("w"), nodeRef("b"), nodeRef("rm"), nodeRef("rv"), true, 0.1, 1e-5}, items, json::object(), "bn"),
                 node("getitem", "operator.getitem", {nodeRef("bn"), 0}, tensorVal("f32", {4, 3, 2, 2}), json::object(), "bn")};
-  d["outputs"] = {nodeRef("getitem")};
+  d["outputs"] = json::array({nodeRef("getitem")});
   d["mutations"] = {
       {{"key", "bn.running_mean"}, {"placeholder", "rm"}, {"kind", "inplace"}, {"node", "bn"},
        {"op", "aten.native_batch_norm.default"}, {"arg", 3}},
@@ -344,12 +355,12 @@ TEST(FxImport, InputTypesMustMatchTheDump) {
 
 TEST(FxImport, DefaultsAndKwargsAreNormalized) {
   json d = linearDoc();
-  d["placeholders"] = {input("x", 0, {1, 2, 8, 8})};
+  d["placeholders"] = json::array({input("x", 0, {1, 2, 8, 8})});
   json items = {{"items", {tensorVal("f32", {1, 2, 4, 4}), tensorVal("i64", {1, 2, 4, 4})}}};
   // stride=[] (= kernel), padding=0, dilation=1 come from the schema defaults.
   d["nodes"] = {node("mp", "aten.max_pool2d_with_indices.default", {nodeRef("x"), {2, 2}}, items),
                 node("gi", "operator.getitem", {nodeRef("mp"), 0}, tensorVal("f32", {1, 2, 4, 4}))};
-  d["outputs"] = {nodeRef("gi")};
+  d["outputs"] = json::array({nodeRef("gi")});
   auto m = importDoc(d, {});
   ASSERT_TRUE(m.ok()) << m.error().message;
   const Node* mp = findNode(m->graph, "max_pool2d");
@@ -358,14 +369,14 @@ TEST(FxImport, DefaultsAndKwargsAreNormalized) {
   EXPECT_EQ(mp->is("padding"), (std::vector<int64_t>{0, 0}));
   EXPECT_EQ(mp->is("dilation"), (std::vector<int64_t>{1, 1}));
   // The same through kwargs.
-  d["nodes"][0]["args"] = {nodeRef("x")};
+  d["nodes"][0]["args"] = json::array({nodeRef("x")});
   d["nodes"][0]["kwargs"] = {{"kernel_size", {2, 2}}, {"ceil_mode", true}};
   m = importDoc(d, {});
   ASSERT_TRUE(m.ok()) << m.error().message;
   EXPECT_EQ(findNode(m->graph, "max_pool2d")->i("ceil_mode"), 1);
   // The indices are refused when used.
   d["nodes"].push_back(node("gi1", "operator.getitem", {nodeRef("mp"), 1}, tensorVal("i64", {1, 2, 4, 4})));
-  d["outputs"] = {nodeRef("gi1")};
+  d["outputs"] = json::array({nodeRef("gi1")});
   expectError(importDoc(d, {}), "indices result of max pooling is not supported");
 }
 
@@ -393,9 +404,10 @@ TEST(FxImport, NumbersFollowPyTorchPromotion) {
 TEST(FxImport, ConvOneDRunsAsConv2d) {
   json d = linearDoc();
   d["placeholders"] = {param("w", "conv.weight", {4, 2, 3}), input("x", 0, {1, 2, 10})};
-  d["nodes"] = {node("conv", "aten.convolution.default",
-                     {nodeRef("x"), nodeRef("w"), nullptr, {2}, {1}, {1}, false, {0}, 1}, tensorVal("f32", {1, 4, 5}))};
-  d["outputs"] = {nodeRef("conv")};
+  d["nodes"] = json::array({node("conv", "aten.convolution.default",
+                                {nodeRef("x"), nodeRef("w"), nullptr, {2}, {1}, {1}, false, {0}, 1},
+                                tensorVal("f32", {1, 4, 5}))});
+  d["outputs"] = json::array({nodeRef("conv")});
   auto m = importDoc(d, {{"conv.weight", Tensor(DType::F32, {4, 2, 3})}});
   ASSERT_TRUE(m.ok()) << m.error().message;
   const Node* conv = findNode(m->graph, "conv2d");
@@ -409,11 +421,11 @@ TEST(FxImport, ConvOneDRunsAsConv2d) {
 
 TEST(FxImport, SplitAndGetitem) {
   json d = linearDoc();
-  d["placeholders"] = {input("x", 0, {5, 2})};
+  d["placeholders"] = json::array({input("x", 0, {5, 2})});
   json items = {{"items", {tensorVal("f32", {2, 2}), tensorVal("f32", {2, 2}), tensorVal("f32", {1, 2})}}};
   d["nodes"] = {node("s", "aten.split.Tensor", {nodeRef("x"), 2}, items),
                 node("g", "operator.getitem", {nodeRef("s"), -1}, tensorVal("f32", {1, 2}))};
-  d["outputs"] = {nodeRef("g")};
+  d["outputs"] = json::array({nodeRef("g")});
   auto m = importDoc(d, {});
   ASSERT_TRUE(m.ok()) << m.error().message;
   EXPECT_EQ(findNode(m->graph, "split")->is("sizes"), (std::vector<int64_t>{2, 2, 1}));
@@ -424,19 +436,19 @@ TEST(FxImport, SplitAndGetitem) {
   d["nodes"][1]["args"] = json::array({nodeRef("s")});
   expectError(importDoc(d, {}), "operator.getitem expects args");
   d["nodes"][1]["args"] = json::array({nodeRef("s"), 2});
-  d["outputs"] = {nodeRef("s")};
+  d["outputs"] = json::array({nodeRef("s")});
   expectError(importDoc(d, {}), "output 0 's' is a tuple, not a tensor");
 }
 
 TEST(FxImport, LayerNormStatisticsRefusedWhenUsed) {
   json d = linearDoc();
-  d["placeholders"] = {input("x", 0, {2, 4})};
+  d["placeholders"] = json::array({input("x", 0, {2, 4})});
   json items = {{"items", {tensorVal("f32", {2, 4}), tensorVal("f32", {2, 1}), tensorVal("f32", {2, 1})}}};
   d["nodes"] = {node("ln", "aten.native_layer_norm.default", {nodeRef("x"), {4}, nullptr, nullptr, 1e-5}, items),
                 node("g0", "operator.getitem", {nodeRef("ln"), 0}, tensorVal("f32", {2, 4})),
                 node("g2", "operator.getitem", {nodeRef("ln"), 2}, tensorVal("f32", {2, 1})),
                 node("n", "aten.neg.default", {nodeRef("g2")}, tensorVal("f32", {2, 1}))};
-  d["outputs"] = {nodeRef("g0")};
+  d["outputs"] = json::array({nodeRef("g0")});
   expectError(importDoc(d, {}), "does not return mean and rstd");
   d["nodes"].erase(d["nodes"].end() - 1);
   auto m = importDoc(d, {});
@@ -449,8 +461,8 @@ TEST(FxImport, LayerNormStatisticsRefusedWhenUsed) {
 TEST(FxImport, SpecialFloatsAndMaskedFill) {
   json d = linearDoc();
   d["placeholders"] = {input("x", 0, {2, 2}), input("m", 1, {2, 2}, "bool")};
-  d["nodes"] = {node("mf", "aten.masked_fill.Scalar", {nodeRef("x"), nodeRef("m"), {{"float", "-inf"}}}, tensorVal("f32", {2, 2}))};
-  d["outputs"] = {nodeRef("mf")};
+  d["nodes"] = json::array({node("mf", "aten.masked_fill.Scalar", {nodeRef("x"), nodeRef("m"), {{"float", "-inf"}}}, tensorVal("f32", {2, 2}))});
+  d["outputs"] = json::array({nodeRef("mf")});
   auto m = importDoc(d, {});
   ASSERT_TRUE(m.ok()) << m.error().message;
   const Node* full = findNode(m->graph, "full");
@@ -614,7 +626,7 @@ TEST(FxImportErrors, NamesAndReferences) {
   d["nodes"][1]["args"][2] = nodeRef("relu");  // used before it is defined
   expectError(importDoc(d), "'relu', which is not defined before this point");
   d = linearDoc();
-  d["outputs"] = {nodeRef("nothing")};
+  d["outputs"] = json::array({nodeRef("nothing")});
   expectError(importDoc(d), "'nothing', which is not defined");
   d = linearDoc();
   d["outputs"] = json::array({3});
@@ -689,10 +701,10 @@ TEST(FxImportErrors, WindowArgumentsMustBePositive) {
   // Regression (found in review during fuzzing): a zero stride would reach pooledLength and divide by zero.
   json d = linearDoc();
   d["placeholders"] = {input("x", 0, {1, 2, 8, 8}), input("w", 1, {4, 2, 3, 3})};
-  d["nodes"] = {node("c", "aten.convolution.default",
-                     {nodeRef("x"), nodeRef("w"), nullptr, {0, 1}, {1, 1}, {1, 1}, false, {0, 0}, 1},
-                     tensorVal("f32", {1, 4, 8, 8}))};
-  d["outputs"] = {nodeRef("c")};
+  d["nodes"] = json::array({node("c", "aten.convolution.default",
+                                {nodeRef("x"), nodeRef("w"), nullptr, {0, 1}, {1, 1}, {1, 1}, false, {0, 0}, 1},
+                                tensorVal("f32", {1, 4, 8, 8}))});
+  d["outputs"] = json::array({nodeRef("c")});
   expectError(importDoc(d, {}), "argument 'stride': values must be at least 1, got [0,1]");
   d["nodes"][0]["args"][3] = {1, 1};
   d["nodes"][0]["args"][4] = {-1, 1};
@@ -700,15 +712,15 @@ TEST(FxImportErrors, WindowArgumentsMustBePositive) {
   json items = {{"items", {tensorVal("f32", {1, 2, 4, 4}), tensorVal("i64", {1, 2, 4, 4})}}};
   d["nodes"] = {node("mp", "aten.max_pool2d_with_indices.default", {nodeRef("x"), {2, 2}, {0, 0}}, items),
                 node("g", "operator.getitem", {nodeRef("mp"), 0}, tensorVal("f32", {1, 2, 4, 4}))};
-  d["outputs"] = {nodeRef("g")};
+  d["outputs"] = json::array({nodeRef("g")});
   expectError(importDoc(d, {}), "argument 'stride': values must be at least 1");
 }
 
 TEST(FxImportErrors, SplitIntoTooManyPieces) {
   json d = linearDoc();
-  d["placeholders"] = {input("x", 0, {1 << 20})};
-  d["nodes"] = {node("s", "aten.split.Tensor", {nodeRef("x"), 1}, tensorVal("f32", {1}))};
-  d["outputs"] = {nodeRef("x")};
+  d["placeholders"] = json::array({input("x", 0, {1 << 20})});
+  d["nodes"] = json::array({node("s", "aten.split.Tensor", {nodeRef("x"), 1}, tensorVal("f32", {1}))});
+  d["outputs"] = json::array({nodeRef("x")});
   expectError(importDoc(d, {}), "more than 65536 pieces");
 }
 

@@ -85,6 +85,10 @@ def main(argv=None) -> int:
     loss = "mse" if a.name in ("nn_mha", "nn_transformer") else "cross_entropy"
     batch = a.batch or 2 * a.nproc
     bad = []
+    # The single-process reference depends only on the dtype and the
+    # optimizer's arguments: variants that differ only in data-parallel
+    # options (buckets, sparse gradients, ZeRO, resuming) share one run.
+    singles = {}
     try:
         for variant in a.variants.split(","):
             if variant not in VARIANTS:
@@ -95,7 +99,12 @@ def main(argv=None) -> int:
                     "--no-cache"] + opt
             out = {}
             t0 = time.time()
+            single_key = (dtype, tuple(opt))
+            if single_key in singles:
+                out["single"] = singles[single_key]
             for label, extra in (("single", []), ("dp", ["--nproc", str(a.nproc)] + dp)):
+                if label in out:
+                    continue
                 w = os.path.join(a.work_dir, f"{variant}.{label}.safetensors")
                 log = os.path.join(a.work_dir, f"{variant}.{label}.jsonl")
                 if label == "dp" and variant in RESUMED:  # stop after 3 steps, resume from the checkpoint
@@ -106,6 +115,8 @@ def main(argv=None) -> int:
                     extra = extra + ["--resume", ckpt]
                 parity.run_kiln(a.kiln, base + extra + ["--save-weights", w, "--log-file", log])
                 out[label] = (st_io.load(w), ref.read_log(log))
+                if label == "single":
+                    singles[single_key] = out[label]
                 if label == "dp" and variant in RESUMED:
                     shutil.rmtree(ckpt, ignore_errors=True)
             (ws, ls), (wd, ld) = out["single"], out["dp"]
