@@ -3,6 +3,7 @@
 #include <unistd.h>
 #include <iostream>
 
+#include <cstdio>
 #include <cstdlib>
 
 #include <CLI/CLI.hpp>
@@ -30,6 +31,9 @@ int main(int argc, char** argv) {
     restart |= setenv("GOMP_SPINCOUNT", "2000", 1) == 0;
   if (!std::getenv("OPENBLAS_THREAD_TIMEOUT")) restart |= setenv("OPENBLAS_THREAD_TIMEOUT", "13", 1) == 0;
   if (restart) execv("/proc/self/exe", argv);  // returns only on failure: carry on as is
+  // Progress lines reach a log file as they happen (`kiln train ... > log`,
+  // tail -f), not when a 4 KiB buffer fills or the run ends.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   CLI::App app{"kiln: a training compiler for PyTorch models"};
   app.set_version_flag("--version", std::string("kiln ") + KILN_VERSION);
   app.require_subcommand(1);
