@@ -44,7 +44,10 @@ struct Cost {
 struct AttrSpec {
   std::string name;
   AttrKind kind;
-  std::optional<Attr> default_value;  ///< nullopt: required
+  std::optional<Attr> default_value;  ///< nullopt: required (unless `optional`)
+  /// Without a default, the attribute may still be left out: the op then
+  /// applies its own rule (cross_entropy's dtype: the logits').
+  bool optional = false;
 };
 
 /// Shape/dtype inference: output types from a node's inputs and attributes.

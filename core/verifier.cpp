@@ -59,7 +59,7 @@ class Verifier {
       }
     }
     for (const AttrSpec& spec : def->attrs)
-      if (!spec.default_value && !n.hasAttr(spec.name)) {
+      if (!spec.default_value && !spec.optional && !n.hasAttr(spec.name)) {
         problem(where + ": missing required attribute '" + spec.name + "'");
         attrs_ok = false;
       }

@@ -28,7 +28,12 @@
 //
 // First, GEMM epilogues: a relu whose input is a linear's only use moves
 // into the linear (activation="relu"), applied by the GEMM kernel to each
-// row panel while it is still in cache.
+// row panel while it is still in cache. And on the CPU, amp's f32 copy of
+// bf16/f16 logits folds into the cross-entropy that reads it: the loss
+// reads the logits widened (cross_entropy {dtype=f32}) and its backward
+// writes the low-precision gradient the cast after it wrote (GPT-2's
+// [1024, 32000] logits: 128 MB of f32 copy written and read twice, and as
+// much again for the gradient).
 //
 // Needs: a verified graph; run it last, after autodiff (fused nodes have no
 // gradient rule) and after simplify (so rules see the plain ops).
@@ -39,6 +44,7 @@
 // (backend/cpu/reduce_loops.h).
 #include "passes/fuse.h"
 
+#include <algorithm>
 #include <map>
 #include <unordered_map>
 #include <vector>
@@ -143,10 +149,61 @@ size_t fuseEpilogues(Graph& g) {
   return fused;
 }
 
+/// The f32 copy amp makes of bf16/f16 logits: `v` = cast(x) {dtype=f32}.
+Node* widenedLogits(const Value* v) {
+  Node* c = v->producer();
+  if (!c || c->op() != "cast" || v->dtype() != DType::F32) return nullptr;
+  const DType x = c->input(0)->dtype();
+  return x == DType::BF16 || x == DType::F16 ? c : nullptr;
+}
+
+/// Loss casts (CPU kernels only; backend/cpu/kernels_loss*.cpp):
+///   cross_entropy(cast(x) {f32}) -> cross_entropy(x) {dtype=f32}
+///   cast(cross_entropy_backward(g, cast(x) {f32}, t)) {x's dtype}
+///     -> cross_entropy_backward(g, x, t)  (computes in g's f32, rounds once)
+/// Both give the same bits: widening is exact, and the backward rounds its
+/// f32 results to bf16/f16 as the cast did. Returns how many were folded.
+size_t foldLossCasts(Graph& g) {
+  std::unordered_map<const Value*, bool> returned;
+  for (const GraphOutput& o : g.outputs()) returned[o.value] = true;
+  std::vector<Node*> losses, backwards;
+  for (const auto& n : g.nodes()) {
+    if (n->op() == "cross_entropy" && !n->hasAttr("dtype")) losses.push_back(n.get());
+    if (n->op() == "cross_entropy_backward" && n->input(0)->dtype() == DType::F32) backwards.push_back(n.get());
+  }
+  size_t folded = 0;
+  std::vector<Node*> casts;
+  for (Node* n : losses)
+    if (Node* c = widenedLogits(n->input(0))) {
+      n->replaceInput(0, c->input(0));
+      n->setAttr("dtype", DType::F32);
+      casts.push_back(c);
+      ++folded;
+    }
+  for (Node* b : backwards) {
+    Node* c = widenedLogits(b->input(1));
+    if (!c || b->output()->uses().size() != 1 || returned.count(b->output())) continue;
+    Node* back = b->output()->uses()[0].user;
+    const DType low = c->input(0)->dtype();
+    if (back->op() != "cast" || back->output()->dtype() != low) continue;
+    b->replaceInput(1, c->input(0));
+    b->output()->setType({low, b->output()->shape()});
+    g.replaceAllUsesWith(back->output(), b->output());
+    g.erase(back);
+    casts.push_back(c);
+    ++folded;
+  }
+  std::sort(casts.begin(), casts.end());  // the loss and its backward share one cast
+  casts.erase(std::unique(casts.begin(), casts.end()), casts.end());
+  for (Node* c : casts)
+    if (c->output()->uses().empty() && !returned.count(c->output())) g.erase(c);
+  return folded;
+}
+
 Result<PassResult> runFuse(Graph& g, PassContext& ctx) {
   const BodyTypes body_types{ctx.cpu_only_ops};
   auto isScalarConstant = [body_types](const Value* v) { return scalarConstant(v, body_types); };
-  const size_t epilogues = fuseEpilogues(g);
+  const size_t epilogues = fuseEpilogues(g) + (ctx.cpu_only_ops ? foldLossCasts(g) : 0);
   std::vector<Node*> order;
   std::unordered_map<const Node*, size_t> pos;
   for (const auto& n : g.nodes()) {

@@ -6,10 +6,12 @@
 // (all ignored gives 0/0 = nan), and label smoothing s gives
 //   (1 - s) * nll + s / C * sum_k(-log p_k)   per non-ignored target.
 // Targets are validated before any arithmetic so a bad one fails with a
-// message naming it. Sums accumulate in double.
+// message naming it. Sums accumulate in double. cross_entropy {dtype=f32}
+// over bf16 logits reads them widened in its row loops (no f32 copy).
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "backend/cpu/cpu_loops.h"
 #include "backend/cpu/float_kernel.h"
@@ -61,18 +63,26 @@ double logSumExp(const T* x, int64_t n, int64_t stride) {
       const float shift = softmaxShift(rowMaxF32(x, n));
       return std::log(rowSumExpF32(x, n, shift)) + shift;
     }
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    if (stride == 1) {  // the f32 loops over the row widened in a per-thread buffer
+      thread_local std::vector<float> row;
+      row.resize(static_cast<size_t>(n));
+      rowFromBf16(x, row.data(), n);
+      return logSumExp(row.data(), n, 1);
+    }
   }
   double mx = -std::numeric_limits<double>::infinity();
-  for (int64_t k = 0; k < n; ++k) mx = std::max<double>(mx, x[k * stride]);
+  for (int64_t k = 0; k < n; ++k) mx = std::max<double>(mx, static_cast<compute_t<T>>(x[k * stride]));
   if (std::isinf(mx) && mx < 0) mx = 0;
   double sum = 0;
-  for (int64_t k = 0; k < n; ++k) sum += std::exp(x[k * stride] - mx);
+  for (int64_t k = 0; k < n; ++k) sum += std::exp(static_cast<compute_t<T>>(x[k * stride]) - mx);
   return std::log(sum) + mx;
 }
 
 /// Shared by cross_entropy (kLogits: apply log_softmax over the class dim
 /// first, allow label smoothing) and nll_loss (input already log-probs).
-template <typename T, bool kLogits>
+/// T: the result's type; In: the input's (bf16 read widened, for T = float).
+template <typename T, bool kLogits, typename In = T>
 void classLossImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
   const ClassGeom g = classGeom(in[0].shape());
   const int64_t ignore = n.i("ignore_index");
@@ -80,7 +90,7 @@ void classLossImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> 
   const Reduction red = reductionOf(n);
   Tensor targets = checkedTargets(n, in[1], g.classes, ignore);
   const int64_t* tgt = targets.data<int64_t>();
-  const T* x = in[0].data<T>();
+  const In* x = in[0].data<In>();
   const int64_t count = g.batch * g.inner;
   std::vector<double> loss(static_cast<size_t>(count));
 #pragma omp parallel for collapse(2) if (count * g.classes > kOmpMinWork)
@@ -91,17 +101,17 @@ void classLossImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> 
         loss[static_cast<size_t>(e)] = 0;
         continue;
       }
-      const T* src = x + b * g.classes * g.inner + i;
+      const In* src = x + b * g.classes * g.inner + i;
       const double lse = kLogits ? logSumExp(src, g.classes, g.inner) : 0.0;
-      double l = -(src[tgt[e] * g.inner] - lse);
+      double l = -(static_cast<T>(src[tgt[e] * g.inner]) - lse);
       if (smoothing > 0) {
         double neg_sum = 0;  // sum_k -log p_k
-        for (int64_t k = 0; k < g.classes; ++k) neg_sum -= src[k * g.inner] - lse;
+        for (int64_t k = 0; k < g.classes; ++k) neg_sum -= static_cast<T>(src[k * g.inner]) - lse;
         l = (1 - smoothing) * l + smoothing / static_cast<double>(g.classes) * neg_sum;
       }
       loss[static_cast<size_t>(e)] = l;
     }
-  Tensor& y = allocAs(n, out, 0, in[0].dtype());
+  Tensor& y = allocAs(n, out, 0, dtypeOf<T>());
   T* yp = y.data<T>();
   if (red == Reduction::None) {
     for (int64_t e = 0; e < count; ++e) yp[e] = static_cast<T>(loss[static_cast<size_t>(e)]);
@@ -118,6 +128,13 @@ void classLossImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> 
 
 void crossEntropyKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
   dispatchFloat(in[0].dtype(), [&](auto t) { classLossImpl<decltype(t), true>(n, in, out); });
+}
+/// cross_entropy {dtype=f32} over bf16 logits, read in place.
+void crossEntropyBf16Kernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
+  classLossImpl<float, true, BFloat16>(n, in, out);
+}
+bool bf16LogitsF32Loss(const Node& n) {
+  return n.input(0)->dtype() == DType::BF16 && n.output()->dtype() == DType::F32;
 }
 void nllLossKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
   dispatchFloat(in[0].dtype(), [&](auto t) { classLossImpl<decltype(t), false>(n, in, out); });
@@ -192,6 +209,7 @@ namespace kiln {
 void registerCpuLossKernels(KernelRegistry& r) {
   using namespace cpu;
   r.add({"cross_entropy", "cpu", "cpu.cross_entropy", 0, floatInput, viaComputeType<crossEntropyKernel>});
+  r.add({"cross_entropy", "cpu", "cpu.cross_entropy_bf16", 10, bf16LogitsF32Loss, crossEntropyBf16Kernel});
   r.add({"nll_loss", "cpu", "cpu.nll_loss", 0, floatInput, viaComputeType<nllLossKernel>});
   r.add({"mse_loss", "cpu", "cpu.mse_loss", 0, floatInput, viaComputeType<mseKernel>});
 }

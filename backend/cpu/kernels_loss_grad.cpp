@@ -10,10 +10,14 @@
 //   nll_loss:      grad[t_e] = -scale, 0 elsewhere
 // and ignored targets get zero rows (so all ignored under "mean" gives
 // zeros, not 0 * inf). Targets are validated first, as in the forward.
+// An f32 g over bf16 logits (the backward of cross_entropy {dtype=f32})
+// reads them widened and rounds each f32 result once to bf16, as the f32
+// kernel and a cast after it did.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "backend/cpu/cpu_loops.h"
 #include "backend/cpu/float_kernel.h"
@@ -71,7 +75,9 @@ struct LossScale {
   }
 };
 
-template <typename T>
+/// T: g's type, the one computed in; In: the logits' and the result's (bf16
+/// with T = float: read widened, each result rounded once).
+template <typename T, typename In = T>
 void crossEntropyBackwardImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
   const ClassGeom geo = classGeom(in[1].shape());
   const int64_t ignore = n.i("ignore_index"), count = geo.batch * geo.inner;
@@ -80,40 +86,55 @@ void crossEntropyBackwardImpl(const Node& n, std::span<const Tensor> in, std::sp
   Tensor targets = checkedTargets(n, in[2], geo.classes, ignore);
   const int64_t* tgt = targets.data<int64_t>();
   const T* g = in[0].data<T>();
-  const T* x = in[1].data<T>();
+  const In* x = in[1].data<In>();
   const LossScale scale(n, g, tgt, count, ignore);
-  T* gx = allocAs(n, out, 0, in[1].dtype()).template data<T>();
+  In* gx = allocAs(n, out, 0, dtypeOf<In>()).template data<In>();
 #pragma omp parallel for collapse(2) if (count * geo.classes > kOmpMinWork)
   for (int64_t b = 0; b < geo.batch; ++b)
     for (int64_t i = 0; i < geo.inner; ++i) {
       const int64_t e = b * geo.inner + i;
-      const T* src = x + b * geo.classes * geo.inner + i;
-      T* dst = gx + b * geo.classes * geo.inner + i;
+      const In* src = x + b * geo.classes * geo.inner + i;
+      In* dst = gx + b * geo.classes * geo.inner + i;
       if (tgt[e] == ignore) {
-        for (int64_t k = 0; k < geo.classes; ++k) dst[k * geo.inner] = T(0);
+        for (int64_t k = 0; k < geo.classes; ++k) dst[k * geo.inner] = In(0.0f);
         continue;
       }
       const double s = scale.at(g, e);
       if constexpr (std::is_same_v<T, float>) {
         if (geo.inner == 1) {  // contiguous rows: vectorized exp, then one affine pass
-          const float shift = softmaxShift(rowMaxF32(src, geo.classes));
-          const double inv = 1.0 / rowExpF32(src, dst, geo.classes, shift);
-          rowAffineF32(dst, geo.classes, static_cast<float>(s * inv), static_cast<float>(-s * uniform));
-          dst[tgt[e]] = static_cast<float>(dst[tgt[e]] - s * (1.0 - smoothing));
+          // bf16 rows: the f32 row in a per-thread buffer (in cache), rounded once at the end.
+          thread_local std::vector<float> widened;
+          float* row = nullptr;
+          double inv = 0;
+          const float* from = nullptr;
+          if constexpr (std::is_same_v<In, float>) {
+            row = dst;
+            from = src;
+          } else {
+            widened.resize(static_cast<size_t>(geo.classes));
+            row = widened.data();
+            rowFromBf16(src, row, geo.classes);
+            from = row;
+          }
+          inv = 1.0 / rowExpF32(from, row, geo.classes, softmaxShift(rowMaxF32(from, geo.classes)));
+          rowAffineF32(row, geo.classes, static_cast<float>(s * inv), static_cast<float>(-s * uniform));
+          row[tgt[e]] = static_cast<float>(row[tgt[e]] - s * (1.0 - smoothing));
+          if constexpr (!std::is_same_v<In, float>) rowToBf16(row, dst, geo.classes);
           continue;
         }
       }
       // Softmax as the forward computes it: max-shifted, sums in double.
+      auto at = [&](int64_t k) { return static_cast<double>(static_cast<T>(src[k * geo.inner])); };
       double mx = -std::numeric_limits<double>::infinity();
-      for (int64_t k = 0; k < geo.classes; ++k) mx = std::max<double>(mx, src[k * geo.inner]);
+      for (int64_t k = 0; k < geo.classes; ++k) mx = std::max(mx, at(k));
       if (std::isinf(mx) && mx < 0) mx = 0;
       double sum = 0;
-      for (int64_t k = 0; k < geo.classes; ++k) sum += std::exp(src[k * geo.inner] - mx);
+      for (int64_t k = 0; k < geo.classes; ++k) sum += std::exp(at(k) - mx);
       const double inv = 1.0 / sum;
       for (int64_t k = 0; k < geo.classes; ++k) {
-        const double p = std::exp(src[k * geo.inner] - mx) * inv;
+        const double p = std::exp(at(k) - mx) * inv;
         const double target_mass = k == tgt[e] ? 1.0 - smoothing : 0.0;
-        dst[k * geo.inner] = static_cast<T>(s * (p - uniform - target_mass));
+        dst[k * geo.inner] = static_cast<In>(static_cast<T>(s * (p - uniform - target_mass)));
       }
     }
 }
@@ -139,6 +160,14 @@ void nllLossBackwardImpl(const Node& n, std::span<const Tensor> in, std::span<Te
 void crossEntropyBackwardKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
   dispatchFloat(in[1].dtype(), [&](auto t) { crossEntropyBackwardImpl<decltype(t)>(n, in, out); });
 }
+/// f32 g over bf16 logits: read in place, written as bf16.
+void crossEntropyBackwardBf16Kernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out,
+                                    KernelContext&) {
+  crossEntropyBackwardImpl<float, BFloat16>(n, in, out);
+}
+bool f32GradBf16Logits(const Node& n) {
+  return n.input(0)->dtype() == DType::F32 && n.input(1)->dtype() == DType::BF16;
+}
 void nllLossBackwardKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
   dispatchFloat(in[0].dtype(), [&](auto t) { nllLossBackwardImpl<decltype(t)>(n, in, out); });
 }
@@ -156,6 +185,8 @@ void registerCpuLossGradKernels(KernelRegistry& r) {
   using namespace cpu;
   r.add({"cross_entropy_backward", "cpu", "cpu.cross_entropy_backward", 0, floatGrad,
          viaComputeType<crossEntropyBackwardKernel, 1>});
+  r.add({"cross_entropy_backward", "cpu", "cpu.cross_entropy_backward_bf16", 10, f32GradBf16Logits,
+         crossEntropyBackwardBf16Kernel});
   r.add({"nll_loss_backward", "cpu", "cpu.nll_loss_backward", 0, floatGrad,
          viaComputeType<nllLossBackwardKernel>});
 }

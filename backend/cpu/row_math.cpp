@@ -11,7 +11,7 @@ namespace {
 constexpr int kLanes = 16;
 }  // namespace
 
-KILN_SIMD_CLONES float rowMaxF32(const float* x, int64_t n) {
+KILN_SIMD_CLONES_512 float rowMaxF32(const float* x, int64_t n) {
   float lane[kLanes];
   for (float& l : lane) l = -std::numeric_limits<float>::infinity();
   int64_t i = 0;
@@ -23,7 +23,7 @@ KILN_SIMD_CLONES float rowMaxF32(const float* x, int64_t n) {
   return mx;
 }
 
-KILN_SIMD_CLONES double rowSumExpF32(const float* x, int64_t n, float shift) {
+KILN_SIMD_CLONES_512 double rowSumExpF32(const float* x, int64_t n, float shift) {
   float lane[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
@@ -34,7 +34,7 @@ KILN_SIMD_CLONES double rowSumExpF32(const float* x, int64_t n, float shift) {
   return sum;
 }
 
-KILN_SIMD_CLONES double rowExpF32(const float* x, float* y, int64_t n, float shift) {
+KILN_SIMD_CLONES_512 double rowExpF32(const float* x, float* y, int64_t n, float shift) {
   float lane[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
@@ -52,11 +52,19 @@ KILN_SIMD_CLONES double rowExpF32(const float* x, float* y, int64_t n, float shi
   return sum;
 }
 
-KILN_SIMD_CLONES void rowAffineF32(float* y, int64_t n, float a, float b) {
+KILN_SIMD_CLONES_512 void rowFromBf16(const BFloat16* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = bf16ToFloat(x[i].bits);
+}
+
+KILN_SIMD_CLONES_512 void rowToBf16(const float* x, BFloat16* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i].bits = floatToBf16(x[i]);
+}
+
+KILN_SIMD_CLONES_512 void rowAffineF32(float* y, int64_t n, float a, float b) {
   for (int64_t i = 0; i < n; ++i) y[i] = y[i] * a + b;
 }
 
-KILN_SIMD_CLONES double rowDotF32(const float* a, const float* b, int64_t n) {
+KILN_SIMD_CLONES_512 double rowDotF32(const float* a, const float* b, int64_t n) {
   float lane[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
@@ -67,7 +75,7 @@ KILN_SIMD_CLONES double rowDotF32(const float* a, const float* b, int64_t n) {
   return sum;
 }
 
-KILN_SIMD_CLONES void rowSoftmaxGradF32(const float* p, float* g, int64_t n, float d, float scale) {
+KILN_SIMD_CLONES_512 void rowSoftmaxGradF32(const float* p, float* g, int64_t n, float d, float scale) {
   for (int64_t i = 0; i < n; ++i) g[i] = p[i] * (g[i] - d) * scale;
 }
 

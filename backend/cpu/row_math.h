@@ -13,6 +13,8 @@
 
 namespace kiln::cpu {
 
+struct BFloat16;  // backend/cpu/cpu_loops.h
+
 /// max over x[0, n); -inf for n == 0. NaNs are skipped here; callers still
 /// see them through the sum of exp, as the scalar loops did.
 float rowMaxF32(const float* x, int64_t n);
@@ -25,6 +27,13 @@ double rowExpF32(const float* x, float* y, int64_t n, float shift);
 
 /// y[i] = y[i] * a + b.
 void rowAffineF32(float* y, int64_t n, float a, float b);
+
+/// y[i] = x[i] widened to float (exact), and rounded back to bf16 (nearest
+/// even, as the cast kernel): bf16 rows go through the f32 loops above in
+/// a row buffer that stays in cache, with the same bits as over a widened
+/// copy of the whole tensor.
+void rowFromBf16(const BFloat16* x, float* y, int64_t n);
+void rowToBf16(const float* x, BFloat16* y, int64_t n);
 
 /// sum over i of a[i] * b[i] (float lanes, combined in double).
 double rowDotF32(const float* a, const float* b, int64_t n);

@@ -707,7 +707,9 @@ void mseLossKernel(const Node& n, std::span<const DeviceTensor> in, std::span<co
 // ---- registration --------------------------------------------------------------
 
 bool classLossSupports(const Node& n) {
-  return isFloating(n.input(0)->dtype()) && integralDType(n.input(1)->dtype());
+  // Not cross_entropy {dtype=f32} over bf16/f16 logits (the CPU's fuse folds amp's cast into it).
+  return isFloating(n.input(0)->dtype()) && integralDType(n.input(1)->dtype()) &&
+         n.output()->dtype() == n.input(0)->dtype();
 }
 
 }  // namespace

@@ -112,8 +112,10 @@ std::string longTarget(Emitter& e, const Node& n, size_t i) {
 }
 
 void emitCrossEntropy(Emitter& e, const Node& n) {
+  // {dtype=f32} over bf16/f16 logits: the widening cast it reads through.
+  const std::string x = e.cast(e.in(n, 0), n.input(0)->dtype(), n.output()->dtype());
   e.setOut(n, 0,
-           e.call("aten.cross_entropy_loss.default", {e.in(n, 0), longTarget(e, n, 1), "None", pyInt(reductionCode(n)),
+           e.call("aten.cross_entropy_loss.default", {x, longTarget(e, n, 1), "None", pyInt(reductionCode(n)),
                                                       pyInt(n.i("ignore_index")), pyFloat(n.f("label_smoothing"))}));
 }
 

@@ -14,6 +14,19 @@ Shape reductionShape(const Node& n, const Shape& per_element) {
   opFail(n, "reduction must be \"mean\", \"sum\" or \"none\", got \"" + r + "\"");
 }
 
+/// cross_entropy's `dtype`: the type it computes in and returns; unset, the
+/// logits'. f32 over bf16/f16 logits widens them as it reads them, exactly
+/// as a cast to f32 in front of it (autocast's) would.
+DType lossDType(const Node& n) {
+  const DType x = n.input(0)->dtype();
+  if (!n.hasAttr("dtype")) return x;
+  const DType want = n.dt("dtype");
+  const bool widens = want == DType::F32 && (x == DType::BF16 || x == DType::F16);
+  if (want != x && !widens) opFail(n, "dtype " + std::string(dtypeName(want)) + " over " + std::string(dtypeName(x)) +
+                                          " logits: only f32 over bf16/f16 logits (or the logits' own dtype)");
+  return want;
+}
+
 std::vector<TensorType> inferClassLoss(const Node& n) {
   const TensorType& x = n.input(0)->type();
   const TensorType& target = n.input(1)->type();
@@ -31,6 +44,12 @@ std::vector<TensorType> inferClassLoss(const Node& n) {
   return {{x.dtype, reductionShape(n, expect)}};
 }
 
+std::vector<TensorType> inferCrossEntropy(const Node& n) {
+  std::vector<TensorType> types = inferClassLoss(n);
+  types[0].dtype = lossDType(n);
+  return types;
+}
+
 std::vector<TensorType> inferMse(const Node& n) {
   const TensorType& a = n.input(0)->type();
   const TensorType& b = n.input(1)->type();
@@ -42,9 +61,11 @@ std::vector<TensorType> inferMse(const Node& n) {
 
 void registerLossOps(OpTable& t) {
   const std::string mean = "mean";
-  t.add({"cross_entropy", "(logits, class targets) -> loss", 2, 2, 0,
-         {optAttr("reduction", mean), optAttr("ignore_index", int64_t{-100}), optAttr("label_smoothing", 0.0)},
-         inferClassLoss, nullptr});
+  t.add({"cross_entropy", "(logits, class targets) -> loss (dtype: f32 over bf16/f16 logits reads them widened)", 2, 2,
+         0,
+         {optAttr("reduction", mean), optAttr("ignore_index", int64_t{-100}), optAttr("label_smoothing", 0.0),
+          unsetAttr("dtype", AttrKind::DType)},
+         inferCrossEntropy, nullptr});
   t.add({"nll_loss", "(log-probabilities, class targets) -> loss", 2, 2, 0,
          {optAttr("reduction", mean), optAttr("ignore_index", int64_t{-100})}, inferClassLoss, nullptr});
   t.add({"mse_loss", "mean squared error", 2, 2, 0, {optAttr("reduction", mean)}, inferMse, nullptr});

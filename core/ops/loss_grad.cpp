@@ -14,7 +14,10 @@
 // Backward ops (CPU kernels in backend/cpu/kernels_loss_grad.cpp):
 //   cross_entropy_backward(g, logits, target) {reduction, ignore_index, label_smoothing}
 //     recomputes the softmax from the logits (one fused pass; a composite of
-//     softmax, one-hot and masks would be about eight nodes).
+//     softmax, one-hot and masks would be about eight nodes). It computes in
+//     g's dtype and returns the logits': an f32 g over bf16/f16 logits (the
+//     gradient of a cross_entropy {dtype=f32} over them) reads them widened
+//     and rounds the result once, as f32 math and a cast after it would.
 //   nll_loss_backward(g, target) {reduction, ignore_index, num_classes}
 //     scatters -scale into the target class; it needs only the targets, so
 //     the forward input need not stay alive for the backward.
@@ -56,8 +59,11 @@ void checkTarget(const Node& n, size_t i) {
 
 std::vector<TensorType> inferCrossEntropyBackward(const Node& n) {
   const TensorType& x = n.input(1)->type();
-  if (!isFloating(x.dtype) || n.input(0)->dtype() != x.dtype)
-    opFail(n, "logits " + x.str() + " and gradient " + n.input(0)->type().str() + " must be one floating type");
+  const DType g = n.input(0)->dtype();
+  const bool widened = g == DType::F32 && (x.dtype == DType::BF16 || x.dtype == DType::F16);
+  if (!isFloating(x.dtype) || (g != x.dtype && !widened))
+    opFail(n, "logits " + x.str() + " and gradient " + n.input(0)->type().str() +
+                  " must be one floating type (or an f32 gradient over bf16/f16 logits)");
   if (x.rank() < 1) opFail(n, "logits must have at least 1 dim, got " + x.str());
   checkTarget(n, 2);
   const Shape target = perElementShape(x.shape);
@@ -94,7 +100,9 @@ AttrMap forwardAttrs(GradContext& c, std::initializer_list<const char*> names) {
 
 void crossEntropyGrad(GradContext& c) {
   if (!c.needs(0)) return;
-  Value* g = c.castTo(c.grad(), c.in(0)->dtype());
+  // The backward computes in g's dtype: the loss's (f32 over widened bf16
+  // logits), else the logits'.
+  Value* g = c.castTo(c.grad(), c.node().output()->dtype());
   c.setGrad(0, c.op("cross_entropy_backward", {g, c.in(0), c.in(1)},
                     forwardAttrs(c, {"reduction", "ignore_index", "label_smoothing"})));
 }

@@ -20,6 +20,10 @@ inline AttrSpec optAttr(std::string name, Attr def) {
   AttrKind k = attrKind(def);
   return {std::move(name), k, std::move(def)};
 }
+/// Optional, without a default value (the op's infer decides what absent means).
+inline AttrSpec unsetAttr(std::string name, AttrKind k) {
+  return {std::move(name), k, std::nullopt, true};
+}
 
 /// Throws KilnException "<op @scope>: <msg>".
 [[noreturn]] void opFail(const Node& n, const std::string& msg);

@@ -85,6 +85,56 @@ TEST_F(KernelsLoss, CrossEntropyAllIgnoredMeanIsNaN) {
   EXPECT_TRUE(out[0].isnan().item<bool>());
 }
 
+/// cross_entropy {dtype=f32} over bf16/f16 logits (what `fuse` makes of
+/// amp's f32 copy in front of the loss) and its backward from an f32 g: the
+/// same bits as the f32 kernels over the widened copy, the backward's
+/// rounded to the logits' dtype, as the cast after it rounded. Contiguous
+/// rows (the row loops), spatial targets (strided classes), a 1-D input.
+TEST_F(KernelsLoss, CrossEntropyReadsLowPrecisionLogitsWidened) {
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> shapes = {
+      {{37, 1000}, {37}}, {{3, 50, 7}, {3, 7}}, {{33}, {}}};
+  for (torch::ScalarType low : {torch::kBFloat16, torch::kHalf})
+    for (const auto& [xs, ts] : shapes) {
+      auto x = (torch::randn(xs) * 4).to(low);
+      const int64_t classes = xs.size() == 1 ? xs[0] : xs[1];
+      auto t = ts.empty() ? torch::tensor(5, torch::kInt64) : targets(ts, classes, -100);
+      for (double smoothing : {0.0, 0.1})
+        for (const auto& [name, red] : kReductions) {
+          const std::string what = std::string(c10::toString(low)) + " " + shapeStr(xs) + " " + name +
+                                   " smoothing " + std::to_string(smoothing);
+          const AttrMap attrs = {{"reduction", name}, {"ignore_index", int64_t{-100}}, {"label_smoothing", smoothing}};
+          AttrMap widened = attrs;
+          widened["dtype"] = DType::F32;
+          auto loss = runOp("cross_entropy", {x, t}, widened);
+          auto loss_f32 = runOp("cross_entropy", {x.to(torch::kFloat32), t}, attrs);
+          ASSERT_EQ(loss.size(), 1u) << what;
+          ASSERT_EQ(loss[0].scalar_type(), torch::kFloat32) << what;
+          EXPECT_TRUE(torch::equal(loss[0], loss_f32[0])) << what << ": not the f32 kernel's bits";
+          expectClose(loss[0], torch::cross_entropy_loss(x.to(torch::kFloat32), t, {}, red, -100, smoothing), 1e-5,
+                      what);
+
+          auto g = name == "none" ? torch::randn(t.sizes()) : torch::tensor(0.75f);
+          auto grad = runOp("cross_entropy_backward", {g, x, t}, attrs);
+          auto grad_f32 = runOp("cross_entropy_backward", {g, x.to(torch::kFloat32), t}, attrs);
+          ASSERT_EQ(grad.size(), 1u) << what;
+          ASSERT_EQ(grad[0].scalar_type(), low) << what;
+          EXPECT_TRUE(torch::equal(grad[0], grad_f32[0].to(low))) << what << ": not the f32 gradient rounded once";
+        }
+    }
+}
+
+TEST_F(KernelsLoss, CrossEntropyDTypeOnlyWidensLowPrecision) {
+  Graph g;
+  Value* x = g.addInput("x", {DType::F32, {3, 4}}, ValueRole::Data);
+  Value* t = g.addInput("t", {DType::I64, {3}}, ValueRole::Data);
+  try {
+    g.add("cross_entropy", {x, t}, {{"dtype", DType::BF16}});
+    ADD_FAILURE() << "cross_entropy {dtype=bf16} over f32 logits was accepted";
+  } catch (const KilnException& e) {
+    EXPECT_NE(std::string(e.what()).find("only f32 over bf16/f16 logits"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(KernelsLoss, NllLoss) {
   auto x = torch::log_softmax(torch::randn({16, 8}), 1);
   checkNll(x, targets({16}, 8, -100), -100);
