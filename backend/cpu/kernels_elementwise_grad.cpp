@@ -38,6 +38,17 @@ using Outputs = std::span<Tensor>;
     }                              \
   };
 
+/// The same, for bodies of exp/tanh/erf polynomials (kWideSimd, unary_ops.h).
+#define KILN_UNARY_GRAD_WIDE(NAME, ...)     \
+  struct NAME {                             \
+    static constexpr bool kWideSimd = true; \
+    explicit NAME(const Node&) {}           \
+    template <class C>                      \
+    C operator()(C g, C v) const {          \
+      __VA_ARGS__                           \
+    }                                       \
+  };
+
 KILN_UNARY_GRAD(AbsGrad, return g * C((C(0) < v) - (v < C(0)));)  // sgn(0) = sgn(NaN) = 0
 KILN_UNARY_GRAD(Log1pGrad, return g / (v + C(1));)
 KILN_UNARY_GRAD(SqrtGrad, return g / (C(2) * v);)              // v = y
@@ -47,8 +58,8 @@ KILN_UNARY_GRAD(SinGrad, return g * std::cos(v);)
 KILN_UNARY_GRAD(CosGrad, return g * -std::sin(v);)
 KILN_UNARY_GRAD(TanhGrad, return g * (C(1) - v * v);)       // v = y
 KILN_UNARY_GRAD(SigmoidGrad, return g * ((C(1) - v) * v);)  // v = y
-KILN_UNARY_GRAD(ErfGrad, return C(M_2_SQRTPI) * expAny(-(v * v)) * g;)
-KILN_UNARY_GRAD(SiluGrad, const C s = C(1) / (C(1) + expAny(-v)); return g * s * (C(1) + v * (C(1) - s));)
+KILN_UNARY_GRAD_WIDE(ErfGrad, return C(M_2_SQRTPI) * expAny(-(v * v)) * g;)
+KILN_UNARY_GRAD_WIDE(SiluGrad, const C s = C(1) / (C(1) + expAny(-v)); return g * s * (C(1) + v * (C(1) - s));)
 KILN_UNARY_GRAD(MishGrad, const C s = C(1) / (C(1) + std::exp(-v)); const C t = std::tanh(std::log1p(std::exp(v)));
                 return g * (t + v * s * (C(1) - t * t));)
 KILN_UNARY_GRAD(HardswishGrad, return select(v < C(-3), C(0), select(v <= C(3), g*(v / C(3) + C(0.5)), g));)
@@ -56,6 +67,7 @@ KILN_UNARY_GRAD(HardswishGrad, return select(v < C(-3), C(0), select(v <= C(3), 
 // double gradient carries float's rounding of 1/6 (3e-8 relative): match it.
 KILN_UNARY_GRAD(HardsigmoidGrad, return select((v > C(-3)) & (v < C(3)), g* C(1.0f / 6.0f), C(0));)
 #undef KILN_UNARY_GRAD
+#undef KILN_UNARY_GRAD_WIDE
 
 /// clamp passes the gradient on min <= x <= max; hardtanh only strictly
 /// inside (so a NaN x passes through hardtanh and not through clamp).
@@ -76,6 +88,7 @@ struct ClampGrad {
 /// gelu's gradient in one form (see GeluOp for why a type per form).
 template <bool kTanh>
 struct GeluGrad {
+  static constexpr bool kWideSimd = true;
   explicit GeluGrad(const Node&) {}
   template <class C>
   C operator()(C g, C x) const {
@@ -123,7 +136,14 @@ struct SoftplusGrad {
 };
 
 template <class T, class Op>
+  requires(!kWideSimd<Op>)
 KILN_SIMD_CLONES void unaryGradRun(const T* pg, const T* pv, T* po, int64_t n, Op op) {
+  using C = compute_t<T>;
+  for (int64_t i = 0; i < n; ++i) po[i] = T(op(C(pg[i]), C(pv[i])));
+}
+template <class T, class Op>
+  requires(kWideSimd<Op>)
+KILN_SIMD_CLONES_512 void unaryGradRun(const T* pg, const T* pv, T* po, int64_t n, Op op) {
   using C = compute_t<T>;
   for (int64_t i = 0; i < n; ++i) po[i] = T(op(C(pg[i]), C(pv[i])));
 }

@@ -17,8 +17,22 @@
 
 namespace kiln::cpu {
 
+/// Functors whose math is expVec/tanhVec/erfVec polynomials declare
+/// `static constexpr bool kWideSimd = true`: their loops (unaryRun and the
+/// gradients' unaryGradRun) also get an AVX-512 clone (KILN_SIMD_CLONES_512;
+/// gelu's forward over 2M floats 1.6x faster on Zen 4), the rest only AVX2.
+template <class Op>
+inline constexpr bool kWideSimd = requires { requires Op::kWideSimd; };
+
 template <class T, class Op>
+  requires(!kWideSimd<Op>)
 KILN_SIMD_CLONES void unaryRun(const T* px, T* po, int64_t n, Op op) {
+  using C = compute_t<T>;
+  for (int64_t i = 0; i < n; ++i) po[i] = T(op(C(px[i])));
+}
+template <class T, class Op>
+  requires(kWideSimd<Op>)
+KILN_SIMD_CLONES_512 void unaryRun(const T* px, T* po, int64_t n, Op op) {
   using C = compute_t<T>;
   for (int64_t i = 0; i < n; ++i) po[i] = T(op(C(px[i])));
 }
@@ -32,8 +46,18 @@ KILN_SIMD_CLONES void unaryRun(const T* px, T* po, int64_t n, Op op) {
       return EXPR;                   \
     }                                \
   };
+/// The same, for EXPRs of exp/tanh/erf polynomials (kWideSimd).
+#define KILN_FLOAT_UNARY_WIDE(NAME, EXPR)          \
+  struct NAME {                                    \
+    static constexpr bool kWideSimd = true;        \
+    explicit NAME(const Node&) {}                  \
+    template <class C>                             \
+    C operator()(C x) const {                      \
+      return EXPR;                                 \
+    }                                              \
+  };
 
-KILN_FLOAT_UNARY(ExpOp, expAny(x))
+KILN_FLOAT_UNARY_WIDE(ExpOp, expAny(x))
 KILN_FLOAT_UNARY(LogOp, std::log(x))
 KILN_FLOAT_UNARY(Log1pOp, std::log1p(x))
 KILN_FLOAT_UNARY(SqrtOp, std::sqrt(x))
@@ -41,17 +65,18 @@ KILN_FLOAT_UNARY(RsqrtOp, C(1) / std::sqrt(x))
 KILN_FLOAT_UNARY(ReciprocalOp, C(1) / x)
 KILN_FLOAT_UNARY(SinOp, std::sin(x))
 KILN_FLOAT_UNARY(CosOp, std::cos(x))
-KILN_FLOAT_UNARY(TanhOp, tanhAny(x))
-KILN_FLOAT_UNARY(SigmoidOp, C(1) / (C(1) + expAny(-x)))
-KILN_FLOAT_UNARY(ErfOp, erfAny(x))
+KILN_FLOAT_UNARY_WIDE(TanhOp, tanhAny(x))
+KILN_FLOAT_UNARY_WIDE(SigmoidOp, C(1) / (C(1) + expAny(-x)))
+KILN_FLOAT_UNARY_WIDE(ErfOp, erfAny(x))
 KILN_FLOAT_UNARY(FloorOp, std::floor(x))
 KILN_FLOAT_UNARY(CeilOp, std::ceil(x))
 KILN_FLOAT_UNARY(RoundOp, std::nearbyint(x))  // half to even in the default rounding mode
-KILN_FLOAT_UNARY(SiluOp, x / (C(1) + expAny(-x)))
+KILN_FLOAT_UNARY_WIDE(SiluOp, x / (C(1) + expAny(-x)))
 KILN_FLOAT_UNARY(MishOp, x* std::tanh(std::log1p(std::exp(x))))
 KILN_FLOAT_UNARY(HardswishOp, x* clampSelect(x + C(3), C(0), C(6)) / C(6))
 KILN_FLOAT_UNARY(HardsigmoidOp, clampSelect(x + C(3), C(0), C(6)) / C(6))
 #undef KILN_FLOAT_UNARY
+#undef KILN_FLOAT_UNARY_WIDE
 
 /// gelu's `approximate`: true for "tanh", false for "none"; anything else fails.
 inline bool geluTanh(const Node& n) {
@@ -65,6 +90,7 @@ inline bool geluTanh(const Node& n) {
 /// type with geluTanh(n). f32's erf is erfVec, PyTorch's formula.
 template <bool kTanh>
 struct GeluOp {
+  static constexpr bool kWideSimd = true;
   explicit GeluOp(const Node&) {}
   template <class C>
   C operator()(C x) const {
