@@ -17,7 +17,7 @@ build_unit_tests() {
   esac
   # CMake cannot switch the compiler of an existing build directory.
   if [[ -f "$build/CMakeCache.txt" ]] &&
-     ! grep -q "^CMAKE_CXX_COMPILER:[A-Z]*=.*/$cxx\$" "$build/CMakeCache.txt"; then
+     ! grep -qE "^CMAKE_CXX_COMPILER:[A-Z]*=(.*/)?${cxx//+/\\+}\$" "$build/CMakeCache.txt"; then
     echo "build_unit_tests: $build was configured with another compiler; starting it afresh with $cxx"
     rm -rf "$build"
   fi

@@ -17,7 +17,10 @@ for model in cnn_bn_train gpt2_mini; do
     if [ $fmt = trace ]; then src="$d/$model.pt"; else src="$d/$model.fx.json"; fi
     echo "== $model ($fmt)"
     # Archives from export.py carry their input shapes: inspect needs no inputs.
-    "$KILN" inspect "$src" | head -20
+    # (Into a file first: kiln's stdout is line-buffered, so `| head` would
+    # stop it with SIGPIPE, which pipefail reports.)
+    "$KILN" inspect "$src" >"$d/inspect.txt"
+    head -20 "$d/inspect.txt"
     "$KILN" run "$src" --input-file "$d/$model.input.safetensors" --output-file "$d/out.safetensors"
     "$KILN" compare "$d/out.safetensors" "$d/$model.expected.safetensors" --tol 1e-4
     "$KILN" export "$src" --format text -o "$d/g.kir"
