@@ -42,6 +42,51 @@ block_acc_t<X> wide(X v) {
   return static_cast<block_acc_t<X>>(static_cast<compute_t<X>>(v));
 }
 
+// The loops over a block of rows, vectorized across channels. Free
+// functions (target_clones cannot go on the lambdas above), with an
+// AVX-512 clone: each channel's sum still runs down the rows in order, so
+// every clone gives the same bits.
+
+template <class X, class A>
+KILN_SIMD_CLONES_512 void addRows(const X* x, int64_t r0, int64_t r1, int64_t channels, A* acc) {
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t c = 0; c < channels; ++c) acc[c] += wide(x[r * channels + c]);
+}
+
+template <class X, class A>
+KILN_SIMD_CLONES_512 void addSquaredDeviations(const X* x, int64_t r0, int64_t r1, int64_t channels, const A* m,
+                                               A* acc) {
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t c = 0; c < channels; ++c) {
+      const A d = wide(x[r * channels + c]) - m[c];
+      acc[c] += d * d;
+    }
+}
+
+/// acc[0, C) += g, acc[C, 2C) += g (x - m).
+template <class X, class A>
+KILN_SIMD_CLONES_512 void addGradSums(const X* g, const X* x, int64_t r0, int64_t r1, int64_t channels, const A* m,
+                                      A* acc) {
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t c = 0; c < channels; ++c) {
+      const A gv = wide(g[r * channels + c]);
+      acc[c] += gv;
+      acc[channels + c] += gv * (wide(x[r * channels + c]) - m[c]);
+    }
+}
+
+template <class X, class C>
+KILN_SIMD_CLONES_512 void affineRow(const X* x, X* y, int64_t channels, const C* scale, const C* shift) {
+  for (int64_t c = 0; c < channels; ++c) y[c] = static_cast<X>(static_cast<C>(x[c]) * scale[c] + shift[c]);
+}
+
+template <class X, class C>
+KILN_SIMD_CLONES_512 void normGradRow(const X* g, const X* x, X* gx, int64_t channels, const C* grad_mean,
+                                      const C* mean, const C* k, const C* scale) {
+  for (int64_t c = 0; c < channels; ++c)
+    gx[c] = static_cast<X>((C(g[c]) - grad_mean[c] - (C(x[c]) - mean[c]) * k[c]) * scale[c]);
+}
+
 /// Runs add(acc) on a zeroed block accumulator of `n` sums in block_acc_t<X>
 /// and adds it into `out`.
 template <class X, class Add>
@@ -57,22 +102,13 @@ template <class X>
 void rowsMoments(const X* x, int64_t rows, int64_t channels, std::vector<double>& mean, std::vector<double>& var) {
   const double count = static_cast<double>(rows);
   mean = sumOverRowBlocks(rows, channels, 1, [&](int64_t r0, int64_t r1, double* out) {
-    blockSums<X>(channels, out, [&](auto* acc) {
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t c = 0; c < channels; ++c) acc[c] += wide(x[r * channels + c]);
-    });
+    blockSums<X>(channels, out, [&](auto* acc) { addRows(x, r0, r1, channels, acc); });
   });
   for (double& m : mean) m = rows ? m / count : 0.0;
   using A = block_acc_t<X>;
   const std::vector<A> m(mean.begin(), mean.end());
   var = sumOverRowBlocks(rows, channels, 1, [&](int64_t r0, int64_t r1, double* out) {
-    blockSums<X>(channels, out, [&](A* acc) {
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t c = 0; c < channels; ++c) {
-          const A d = wide(x[r * channels + c]) - m[c];
-          acc[c] += d * d;
-        }
-    });
+    blockSums<X>(channels, out, [&](A* acc) { addSquaredDeviations(x, r0, r1, channels, m.data(), acc); });
   });
   // Deviations were taken from the mean rounded to A: correct for the offset.
   for (int64_t c = 0; c < channels; ++c) {
@@ -84,9 +120,7 @@ void rowsMoments(const X* x, int64_t rows, int64_t channels, std::vector<double>
 template <class X, class C>
 void rowsAffine(const X* x, X* y, int64_t rows, int64_t channels, const C* scale, const C* shift) {
 #pragma omp parallel for if (rows * channels > kOmpMinWork)
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < channels; ++c)
-      y[r * channels + c] = static_cast<X>(static_cast<C>(x[r * channels + c]) * scale[c] + shift[c]);
+  for (int64_t r = 0; r < rows; ++r) affineRow(x + r * channels, y + r * channels, channels, scale, shift);
 }
 
 template <class X>
@@ -96,14 +130,7 @@ void rowsGradSums(const X* g, const X* x, int64_t rows, int64_t channels, const 
   using A = block_acc_t<X>;
   const std::vector<A> m(mean.begin(), mean.end());
   std::vector<double> both = sumOverRowBlocks(rows, channels, 2, [&](int64_t r0, int64_t r1, double* out) {
-    blockSums<X>(2 * channels, out, [&](A* acc) {
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t c = 0; c < channels; ++c) {
-          const A gv = wide(g[r * channels + c]);
-          acc[c] += gv;
-          acc[channels + c] += gv * (wide(x[r * channels + c]) - m[c]);
-        }
-    });
+    blockSums<X>(2 * channels, out, [&](A* acc) { addGradSums(g, x, r0, r1, channels, m.data(), acc); });
   });
   sum_g.assign(both.begin(), both.begin() + channels);
   dot.assign(both.begin() + channels, both.end());
@@ -115,11 +142,10 @@ template <class X, class C>
 void rowsNormGrad(const X* g, const X* x, X* gx, int64_t rows, int64_t channels, const C* grad_mean, const C* mean,
                   const C* k, const C* scale) {
 #pragma omp parallel for if (rows * channels > kOmpMinWork)
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < channels; ++c) {
-      const int64_t i = r * channels + c;
-      gx[i] = static_cast<X>((C(g[i]) - grad_mean[c] - (C(x[i]) - mean[c]) * k[c]) * scale[c]);
-    }
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t i = r * channels;
+    normGradRow(g + i, x + i, gx + i, channels, grad_mean, mean, k, scale);
+  }
 }
 
 #define KILN_BATCH_NORM_ROWS(X)                                                                                        \
