@@ -110,6 +110,15 @@ void batchNormImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> 
   }
 }
 
+/// One layer-norm row: (x - mean) * inv_std * weight + bias, in double as
+/// before; a free function so it gets vector clones (inside the OpenMP
+/// loop it ran at the SSE2 baseline). Each element's math is unchanged.
+template <typename T>
+KILN_SIMD_CLONES_512 void layerNormRow(const T* src, T* dst, int64_t row, double mean, double inv_std, const T* weight,
+                                       const T* bias) {
+  for (int64_t i = 0; i < row; ++i) dst[i] = static_cast<T>((src[i] - mean) * inv_std * weight[i] + bias[i]);
+}
+
 template <typename T>
 void layerNormImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
   const int64_t row = numelOf(n.is("normalized_shape"));
@@ -124,9 +133,7 @@ void layerNormImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> 
   for (int64_t r = 0; r < rows; ++r) {
     const T* src = x + r * row;
     auto [mean, var] = moments(src, 1, row, row);
-    const double inv_std = 1.0 / std::sqrt(var + eps);
-    T* dst = y + r * row;
-    for (int64_t i = 0; i < row; ++i) dst[i] = static_cast<T>((src[i] - mean) * inv_std * weight[i] + bias[i]);
+    layerNormRow(src, y + r * row, row, mean, 1.0 / std::sqrt(var + eps), weight, bias);
   }
 }
 
