@@ -25,6 +25,10 @@ std::optional<DType> parseSafetensorsDType(std::string_view s);
 
 bool isFloating(DType t);
 bool isIntegral(DType t);  ///< integer types, not bool
+/// bf16 or f16: the types amp computes in, which widen exactly to f32.
+inline bool isLowPrecisionFloat(DType t) {
+  return t == DType::BF16 || t == DType::F16;
+}
 
 /// Type promotion of two tensor operands, following PyTorch's
 /// category-then-width rule for tensors of equal "rank class".

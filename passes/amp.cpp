@@ -25,10 +25,6 @@ namespace {
 
 constexpr const char* kScope = "amp";
 
-bool isLowp(DType t) {
-  return t == DType::BF16 || t == DType::F16;
-}
-
 Value* constant(Graph& g, double v, DType dt) {
   return g.add("full", {}, {{"shape", std::vector<int64_t>{}}, {"value", v}, {"dtype", dt}}, kScope);
 }
@@ -71,7 +67,7 @@ std::optional<AmpCategory> applyPolicy(Node* n, DType low, Caster& caster) {
     DType t = n->input(i)->dtype();
     if (!isFloating(t)) continue;
     DType want = *cat == AmpCategory::Lower ? low : DType::F32;
-    if (t == want || (*cat == AmpCategory::Fp32 && !isLowp(t))) continue;
+    if (t == want || (*cat == AmpCategory::Fp32 && !isLowPrecisionFloat(t))) continue;
     caster.cast(n, i, want);
   }
   return cat;  // counted even when no cast was needed: it runs as the policy says

@@ -47,6 +47,7 @@
 #include <algorithm>
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/text_ir.h"
@@ -124,6 +125,13 @@ bool isFusibleReduction(const Node& n) {
          n.output()->dtype() == n.input(0)->dtype();
 }
 
+/// The values the graph returns (a rewrite must keep them).
+std::unordered_set<const Value*> returnedValues(const Graph& g) {
+  std::unordered_set<const Value*> returned;
+  for (const GraphOutput& o : g.outputs()) returned.insert(o.value);
+  return returned;
+}
+
 }  // namespace
 
 /// GEMM epilogues: relu(linear(...)) -> linear {activation="relu"} when the
@@ -133,8 +141,7 @@ size_t fuseEpilogues(Graph& g) {
   std::vector<Node*> relus;
   for (const auto& n : g.nodes())
     if (n->op() == "relu") relus.push_back(n.get());
-  std::unordered_map<const Value*, bool> returned;
-  for (const GraphOutput& o : g.outputs()) returned[o.value] = true;
+  const std::unordered_set<const Value*> returned = returnedValues(g);
   size_t fused = 0;
   for (Node* r : relus) {
     Node* lin = r->input(0)->producer();
@@ -153,8 +160,7 @@ size_t fuseEpilogues(Graph& g) {
 Node* widenedLogits(const Value* v) {
   Node* c = v->producer();
   if (!c || c->op() != "cast" || v->dtype() != DType::F32) return nullptr;
-  const DType x = c->input(0)->dtype();
-  return x == DType::BF16 || x == DType::F16 ? c : nullptr;
+  return isLowPrecisionFloat(c->input(0)->dtype()) ? c : nullptr;
 }
 
 /// Loss casts (CPU kernels only; backend/cpu/kernels_loss*.cpp):
@@ -164,8 +170,7 @@ Node* widenedLogits(const Value* v) {
 /// Both give the same bits: widening is exact, and the backward rounds its
 /// f32 results to bf16/f16 as the cast did. Returns how many were folded.
 size_t foldLossCasts(Graph& g) {
-  std::unordered_map<const Value*, bool> returned;
-  for (const GraphOutput& o : g.outputs()) returned[o.value] = true;
+  const std::unordered_set<const Value*> returned = returnedValues(g);
   std::vector<Node*> losses, backwards;
   for (const auto& n : g.nodes()) {
     if (n->op() == "cross_entropy" && !n->hasAttr("dtype")) losses.push_back(n.get());
@@ -263,8 +268,7 @@ Result<PassResult> runFuse(Graph& g, PassContext& ctx) {
   }
 
   // Which values leave their group: used by another node or returned.
-  std::unordered_map<const Value*, bool> returned;
-  for (const GraphOutput& o : g.outputs()) returned[o.value] = true;
+  const std::unordered_set<const Value*> returned = returnedValues(g);
   size_t fused_groups = 0, fused_nodes = 0, reductions = 0;
   double bytes_saved = 0;
   for (size_t gi = 0; gi < groups.size(); ++gi) {

@@ -28,26 +28,19 @@ using Outputs = std::span<Tensor>;
 
 // ---- unary_backward: operator()(C g, C v) with v = x (or y, see the core table)
 
-/// A parameterless gradient functor NAME with body BODY over g and v.
-#define KILN_UNARY_GRAD(NAME, ...) \
-  struct NAME {                    \
-    explicit NAME(const Node&) {}  \
-    template <class C>             \
-    C operator()(C g, C v) const { \
-      __VA_ARGS__                  \
-    }                              \
+/// A parameterless gradient functor NAME with body BODY over g and v; the
+/// _WIDE form for bodies of exp/tanh/erf polynomials (kWideSimd, unary_ops.h).
+#define KILN_UNARY_GRAD_IMPL(NAME, WIDE, ...) \
+  struct NAME {                               \
+    static constexpr bool kWideSimd = WIDE;   \
+    explicit NAME(const Node&) {}             \
+    template <class C>                        \
+    C operator()(C g, C v) const {            \
+      __VA_ARGS__                             \
+    }                                         \
   };
-
-/// The same, for bodies of exp/tanh/erf polynomials (kWideSimd, unary_ops.h).
-#define KILN_UNARY_GRAD_WIDE(NAME, ...)     \
-  struct NAME {                             \
-    static constexpr bool kWideSimd = true; \
-    explicit NAME(const Node&) {}           \
-    template <class C>                      \
-    C operator()(C g, C v) const {          \
-      __VA_ARGS__                           \
-    }                                       \
-  };
+#define KILN_UNARY_GRAD(NAME, ...) KILN_UNARY_GRAD_IMPL(NAME, false, __VA_ARGS__)
+#define KILN_UNARY_GRAD_WIDE(NAME, ...) KILN_UNARY_GRAD_IMPL(NAME, true, __VA_ARGS__)
 
 KILN_UNARY_GRAD(AbsGrad, return g * C((C(0) < v) - (v < C(0)));)  // sgn(0) = sgn(NaN) = 0
 KILN_UNARY_GRAD(Log1pGrad, return g / (v + C(1));)
@@ -68,6 +61,7 @@ KILN_UNARY_GRAD(HardswishGrad, return select(v < C(-3), C(0), select(v <= C(3), 
 KILN_UNARY_GRAD(HardsigmoidGrad, return select((v > C(-3)) & (v < C(3)), g* C(1.0f / 6.0f), C(0));)
 #undef KILN_UNARY_GRAD
 #undef KILN_UNARY_GRAD_WIDE
+#undef KILN_UNARY_GRAD_IMPL
 
 /// clamp passes the gradient on min <= x <= max; hardtanh only strictly
 /// inside (so a NaN x passes through hardtanh and not through clamp).

@@ -102,21 +102,21 @@ void crossEntropyBackwardImpl(const Node& n, std::span<const Tensor> in, std::sp
       const double s = scale.at(g, e);
       if constexpr (std::is_same_v<T, float>) {
         if (geo.inner == 1) {  // contiguous rows: vectorized exp, then one affine pass
-          // bf16 rows: the f32 row in a per-thread buffer (in cache), rounded once at the end.
-          thread_local std::vector<float> widened;
+          // f32 rows are written straight into dst; bf16 rows widen into a
+          // per-thread buffer (in cache) and are rounded once at the end.
           float* row = nullptr;
-          double inv = 0;
           const float* from = nullptr;
           if constexpr (std::is_same_v<In, float>) {
             row = dst;
             from = src;
           } else {
+            thread_local std::vector<float> widened;
             widened.resize(static_cast<size_t>(geo.classes));
             row = widened.data();
             rowFromBf16(src, row, geo.classes);
             from = row;
           }
-          inv = 1.0 / rowExpF32(from, row, geo.classes, softmaxShift(rowMaxF32(from, geo.classes)));
+          const double inv = 1.0 / rowExpF32(from, row, geo.classes, softmaxShift(rowMaxF32(from, geo.classes)));
           rowAffineF32(row, geo.classes, static_cast<float>(s * inv), static_cast<float>(-s * uniform));
           row[tgt[e]] = static_cast<float>(row[tgt[e]] - s * (1.0 - smoothing));
           if constexpr (!std::is_same_v<In, float>) rowToBf16(row, dst, geo.classes);

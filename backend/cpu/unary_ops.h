@@ -37,25 +37,19 @@ KILN_SIMD_CLONES_512 void unaryRun(const T* px, T* po, int64_t n, Op op) {
   for (int64_t i = 0; i < n; ++i) po[i] = T(op(C(px[i])));
 }
 
-/// A stateless floating-point unary op `NAME` computing EXPR from `x` of type C.
-#define KILN_FLOAT_UNARY(NAME, EXPR) \
-  struct NAME {                      \
-    explicit NAME(const Node&) {}    \
-    template <class C>               \
-    C operator()(C x) const {        \
-      return EXPR;                   \
-    }                                \
+/// A stateless floating-point unary op `NAME` computing EXPR from `x` of
+/// type C; the _WIDE form for EXPRs of exp/tanh/erf polynomials (kWideSimd).
+#define KILN_FLOAT_UNARY_IMPL(NAME, WIDE, EXPR) \
+  struct NAME {                                 \
+    static constexpr bool kWideSimd = WIDE;     \
+    explicit NAME(const Node&) {}               \
+    template <class C>                          \
+    C operator()(C x) const {                   \
+      return EXPR;                              \
+    }                                           \
   };
-/// The same, for EXPRs of exp/tanh/erf polynomials (kWideSimd).
-#define KILN_FLOAT_UNARY_WIDE(NAME, EXPR)          \
-  struct NAME {                                    \
-    static constexpr bool kWideSimd = true;        \
-    explicit NAME(const Node&) {}                  \
-    template <class C>                             \
-    C operator()(C x) const {                      \
-      return EXPR;                                 \
-    }                                              \
-  };
+#define KILN_FLOAT_UNARY(NAME, EXPR) KILN_FLOAT_UNARY_IMPL(NAME, false, EXPR)
+#define KILN_FLOAT_UNARY_WIDE(NAME, EXPR) KILN_FLOAT_UNARY_IMPL(NAME, true, EXPR)
 
 KILN_FLOAT_UNARY_WIDE(ExpOp, expAny(x))
 KILN_FLOAT_UNARY(LogOp, std::log(x))
@@ -77,6 +71,7 @@ KILN_FLOAT_UNARY(HardswishOp, x* clampSelect(x + C(3), C(0), C(6)) / C(6))
 KILN_FLOAT_UNARY(HardsigmoidOp, clampSelect(x + C(3), C(0), C(6)) / C(6))
 #undef KILN_FLOAT_UNARY
 #undef KILN_FLOAT_UNARY_WIDE
+#undef KILN_FLOAT_UNARY_IMPL
 
 /// gelu's `approximate`: true for "tanh", false for "none"; anything else fails.
 inline bool geluTanh(const Node& n) {

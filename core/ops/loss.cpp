@@ -21,7 +21,7 @@ DType lossDType(const Node& n) {
   const DType x = n.input(0)->dtype();
   if (!n.hasAttr("dtype")) return x;
   const DType want = n.dt("dtype");
-  const bool widens = want == DType::F32 && (x == DType::BF16 || x == DType::F16);
+  const bool widens = want == DType::F32 && isLowPrecisionFloat(x);
   if (want != x && !widens) opFail(n, "dtype " + std::string(dtypeName(want)) + " over " + std::string(dtypeName(x)) +
                                           " logits: only f32 over bf16/f16 logits (or the logits' own dtype)");
   return want;

@@ -60,7 +60,7 @@ void checkTarget(const Node& n, size_t i) {
 std::vector<TensorType> inferCrossEntropyBackward(const Node& n) {
   const TensorType& x = n.input(1)->type();
   const DType g = n.input(0)->dtype();
-  const bool widened = g == DType::F32 && (x.dtype == DType::BF16 || x.dtype == DType::F16);
+  const bool widened = g == DType::F32 && isLowPrecisionFloat(x.dtype);
   if (!isFloating(x.dtype) || (g != x.dtype && !widened))
     opFail(n, "logits " + x.str() + " and gradient " + n.input(0)->type().str() +
                   " must be one floating type (or an f32 gradient over bf16/f16 logits)");

@@ -137,9 +137,20 @@ def main(argv=None) -> int:
     os.makedirs(a.work_dir, exist_ok=True)
     loss = "cross_entropy"
     bad = []
-    # The DDP oracle depends only on the dtype and the optimizer: variants
-    # that differ only in kiln's data-parallel options (--zero) share it.
+    # A DDP oracle depends only on the dtype, the optimizer and its kernels:
+    # variants that differ only in kiln's data-parallel options (--zero)
+    # share one run. Returns the output prefix of the (dtype, cfg) oracle.
     oracles = {}
+
+    def oracle(variant, dtype, cfg, pt, data, channels_last=False):
+        key = (dtype, tuple(cfg.cli_args()), channels_last)
+        if key not in oracles:
+            oracles[key] = os.path.join(a.work_dir, f"{variant}.ddp{'_cl' if channels_last else ''}")
+            mp.start_processes(ddp_rank, nprocs=a.nproc, start_method="spawn",
+                               args=(a.nproc, free_port(), a.name, dtype, pt, data, loss, cfg, a.steps, oracles[key],
+                                     channels_last))
+        return oracles[key]
+
     try:
         for variant in a.variants.split(","):
             if variant not in VARIANTS:
@@ -147,12 +158,7 @@ def main(argv=None) -> int:
             dtype, cfg, dp, tol = VARIANTS[variant]
             t0 = time.time()
             pt, data = parity.prepare(a.name, loss, a.cache_dir or a.work_dir, dtype, batch_size=a.batch or 2 * a.nproc)
-            oracle_key = (dtype, tuple(cfg.cli_args()))
-            ddp_out = oracles.get(oracle_key)
-            if ddp_out is None:
-                ddp_out = oracles[oracle_key] = os.path.join(a.work_dir, f"{variant}.ddp")
-                mp.start_processes(ddp_rank, nprocs=a.nproc, start_method="spawn",
-                                   args=(a.nproc, free_port(), a.name, dtype, pt, data, loss, cfg, a.steps, ddp_out))
+            ddp_out = oracle(variant, dtype, cfg, pt, data)
             want = st_io.load(ddp_out + ".safetensors")
             with open(ddp_out + ".losses.json") as f:
                 want_losses = json.load(f)
@@ -164,12 +170,7 @@ def main(argv=None) -> int:
             got, got_losses = st_io.load(w), ref.read_log(log)
             noise = None
             if a.noise:
-                cl_out = ddp_out + "_cl"
-                if cl_out not in oracles.values():
-                    oracles[oracle_key + ("channels_last",)] = cl_out
-                    mp.start_processes(ddp_rank, nprocs=a.nproc, start_method="spawn",
-                                       args=(a.nproc, free_port(), a.name, dtype, pt, data, loss, cfg, a.steps,
-                                             cl_out, True))
+                cl_out = oracle(variant, dtype, cfg, pt, data, channels_last=True)
                 with open(cl_out + ".losses.json") as f:
                     noise = Noise(st_io.load(cl_out + ".safetensors"), json.load(f), NOISE_K)
             worst, where = compare_run(variant, got, want, got_losses, want_losses, tol, bad, "DDP", noise)
