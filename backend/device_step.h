@@ -49,6 +49,13 @@ class DeviceStepRunner {
   virtual const MemoryPlan& memoryPlan() const = 0;
   /// "NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB)".
   virtual std::string deviceName() const = 0;
+  /// Profiling (`kiln bench --profile`): while on, each run() enqueues the
+  /// step node by node (no captured graph) with an event before every node,
+  /// and waits for the step's end; nodeMillis() then holds each node's
+  /// device time summed over the profiled runs, indexed as kernelChoices().
+  /// Off: the captured graph again, and nodeMillis() empty.
+  virtual Status setProfiling(bool on) = 0;
+  virtual const std::vector<double>& nodeMillis() const = 0;
 };
 
 /// What the CUDA plugin offers.

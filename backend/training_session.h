@@ -123,6 +123,7 @@ class TrainingSession {
   const CpuExecutor* cpuExecutor() const { return exec_.get(); }
   /// The device runner; nullptr on the CPU.
   const DeviceStepRunner* deviceRunner() const { return device_.get(); }
+  DeviceStepRunner* deviceRunner() { return device_.get(); }
 
  private:
   TrainingSession() = default;

@@ -13,6 +13,11 @@ time, against the GPU's dense bf16 peak given by --peak-tflops).
 
     python3 benchmarks/gpu_zoo.py --kiln build-gpu/kiln --out-dir OUT \\
         [--models gpt2_small,tv_resnet50] [--batch N] [--steps 20] [--warmup 5] [--peak-tflops 989]
+        [--profile N]
+
+With --profile N, Kiln's bench also times each node on the device (up to 3
+extra steps enqueued node by node with CUDA events) and prints its N most
+expensive kernels: OUT/MODEL.kiln_bench.txt, and "profile" in MODEL.gpu.json.
 
 Writes OUT/gpu_zoo.md (docs/cuda.md's table) and one JSON per model. With
 --smoke it runs the plumbing on the CPU with a small model (no GPU numbers).
@@ -43,7 +48,7 @@ def export(model, out_dir, batch, fmt):
     return path
 
 
-def kiln_side(kiln, pt, device, amp, steps, warmup, out_dir, name):
+def kiln_side(kiln, pt, device, amp, steps, warmup, out_dir, name, profile=0):
     """kiln bench on the model, then kiln compile cold and cached."""
     js = os.path.join(out_dir, f"{name}.kiln.json")
     cache = tempfile.mkdtemp(prefix="kiln-cache-")
@@ -59,13 +64,19 @@ def kiln_side(kiln, pt, device, amp, steps, warmup, out_dir, name):
         times.append((time.time() - t0) * 1e3)
         report = json.load(open(rep))
     cmd = [kiln, "bench", pt, "--device", device, "--steps", str(steps), "--warmup", str(warmup), "--json", js,
-           "--optimizer", "adamw"] + (["--amp", amp] if amp else [])
+           "--optimizer", "adamw"] + (["--amp", amp] if amp else []) + (["--profile", str(profile)] if profile else [])
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    with open(os.path.join(out_dir, f"{name}.kiln_bench.txt"), "w") as f:
+        f.write(r.stdout + r.stderr)
     if r.returncode != 0:
         raise RuntimeError(f"kiln bench failed: {r.stderr.strip()[-400:]}")
     j = json.load(open(js))
-    return {"median_ms": j["kiln"]["median_ms"], "compile_cold_ms": times[0], "compile_cached_ms": times[1],
-            "compile_cold_report_ms": report["compile"]["millis"], "flops": float(report["graph"]["flops"])}
+    out = {"median_ms": j["kiln"]["median_ms"], "compile_cold_ms": times[0], "compile_cached_ms": times[1],
+           "compile_cold_report_ms": report["compile"]["millis"], "flops": float(report["graph"]["flops"]),
+           "graph_nodes": j.get("graph_nodes")}
+    if "profile" in j:
+        out["profile"] = j["profile"]
+    return out
 
 
 def torch_side(name, batch, device, amp, steps, warmup, compiled):
@@ -143,6 +154,8 @@ def main():
     p.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak (H100 SXM: 989)")
     p.add_argument("--format", choices=("trace", "fx"), default="trace",
                    help="how Kiln reads the model: a TorchScript trace (needs the libtorch plugin) or an FX dump")
+    p.add_argument("--profile", type=int, default=0,
+                   help="also profile Kiln's step per node and keep its N most expensive kernels")
     p.add_argument("--smoke", action="store_true", help="CPU, fp32, the mlp model: check the plumbing")
     args = p.parse_args()
     device, amp = ("cpu", "") if args.smoke else ("cuda", "bf16")
@@ -159,7 +172,7 @@ def main():
         pt = export(m, os.path.join(args.out_dir, "models"), batch or 2, args.format)
         row = {"model": m, "batch": batch}
         try:
-            row["kiln"] = kiln_side(args.kiln, pt, device, amp, args.steps, args.warmup, args.out_dir, m)
+            row["kiln"] = kiln_side(args.kiln, pt, device, amp, args.steps, args.warmup, args.out_dir, m, args.profile)
         except RuntimeError as e:
             row["kiln_error"] = str(e)
         for side, compiled in (("eager", False), ("compiled", True)):

@@ -45,14 +45,15 @@ struct BenchCmd {
   int profile = 0;  ///< print the N most expensive ops (0: none)
 };
 
-/// Kiln's time per op kind (and kernel) over the measured steps, largest
-/// first: where a step goes.
-void printProfile(const CpuExecutor& ex, int64_t steps, int top) {
-  std::map<std::string, std::pair<double, int>> by_kernel;  // op / kernel -> ms, nodes
+/// Kiln's time per kernel over the measured steps, largest first: where a
+/// step goes (CPU: wall time per node; CUDA: device time between events).
+/// Returns the rows for --json.
+nlohmann::json printProfile(const std::vector<KernelChoice>& choices, const std::vector<double>& ms, int64_t steps,
+                            int top) {
+  std::map<std::string, std::pair<double, int>> by_kernel;  // kernel -> ms, nodes
   double total = 0;
-  const auto& ms = ex.nodeMillis();
-  for (size_t i = 0; i < ms.size(); ++i) {
-    auto& e = by_kernel[ex.kernelChoices()[i].kernel];
+  for (size_t i = 0; i < ms.size() && i < choices.size(); ++i) {
+    auto& e = by_kernel[choices[i].kernel];
     e.first += ms[i] / static_cast<double>(steps);
     e.second += 1;
     total += ms[i] / static_cast<double>(steps);
@@ -60,10 +61,16 @@ void printProfile(const CpuExecutor& ex, int64_t steps, int top) {
   std::vector<std::pair<std::string, std::pair<double, int>>> rows(by_kernel.begin(), by_kernel.end());
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
   std::cout << "\n  Kiln step profile (kernel: ms per step, share, nodes), " << fixed(total, 2) << " ms in kernels\n";
-  for (int i = 0; i < top && i < static_cast<int>(rows.size()); ++i)
-    std::cout << "    " << std::left << std::setw(36) << rows[i].first << std::right << std::setw(9)
-              << fixed(rows[i].second.first, 3) << std::setw(7) << fixed(100.0 * rows[i].second.first / total, 1)
-              << "%" << std::setw(6) << rows[i].second.second << "\n";
+  nlohmann::json j = nlohmann::json::array();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const double share = total > 0 ? rows[i].second.first / total : 0;
+    if (static_cast<int>(i) < top)
+      std::cout << "    " << std::left << std::setw(36) << rows[i].first << std::right << std::setw(9)
+                << fixed(rows[i].second.first, 3) << std::setw(7) << fixed(100.0 * share, 1) << "%" << std::setw(6)
+                << rows[i].second.second << "\n";
+    j.push_back({{"kernel", rows[i].first}, {"ms_per_step", rows[i].second.first}, {"nodes", rows[i].second.second}});
+  }
+  return j;
 }
 
 /// Step times and memory of one side. Memory is attributed by watching the
@@ -182,10 +189,7 @@ int bench(const BenchCmd& c) {
     auto batch = setup->batches->batch(i);
     if (!batch) return reportError(batch.error());
     const bool record = i >= c.warmup;
-    if (i == c.warmup && c.profile > 0) {
-      if (!s.cpuExecutor()) return reportError(Error{"--profile times the CPU executor's nodes; not with --device cuda"});
-      s.cpuExecutor()->setProfiling(true);
-    }
+    if (i == c.warmup && c.profile > 0 && s.cpuExecutor()) s.cpuExecutor()->setProfiling(true);
     const double lr = s.nextLr();
     Status st = kiln_stats.timed(record, [&]() -> Status {
       if (Status r = s.step(*batch); !r) return r;
@@ -258,7 +262,25 @@ int bench(const BenchCmd& c) {
     j["kiln"]["first_loss"] = kiln_first;
     j["torch"]["first_loss"] = torch_first;
   }
-  if (c.profile > 0) printProfile(*s.cpuExecutor(), args.steps, c.profile);
+  if (c.profile > 0 && s.cpuExecutor()) {
+    j["profile"] = printProfile(s.kernelChoices(), s.cpuExecutor()->nodeMillis(), args.steps, c.profile);
+  } else if (c.profile > 0) {
+    // On a device, profiled steps run node by node with an event before
+    // each node (no captured graph) and wait for their end, so they follow
+    // the measured steps instead of being among them.
+    if (Status p = s.deviceRunner()->setProfiling(true); !p) return reportError(p.error());
+    const int64_t profiled = std::min<int64_t>(args.steps, 3);
+    for (int64_t k = 0; k < profiled; ++k) {
+      auto batch = setup->batches->batch(total + k);
+      if (!batch) return reportError(batch.error());
+      (void)s.nextLr();
+      if (Status r = s.step(*batch); !r) return reportError(r.error(), args.verbose);
+      if (auto l = s.readLoss(); !l) return reportError(l.error(), args.verbose);
+    }
+    j["profile"] = printProfile(s.kernelChoices(), s.deviceRunner()->nodeMillis(), profiled, c.profile);
+    std::cout << "  (device time from each node's start event to the next node's, over " << profiled
+              << " extra steps enqueued node by node)\n";
+  }
   if (!mem) std::cout << "  (peak memory is not measured in sanitizer builds)\n";
   if (!c.json.empty()) {
     if (Status st = writeFileAtomic(c.json, j.dump(2) + "\n"); !st) return reportError(st.error());
@@ -277,7 +299,9 @@ void addBenchCommand(CLI::App& app) {
   addTrainOptions(sub, c->train, true);
   sub->add_option("--compare", c->compare, "baseline to run alternately in the same process: torch (libtorch eager)");
   sub->add_option("--warmup", c->warmup, "unmeasured steps first (default 3)");
-  sub->add_option("--profile", c->profile, "also print Kiln's N most expensive kernels (time per step)");
+  sub->add_option("--profile", c->profile,
+                  "also print Kiln's N most expensive kernels (time per step; with --device cuda, device time "
+                  "per node over up to 3 extra steps run node by node)");
   sub->add_option("--json", c->json, "write the measurements here (JSON)");
   sub->callback([c] {
     int rc = bench(*c);

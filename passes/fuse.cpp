@@ -2,9 +2,9 @@
 //
 // What it does: walks the graph in order and grows groups of fusible
 // elementwise nodes (fusibleOps()) that share one loop shape and one
-// floating dtype (f32, f64, and on the CPU also amp's bf16, whose bodies
-// round every value to bf16 as the one-op kernels do; the CUDA fused
-// codegen computes in f32/f64 only). A node joins the group of one of its
+// floating dtype (f32, f64, or amp's bf16, whose bodies compute in f32 and
+// round every value to bf16 as the one-op kernels do, on the CPU and in the
+// CUDA codegen alike). A node joins the group of one of its
 // producers when every other operand is already in the group or was
 // computed before the group's first node; that keeps the graph acyclic
 // when the group is placed at its first node's position. It must also sit within kMaxJoinDistance nodes of
@@ -72,20 +72,21 @@ namespace {
 
 bool isFloatType(DType t) { return t == DType::F32 || t == DType::F64; }
 
-/// The dtypes a body may compute in on the target.
-struct BodyTypes {
-  bool bf16 = false;  ///< the CPU's fused kernels run bf16 bodies
-  bool operator()(DType t) const { return isFloatType(t) || (bf16 && t == DType::BF16); }
-};
+/// The dtypes a body may compute in (the CPU's fused kernels and the CUDA
+/// codegen run all three; bf16 bodies round each value as the one-op
+/// kernels do).
+bool isBodyType(DType t) {
+  return isFloatType(t) || t == DType::BF16;
+}
 
 /// A one-element `full` constant: copied into every body that reads it
 /// instead of becoming an operand, so it never orders a group.
-bool scalarConstant(const Value* v, BodyTypes body_types) {
-  return v->producer() && v->producer()->op() == "full" && v->type().numel() == 1 && body_types(v->dtype());
+bool scalarConstant(const Value* v) {
+  return v->producer() && v->producer()->op() == "full" && v->type().numel() == 1 && isBodyType(v->dtype());
 }
 
 /// The dtype a node computes in when it may be fused, or nullopt.
-std::optional<DType> fusibleDType(const Node& n, BodyTypes body_types) {
+std::optional<DType> fusibleDType(const Node& n) {
   if (n.numOutputs() != 1 || !fusibleOps().count(n.op())) return std::nullopt;
   const DType out = n.output()->dtype();
   if (n.op() == "where") {
@@ -97,7 +98,7 @@ std::optional<DType> fusibleDType(const Node& n, BodyTypes body_types) {
       if (v->dtype() != n.input(0)->dtype()) return std::nullopt;
   }
   const DType t = n.op() == "where" ? out : n.input(0)->dtype();
-  if (!body_types(t)) return std::nullopt;
+  if (!isBodyType(t)) return std::nullopt;
   if (out != t && out != DType::Bool) return std::nullopt;
   return t;
 }
@@ -206,8 +207,6 @@ size_t foldLossCasts(Graph& g) {
 }
 
 Result<PassResult> runFuse(Graph& g, PassContext& ctx) {
-  const BodyTypes body_types{ctx.cpu_only_ops};
-  auto isScalarConstant = [body_types](const Value* v) { return scalarConstant(v, body_types); };
   const size_t epilogues = fuseEpilogues(g) + (ctx.cpu_only_ops ? foldLossCasts(g) : 0);
   std::vector<Node*> order;
   std::unordered_map<const Node*, size_t> pos;
@@ -230,7 +229,7 @@ Result<PassResult> runFuse(Graph& g, PassContext& ctx) {
         gr.reduction = n;
       continue;
     }
-    auto t = fusibleDType(*n, body_types);
+    auto t = fusibleDType(*n);
     if (!t) continue;
     const Shape& shape = n->output()->shape();
     // Join the group of a producer, if the join keeps the graph acyclic.
@@ -245,7 +244,7 @@ Result<PassResult> runFuse(Graph& g, PassContext& ctx) {
       for (const Value* w : n->inputs()) {
         const Node* q = w->producer();
         const bool inside = q && group_of.count(q) && group_of[q] == gi;
-        if (inside || isScalarConstant(w)) continue;
+        if (inside || scalarConstant(w)) continue;
         if (!operandOk(w, gr) || (q && pos[q] >= gr.first)) ok = false;
       }
       if (ok) {
@@ -282,7 +281,7 @@ Result<PassResult> runFuse(Graph& g, PassContext& ctx) {
     auto bodyValue = [&](Value* v) -> Value* {
       auto it = inside.find(v);
       if (it != inside.end()) return it->second;
-      if (isScalarConstant(v)) {
+      if (scalarConstant(v)) {
         const Node* c = v->producer();
         return inside[v] = body.createWithTypes("full", {}, c->attrs(), {v->type()})->output();
       }
@@ -332,7 +331,7 @@ Result<PassResult> runFuse(Graph& g, PassContext& ctx) {
     for (size_t i = 0; i < leaving.size(); ++i) g.replaceAllUsesWith(leaving[i], f->output(first + i));
     std::vector<Value*> constants;  // copied into the body; gone if nothing else reads them
     for (const auto& [outer, in_body] : inside)
-      if (isScalarConstant(outer)) constants.push_back(const_cast<Value*>(outer));
+      if (scalarConstant(outer)) constants.push_back(const_cast<Value*>(outer));
     if (red) g.erase(red);
     for (auto it = gr.nodes.rbegin(); it != gr.nodes.rend(); ++it) g.erase(*it);
     for (Value* c : constants)

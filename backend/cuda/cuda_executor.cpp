@@ -229,6 +229,7 @@ CudaExecutor::~CudaExecutor() {
     if (p) deviceFree(p);
   if (batch_ready_) cudaEventDestroy(batch_ready_);
   if (batch_taken_) cudaEventDestroy(batch_taken_);
+  for (cudaEvent_t e : node_events_) cudaEventDestroy(e);
   if (comm_) drain(comm_);
   for (auto& [_, c] : collectives_) {
     if (c.packed) cudaEventDestroy(c.packed);
@@ -287,6 +288,12 @@ void CudaExecutor::enqueueStep() {
   ctx.error_flag = error_flag_;
   ctx.nccl = options_.nccl.get();
   std::vector<char> in_flight(collectives_.empty() ? 0 : nodes_.size(), 0);
+  marked_.clear();
+  const auto mark = [&](size_t i) {  // profiling: an event before node i
+    if (!profiling_) return;
+    check(cudaEventRecord(node_events_[i], compute_), "recording a node's start (profiling)", nodes_[i]);
+    marked_.push_back(i);
+  };
   const auto awaitCollectives = [&](size_t first, size_t end) {
     if (collectives_.empty()) return;
     for (size_t k = first; k < end; ++k)
@@ -298,6 +305,7 @@ void CudaExecutor::enqueueStep() {
   };
   for (size_t i = 0; i < nodes_.size(); ++i) {
     if (auto c = collectives_.find(i); c != collectives_.end()) {
+      mark(i);
       enqueueCollective(*nodes_[i], ins_[i], outs_[i], c->second.staging, options_.nccl.get(), compute_, comm_,
                         c->second.packed, error_flag_, i);
       check(cudaEventRecord(c->second.done, comm_), "recording a collective's end", nodes_[i]);
@@ -307,6 +315,7 @@ void CudaExecutor::enqueueStep() {
     if (auto run = multi_tensor_runs_.find(i); run != multi_tensor_runs_.end()) {
       const size_t end = run->second;
       awaitCollectives(i, end);
+      mark(i);
       ctx.node_index = i;
       ctx.node = nodes_[i];
       enqueueMultiTensor({nodes_.begin() + i, nodes_.begin() + end}, {ins_.begin() + i, ins_.begin() + end},
@@ -316,10 +325,12 @@ void CudaExecutor::enqueueStep() {
     }
     if (kernels_[i]->output_views_input0) continue;  // the output is the input's buffer
     awaitCollectives(i, i + 1);
+    mark(i);
     ctx.node_index = i;
     ctx.node = nodes_[i];
     kernels_[i]->fn(*nodes_[i], ins_[i], outs_[i], ctx);
   }
+  if (profiling_) check(cudaEventRecord(node_events_.back(), compute_), "recording the step's end (profiling)");
   // Join: every collective is complete before the updates are written back
   // (and before a capture ends).
   for (size_t j = 0; j < in_flight.size(); ++j)
@@ -340,7 +351,18 @@ Status CudaExecutor::run() {
       check(cudaEventRecord(batch_taken_, compute_), "recording the batch taken");
       batch_pending_ = false;
     }
-    if (graph_exec_) {
+    if (profiling_) {
+      // Node by node with events; the wait is the profile's, not a step's.
+      enqueueStep();
+      eventSync(node_events_.back(), "waiting for a profiled step");
+      for (size_t k = 0; k < marked_.size(); ++k) {
+        const cudaEvent_t next = k + 1 < marked_.size() ? node_events_[marked_[k + 1]] : node_events_.back();
+        float ms = 0;
+        check(cudaEventElapsedTime(&ms, node_events_[marked_[k]], next), "reading a node's time (profiling)",
+              nodes_[marked_[k]]);
+        node_ms_[marked_[k]] += ms;
+      }
+    } else if (graph_exec_) {
       check(cudaGraphLaunch(graph_exec_, compute_), "replaying the step's CUDA graph");
     } else if (options_.cuda_graph && runs_ >= 1) {
       // Second run: capture. Global mode makes any synchronizing call fail.
@@ -362,6 +384,18 @@ Status CudaExecutor::run() {
       enqueueStep();
     }
     ++runs_;
+    return true;
+  }));
+}
+
+Status CudaExecutor::setProfiling(bool on) {
+  return asStatus(catchErrors([&]() -> bool {
+    if (on && node_events_.empty()) {
+      node_events_.assign(nodes_.size() + 1, nullptr);
+      for (cudaEvent_t& e : node_events_) check(cudaEventCreate(&e), "cudaEventCreate (profiling)");
+    }
+    profiling_ = on;
+    node_ms_.assign(on ? nodes_.size() : 0, 0.0);
     return true;
   }));
 }

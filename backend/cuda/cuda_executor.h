@@ -88,6 +88,15 @@ class CudaExecutor {
   uint64_t deviceBytes() const { return device_bytes_; }
   bool graphCaptured() const { return graph_exec_ != nullptr; }
   uint64_t runs() const { return runs_; }
+  /// Time every node of the following runs (`kiln bench --profile`): each
+  /// run enqueues node by node with an event before every node (the
+  /// captured graph is not replayed meanwhile) and waits for its end, so
+  /// profiled runs synchronize. Off: replays resume, nodeMillis() empties.
+  Status setProfiling(bool on);
+  /// Device milliseconds of each node (in kernelChoices() order) over the
+  /// runs since profiling was switched on; a multi-tensor optimizer launch
+  /// counts on its first node.
+  const std::vector<double>& nodeMillis() const { return node_ms_; }
 
  private:
   CudaExecutor() = default;
@@ -151,6 +160,12 @@ class CudaExecutor {
   /// Per node: its inputs and outputs as device tensors (fixed addresses).
   std::vector<std::vector<DeviceTensor>> ins_, outs_;
   uint64_t runs_ = 0;
+  /// Profiling: one event per node (recorded before it) and one after the
+  /// step; the nodes marked in the current run, in order.
+  bool profiling_ = false;
+  std::vector<cudaEvent_t> node_events_;
+  std::vector<size_t> marked_;
+  std::vector<double> node_ms_;
 };
 
 }  // namespace kiln::cuda

@@ -24,6 +24,8 @@ class Runner final : public DeviceStepRunner {
   Result<Tensor> read(const std::string& name) override { return ex_->read(name); }
   const std::vector<KernelChoice>& kernelChoices() const override { return ex_->kernelChoices(); }
   const MemoryPlan& memoryPlan() const override { return ex_->memoryPlan(); }
+  Status setProfiling(bool on) override { return ex_->setProfiling(on); }
+  const std::vector<double>& nodeMillis() const override { return ex_->nodeMillis(); }
   std::string deviceName() const override {
     cudaDeviceProp p{};
     int dev = 0;

@@ -28,6 +28,24 @@ constexpr int kThreads = kPlanThreads;  // the generated kernels launch as the o
 /// -ffp-contract=off).
 constexpr const char* kPrelude = R"CUDA(// Kiln fused kernel (backend/cuda/fused_codegen.cpp): generated, do not edit.
 typedef unsigned char kiln_u8;
+typedef unsigned short kiln_bf16;  // bf16 bits (no cuda_bf16.h: NVRTC has no include path here)
+__device__ __forceinline__ float kiln_bf16_load(kiln_bf16 b) { return __uint_as_float((unsigned)b << 16); }
+// float -> bf16, round to nearest even: what __float2bfloat16_rn (the one-op
+// kernels' store) does, cvt.rn.bf16.f32 on sm_80+, the same rounding by hand
+// before (NaN -> 0x7fff as cuda_bf16.hpp's).
+__device__ __forceinline__ kiln_bf16 kiln_bf16_store(float f) {
+#if __CUDA_ARCH__ >= 800
+  kiln_bf16 r;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f));
+  return r;
+#else
+  const unsigned u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (kiln_bf16)0x7fff;
+  return (kiln_bf16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+#endif
+}
+// A bf16 body value: computed in float, rounded as the one-op kernel's bf16 output is.
+__device__ __forceinline__ float kiln_bf16_round(float f) { return kiln_bf16_load(kiln_bf16_store(f)); }
 )CUDA";
 
 /// The reduction kernels (kernels_reduction.cu's rowReduceKernel,
@@ -181,15 +199,27 @@ Graph parseBody(const Node& n) {
   return std::move(*g);
 }
 
-bool isFloat(DType t) {
-  return t == DType::F32 || t == DType::F64;
+/// The dtypes a body computes in: f32, f64, and bf16 (amp's activations:
+/// computed in float, every body value rounded to bf16).
+bool isComputeType(DType t) {
+  return t == DType::F32 || t == DType::F64 || t == DType::BF16;
+}
+
+/// The dtypes a body reads and writes: its compute types and bool.
+bool isStorageType(DType t) {
+  return isComputeType(t) || t == DType::Bool;
 }
 
 DType computeTypeOf(const Node& n, const Graph& body) {
   for (const Value* v : n.inputs())
-    if (isFloat(v->dtype())) return v->dtype();
+    if (isComputeType(v->dtype())) return v->dtype();
   const DType out0 = body.outputs()[0].value->dtype();
-  return isFloat(out0) ? out0 : DType::F32;
+  return isComputeType(out0) ? out0 : DType::F32;
+}
+
+/// The C++ type the body's arithmetic runs in.
+const char* arithmeticType(DType compute) {
+  return compute == DType::F64 ? "double" : "float";
 }
 
 // ---- source text ---------------------------------------------------------------
@@ -218,6 +248,8 @@ const char* storageType(DType t) {
       return "double";
     case DType::Bool:
       return "kiln_u8";
+    case DType::BF16:
+      return "kiln_bf16";
     default:
       fail("CUDA fused codegen: no storage type for " + std::string(dtypeName(t)));
   }
@@ -326,6 +358,8 @@ std::string bodyFunction(const FusedLayout& l, const Graph& body, size_t first_s
     const std::string read = "p.in" + std::to_string(k) + "[" + at + "]";
     if (o.dtype == DType::Bool)
       s << "  const C " << n << " = " << read << " != 0 ? C(1) : C(0);  // bool as 0/1\n";
+    else if (o.dtype == DType::BF16)
+      s << "  const C " << n << " = kiln_bf16_load(" << read << ");\n";
     else
       s << "  const C " << n << " = C(" << read << ");\n";
   }
@@ -334,7 +368,10 @@ std::string bodyFunction(const FusedLayout& l, const Graph& body, size_t first_s
     std::vector<std::string> args;
     for (const Value* v : b->inputs()) args.push_back(name.at(v));
     const std::string n = "v" + std::to_string(next++);
-    s << "  const C " << n << " = " << expression(*b, args) << ";  // " << b->op() << "\n";
+    // A bf16 value is rounded where the one-op kernel would store it.
+    const bool round = b->numOutputs() == 1 && b->output()->dtype() == DType::BF16;
+    const std::string e = expression(*b, args);
+    s << "  const C " << n << " = " << (round ? "kiln_bf16_round(" + e + ")" : e) << ";  // " << b->op() << "\n";
     for (const Value* o : b->outputs()) name[o] = n;
   }
   const auto& outs = body.outputs();
@@ -342,6 +379,8 @@ std::string bodyFunction(const FusedLayout& l, const Graph& body, size_t first_s
     const std::string& v = name.at(outs[k].value);
     if (l.outputs[k] == DType::Bool)
       s << "  p.out" << k << "[i] = " << v << " != C(0) ? 1 : 0;\n";
+    else if (l.outputs[k] == DType::BF16)
+      s << "  p.out" << k << "[i] = kiln_bf16_store(" << v << ");  // exact: already rounded\n";
     else
       s << "  p.out" << k << "[i] = (" << storageType(l.outputs[k]) << ")" << v << ";\n";
   }
@@ -367,8 +406,9 @@ std::vector<OperandKind> fusedOperandKinds(const Node& n, const Shape& loop) {
   for (size_t k = 0; k < n.numInputs(); ++k) {
     const TensorType& t = n.input(k)->type();
     OperandKind& o = ops[k];
-    if (t.dtype != DType::F32 && t.dtype != DType::F64 && t.dtype != DType::Bool)
-      opFail(n, "operand " + std::to_string(k) + " is " + t.str() + ": the CUDA fused codegen reads f32, f64 and bool");
+    if (!isStorageType(t.dtype))
+      opFail(n, "operand " + std::to_string(k) + " is " + t.str() +
+                    ": the CUDA fused codegen reads f32, f64, bf16 and bool");
     o.dtype = t.dtype;
     o.period = t.numel();
     if (o.period == 1) {
@@ -400,17 +440,18 @@ FusedLayout analyzeFused(const Node& n) {
   l.operands = fusedOperandKinds(n, l.loop);
   for (const GraphOutput& o : body.outputs()) {
     const DType t = o.value->dtype();
-    if (t != DType::F32 && t != DType::F64 && t != DType::Bool)
+    if (!isStorageType(t))
       opFail(n, "body output " + o.name + " is " + o.value->type().str() +
-                    ": the CUDA fused codegen writes f32, f64 and bool");
+                    ": the CUDA fused codegen writes f32, f64, bf16 and bool");
     l.outputs.push_back(t);
   }
   int64_t largest = l.numel;
   if (l.reduction) {
     const std::string& r = n.s("reduce");
     if (r != "sum" && r != "mean") opFail(n, "reduce is '" + r + "', expected sum or mean");
-    if (l.outputs[0] != l.compute)
-      opFail(n, "reduces " + std::string(dtypeName(l.outputs[0])) + " in " + std::string(dtypeName(l.compute)));
+    if (l.outputs[0] != l.compute || l.compute == DType::BF16)  // passes/fuse.cpp never ends a bf16 loop
+      opFail(n, "reduces " + std::string(dtypeName(l.outputs[0])) + " in " + std::string(dtypeName(l.compute)) +
+                    " (fused reductions run in f32 or f64)");
     l.mean = r == "mean";
     const auto axes = reductionAxes(n, n.is("dims"), static_cast<int64_t>(l.loop.size()));
     try {
@@ -433,13 +474,15 @@ std::string fusedKernelSource(const Node& n, const FusedLayout& l) {
   const Graph body = parseBody(n);
   if (l.operands.size() != body.inputs().size() || l.outputs.size() != body.outputs().size())
     opFail(n, "the fused layout does not match the body");
-  if (!isFloat(l.compute))
-    opFail(n, "the CUDA fused codegen computes in f32 or f64, not " + std::string(dtypeName(l.compute)));
+  if (!isComputeType(l.compute) || (l.reduction && l.compute == DType::BF16))
+    opFail(n, "the CUDA fused codegen computes in f32, f64 or bf16 (elementwise only), not " +
+                  std::string(dtypeName(l.compute)));
   std::ostringstream s;
   s << kDeviceMathSource << "\nusing namespace kiln_device;\n"
     << kPrelude << "\n// ---- this node: "
     << (l.reduction ? (l.mean ? "fused_reduction (mean)" : "fused_reduction (sum)") : "fused_elementwise") << " ----\n";
-  s << "typedef " << storageType(l.compute) << " C;  // the compute type\n";
+  s << "typedef " << arithmeticType(l.compute) << " C;  // the compute type"
+    << (l.compute == DType::BF16 ? " (bf16 bodies: float, each value rounded to bf16)" : "") << "\n";
   s << "typedef " << (l.wide_index ? "unsigned long long" : "unsigned int") << " I;  // loop indices\n";
   s << paramsStruct(l);
   s << bodyFunction(l, body, l.reduction ? 1 : 0);

@@ -9,8 +9,10 @@
 // functors, unary_ops.h, cpu_math.h, kernels_elementwise_grad.cpp, bit for
 // bit except where CUDA's libm differs from glibc's); then the body as one
 // statement per body node in the compute type C (f32, or f64 when an
-// operand is f64), bool intermediates held as 0/1 in C as the CPU holds
-// them; then the kernels, which are `extern "C" __global__`:
+// operand is f64; a bf16 body, amp's activations, computes in float and
+// rounds each value to bf16 where the one-op kernel would store it, as the
+// CPU's fused kernel does), bool intermediates held as 0/1 in C as the CPU
+// holds them; then the kernels, which are `extern "C" __global__`:
 //
 //   kiln_fused_elementwise: a grid-stride loop over the flat output index;
 //     each operand read in place, as a splat, or through its broadcast run
@@ -70,7 +72,7 @@ struct OperandKind {
     Broadcast,  ///< a run of dims (broadcastRunInner): element (i / inner) % period
   };
   Access access = Access::InPlace;
-  DType dtype = DType::F32;  ///< storage dtype: f32, f64 or bool (read as 0/1 in the compute type)
+  DType dtype = DType::F32;  ///< storage dtype: f32, f64, bf16 or bool (read as 0/1 in the compute type)
   int64_t inner = 1;         ///< Broadcast: the run's inner extent (a kernel argument, not in the source)
   int64_t period = 1;        ///< Broadcast: the operand's element count (a kernel argument)
 };
@@ -83,11 +85,11 @@ using FusedReducePlan = Plan;
 /// derived from the node alone (its body text fixes every shape).
 struct FusedLayout {
   bool reduction = false;
-  DType compute = DType::F32;         ///< the body's compute type: f32 or f64
+  DType compute = DType::F32;         ///< the body's compute type: f32, f64 or bf16 (elementwise only)
   Shape loop;                         ///< the loop shape (body output 0's)
   int64_t numel = 0;                  ///< elements of the loop
   std::vector<OperandKind> operands;  ///< one per node input
-  std::vector<DType> outputs;         ///< the body's output dtypes (f32, f64 or bool)
+  std::vector<DType> outputs;         ///< the body's output dtypes (f32, f64, bf16 or bool)
   bool wide_index = false;            ///< 64-bit index arithmetic
   bool mean = false;                  ///< reduction: mean, else sum
   FusedReducePlan plan;               ///< reduction only
@@ -95,8 +97,9 @@ struct FusedLayout {
 
 /// Analyzes a fused_elementwise or fused_reduction node; throws
 /// KilnException naming the node when the CUDA codegen cannot run it (an
-/// op or fn it does not implement, an operand dtype other than f32, f64 or
-/// bool, too many operands for one kernel parameter block).
+/// op or fn it does not implement, an operand dtype other than f32, f64,
+/// bf16 or bool, a bf16 reduction, too many operands for one kernel
+/// parameter block).
 FusedLayout analyzeFused(const Node& n);
 
 /// How a fused node's operands are read: what analyzeFused() computes.

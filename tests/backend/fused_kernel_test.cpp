@@ -254,30 +254,28 @@ TEST(FusedKernel, ReductionEndingAChainMatchesTheOneOpKernelsBitForBit) {
       }
 }
 
-/// bf16 bodies are the CPU's: for a target without them (PassContext's
-/// cpu_only_ops cleared, as for CUDA, whose codegen computes in f32/f64)
-/// a bf16 chain stays unfused; and a bf16 sum never ends a group (the
-/// fused reductions run in f32/f64), while the chain before it fuses.
-TEST(FusedKernel, Bf16BodiesOnlyForTheCpuAndWithoutReductions) {
+/// bf16 bodies fuse for every target (the CPU's fused kernels and the CUDA
+/// codegen both run them); a bf16 sum never ends a group (the fused
+/// reductions run in f32/f64), while the chain before it fuses.
+TEST(FusedKernel, Bf16BodiesOnEveryTargetAndWithoutReductions) {
   const char* text = R"(graph g(%x: bf16[64] data, %y: bf16[64] data) {
   %0 = add(%x, %y) : bf16[64]
   %1 = relu(%0) : bf16[64]
   %2 = sum(%1) {dims=[0], keepdim=0} : bf16[]
   return %2 "s", %1 "r"
 })";
-  auto g = parseGraph(text);
-  ASSERT_TRUE(g) << g.error().message;
-  PassContext gpu;
-  gpu.cpu_only_ops = false;
-  auto r = runFuse(*g, gpu);
-  ASSERT_TRUE(r) << r.error().message;
-  EXPECT_EQ(r->statistics.at("groups"), 0) << printGraph(*g);
-  PassContext cpu;
-  r = runFuse(*g, cpu);
-  ASSERT_TRUE(r) << r.error().message;
-  EXPECT_EQ(r->statistics.at("groups"), 1) << printGraph(*g);
-  EXPECT_EQ(r->statistics.at("reductions"), 0) << printGraph(*g);
-  EXPECT_EQ(g->numNodes(), 2u) << printGraph(*g);  // fused_elementwise, sum
+  for (bool cpu : {true, false}) {
+    SCOPED_TRACE(cpu ? "cpu" : "cuda");
+    auto g = parseGraph(text);
+    ASSERT_TRUE(g) << g.error().message;
+    PassContext ctx;
+    ctx.cpu_only_ops = cpu;
+    auto r = runFuse(*g, ctx);
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_EQ(r->statistics.at("groups"), 1) << printGraph(*g);
+    EXPECT_EQ(r->statistics.at("reductions"), 0) << printGraph(*g);
+    EXPECT_EQ(g->numNodes(), 2u) << printGraph(*g);  // fused_elementwise, sum
+  }
 }
 
 TEST(BroadcastRunInner, WhichOperandsOneIndexDivisionReaches) {

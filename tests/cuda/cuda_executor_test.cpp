@@ -6,8 +6,10 @@
 // (f32; reductions sum in another order). The same run checks the
 // executor's promises: the step is captured into a CUDA graph from the
 // second run on, no synchronizing call is made while steps run
-// (cuda_sync.h counts them), and reading the loss is one. Skips visibly
-// without a GPU.
+// (cuda_sync.h counts them), and reading the loss is one. A bf16 amp step
+// (fused bf16 chains among them) matches within bf16's rounding, and
+// profiled runs (node by node with events) give the same results and a
+// time for every node. Skips visibly without a GPU.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -33,6 +35,18 @@ const char* kMlp = R"(graph mlp(%input0: f32[16,32] data, %fc1.weight: f32[64,32
   return %o "out"
 })";
 
+/// A residual around the activation: elementwise chains of two and more
+/// ops forward (gelu, add) and backward (gelu's gradient plus the skip's).
+const char* kResidualMlp =
+    R"(graph res(%input0: f32[16,32] data, %fc1.weight: f32[64,32] param, %fc1.bias: f32[64] param,
+                               %fc2.weight: f32[10,64] param, %fc2.bias: f32[10] param) {
+  %h = linear(%input0, %fc1.weight, %fc1.bias) : f32[16,64] @fc1
+  %a = gelu(%h) : f32[16,64] @act
+  %r = add(%a, %h) : f32[16,64] @skip
+  %o = linear(%r, %fc2.weight, %fc2.bias) : f32[16,10] @fc2
+  return %o "out"
+})";
+
 const char* kCnn =
     R"(graph cnn(%input0: f32[4,3,16,16] data, %conv.weight: f32[8,3,3,3] param, %conv.bias: f32[8] param,
                                %fc.weight: f32[10,8] param, %fc.bias: f32[10] param) {
@@ -44,19 +58,31 @@ const char* kCnn =
   return %o "out"
 })";
 
-/// The step of `forward_ir`; with `split`, one update per parameter right
-/// after its gradient, else the optimizer's run of consecutive updates
-/// (which the executor enqueues as one multi-tensor launch).
-/// With `fuse`, the fuse pass runs too (NVRTC-generated kernels).
-Graph stepGraph(const char* forward_ir, bool split = true, bool fuse = false) {
+/// How a test builds and runs its step.
+struct StepOptions {
+  /// One update per parameter right after its gradient, else the
+  /// optimizer's run of consecutive updates (which the executor enqueues
+  /// as one multi-tensor launch).
+  bool split = true;
+  bool fuse = false;     ///< the fuse pass runs too (NVRTC-generated kernels)
+  bool bf16 = false;     ///< amp bf16 (with fuse: bf16 bodies)
+  bool profile = false;  ///< steps 2 and 3 run profiled (node by node with events)
+};
+
+/// The step of `forward_ir` (as the CUDA device builds it: cpu_only_ops off).
+Graph stepGraph(const char* forward_ir, const StepOptions& o = {}) {
   auto fwd = parseGraph(forward_ir, "forward");
   EXPECT_TRUE(fwd.ok()) << (fwd.ok() ? "" : fwd.error().message);
   PassContext ctx;
+  ctx.cpu_only_ops = false;
   ctx.training.optimizer.kind = OptimizerKind::AdamW;
+  if (o.bf16) ctx.training.amp.mode = AmpMode::Bf16;
   std::vector<const PassInfo*> pipeline;
-  for (const char* p : {"loss", "autodiff", "optimizer", "simplify", "fuse", "split_updates", "schedule"})
-    if ((split || std::string_view(p) != "split_updates") && (fuse || std::string_view(p) != "fuse"))
+  for (const char* p : {"loss", "amp", "autodiff", "optimizer", "simplify", "fuse", "split_updates", "schedule"}) {
+    const std::string_view name = p;
+    if ((o.split || name != "split_updates") && (o.fuse || name != "fuse") && (o.bf16 || name != "amp"))
       pipeline.push_back(findPass(p));
+  }
   auto g = buildTrainingGraph(*fwd, ctx, TrainingGraphKind::Step, nullptr, {.verify_each = true}, pipeline);
   EXPECT_TRUE(g.ok()) << (g.ok() ? "" : g.error().message);
   return std::move(*g);
@@ -87,9 +113,14 @@ TensorMap inputsFor(const Graph& g, uint32_t seed) {
   return in;
 }
 
-void expectStepsMatchCpu(const char* forward_ir, bool split = true, bool fuse = false) {
+void expectStepsMatchCpu(const char* forward_ir, const StepOptions& opt = {}) {
   KILN_REQUIRE_GPU();
-  const Graph g = stepGraph(forward_ir, split, fuse);
+  const Graph g = stepGraph(forward_ir, opt);
+  // bf16: the CPU and the GPU round the same values, but GEMMs and sums
+  // accumulate in other orders, and a bf16 rounding then differs by 2^-8;
+  // AdamW's first steps move a weight by about lr whatever its gradient's
+  // size, so a gradient near zero that changes sign moves it 2 lr apart.
+  const double tol = opt.bf16 ? 2e-2 : 1e-4, weight_tol = opt.bf16 ? 5e-2 : 1e-4;
   TensorMap state = inputsFor(g, 1);
   auto gpu = CudaExecutor::create(g, {.seed = 3});
   ASSERT_TRUE(gpu.ok()) << gpu.error().message;
@@ -105,11 +136,30 @@ void expectStepsMatchCpu(const char* forward_ir, bool split = true, bool fuse = 
   ASSERT_TRUE(cpu.ok()) << cpu.error().message;
   std::vector<double> gpu_losses, cpu_losses;
   for (int step = 0; step < 5; ++step) {
+    const bool profiled = opt.profile && (step == 2 || step == 3);
+    if (opt.profile && (step == 2 || step == 4)) {
+      ASSERT_TRUE(ex.setProfiling(step == 2));
+    }
     ASSERT_TRUE(ex.setBatch(batch));
     const uint64_t before = syncCalls();
     ASSERT_TRUE(ex.run());
-    EXPECT_EQ(syncCalls(), before) << "run() synchronized at step " << step;
-    if (step >= 1) EXPECT_TRUE(ex.graphCaptured()) << "step " << step << " did not replay a CUDA graph";
+    if (!profiled) {
+      EXPECT_EQ(syncCalls(), before) << "run() synchronized at step " << step;
+      if (step >= 1) EXPECT_TRUE(ex.graphCaptured()) << "step " << step << " did not replay a CUDA graph";
+    }
+    if (profiled && step == 3) {
+      // Every node that launches work has a time; the views none.
+      ASSERT_EQ(ex.nodeMillis().size(), ex.kernelChoices().size());
+      double total = 0;
+      int timed = 0;
+      for (double ms : ex.nodeMillis()) {
+        EXPECT_GE(ms, 0.0);
+        total += ms;
+        timed += ms > 0;
+      }
+      EXPECT_GT(total, 0.0);
+      EXPECT_GE(timed, static_cast<int>(ex.kernelChoices().size()) / 2) << "of " << ex.kernelChoices().size();
+    }
     auto loss = ex.read("loss");
     ASSERT_TRUE(loss.ok()) << loss.error().message;
     gpu_losses.push_back(loss->at(0));
@@ -125,12 +175,12 @@ void expectStepsMatchCpu(const char* forward_ir, bool split = true, bool fuse = 
     }
   }
   for (int step = 0; step < 5; ++step)
-    EXPECT_NEAR(gpu_losses[step], cpu_losses[step], 1e-4 * std::max(1.0, std::abs(cpu_losses[step]))) << step;
+    EXPECT_NEAR(gpu_losses[step], cpu_losses[step], tol * std::max(1.0, std::abs(cpu_losses[step]))) << step;
   for (const Value* v : g.inputs()) {
     if (v->role() != ValueRole::Param) continue;
     auto w = ex.read(v->name());
     ASSERT_TRUE(w.ok()) << w.error().message;
-    EXPECT_LE(parityError(*w, state.at(v->name())), 1e-4) << v->name() << " after 5 AdamW steps";
+    EXPECT_LE(parityError(*w, state.at(v->name())), weight_tol) << v->name() << " after 5 AdamW steps";
   }
 }
 
@@ -142,12 +192,34 @@ TEST(CudaExecutor, CnnFiveAdamWStepsMatchTheCpu) {
 }
 
 TEST(CudaExecutor, MultiTensorUpdatesMatchTheCpu) {
-  expectStepsMatchCpu(kMlp, /*split=*/false);
+  expectStepsMatchCpu(kMlp, {.split = false});
 }
 
 TEST(CudaExecutor, FusedStepsMatchTheCpu) {
-  expectStepsMatchCpu(kMlp, /*split=*/true, /*fuse=*/true);
-  expectStepsMatchCpu(kCnn, /*split=*/true, /*fuse=*/true);
+  expectStepsMatchCpu(kMlp, {.fuse = true});
+  expectStepsMatchCpu(kCnn, {.fuse = true});
+}
+
+/// The bf16 fused chains the GPU step below runs (no GPU needed to build them).
+TEST(CudaExecutor, Bf16AmpStepsFuseBf16ChainsForTheDevice) {
+  const Graph g = stepGraph(kResidualMlp, {.fuse = true, .bf16 = true});
+  int bf16_bodies = 0;
+  for (const auto& n : g.nodes()) {
+    if (n->op() != "fused_elementwise" || n->output(0)->dtype() != DType::BF16) continue;
+    ++bf16_bodies;
+    EXPECT_TRUE(CudaKernelRegistry::get().select(*n)) << "no CUDA kernel takes " << n->describe();
+  }
+  EXPECT_GE(bf16_bodies, 1) << printGraph(g);
+}
+
+TEST(CudaExecutor, Bf16AmpFusedStepsMatchTheCpu) {
+  expectStepsMatchCpu(kResidualMlp, {.fuse = true, .bf16 = true});
+  expectStepsMatchCpu(kCnn, {.fuse = true, .bf16 = true});
+}
+
+TEST(CudaExecutor, ProfiledStepsTimeEveryNodeAndMatchTheCpu) {
+  expectStepsMatchCpu(kMlp, {.fuse = true, .profile = true});
+  expectStepsMatchCpu(kMlp, {.split = false, .profile = true});
 }
 
 TEST(CudaExecutor, WithoutAGpuCreateIsAClearError) {

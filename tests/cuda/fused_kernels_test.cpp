@@ -253,7 +253,7 @@ TEST(FusedNvrtc, EveryFusibleOpCompilesForSm90AndSm80) {
   const auto before = nvrtcCounters();
   int nodes = 0;
   for (const OpCase& c : opCases()) {
-    for (const char* t : {"f32", "f64"}) {
+    for (const char* t : {"f32", "f64", "bf16"}) {
       const std::string label = c.label() + " " + t;
       SCOPED_TRACE(label);
       Graph g = fused(chainGraph(c, t, {4, 6}), "fused_elementwise");
@@ -267,7 +267,7 @@ TEST(FusedNvrtc, EveryFusibleOpCompilesForSm90AndSm80) {
       const FusedLayout l = analyzeFused(n);
       EXPECT_FALSE(l.reduction);
       EXPECT_FALSE(l.wide_index);
-      EXPECT_EQ(l.compute, std::string(t) == "f32" ? DType::F32 : DType::F64);
+      EXPECT_EQ(l.compute, *parseDType(t));
       EXPECT_GE(countAccess(l, OperandKind::Access::InPlace, false), 1);
       EXPECT_EQ(countAccess(l, OperandKind::Access::Splat, false), 1);
       EXPECT_EQ(countAccess(l, OperandKind::Access::Broadcast, false), 1);
@@ -276,11 +276,14 @@ TEST(FusedNvrtc, EveryFusibleOpCompilesForSm90AndSm80) {
       if (c.compares()) {
         EXPECT_NE(std::find(l.outputs.begin(), l.outputs.end(), DType::Bool), l.outputs.end()) << "no bool output";
       }
+      // bf16 bodies round every bf16 value where the one-op kernel stores it.
+      const std::string src = fusedKernelSource(n, l);
+      EXPECT_EQ(src.find("= kiln_bf16_round(") != std::string::npos, std::string(t) == "bf16") << src;
       expectCompiles(n, l, label);
       ++nodes;
     }
   }
-  EXPECT_EQ(nodes, 2 * static_cast<int>(opCases().size()));
+  EXPECT_EQ(nodes, 3 * static_cast<int>(opCases().size()));
   // Every compilation was real: nothing came from a cache.
   const auto after = nvrtcCounters();
   EXPECT_EQ(after.disk_hits, before.disk_hits);
@@ -548,12 +551,14 @@ TEST(FusedNvrtc, TheCudaRegistryPicksTheNvrtcKernels) {
 TEST(FusedNvrtcGpu, EveryFusibleOpMatchesTheCpu) {
   KILN_REQUIRE_GPU();
   for (const OpCase& c : opCases())
-    for (const char* t : {"f32", "f64"}) {
+    for (const char* t : {"f32", "f64", "bf16"}) {
       SCOPED_TRACE(c.label() + " " + t);
       Graph g = fused(chainGraph(c, t, {37, 65}), "fused_elementwise");
       ASSERT_EQ(g.numNodes(), 1u);
       CheckOptions o;
-      o.tol = std::string(t) == "f64" ? 1e-12 : (c.libm() ? 1e-5 : 1e-6);
+      // bf16: the same roundings as the CPU's fused kernel, except where a
+      // libm result one float ulp apart lands on the other side of a bf16 tie.
+      o.tol = std::string(t) == "f64" ? 1e-12 : std::string(t) == "bf16" ? 1e-2 : (c.libm() ? 1e-5 : 1e-6);
       expectMatchesCpu(printGraph(g), o);
     }
 }
