@@ -2,9 +2,12 @@
 //
 // What it does: walks the graph in order and grows groups of fusible
 // elementwise nodes (fusibleOps()) that share one loop shape and one
-// floating dtype (f32, f64, or amp's bf16, whose bodies compute in f32 and
-// round every value to bf16 as the one-op kernels do, on the CPU and in the
-// CUDA codegen alike). A node joins the group of one of its
+// compute class: f64, or float for f32 and amp's bf16 together (a body
+// computes in float and rounds every bf16 value to bf16 as the one-op
+// kernels round their outputs, on the CPU and in the CUDA codegen alike;
+// casts between f32 and bf16 fuse, as the rounding they are; a 0-dim f32
+// constant beside bf16 tensors becomes a bf16 constant, as the one-op
+// kernels convert it). A node joins the group of one of its
 // producers when every other operand is already in the group or was
 // computed before the group's first node; that keeps the graph acyclic
 // when the group is placed at its first node's position. It must also sit within kMaxJoinDistance nodes of
@@ -64,7 +67,9 @@ const std::set<std::string, std::less<>>& fusibleOps() {
       "relu", "gelu", "tanh", "sigmoid", "silu", "exp", "log", "sqrt", "rsqrt", "abs", "erf", "leaky_relu",
       "hardtanh", "clamp", "hardswish", "hardsigmoid", "reciprocal",
       // the backward's elementwise gradients (gelu's, tanh's, ...)
-      "unary_backward"};
+      "unary_backward",
+      // between f32 and bf16 (amp's casts around a softmax or a norm)
+      "cast"};
   return ops;
 }
 
@@ -85,19 +90,43 @@ bool scalarConstant(const Value* v) {
   return v->producer() && v->producer()->op() == "full" && v->type().numel() == 1 && isBodyType(v->dtype());
 }
 
+/// What a body computes a dtype's values in: f32 and bf16 in float (a bf16
+/// value rounded where the one-op kernel stores it), f64 in double. One
+/// group, one class: casts between f32 and bf16 fuse, to f64 they do not.
+DType computeClass(DType t) {
+  return t == DType::BF16 ? DType::F32 : t;
+}
+
+/// A 0-dim f32 constant read by a bf16 node: the one-op kernels convert it to
+/// bf16 first (a 0-dim operand does not promote the dtype), so its body copy
+/// is a bf16 constant. A one-element tensor of rank 1 or more promotes: not one.
+bool convertedConstant(const Value* v, DType t) {
+  return t == DType::BF16 && v->dtype() == DType::F32 && v->type().rank() == 0 && scalarConstant(v);
+}
+
 /// The dtype a node computes in when it may be fused, or nullopt.
 std::optional<DType> fusibleDType(const Node& n) {
   if (n.numOutputs() != 1 || !fusibleOps().count(n.op())) return std::nullopt;
   const DType out = n.output()->dtype();
-  if (n.op() == "where") {
-    if (n.input(0)->dtype() != DType::Bool || n.input(1)->dtype() != out || n.input(2)->dtype() != out)
-      return std::nullopt;
-  } else {
-    // Every operand in the computing dtype: no promotion inside a body.
-    for (const Value* v : n.inputs())
-      if (v->dtype() != n.input(0)->dtype()) return std::nullopt;
+  if (n.op() == "cast") {  // f32 <-> bf16: the rounding the one-op cast makes
+    const DType in = n.input(0)->dtype();
+    if (!isBodyType(in) || !isBodyType(out) || computeClass(in) != computeClass(out)) return std::nullopt;
+    return in;
   }
-  const DType t = n.op() == "where" ? out : n.input(0)->dtype();
+  const bool where = n.op() == "where";
+  if (where && n.input(0)->dtype() != DType::Bool) return std::nullopt;
+  const size_t first = where ? 1 : 0;  // where's condition is read as 0/1
+  // The computing dtype: where's output's, else its operands' (no promotion
+  // inside a body), where a 0-dim f32 constant may stand beside bf16.
+  DType t = where ? out : n.input(0)->dtype();
+  if (!where)
+    for (size_t k = 0; k < n.numInputs(); ++k)
+      if (!convertedConstant(n.input(k), DType::BF16)) {
+        t = n.input(k)->dtype();
+        break;
+      }
+  for (size_t k = first; k < n.numInputs(); ++k)
+    if (n.input(k)->dtype() != t && !convertedConstant(n.input(k), t)) return std::nullopt;
   if (!isBodyType(t)) return std::nullopt;
   if (out != t && out != DType::Bool) return std::nullopt;
   return t;
@@ -115,7 +144,7 @@ struct Group {
   size_t first = 0;  ///< position of nodes[0] in the graph
   size_t last = 0;   ///< position of the last node that joined
   Shape shape;
-  DType dtype;
+  DType dtype;                ///< computeClass of every node's dtype
   Node* reduction = nullptr;  ///< a sum or mean of a group value that ends the loop
 };
 
@@ -239,7 +268,7 @@ Result<PassResult> runFuse(Graph& g, PassContext& ctx) {
       if (!p || !group_of.count(p)) continue;
       const size_t gi = group_of[p];
       const Group& gr = groups[gi];
-      if (gr.shape != shape || gr.dtype != *t || pos[n] - gr.last > kMaxJoinDistance) continue;
+      if (gr.shape != shape || gr.dtype != computeClass(*t) || pos[n] - gr.last > kMaxJoinDistance) continue;
       bool ok = true;
       for (const Value* w : n->inputs()) {
         const Node* q = w->producer();
@@ -258,7 +287,7 @@ Result<PassResult> runFuse(Graph& g, PassContext& ctx) {
       group_of[n] = *join;
       continue;
     }
-    Group gr{{n}, pos[n], pos[n], shape, *t};
+    Group gr{{n}, pos[n], pos[n], shape, computeClass(*t)};
     bool ok = true;
     for (const Value* w : n->inputs()) ok = ok && operandOk(w, gr);
     if (!ok) continue;
@@ -290,9 +319,21 @@ Result<PassResult> runFuse(Graph& g, PassContext& ctx) {
       inside[v] = in;
       return in;
     };
+    std::map<const Value*, Value*> converted;  // 0-dim f32 constants read as bf16
+    auto bodyOperand = [&](Value* v, DType t) -> Value* {
+      if (!convertedConstant(v, t)) return bodyValue(v);
+      Value*& c = converted[v];
+      if (!c) {
+        AttrMap a = v->producer()->attrs();
+        a["dtype"] = DType::BF16;
+        c = body.createWithTypes("full", {}, std::move(a), {TensorType{DType::BF16, {}}})->output();
+      }
+      return c;
+    };
     for (Node* n : gr.nodes) {
+      const DType t = *fusibleDType(*n);
       std::vector<Value*> ins;
-      for (Value* v : n->inputs()) ins.push_back(bodyValue(v));
+      for (Value* v : n->inputs()) ins.push_back(bodyOperand(v, t));
       Node* b = body.createWithTypes(n->op(), ins, n->attrs(), {n->output()->type()});
       inside[n->output()] = b->output();
     }
@@ -332,6 +373,8 @@ Result<PassResult> runFuse(Graph& g, PassContext& ctx) {
     std::vector<Value*> constants;  // copied into the body; gone if nothing else reads them
     for (const auto& [outer, in_body] : inside)
       if (scalarConstant(outer)) constants.push_back(const_cast<Value*>(outer));
+    for (const auto& [outer, in_body] : converted)
+      if (!inside.count(outer)) constants.push_back(const_cast<Value*>(outer));
     if (red) g.erase(red);
     for (auto it = gr.nodes.rbegin(); it != gr.nodes.rend(); ++it) g.erase(*it);
     for (Value* c : constants)

@@ -11,11 +11,12 @@
 // those of the unfused graph. Bool intermediates are held as 0/1 in the
 // compute type.
 //
-// bf16 bodies (amp's activations; passes/fuse.cpp forms them for the CPU
-// only) compute in f32 and round every bf16 body value to bf16 as it is
-// produced, as the one-op kernels round their outputs: the same bits as
-// the unfused graph, with one read of each bf16 operand and one write of
-// each output instead of an f32 copy in and out of every op.
+// bf16 bodies (amp's activations, and their casts to and from f32) compute
+// in f32 and round every bf16 body value to bf16 as it is produced, as the
+// one-op kernels round their outputs (a cast to bf16 is that rounding, one
+// to f32 the value itself): the same bits as the unfused graph, with one
+// read of each bf16 operand and one write of each output instead of an f32
+// copy in and out of every op.
 //
 // fused_reduction runs reduce_loops.h, the one-op reductions' loops, on its
 // body's first output computed block by block as the loops ask for it: the
@@ -98,6 +99,8 @@ std::function<void(const T* const*, T*, int64_t)> instruction(const Node& n) {
   if (op == "eq") return binary<T>([](T a, T b) { return T(a == b); });
   if (op == "ne") return binary<T>([](T a, T b) { return T(a != b); });
   if (op == "where") return [](const T* const* in, T* out, int64_t cnt) { whereRun(in[0], in[1], in[2], out, cnt); };
+  if (op == "cast")  // f32 <-> bf16 in a float body: the value, rounded after when the cast is to bf16
+    return [](const T* const* in, T* __restrict out, int64_t cnt) { std::copy(in[0], in[0] + cnt, out); };
   if (op == "full")  // a scalar constant, converted as fullKernel does
     return [v = convert<T>(n.f("value"))](const T* const*, T* __restrict out, int64_t cnt) {
       std::fill(out, out + cnt, v);

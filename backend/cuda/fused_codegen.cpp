@@ -177,7 +177,7 @@ const std::set<std::string, std::less<>>& codegenOps() {
       "relu",     "gelu",  "tanh",      "sigmoid",     "silu",       "exp",
       "log",      "sqrt",  "rsqrt",     "abs",         "erf",        "leaky_relu",
       "hardtanh", "clamp", "hardswish", "hardsigmoid", "reciprocal", "unary_backward",
-      "full"};
+      "full",     "cast"};
   return ops;
 }
 
@@ -199,27 +199,20 @@ Graph parseBody(const Node& n) {
   return std::move(*g);
 }
 
-/// The dtypes a body computes in: f32, f64, and bf16 (amp's activations:
-/// computed in float, every body value rounded to bf16).
-bool isComputeType(DType t) {
-  return t == DType::F32 || t == DType::F64 || t == DType::BF16;
-}
-
-/// The dtypes a body reads and writes: its compute types and bool.
+/// The dtypes a body reads and writes: f32, f64, bf16 (amp's activations,
+/// computed in float, every bf16 value rounded) and bool.
 bool isStorageType(DType t) {
-  return isComputeType(t) || t == DType::Bool;
+  return t == DType::F32 || t == DType::F64 || t == DType::BF16 || t == DType::Bool;
 }
 
+/// The body's compute type: f64 when it holds f64 values (passes/fuse.cpp
+/// never mixes them with f32 or bf16), else f32.
 DType computeTypeOf(const Node& n, const Graph& body) {
   for (const Value* v : n.inputs())
-    if (isComputeType(v->dtype())) return v->dtype();
-  const DType out0 = body.outputs()[0].value->dtype();
-  return isComputeType(out0) ? out0 : DType::F32;
-}
-
-/// The C++ type the body's arithmetic runs in.
-const char* arithmeticType(DType compute) {
-  return compute == DType::F64 ? "double" : "float";
+    if (v->dtype() == DType::F64) return DType::F64;
+  for (const GraphOutput& o : body.outputs())
+    if (o.value->dtype() == DType::F64) return DType::F64;
+  return DType::F32;
 }
 
 // ---- source text ---------------------------------------------------------------
@@ -271,6 +264,13 @@ std::string expression(const Node& b, const std::vector<std::string>& a) {
   if (op == "eq") return cmp("==");
   if (op == "ne") return cmp("!=");
   if (op == "where") return a.at(0) + " != C(0) ? " + a.at(1) + " : " + a.at(2);
+  if (op == "cast") {  // f32 <-> bf16: the value (rounded by the caller when the cast is to bf16)
+    const DType from = b.input(0)->dtype(), to = b.output()->dtype();
+    const auto isFloat = [](DType t) { return t == DType::F32 || t == DType::BF16; };
+    if (from != to && !(isFloat(from) && isFloat(to)))
+      opFail(b, "the CUDA fused codegen casts between f32 and bf16 only");
+    return a.at(0);
+  }
   if (op == "full") return "C(" + literal(b.f("value")) + ")";
   if (op == "gelu") return std::string(isGeluTanh(b) ? "op_gelu_tanh" : "op_gelu_none") + "(" + a.at(0) + ")";
   if (op == "leaky_relu") return "op_leaky_relu(" + a.at(0) + ", " + literal(b.f("negative_slope")) + ")";
@@ -449,9 +449,9 @@ FusedLayout analyzeFused(const Node& n) {
   if (l.reduction) {
     const std::string& r = n.s("reduce");
     if (r != "sum" && r != "mean") opFail(n, "reduce is '" + r + "', expected sum or mean");
-    if (l.outputs[0] != l.compute || l.compute == DType::BF16)  // passes/fuse.cpp never ends a bf16 loop
+    if (l.outputs[0] != l.compute)  // passes/fuse.cpp never reduces bf16 values
       opFail(n, "reduces " + std::string(dtypeName(l.outputs[0])) + " in " + std::string(dtypeName(l.compute)) +
-                    " (fused reductions run in f32 or f64)");
+                    " (fused reductions sum f32 or f64)");
     l.mean = r == "mean";
     const auto axes = reductionAxes(n, n.is("dims"), static_cast<int64_t>(l.loop.size()));
     try {
@@ -474,15 +474,13 @@ std::string fusedKernelSource(const Node& n, const FusedLayout& l) {
   const Graph body = parseBody(n);
   if (l.operands.size() != body.inputs().size() || l.outputs.size() != body.outputs().size())
     opFail(n, "the fused layout does not match the body");
-  if (!isComputeType(l.compute) || (l.reduction && l.compute == DType::BF16))
-    opFail(n, "the CUDA fused codegen computes in f32, f64 or bf16 (elementwise only), not " +
-                  std::string(dtypeName(l.compute)));
+  if (l.compute != DType::F32 && l.compute != DType::F64)
+    opFail(n, "the CUDA fused codegen computes in f32 or f64, not " + std::string(dtypeName(l.compute)));
   std::ostringstream s;
   s << kDeviceMathSource << "\nusing namespace kiln_device;\n"
     << kPrelude << "\n// ---- this node: "
     << (l.reduction ? (l.mean ? "fused_reduction (mean)" : "fused_reduction (sum)") : "fused_elementwise") << " ----\n";
-  s << "typedef " << arithmeticType(l.compute) << " C;  // the compute type"
-    << (l.compute == DType::BF16 ? " (bf16 bodies: float, each value rounded to bf16)" : "") << "\n";
+  s << "typedef " << storageType(l.compute) << " C;  // the compute type (bf16 values: rounded float)\n";
   s << "typedef " << (l.wide_index ? "unsigned long long" : "unsigned int") << " I;  // loop indices\n";
   s << paramsStruct(l);
   s << bodyFunction(l, body, l.reduction ? 1 : 0);

@@ -8,11 +8,12 @@
 // every unary_backward fn) and is what the one-op kernels run too (the CPU's
 // functors, unary_ops.h, cpu_math.h, kernels_elementwise_grad.cpp, bit for
 // bit except where CUDA's libm differs from glibc's); then the body as one
-// statement per body node in the compute type C (f32, or f64 when an
-// operand is f64; a bf16 body, amp's activations, computes in float and
-// rounds each value to bf16 where the one-op kernel would store it, as the
-// CPU's fused kernel does), bool intermediates held as 0/1 in C as the CPU
-// holds them; then the kernels, which are `extern "C" __global__`:
+// statement per body node in the compute type C (f64 when the body holds
+// f64 values, else f32; bf16 values, amp's activations and their casts,
+// are computed in float and rounded to bf16 where the one-op kernel would
+// store them, as the CPU's fused kernel does), bool intermediates held as
+// 0/1 in C as the CPU holds them; then the kernels, which are
+// `extern "C" __global__`:
 //
 //   kiln_fused_elementwise: a grid-stride loop over the flat output index;
 //     each operand read in place, as a splat, or through its broadcast run
@@ -85,7 +86,7 @@ using FusedReducePlan = Plan;
 /// derived from the node alone (its body text fixes every shape).
 struct FusedLayout {
   bool reduction = false;
-  DType compute = DType::F32;         ///< the body's compute type: f32, f64 or bf16 (elementwise only)
+  DType compute = DType::F32;         ///< the body's compute type: f32 (also for bf16 values) or f64
   Shape loop;                         ///< the loop shape (body output 0's)
   int64_t numel = 0;                  ///< elements of the loop
   std::vector<OperandKind> operands;  ///< one per node input
@@ -105,9 +106,9 @@ FusedLayout analyzeFused(const Node& n);
 /// How a fused node's operands are read: what analyzeFused() computes.
 std::vector<OperandKind> fusedOperandKinds(const Node& n, const Shape& loop);
 
-/// The compute dtype of a fused node, as the CPU kernel picks it: that of
-/// its first f32/f64 operand; with none, that of body output 0 when
-/// floating (a body whose operands are all bool), else f32.
+/// The compute dtype of a fused node, as the CPU kernel picks it: f64 when
+/// an operand or a body output is f64, else f32 (bf16 values compute in
+/// float).
 DType fusedComputeType(const Node& n);
 
 /// Whether the codegen implements body node `b` (an op of fusibleOps(),

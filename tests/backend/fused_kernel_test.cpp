@@ -42,7 +42,13 @@ std::string chainGraph(const std::string& op, const std::string& t, int64_t n) {
   s += "  %a = mul(%x, %h) : " + ty + "\n";
   s += "  %b = sub(%y, %h) : " + ty + "\n";
   const std::string rt = cmp ? "bool[" + std::to_string(n) + "]" : ty;
-  s += "  %r = " + opCall(op) + " : " + rt + "\n";
+  if (op == "cast") {  // there and back: f32 -> bf16 -> f32, bf16 -> f32 -> bf16 (f64: to itself)
+    const std::string other = t == "f32" ? "bf16" : t == "bf16" ? "f32" : t;
+    s += "  %r0 = cast(%a) {dtype=" + other + "} : " + other + "[" + std::to_string(n) + "]\n";
+    s += "  %r = cast(%r0) {dtype=" + t + "} : " + ty + "\n";
+  } else {
+    s += "  %r = " + opCall(op) + " : " + rt + "\n";
+  }
   if (cmp) {
     s += "  %s = where(%r, %a, %b) : " + ty + "\n";
   } else {
@@ -98,6 +104,70 @@ TEST(FusedKernel, EveryFusibleOpMatchesTheOneOpKernelsBitForBit) {
       }
     }
   }
+}
+
+/// amp's attention scores, fused as the CUDA step fuses them: bf16 scores
+/// scaled by a 0-dim f32 constant that bf16 cannot hold (the one-op mul
+/// rounds it to bf16 first), masked with an f32 -inf, cast to f32 for the
+/// softmax; and the backward's cast back to bf16, mask and scale. Bit for
+/// bit against the one-op kernels, in one group each.
+TEST(FusedKernel, AmpCastsAndF32ConstantsBesideBf16FuseBitForBit) {
+  const char* text = R"(graph g(%s: bf16[2,3,40,40] data, %mask: bool[40,40] data, %gp: f32[2,3,40,40] data) {
+  %c = full() {dtype=f32, shape=[], value=0.1} : f32[]
+  %ninf = full() {dtype=f32, shape=[], value=-inf} : f32[]
+  %z = full() {dtype=f32, shape=[], value=0.0} : f32[]
+  %0 = mul(%s, %c) : bf16[2,3,40,40]
+  %1 = where(%mask, %ninf, %0) : bf16[2,3,40,40]
+  %2 = cast(%1) {dtype=f32} : f32[2,3,40,40]
+  %3 = softmax(%2) {dim=3} : f32[2,3,40,40]
+  %4 = cast(%gp) {dtype=bf16} : bf16[2,3,40,40]
+  %5 = where(%mask, %z, %4) : bf16[2,3,40,40]
+  %6 = mul(%5, %c) : bf16[2,3,40,40]
+  return %3 "p", %6 "g"
+})";
+  auto g = parseGraph(text);
+  ASSERT_TRUE(g) << g.error().message;
+  std::mt19937 rng(11);
+  std::normal_distribution<double> d(0, 2);
+  TensorMap in;
+  for (const Value* v : g->inputs()) {
+    Tensor t(v->type());
+    for (int64_t i = 0; i < t.numel(); ++i) t.set(i, v->dtype() == DType::Bool ? double(rng() % 2) : d(rng));
+    in[v->name()] = t;
+  }
+  auto want = run(*g, in);
+  PassContext ctx;
+  auto r = runFuse(*g, ctx);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->statistics.at("groups"), 2) << printGraph(*g);
+  EXPECT_EQ(r->statistics.at("nodes_fused"), 6) << printGraph(*g);
+  size_t full = 0;
+  for (const auto& n : g->nodes()) full += n->op() == "full";
+  EXPECT_EQ(full, 0u) << "constants copied into the bodies:\n" << printGraph(*g);
+  auto got = run(*g, in);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t k = 0; k < got.size(); ++k)
+    EXPECT_EQ(std::memcmp(got[k].data<void>(), want[k].data<void>(), want[k].bytes()), 0) << "output " << k;
+}
+
+/// A one-element f32 constant of rank 1 promotes bf16 to f32 (it is not a
+/// 0-dim scalar), and a cast to f64 leaves the float class: neither fuses
+/// into a bf16 chain.
+TEST(FusedKernel, PromotingConstantsAndF64CastsStayOutOfBf16Bodies) {
+  const char* text = R"(graph g(%x: bf16[64] data) {
+  %c = full() {dtype=f32, shape=[1], value=0.1} : f32[1]
+  %0 = relu(%x) : bf16[64]
+  %1 = mul(%0, %c) : f32[64]
+  %2 = cast(%0) {dtype=f64} : f64[64]
+  %3 = neg(%0) : bf16[64]
+  return %1 "a", %2 "b", %3 "c"
+})";
+  auto g = parseGraph(text);
+  ASSERT_TRUE(g) << g.error().message;
+  PassContext ctx;
+  auto r = runFuse(*g, ctx);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->statistics.at("nodes_fused"), 2) << printGraph(*g);  // relu and neg only
 }
 
 /// Broadcast operands (a bias, a [T, T] mask, a per-channel scale, a bool
