@@ -42,7 +42,7 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::create(const Model& mo
     s->trace_ = std::move(compiled->trace);
   } else {
     // Memory-counting passes see the views the CPU kernels really make.
-    // CUDA has no attention or gemm kernel yet: matmul/softmax/permute stay there.
+    // CUDA has no attention kernel yet: matmul/softmax stay there.
     s->config_.passes.cpu_only_ops = s->config_.device != "cuda";
     s->config_.passes.is_view = [order = s->config_.kernels.dialects](const Node& n) {
       const KernelDef* k = KernelRegistry::cpu().select(n, order);

@@ -157,6 +157,8 @@ def main():
     p.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak (H100 SXM: 989)")
     p.add_argument("--format", choices=("trace", "fx"), default="trace",
                    help="how Kiln reads the model: a TorchScript trace (needs the libtorch plugin) or an FX dump")
+    p.add_argument("--sides", default="kiln,eager,compiled",
+                   help="which steps to time: kiln, eager, compiled (torch.compile takes 30-45 s per model to compile)")
     p.add_argument("--profile", type=int, default=0,
                    help="also profile Kiln's step per node and keep its N most expensive kernels")
     p.add_argument("--smoke", action="store_true", help="CPU, fp32, the mlp model: check the plumbing")
@@ -179,7 +181,8 @@ def main():
         except RuntimeError as e:
             row["kiln_error"] = str(e)
         for side, compiled in (("eager", False), ("compiled", True)):
-            if compiled and args.smoke:
+            if (compiled and args.smoke) or side not in args.sides.split(","):
+                row[side] = {"median_ms": float("nan"), "error": "not measured (--sides)"}
                 continue
             try:
                 row[side] = torch_side(m, batch or 2, device, amp, args.steps, args.warmup, compiled=compiled)

@@ -1,8 +1,8 @@
 // The fold_transposes pass.
 //
-// Needs: a target with `gemm` kernels (PassContext::cpu_only_ops; the CPU
-// has them, CUDA not yet). Runs after simplify, which has already cancelled
-// pairs of permutes, and before fuse.
+// Needs: a target with `gemm` kernels (the CPU's BLAS and oneDNN ones, and
+// CUDA's cuBLASLt and cuBLAS ones take the transpose flags). Runs after
+// simplify, which has already cancelled pairs of permutes, and before fuse.
 // Does: a matmul of two matrices (both operands rank >= 2) or a gemm, one of
 // whose operands is a permute that swaps the last two dims and keeps the
 // others, becomes gemm(a, b) {trans_a, trans_b} on the permute's input with
@@ -11,7 +11,8 @@
 // every linear's weight gradient as matmul(permute(g2), x2), where g2 is the
 // [tokens, out] output gradient: for a GPT-2-style vocabulary projection a
 // 131 MB copy per step (98 ms here) that BLAS and oneDNN read transposed at
-// the speed of the plain product.
+// the speed of the plain product; on a GPU (GPT-2 small at 8 x 1024 tokens)
+// the permute kernels were 15% of the bf16 step.
 // Guarantees: the same product; BLAS may order its sums differently for a
 // transposed operand, so the values agree within float rounding.
 #include "passes/fold_transposes.h"
@@ -45,7 +46,6 @@ Node* lastTwoSwap(const Value* v) {
 
 Result<PassResult> runFoldTransposes(Graph& g, PassContext& ctx) {
   PassResult res;
-  if (!ctx.cpu_only_ops) return res;
   std::vector<Node*> products;
   for (const auto& n : g.nodes())
     if (n->op() == "matmul" || n->op() == "gemm") products.push_back(n.get());

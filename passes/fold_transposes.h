@@ -9,7 +9,6 @@ namespace kiln {
 /// The fold_transposes pass (see passes/fold_transposes.cpp). Statistics:
 /// folded (transposes read through a gemm flag instead), bytes_not_copied
 /// (the folded permutes' output bytes, per step, whose copies are gone).
-/// Does nothing when PassContext::cpu_only_ops is false.
 Result<PassResult> runFoldTransposes(Graph& g, PassContext& ctx);
 
 }  // namespace kiln

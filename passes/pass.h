@@ -35,8 +35,10 @@ struct PassContext {
   /// all-gathers the rest.
   std::optional<ZeroShardPlan> zero_plan;
   /// The target has kernels for the ops only the CPU backend runs so far
-  /// (`attention`, `gemm`); TrainingSession clears it for CUDA. The passes
-  /// that create them (fuse_attention, fold_transposes) act only when set.
+  /// (`attention`, channels-last convolutions, cross-entropy reading
+  /// low-precision logits); TrainingSession clears it for CUDA. The passes
+  /// that create them (fuse_attention, channels_last, fuse's loss-cast fold)
+  /// act only when set.
   bool cpu_only_ops = true;
 };
 

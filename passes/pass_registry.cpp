@@ -87,11 +87,10 @@ const std::vector<PassInfo>& allPasses() {
        "NCHW edges stay. Same values within float rounding.",
        runChannelsLast},
       {"fold_transposes", "matmul of a transposed operand into one gemm that reads it transposed",
-       "Run after simplify (permute pairs already cancelled) on a target with gemm kernels "
-       "(PassContext::cpu_only_ops). A matmul of matrices or a gemm whose operand is a permute swapping the last "
-       "two dims becomes gemm(a, b) {trans_a, trans_b} on the permute's input, so BLAS / oneDNN read it "
-       "transposed instead of a copy being made (every linear's weight gradient g^T x). Same values within float "
-       "rounding.",
+       "Run after simplify (permute pairs already cancelled). A matmul of matrices or a gemm whose operand is a "
+       "permute swapping the last two dims becomes gemm(a, b) {trans_a, trans_b} on the permute's input, so "
+       "BLAS / oneDNN / cuBLAS read it transposed instead of a copy being made (every linear's weight gradient "
+       "g^T x). Same values within float rounding.",
        runFoldTransposes},
       {"fuse", "elementwise chains (and a sum/mean ending one) into one fused kernel each",
        "Groups fusible elementwise nodes (passes/fuse.h) with one loop shape and one float dtype, operands of "

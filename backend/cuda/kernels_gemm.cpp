@@ -1,6 +1,9 @@
 // CUDA kernels of the GEMM-shaped ops: `matmul` (torch.matmul semantics:
-// 1-D operands promoted, batch dims broadcast) and `linear` (x W^T + b, then
-// the fuse pass's relu epilogue). Semantics are backend/cpu/kernels_linalg.cpp's.
+// 1-D operands promoted, batch dims broadcast), `gemm` (matrices with
+// transpose flags, which passes/fold_transposes.cpp makes of a matmul of a
+// transposed operand: the libraries read the operand transposed instead of
+// a permute copying it) and `linear` (x W^T + b, then the fuse pass's relu
+// epilogue). Semantics are backend/cpu/kernels_linalg.cpp's.
 //
 // "cublaslt" (priority 20; f32, f16, bf16): cublasLtMatmul with fp32 compute
 // (CUBLAS_COMPUTE_32F: no TF32 for f32, as PyTorch's default 'highest'
@@ -61,13 +64,14 @@ constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
 
 // ---- planning: a matmul or linear as launches of row-major strided GEMMs ----------
 
-/// Row-major C[m,p] = A[m,k] * B, B being [k,p] (or [p,k] when `trans_b`),
-/// run as `a_base.size()` launches of `batch` products each. Launch l reads A
-/// from element a_base[l] (then every stride_a), B from b_base[l] (every
-/// stride_b) and writes C from element l * batch * m * p, densely.
+/// Row-major C[m,p] = A[m,k] * B, A stored as [k,m] when `trans_a`, B being
+/// [k,p] (or [p,k] when `trans_b`), run as `a_base.size()` launches of
+/// `batch` products each. Launch l reads A from element a_base[l] (then every
+/// stride_a), B from b_base[l] (every stride_b) and writes C from element
+/// l * batch * m * p, densely.
 struct GemmPlan {
   int64_t m = 0, p = 0, k = 0;
-  bool trans_b = false;
+  bool trans_a = false, trans_b = false;
   int64_t batch = 1;
   int64_t stride_a = 0, stride_b = 0;
   std::vector<int64_t> a_base, b_base;
@@ -125,23 +129,27 @@ bool uniformRuns(const std::vector<int64_t>& off, int64_t len, int64_t& stride) 
   return true;
 }
 
-GemmPlan planMatmul(const Shape& a_in, const Shape& b_in) {
+/// matmul (trans flags 0; 1-D operands promoted) or gemm (matrices, flags).
+GemmPlan planMatmul(const Shape& a_in, const Shape& b_in, bool trans_a = false, bool trans_b = false) {
   Shape a = a_in, b = b_in;
   if (a.size() == 1) a.insert(a.begin(), 1);
   if (b.size() == 1) b.push_back(1);
   GemmPlan plan;
-  plan.m = a[a.size() - 2];
-  plan.k = a.back();
-  plan.p = b.back();
+  plan.trans_a = trans_a;
+  plan.trans_b = trans_b;
+  plan.m = trans_a ? a.back() : a[a.size() - 2];
+  plan.k = trans_a ? a[a.size() - 2] : a.back();
+  plan.p = trans_b ? b[b.size() - 2] : b.back();
   const Shape batch = matmulBatch(a, b);
   const int64_t count = numelOf(batch);
   if (count == 0) return plan;  // no launches
   std::vector<int64_t> a_off, b_off;
   batchOffsets(a, batch, a_off);
   batchOffsets(b, batch, b_off);
-  // B shared by every entry and A dense: one GEMM with M = count * m.
+  // B shared by every entry and A dense (its rows one after the other, so
+  // not transposed): one GEMM with M = count * m.
   const bool b_shared = std::all_of(b_off.begin(), b_off.end(), [](int64_t o) { return o == 0; });
-  bool a_dense = true;
+  bool a_dense = !trans_a;
   for (int64_t e = 0; e < count && a_dense; ++e) a_dense = a_off[static_cast<size_t>(e)] == e * plan.m * plan.k;
   if (b_shared && a_dense && count * plan.m <= INT32_MAX) {
     plan.m *= count;
@@ -197,13 +205,20 @@ bool isLowp(DType t) {
   return t == DType::F16 || t == DType::BF16;
 }
 
+/// A matmul's or a gemm's plan.
+GemmPlan planProduct(const Node& n) {
+  const bool gemm = n.op() == "gemm";
+  return planMatmul(n.input(0)->shape(), n.input(1)->shape(), gemm && n.i("trans_a") != 0,
+                    gemm && n.i("trans_b") != 0);
+}
+
 /// The strided launches' batch count and folded M fit cuBLAS's int.
 bool planFits(const Node& n) {
   if (n.op() == "linear") {
     const Shape& x = n.input(0)->shape();
     return numelOf(Shape(x.begin(), x.end() - 1)) <= INT32_MAX;
   }
-  const GemmPlan plan = planMatmul(n.input(0)->shape(), n.input(1)->shape());
+  const GemmPlan plan = planProduct(n);
   return plan.m <= INT32_MAX && plan.batch <= INT32_MAX;
 }
 
@@ -380,7 +395,8 @@ void runLt(const GemmPlan& plan, const GemmArgs& g, CudaContext& ctx) {
 
   LtDesc desc;
   checkCublas(cublasLtMatmulDescCreate(&desc.h, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate", n);
-  const cublasOperation_t op_a = plan.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = CUBLAS_OP_N;
+  const cublasOperation_t op_a = plan.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = plan.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   setDesc(desc.h, CUBLASLT_MATMUL_DESC_TRANSA, op_a, n);
   setDesc(desc.h, CUBLASLT_MATMUL_DESC_TRANSB, op_b, n);
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
@@ -396,7 +412,10 @@ void runLt(const GemmPlan& plan, const GemmArgs& g, CudaContext& ctx) {
     makeLayout(la, t, plan.k, plan.p, plan.k, plan.batch, plan.stride_b, n);
   else
     makeLayout(la, t, plan.p, plan.k, plan.p, plan.batch, plan.stride_b, n);
-  makeLayout(lb, t, plan.k, plan.m, plan.k, plan.batch, plan.stride_a, n);
+  if (plan.trans_a)
+    makeLayout(lb, t, plan.m, plan.k, plan.m, plan.batch, plan.stride_a, n);
+  else
+    makeLayout(lb, t, plan.k, plan.m, plan.k, plan.batch, plan.stride_a, n);
   makeLayout(lc, t, plan.p, plan.m, plan.p, plan.batch, plan.m * plan.p, n);
 
   void* ws = nullptr;
@@ -406,7 +425,8 @@ void runLt(const GemmPlan& plan, const GemmArgs& g, CudaContext& ctx) {
   int device = 0;
   check(cudaGetDevice(&device), "cudaGetDevice", n);
   std::string key = std::to_string(device) + ':' + std::to_string(static_cast<int>(g.dtype)) + ':' +
-                    std::to_string(static_cast<int>(epilogue)) + ':' + (plan.trans_b ? "T" : "N");
+                    std::to_string(static_cast<int>(epilogue)) + ':' + (plan.trans_a ? "T" : "N") +
+                    (plan.trans_b ? "T" : "N");
   for (int64_t v :
        {plan.m, plan.p, plan.k, plan.batch, plan.stride_a, plan.stride_b, int64_t{align_a}, int64_t{align_b},
         int64_t{align_c}, int64_t{g.bias ? alignmentOf(g.bias) : 0}, static_cast<int64_t>(ws_bytes)})
@@ -539,11 +559,13 @@ void runCublas(const GemmPlan& plan, const GemmArgs& g, CudaContext& ctx) {
     const void* pb = bytePtr(g.a) + static_cast<size_t>(plan.a_base[static_cast<size_t>(l)]) * es;
     void* pc = bytePtr(g.c) + static_cast<size_t>(l * plan.batch * plan.m * plan.p) * es;
     checkCublas(
-        cublasGemmStridedBatchedEx(h, plan.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(plan.p),
+        cublasGemmStridedBatchedEx(h, plan.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                   plan.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(plan.p),
                                    static_cast<int>(plan.m), static_cast<int>(plan.k), alpha, pa, t,
                                    static_cast<int>(plan.trans_b ? plan.k : plan.p), plan.stride_b, pb, t,
-                                   static_cast<int>(plan.k), plan.stride_a, beta, pc, t, static_cast<int>(plan.p),
-                                   plan.m * plan.p, static_cast<int>(plan.batch), compute, CUBLAS_GEMM_DEFAULT),
+                                   static_cast<int>(plan.trans_a ? plan.m : plan.k), plan.stride_a, beta, pc, t,
+                                   static_cast<int>(plan.p), plan.m * plan.p, static_cast<int>(plan.batch), compute,
+                                   CUBLAS_GEMM_DEFAULT),
         "cublasGemmStridedBatchedEx", n);
   }
   if (g.relu) reluInPlace(g.c, g.dtype, plan.m, plan.p, ctx);
@@ -554,8 +576,9 @@ void runCublas(const GemmPlan& plan, const GemmArgs& g, CudaContext& ctx) {
 using Runner = void (*)(const GemmPlan&, const GemmArgs&, CudaContext&);
 
 template <Runner run>
-void matmulKernel(const Node&, std::span<const DeviceTensor> in, std::span<const DeviceTensor> out, CudaContext& ctx) {
-  const GemmPlan plan = planMatmul(in[0].shape(), in[1].shape());
+void matmulKernel(const Node& n, std::span<const DeviceTensor> in, std::span<const DeviceTensor> out,
+                  CudaContext& ctx) {
+  const GemmPlan plan = planProduct(n);  // matmul or gemm
   const GemmArgs g{in[0].dtype(), in[0].data, in[1].data, out[0].data};
   if (plan.launches() == 0 || emptyProduct(plan, g, out[0], ctx)) return;
   run(plan, g, ctx);
@@ -591,8 +614,10 @@ void registerCudaGemmKernels(CudaKernelRegistry& r) {
     return k;
   };
   r.add(def("matmul", "cublaslt", 20, ltSupports, matmulKernel<runLt>));
+  r.add(def("gemm", "cublaslt", 20, ltSupports, matmulKernel<runLt>));
   r.add(def("linear", "cublaslt", 20, ltSupports, linearKernel<runLt>));
   r.add(def("matmul", "cublas", 10, cublasSupports, matmulKernel<runCublas>));
+  r.add(def("gemm", "cublas", 10, cublasSupports, matmulKernel<runCublas>));
   r.add(def("linear", "cublas", 10, cublasSupports, linearKernel<runCublas>));
 }
 

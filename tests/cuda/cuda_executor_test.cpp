@@ -78,7 +78,8 @@ Graph stepGraph(const char* forward_ir, const StepOptions& o = {}) {
   ctx.training.optimizer.kind = OptimizerKind::AdamW;
   if (o.bf16) ctx.training.amp.mode = AmpMode::Bf16;
   std::vector<const PassInfo*> pipeline;
-  for (const char* p : {"loss", "amp", "autodiff", "optimizer", "simplify", "fuse", "split_updates", "schedule"}) {
+  for (const char* p :
+       {"loss", "amp", "autodiff", "optimizer", "simplify", "fold_transposes", "fuse", "split_updates", "schedule"}) {
     const std::string_view name = p;
     if ((o.split || name != "split_updates") && (o.fuse || name != "fuse") && (o.bf16 || name != "amp"))
       pipeline.push_back(findPass(p));
@@ -198,6 +199,21 @@ TEST(CudaExecutor, MultiTensorUpdatesMatchTheCpu) {
 TEST(CudaExecutor, FusedStepsMatchTheCpu) {
   expectStepsMatchCpu(kMlp, {.fuse = true});
   expectStepsMatchCpu(kCnn, {.fuse = true});
+}
+
+/// The steps below read the weight gradients' transposed operands through
+/// gemm flags (fold_transposes runs for CUDA too; no GPU needed to build them).
+TEST(CudaExecutor, StepsForTheDeviceReadTransposesThroughGemmFlags) {
+  const Graph g = stepGraph(kMlp);
+  int gemms = 0;
+  for (const auto& n : g.nodes()) {
+    if (n->op() != "gemm") continue;
+    ++gemms;
+    const CudaKernelDef* k = CudaKernelRegistry::get().select(*n);
+    ASSERT_NE(k, nullptr) << n->describe();
+    EXPECT_EQ(k->name, "cublaslt.gemm");
+  }
+  EXPECT_GE(gemms, 2) << printGraph(g);
 }
 
 /// The bf16 fused chains the GPU step below runs (no GPU needed to build them).

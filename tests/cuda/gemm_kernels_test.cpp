@@ -1,5 +1,6 @@
 // CUDA GEMM kernels (backend/cuda/kernels_gemm.cpp: cublaslt, cublas) against
 // the CPU reference: matmul over 1-D, 2-D, batched and broadcast operands,
+// gemm with every pair of transpose flags (plain, batched, broadcast),
 // linear with and without bias and relu, f32 (full fp32: 1e-5), f64, and
 // f16/bf16 (fp32 accumulation: 1e-2). Skips visibly without a GPU.
 #include <gtest/gtest.h>
@@ -16,6 +17,21 @@ std::string matmulIr(const std::string& dt, const std::vector<int64_t>& a, const
                      const std::vector<int64_t>& out) {
   return "graph g(%a: " + ty(dt, a) + " data, %b: " + ty(dt, b) + " data) {\n  %0 = matmul(%a, %b) : " + ty(dt, out) +
          "\n  return %0 \"out\"\n}\n";
+}
+
+/// gemm(a, b) {trans_a, trans_b}: a is [.., m, k] or [.., k, m], b [.., k, p] or [.., p, k].
+std::string gemmIr(const std::string& dt, const std::vector<int64_t>& a, const std::vector<int64_t>& b,
+                   const std::vector<int64_t>& out, int ta, int tb) {
+  return "graph g(%a: " + ty(dt, a) + " data, %b: " + ty(dt, b) + " data) {\n  %0 = gemm(%a, %b) {trans_a=" +
+         std::to_string(ta) + ", trans_b=" + std::to_string(tb) + "} : " + ty(dt, out) +
+         "\n  return %0 \"out\"\n}\n";
+}
+
+/// Operand shape [batch.., rows, cols], stored transposed when `t`.
+std::vector<int64_t> stored(std::vector<int64_t> batch, int64_t rows, int64_t cols, int t) {
+  batch.push_back(t ? cols : rows);
+  batch.push_back(t ? rows : cols);
+  return batch;
 }
 
 std::string linearIr(const std::string& dt, const std::vector<int64_t>& x, int64_t out_features, bool bias,
@@ -139,6 +155,38 @@ TEST(CudaGemmKernels, LowPrecision) {
   }
 }
 
+TEST(CudaGemmKernels, GemmTransposeFlags) {
+  KILN_REQUIRE_GPU();
+  struct Case {
+    std::vector<int64_t> batch_a, batch_b, batch_out;
+    int64_t m, k, p;
+  };
+  const std::vector<Case> cases = {
+      {{}, {}, {}, 64, 128, 32},                 // plain matrices
+      {{}, {}, {}, 33, 17, 5},                   // odd sizes
+      {{12}, {12}, {12}, 64, 48, 40},            // strided batch
+      {{2, 3}, {2, 3}, {2, 3}, 16, 64, 16},      // attention-shaped
+      {{4, 1}, {1, 3}, {4, 3}, 8, 16, 8},        // broadcast on both sides
+      {{4}, {}, {4}, 10, 32, 24},                // a plain B under a batched A (no M fold when A is transposed)
+      {{}, {6}, {6}, 10, 32, 24},                // a plain A under a batched B
+  };
+  for (const std::string dt : {"f32", "f64", "bf16"})
+    for (int ta : {0, 1})
+      for (int tb : {0, 1})
+        for (const Case& c : cases) {
+          SCOPED_TRACE(dt + " trans_a=" + std::to_string(ta) + " trans_b=" + std::to_string(tb) + " m=" +
+                       std::to_string(c.m) + " k=" + std::to_string(c.k) + " p=" + std::to_string(c.p) +
+                       " batch " + std::to_string(c.batch_out.size()));
+          std::vector<int64_t> out = c.batch_out;
+          out.push_back(c.m);
+          out.push_back(c.p);
+          EXPECT_EQ(expectMatchesCpu(gemmIr(dt, stored(c.batch_a, c.m, c.k, ta), stored(c.batch_b, c.k, c.p, tb),
+                                            out, ta, tb),
+                                     tolerance(dt)),
+                    expectedKernels(dt));
+        }
+}
+
 TEST(CudaGemmKernels, DialectsByPriority) {
   // Selection prefers cuBLASLt where it applies; f64 falls to cuBLAS. Needs no GPU.
   auto g = parseGraph(matmulIr("f32", {8, 8}, {8, 8}, {8, 8}), "test");
@@ -147,6 +195,11 @@ TEST(CudaGemmKernels, DialectsByPriority) {
   ASSERT_NE(k, nullptr);
   EXPECT_EQ(k->name, "cublaslt.matmul");
   EXPECT_EQ(k->workspace(*g->nodes().front()), size_t{32} << 20);
+  auto gt = parseGraph(gemmIr("bf16", {8, 4}, {6, 8}, {4, 6}, 1, 1), "test");
+  ASSERT_TRUE(gt.ok()) << gt.error().message;
+  k = CudaKernelRegistry::get().select(*gt->nodes().front());
+  ASSERT_NE(k, nullptr);
+  EXPECT_EQ(k->name, "cublaslt.gemm");
   auto g64 = parseGraph(linearIr("f64", {8, 8}, 4, true), "test");
   ASSERT_TRUE(g64.ok()) << g64.error().message;
   k = CudaKernelRegistry::get().select(*g64->nodes().front());
