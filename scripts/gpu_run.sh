@@ -7,6 +7,12 @@
 #                                    # packages Kiln builds against into
 #                                    # .gpu-deps/ (in .gitignore, ~20 MB;
 #                                    # the device tool carries it)
+#   scripts/gpu_run.sh pack BUILD_DIR # optional, here: kiln, libkiln_cuda.so
+#                                    # and kiln_cuda_tests of a local build
+#                                    # for the GPU's arch (-DKILN_CUDA_
+#                                    # ARCHITECTURES=90, -DKILN_WITH_TORCH=OFF)
+#                                    # into .gpu-bin/ (~20 MB), so the
+#                                    # device's lease is not spent building
 #   scripts/gpu_run.sh run OUTDIR [PHASE...]
 #                                    # there, with .gpu-deps/ copied along:
 #                                    # the phases in order (default: all),
@@ -15,6 +21,8 @@
 # Phases:
 #   build      unpack .gpu-deps, build build-gpu/ (kiln, the plugin,
 #              kiln_cuda_tests) with CUDA and PyTorch's libtorch and cuDNN
+#   unpack     instead of build: build-gpu/ from .gpu-bin/ (carried with
+#              .gpu-deps); without the libtorch plugin, the bench reads FX dumps
 #   tests      kiln_cuda_tests (kernels, executor, NCCL at one rank)
 #   sanitizer  compute-sanitizer memcheck and racecheck over them
 #   train      kiln train --device cuda against the CPU (tests/cli/device_cli.sh)
@@ -77,6 +85,29 @@ setup_env() {
   CUDNN_ROOT_DIR=$(wheel_root 'libcudnn.so.9')
   NCCL_ROOT_DIR=$(wheel_root 'libnccl.so.2')
   export LD_LIBRARY_PATH=$CUDNN_ROOT_DIR/lib:$NCCL_ROOT_DIR/lib:$LD_LIBRARY_PATH
+  # Binaries built elsewhere (pack) find the CUDA runtime, cuBLAS and NVRTC here.
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do
+    [ -d "$d" ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d
+  done
+}
+
+# Here: a local CUDA build's binaries into .gpu-bin/ for the unpack phase.
+pack() {
+  local dir=${1:-}
+  [ -n "$dir" ] || { echo "usage: scripts/gpu_run.sh pack BUILD_DIR"; exit 2; }
+  local f
+  for f in kiln libkiln_cuda.so tests/kiln_cuda_tests; do
+    [ -f "$dir/$f" ] || { echo "gpu_run: $dir/$f is missing (ninja -C $dir kiln kiln_cuda_tests)"; exit 1; }
+  done
+  local arch
+  arch=$(sed -n 's/^KILN_CUDA_ARCHITECTURES:[A-Z]*=//p' "$dir/CMakeCache.txt")
+  case $arch in
+    *virtual*|"") echo "gpu_run: $dir builds PTX only ($arch): configure it with -DKILN_CUDA_ARCHITECTURES=90"; exit 1 ;;
+  esac
+  mkdir -p "$ROOT/.gpu-bin"
+  tar czf "$ROOT/.gpu-bin/kiln-bin.tgz" -C "$dir" kiln libkiln_cuda.so tests/kiln_cuda_tests
+  git -C "$ROOT" rev-parse HEAD >"$ROOT/.gpu-bin/commit"
+  echo "packed $dir (sm $arch, commit $(cut -c1-12 "$ROOT/.gpu-bin/commit")): $(du -h "$ROOT/.gpu-bin/kiln-bin.tgz" | cut -f1)"
 }
 
 phase_build() {
@@ -102,6 +133,17 @@ phase_build() {
   echo "built ${targets[*]} in $((SECONDS - t0)) s (exit $rc)"
   [ -x build-gpu/tests/kiln_cuda_tests ] || return 1
   return $rc
+}
+
+phase_unpack() {
+  local tgz=$ROOT/.gpu-bin/kiln-bin.tgz
+  [ -f "$tgz" ] || { echo "gpu_run: no $tgz (scripts/gpu_run.sh pack BUILD_DIR, then carry .gpu-bin)"; return 1; }
+  { nvidia-smi; echo "binaries of commit $(cat "$ROOT/.gpu-bin/commit" 2>/dev/null)"; } >"$OUTDIR/machine.txt" 2>&1
+  mkdir -p build-gpu && tar xzf "$tgz" -C build-gpu || return 1
+  if ldd build-gpu/kiln build-gpu/libkiln_cuda.so build-gpu/tests/kiln_cuda_tests | grep "not found"; then
+    echo "gpu_run: libraries missing for the packed binaries"; return 1
+  fi
+  echo "unpacked the binaries of commit $(cut -c1-12 "$ROOT/.gpu-bin/commit" 2>/dev/null)"
 }
 
 phase_tests() {
@@ -164,13 +206,14 @@ run() {
   [ ${#phases[@]} -gt 0 ] || phases=(build tests sanitizer train bench dp)
   local status=0 p
   for p in "${phases[@]}"; do
-    declare -F "phase_$p" >/dev/null || { echo "gpu_run: no phase '$p' (build tests sanitizer train bench dp)"; exit 2; }
+    declare -F "phase_$p" >/dev/null ||
+      { echo "gpu_run: no phase '$p' (build unpack tests sanitizer train bench dp)"; exit 2; }
   done
   mkdir -p "$OUTDIR"
   setup_env
   for p in "${phases[@]}"; do
     local needs=build-gpu/kiln
-    case $p in build) needs="" ;; tests|sanitizer) needs=build-gpu/tests/kiln_cuda_tests ;; esac
+    case $p in build|unpack) needs="" ;; tests|sanitizer) needs=build-gpu/tests/kiln_cuda_tests ;; esac
     if [ -n "$needs" ] && [ ! -x "$needs" ]; then
       echo "gpu_run: phase $p needs $needs (run the build phase first, on this machine)"; status=1; continue
     fi
@@ -181,6 +224,8 @@ run() {
 
 case "${1:-}" in
   prepare) prepare ;;
+  pack) shift; pack "$@" ;;
   run) shift; run "$@" ;;
-  *) echo "usage: scripts/gpu_run.sh prepare | run [OUTDIR] [build|tests|sanitizer|train|bench|dp ...]"; exit 2 ;;
+  *) echo "usage: scripts/gpu_run.sh prepare | pack BUILD_DIR | run [OUTDIR] [build|unpack|tests|sanitizer|train|bench|dp ...]"
+     exit 2 ;;
 esac
