@@ -29,6 +29,7 @@
 
 #include "backend/cpu/cpu_loops.h"
 #include "backend/cpu/reduce_loops.h"
+#include "backend/cpu/row_math.h"
 #include "backend/cpu/unary_grad_block.h"
 #include "backend/cpu/unary_ops.h"
 #include "backend/kernel.h"
@@ -101,10 +102,11 @@ std::function<void(const T* const*, T*, int64_t)> instruction(const Node& n) {
   if (op == "where") return [](const T* const* in, T* out, int64_t cnt) { whereRun(in[0], in[1], in[2], out, cnt); };
   if (op == "cast")  // f32 <-> bf16 in a float body: the value, rounded after when the cast is to bf16
     return [](const T* const* in, T* __restrict out, int64_t cnt) { std::copy(in[0], in[0] + cnt, out); };
-  if (op == "full")  // a scalar constant, converted as fullKernel does
-    return [v = convert<T>(n.f("value"))](const T* const*, T* __restrict out, int64_t cnt) {
-      std::fill(out, out + cnt, v);
-    };
+  if (op == "full") {  // a scalar constant, converted as fullKernel does (a bf16 one rounded here, once)
+    T v = convert<T>(n.f("value"));
+    if (n.output()->dtype() == DType::BF16) v = T(bf16ToFloat(floatToBf16(static_cast<float>(v))));
+    return [v](const T* const*, T* __restrict out, int64_t cnt) { std::fill(out, out + cnt, v); };
+  }
   if (op == "unary_backward") {
     auto block = unaryBackwardBlock<T>(n);
     if (!block) return nullptr;
@@ -130,6 +132,14 @@ std::function<void(const T* const*, T*, int64_t)> instruction(const Node& n) {
   return nullptr;
 }
 
+/// Body nodes whose bf16 result needs no rounding: a selection, a sign
+/// change or a clamp at zero of bf16 values is a bf16 value, and `full`
+/// rounds its constant once when the program is built.
+bool exactInBf16(const Node& n) {
+  const std::string& op = n.op();
+  return op == "where" || op == "relu" || op == "neg" || op == "abs" || op == "full";
+}
+
 template <class T>
 std::shared_ptr<const Program<T>> compile(const Node& node) {
   auto p = std::make_shared<Program<T>>();
@@ -143,7 +153,7 @@ std::shared_ptr<const Program<T>> compile(const Node& node) {
     for (const Value* v : n->inputs()) ins.in.push_back(slot.at(v));
     ins.out = slot[n->output()] = p->num_slots++;
     ins.run = instruction<T>(*n);
-    ins.round_bf16 = n->output()->dtype() == DType::BF16;
+    ins.round_bf16 = n->output()->dtype() == DType::BF16 && !exactInBf16(*n);
     if (!ins.run) opFail(node, "the CPU fused kernel cannot run '" + n->op() + "' in a body");
     p->instrs.push_back(std::move(ins));
   }
@@ -220,6 +230,12 @@ struct BodyEval {
         : e(&ev), scratch(static_cast<size_t>(ev.prog->num_slots) * kBlock), slots(ev.prog->num_slots) {
       for (size_t k = 0; k < ev.in.size(); ++k)
         if (ev.ops[k].splat) std::fill(block(k), block(k) + kBlock, load(k, 0));
+      // Constants (`full`, no inputs) fill their blocks once, not per block.
+      for (const auto& ins : ev.prog->instrs)
+        if (ins.in.empty()) {
+          ins.run(nullptr, block(ins.out), kBlock);
+          slots[ins.out] = block(ins.out);
+        }
     }
     T* block(size_t k) { return scratch.data() + k * kBlock; }
     T load(size_t k, int64_t idx) const {
@@ -239,7 +255,10 @@ struct BodyEval {
         } else if (o.full && o.is_bf16) {
           T* dst = block(k);
           const BFloat16* src = e->in[k].template data<BFloat16>() + b;
-          for (int64_t i = 0; i < cnt; ++i) dst[i] = T(bf16ToFloat(src[i].bits));
+          if constexpr (std::is_same_v<T, float>)
+            rowFromBf16(src, dst, cnt);  // vector clones
+          else
+            for (int64_t i = 0; i < cnt; ++i) dst[i] = T(bf16ToFloat(src[i].bits));
           slots[k] = dst;
         } else {
           T* dst = block(k);
@@ -255,6 +274,7 @@ struct BodyEval {
         }
       }
       for (const auto& ins : e->prog->instrs) {
+        if (ins.in.empty()) continue;  // a constant, filled by the constructor
         args.clear();
         for (int s : ins.in) args.push_back(slots[s]);
         T* o = block(ins.out);
@@ -273,7 +293,10 @@ struct BodyEval {
         for (int64_t i = 0; i < cnt; ++i) d[i] = src[i] != T(0);
       } else if (e->prog->output_dtypes[k] == DType::BF16) {
         BFloat16* d = dst.data<BFloat16>() + b;  // already rounded: exact
-        for (int64_t i = 0; i < cnt; ++i) d[i].bits = floatToBf16(static_cast<float>(src[i]));
+        if constexpr (std::is_same_v<T, float>)
+          rowToBf16(src, d, cnt);  // vector clones
+        else
+          for (int64_t i = 0; i < cnt; ++i) d[i].bits = floatToBf16(static_cast<float>(src[i]));
       } else {
         std::copy(src, src + cnt, dst.data<T>() + b);
       }
