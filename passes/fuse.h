@@ -15,7 +15,8 @@ namespace kiln {
 const std::set<std::string, std::less<>>& fusibleOps();
 
 /// The fuse pass (see passes/fuse.cpp). Statistics: groups, nodes_fused,
-/// reductions (groups ending in a sum/mean), epilogues (GEMM + relu),
+/// reductions (groups ending in a sum/mean), epilogues (GEMM + relu, and
+/// loss casts folded), grad_casts (bf16 gradients AdamW reads itself),
 /// bytes_saved (intermediate tensors no longer written and read back).
 Result<PassResult> runFuse(Graph& g, PassContext& ctx);
 

@@ -132,10 +132,10 @@ struct AdamConsts {
 /// GPT-2-style's 42M parameters): the decay kind as a template argument (no
 /// branch), -fno-math-errno (no errno path around sqrt), and in-place
 /// operands (four pointers: seven needed more alias checks than GCC makes).
-template <typename T, Decay kDecay>
-KILN_SIMD_CLONES void adamRun(T* p, const T* g, T* m, T* v, int64_t count, AdamConsts<T> k) {
+template <typename T, typename G, Decay kDecay>
+KILN_SIMD_CLONES void adamRun(T* p, const G* g, T* m, T* v, int64_t count, AdamConsts<T> k) {
   for (int64_t i = 0; i < count; ++i) {
-    T grad = g[i] * k.scale;
+    T grad = static_cast<T>(g[i]) * k.scale;  // a bf16 gradient widened exactly, as its cast to f32
     T param = p[i];
     if constexpr (kDecay == Decay::Decoupled)
       param = param * k.decay;
@@ -150,7 +150,9 @@ KILN_SIMD_CLONES void adamRun(T* p, const T* g, T* m, T* v, int64_t count, AdamC
   }
 }
 
-template <typename T>
+/// One parameter's update; G is T, or BFloat16 for amp's bf16 gradient of an
+/// f32 parameter (adam_update reads it widened: passes/fuse.cpp's cast fold).
+template <typename T, typename G = T>
 void adamGroup(const Node& n, const Scalars& s, const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
                Tensor& p_out, Tensor& m_out, Tensor& v_out) {
   const double b1 = n.f("beta1"), b2 = n.f("beta2"), wd = n.f("weight_decay");
@@ -162,7 +164,8 @@ void adamGroup(const Node& n, const Scalars& s, const Tensor& p, const Tensor& g
   const T tb1 = static_cast<T>(b1), tb2 = static_cast<T>(b2), c1 = static_cast<T>(1 - b1), c2 = static_cast<T>(1 - b2),
           eps = static_cast<T>(n.f("eps")), twd = static_cast<T>(wd), scale = static_cast<T>(s.grad_scale);
   const int64_t count = p.numel();
-  const T *pp = p.data<T>(), *gp = g.data<T>(), *mp = m.data<T>(), *vp = v.data<T>();
+  const T *pp = p.data<T>(), *mp = m.data<T>(), *vp = v.data<T>();
+  const G* gp = g.data<G>();
   T *po = p_out.data<T>(), *mo = m_out.data<T>(), *vo = v_out.data<T>();
   const AdamConsts<T> k{scale, decay, twd, tb1, c1, tb2, c2, bias2_sqrt, eps, step_size, decoupled};
   cpu::parallelFor(count, 65536, [&](int64_t b, int64_t e) {
@@ -171,11 +174,11 @@ void adamGroup(const Node& n, const Scalars& s, const Tensor& p, const Tensor& g
     if (mo != mp) std::copy(mp + b, mp + e, mo + b);
     if (vo != vp) std::copy(vp + b, vp + e, vo + b);
     if (decoupled)
-      adamRun<T, Decay::Decoupled>(po + b, gp + b, mo + b, vo + b, e - b, k);
+      adamRun<T, G, Decay::Decoupled>(po + b, gp + b, mo + b, vo + b, e - b, k);
     else if (twd != 0)
-      adamRun<T, Decay::Coupled>(po + b, gp + b, mo + b, vo + b, e - b, k);
+      adamRun<T, G, Decay::Coupled>(po + b, gp + b, mo + b, vo + b, e - b, k);
     else
-      adamRun<T, Decay::None>(po + b, gp + b, mo + b, vo + b, e - b, k);
+      adamRun<T, G, Decay::None>(po + b, gp + b, mo + b, vo + b, e - b, k);
   });
 }
 
@@ -200,6 +203,10 @@ void adamKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out
     Tensor& p_out = allocOutput(n, out, k);
     Tensor& m_out = allocOutput(n, out, k + 1);
     Tensor& v_out = allocOutput(n, out, k + 2);
+    if (in[g].dtype() == DType::F32 && in[g + 1].dtype() == DType::BF16) {
+      adamGroup<float, cpu::BFloat16>(n, s, in[g], in[g + 1], in[g + 2], in[g + 3], p_out, m_out, v_out);
+      continue;
+    }
     cpu::dispatchFloat(in[g].dtype(), [&](auto t) {
       adamGroup<decltype(t)>(n, s, in[g], in[g + 1], in[g + 2], in[g + 3], p_out, m_out, v_out);
     });
@@ -227,6 +234,18 @@ bool floatParams(const Node& n) {
   return true;
 }
 
+/// adam_update: f32/f64 groups, where a gradient may also be bf16 beside an
+/// f32 parameter (read widened).
+bool adamParams(const Node& n) {
+  for (size_t g = kScalars; g + 3 < n.numInputs(); g += 4)
+    for (size_t k = 0; k < 4; ++k) {
+      const DType t = n.input(g + k)->dtype();
+      const bool widened = k == 1 && t == DType::BF16 && n.input(g)->dtype() == DType::F32;
+      if (t != DType::F32 && t != DType::F64 && !widened) return false;
+    }
+  return true;
+}
+
 bool floatInputs(const Node& n) {
   for (Value* v : n.inputs())
     if (v->dtype() != DType::F32 && v->dtype() != DType::F64) return false;
@@ -239,7 +258,7 @@ void registerCpuOptimizerKernels(KernelRegistry& r) {
   // In place: sgdGroup and adamRun read every input element before writing
   // the same element of the outputs.
   r.add({"sgd_update", "cpu", "cpu.sgd_update", 0, floatParams, sgdKernel, false, /*updates_in_place=*/true});
-  r.add({"adam_update", "cpu", "cpu.adam_update", 0, floatParams, adamKernel, false,
+  r.add({"adam_update", "cpu", "cpu.adam_update", 0, adamParams, adamKernel, false,
          /*updates_in_place=*/true});
   r.add({"global_norm", "cpu", "cpu.global_norm", 0, floatInputs, globalNormKernel});
 }

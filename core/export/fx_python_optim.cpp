@@ -123,7 +123,9 @@ void emitAdam(Emitter& e, const Node& n) {
     const std::string& bias2_sqrt =
         s.memo("bias2_sqrt", t, [&] { return s.castF64(e.call("aten.sqrt.default", {bias2}), t); });
     const std::string &p = e.in(n, g), &m = e.in(n, g + 2), &v = e.in(n, g + 3);
-    std::string grad = mul(e, e.in(n, g + 1), s.scale(t));
+    // A bf16 gradient (the fold of amp's cast) is widened first, as the cast did.
+    const DType gt = n.input(g + 1)->dtype();
+    std::string grad = mul(e, gt == t ? e.in(n, g + 1) : e.cast(e.in(n, g + 1), gt, t), s.scale(t));
     std::string param = p;
     if (decoupled) {  // AdamW: param.mul_(1 - lr * weight_decay)
       const std::string& decay = s.memo("decay", t, [&] {

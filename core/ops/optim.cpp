@@ -6,6 +6,9 @@
 //   sgd_update(lr, step, grad_scale, p0, g0[, buf0], p1, g1[, buf1], ...)
 //       -> p0', [buf0',] p1', [buf1',] ...        (buf present iff momentum != 0)
 //   adam_update(lr, step, grad_scale, p0, g0, m0, v0, ...) -> p0', m0', v0', ...
+//       (g may be bf16 beside an f32 parameter: amp's gradient, read widened,
+//       which is what its cast to f32 gives; passes/fuse.cpp folds that cast
+//       on the CPU)
 //   global_norm(t0, t1, ...) -> sqrt(sum of all squares), 0-d
 //
 // `step` is the step being taken (1 on the first); `grad_scale` multiplies
@@ -30,8 +33,10 @@ void requireScalars(const Node& n) {
 }
 
 /// Checks groups of `per` inputs after the scalars: all of one parameter's shape
-/// and dtype. Returns the output types: the first `out_per` of each group.
-std::vector<TensorType> inferGroups(const Node& n, size_t per, size_t out_per) {
+/// and dtype (with `bf16_grad`, the gradient, second in its group, may be bf16
+/// beside an f32 parameter). Returns the output types: the first `out_per`
+/// of each group.
+std::vector<TensorType> inferGroups(const Node& n, size_t per, size_t out_per, bool bf16_grad = false) {
   requireScalars(n);
   size_t rest = n.numInputs() - kOptimizerScalars;
   if (rest == 0 || rest % per)
@@ -41,9 +46,12 @@ std::vector<TensorType> inferGroups(const Node& n, size_t per, size_t out_per) {
   for (size_t g = kOptimizerScalars; g < n.numInputs(); g += per) {
     const TensorType& p = n.input(g)->type();
     if (!isFloating(p.dtype)) opFail(n, "parameter " + p.str() + " is not floating point");
-    for (size_t k = 1; k < per; ++k)
-      if (n.input(g + k)->type() != p)
-        opFail(n, "tensor " + n.input(g + k)->type().str() + " does not match its parameter " + p.str());
+    for (size_t k = 1; k < per; ++k) {
+      const TensorType& t = n.input(g + k)->type();
+      const bool widened = bf16_grad && k == 1 && p.dtype == DType::F32 && t.dtype == DType::BF16;
+      if (widened ? t.shape != p.shape : t != p)
+        opFail(n, "tensor " + t.str() + " does not match its parameter " + p.str());
+    }
     for (size_t k = 0; k < out_per; ++k) out.push_back(p);
   }
   return out;
@@ -61,7 +69,7 @@ std::vector<TensorType> inferAdam(const Node& n) {
   double b1 = n.f("beta1"), b2 = n.f("beta2");
   if (!(b1 >= 0 && b1 < 1) || !(b2 >= 0 && b2 < 1)) opFail(n, "betas must be in [0, 1)");
   if (!(n.f("eps") >= 0) || !(n.f("weight_decay") >= 0)) opFail(n, "eps and weight_decay must be >= 0");
-  return inferGroups(n, 4, 3);
+  return inferGroups(n, 4, 3, /*bf16_grad=*/true);
 }
 
 std::vector<TensorType> inferGlobalNorm(const Node& n) {

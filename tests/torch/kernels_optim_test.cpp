@@ -4,7 +4,9 @@
 // torch.optim's single-tensor arithmetic on the same tensors: AdamW, Adam
 // with coupled weight decay and without; SGD with and without weight decay,
 // momentum (first and later steps), dampening, Nesterov; a gradient scale,
-// f32 and f64, lengths that leave vector tails.
+// f32 and f64, lengths that leave vector tails; AdamW reading amp's bf16
+// gradient of an f32 parameter (passes/fuse.cpp's cast fold) as its f32
+// cast, bit for bit.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -45,6 +47,26 @@ void runAdam(const AdamCase& c, torch::ScalarType dt, int64_t n, double tol) {
   expectClose(out[0], p_ref, tol, "param");
   expectClose(out[1], m_ref, tol, "exp_avg");
   expectClose(out[2], v_ref, tol, "exp_avg_sq");
+}
+
+TEST(KernelsOptim, AdamUpdateReadsBf16GradientsAsTheirF32Cast) {
+  for (int64_t n : {1, 7, 8, 1000, 70001}) {
+    SCOPED_TRACE("n " + std::to_string(n));
+    torch::manual_seed(5);
+    auto p = torch::randn({n}), m = 0.1 * torch::randn({n}), v = 0.01 * torch::randn({n}).abs() + 1e-4;
+    auto g = torch::randn({n}).to(torch::kBFloat16);
+    auto scalar = [](double x, torch::ScalarType t) { return torch::tensor(x, torch::TensorOptions().dtype(t)); };
+    const AttrMap attrs = {{"weight_decay", 0.01}, {"decoupled", int64_t{1}}};
+    auto run = [&](const torch::Tensor& grad) {
+      return runOp("adam_update",
+                   {scalar(1e-2, torch::kFloat64), scalar(3, torch::kFloat64), scalar(0.5, torch::kFloat32), p, grad,
+                    m, v},
+                   attrs);
+    };
+    auto widened = run(g), cast = run(g.to(torch::kFloat32));
+    ASSERT_EQ(widened.size(), 3u);
+    for (size_t k = 0; k < 3; ++k) EXPECT_TRUE(torch::equal(widened[k], cast[k])) << "output " << k;
+  }
 }
 
 TEST(KernelsOptim, AdamUpdateOutOfPlaceMatchesTorchOptim) {
