@@ -20,6 +20,44 @@ bool tileGemmAvailable<BFloat16>() {
   return ok;
 }
 
+namespace {
+
+/// bf16 pairs along k as 32-bit words: (lo, hi) -> lo | hi << 16, the order
+/// vdpbf16ps reads.
+inline uint32_t pairWord(uint16_t lo, uint16_t hi) {
+  return uint32_t{lo} | (uint32_t{hi} << 16);
+}
+
+/// Rows kk and kk + 1 of a B whose rows are contiguous (sn == 1) into one
+/// packed pair-row: d[nn] = (s0[nn], s1[nn]). A plain loop the vectorizer
+/// widens (the element-by-element stores at stride 2 ran one at a time).
+KILN_SIMD_CLONES_512 void packPairRow(const uint16_t* s0, const uint16_t* s1, uint32_t* d, int64_t n) {
+  if (s1)
+    for (int64_t nn = 0; nn < n; ++nn) d[nn] = pairWord(s0[nn], s1[nn]);
+  else
+    for (int64_t nn = 0; nn < n; ++nn) d[nn] = pairWord(s0[nn], 0);
+}
+
+/// A transposed B (sk == 1: source row nn holds column nn along k): each
+/// pair (kk, kk + 1) of a row is already one 32-bit word, copied to pair-row
+/// kk / 2 of column nn (attention's K^T and V^T: 64 deep, a few hundred
+/// keys).
+void packTransposedPairs(const uint16_t* src, int64_t k, int64_t n, int64_t sn, uint32_t* d, int64_t row_words) {
+  const int64_t pairs = k / 2;
+  for (int64_t nn = 0; nn < n; ++nn) {
+    const uint16_t* s = src + nn * sn;
+    uint32_t* col = d + nn;
+    for (int64_t j = 0; j < pairs; ++j) {
+      uint32_t w;
+      std::memcpy(&w, s + 2 * j, sizeof w);  // (s[2j], s[2j + 1]), little-endian
+      col[j * row_words] = w;
+    }
+    if (k % 2) col[pairs * row_words] = pairWord(s[k - 1], 0);
+  }
+}
+
+}  // namespace
+
 template <typename T>
 void PackedB<T>::pack(const T* src, int64_t k_, int64_t n_, int64_t sk, int64_t sn) {
   k = k_;
@@ -33,6 +71,21 @@ void PackedB<T>::pack(const T* src, int64_t k_, int64_t n_, int64_t sk, int64_t 
   for (int64_t gi = 0; gi < groups; ++gi) std::fill(d + gi * group_len + n * kPair, d + (gi + 1) * group_len, T{});
   if (k % kPair)
     for (int64_t nn = 0; nn < n; ++nn) d[(groups - 1) * group_len + nn * kPair + 1] = T{};
+  if constexpr (kPair == 2) {  // bf16: whole pairs as 32-bit words
+    const auto* s16 = reinterpret_cast<const uint16_t*>(src);
+    auto* d32 = reinterpret_cast<uint32_t*>(d);
+    if (sn == 1) {
+      for (int64_t gi = 0; gi < groups; ++gi) {
+        const int64_t kk = 2 * gi;
+        packPairRow(s16 + kk * sk, kk + 1 < k ? s16 + (kk + 1) * sk : nullptr, d32 + gi * n_pad, n);
+      }
+      return;
+    }
+    if (sk == 1) {
+      packTransposedPairs(s16, k, n, sn, d32, n_pad);
+      return;
+    }
+  }
   // Read the source along its contiguous direction.
   if (sn == 1 || sk != 1) {
     for (int64_t kk = 0; kk < k; ++kk) {
