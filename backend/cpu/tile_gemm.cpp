@@ -42,18 +42,30 @@ KILN_SIMD_CLONES_512 void packPairRow(const uint16_t* s0, const uint16_t* s1, ui
 /// pair (kk, kk + 1) of a row is already one 32-bit word, copied to pair-row
 /// kk / 2 of column nn (attention's K^T and V^T: 64 deep, a few hundred
 /// keys).
+/// Pair-row j of a transposed B: d[nn] = the word (s[2j], s[2j + 1]) of
+/// source row nn. Contiguous stores; the strided loads become gathers in
+/// the AVX-512 clone.
+KILN_SIMD_CLONES_512 void packTransposedPairRow(const uint32_t* src, int64_t sn_words, uint32_t* d, int64_t n) {
+  for (int64_t nn = 0; nn < n; ++nn) d[nn] = src[nn * sn_words];
+}
+
 void packTransposedPairs(const uint16_t* src, int64_t k, int64_t n, int64_t sn, uint32_t* d, int64_t row_words) {
   const int64_t pairs = k / 2;
-  for (int64_t nn = 0; nn < n; ++nn) {
-    const uint16_t* s = src + nn * sn;
-    uint32_t* col = d + nn;
-    for (int64_t j = 0; j < pairs; ++j) {
-      uint32_t w;
-      std::memcpy(&w, s + 2 * j, sizeof w);  // (s[2j], s[2j + 1]), little-endian
-      col[j * row_words] = w;
+  if (sn % 2 == 0 && reinterpret_cast<uintptr_t>(src) % 4 == 0) {  // every source pair is an aligned word
+    const auto* s32 = reinterpret_cast<const uint32_t*>(src);
+    for (int64_t j = 0; j < pairs; ++j) packTransposedPairRow(s32 + j, sn / 2, d + j * row_words, n);
+  } else {
+    for (int64_t nn = 0; nn < n; ++nn) {
+      const uint16_t* s = src + nn * sn;
+      for (int64_t j = 0; j < pairs; ++j) {
+        uint32_t w;
+        std::memcpy(&w, s + 2 * j, sizeof w);  // (s[2j], s[2j + 1]), little-endian
+        d[j * row_words + nn] = w;
+      }
     }
-    if (k % 2) col[pairs * row_words] = pairWord(s[k - 1], 0);
   }
+  if (k % 2)
+    for (int64_t nn = 0; nn < n; ++nn) d[pairs * row_words + nn] = pairWord(src[nn * sn + k - 1], 0);
 }
 
 }  // namespace
