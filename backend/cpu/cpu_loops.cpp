@@ -2,6 +2,7 @@
 // coalescing for strided walks, broadcast strides, and dtype conversion.
 #include "backend/cpu/cpu_loops.h"
 
+#include "backend/cpu/row_math.h"
 #include "core/tsan_sync.h"
 
 #include <algorithm>
@@ -32,6 +33,20 @@ Tensor castTensor(const Tensor& t, DType dtype) {
 }
 
 void castInto(const Tensor& t, Tensor& out) {
+  // amp's casts (weights to bf16 every step, activations and gradients back):
+  // row_math's vector clones, the same rounding (floatToBf16) as below.
+  if (t.dtype() == DType::F32 && out.dtype() == DType::BF16) {
+    const float* src = t.data<float>();
+    BFloat16* dst = out.data<BFloat16>();
+    parallelFor(t.numel(), kParallelGrain, [src, dst](int64_t b, int64_t e) { rowToBf16(src + b, dst + b, e - b); });
+    return;
+  }
+  if (t.dtype() == DType::BF16 && out.dtype() == DType::F32) {
+    const BFloat16* src = t.data<BFloat16>();
+    float* dst = out.data<float>();
+    parallelFor(t.numel(), kParallelGrain, [src, dst](int64_t b, int64_t e) { rowFromBf16(src + b, dst + b, e - b); });
+    return;
+  }
   dispatchAll(t.dtype(), [&](auto in_tag) {
     using From = typename decltype(in_tag)::type;
     dispatchAll(out.dtype(), [&](auto out_tag) {
