@@ -26,25 +26,44 @@ namespace {
 
 using namespace attention_rows;
 
-/// dst[r * ldd + c] = src[r * lds + c] for a [rows, cols] f32 tile, in T.
+/// dst[r * ldd + c] = src[r * lds + c] for a [rows, cols] f32 tile, in T
+/// (bf16: row_math's vector clones, rounding as BFloat16's constructor).
 template <typename T>
 void copyRows(const float* src, int64_t lds, int64_t rows, int64_t cols, T* dst, int64_t ldd) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* s = src + r * lds;
     T* d = dst + r * ldd;
-    for (int64_t c = 0; c < cols; ++c) d[c] = T(s[c]);
+    if constexpr (std::is_same_v<T, BFloat16>)
+      rowToBf16(s, d, cols);
+    else
+      std::copy(s, s + cols, d);
   }
 }
 
 /// dst[c * rows + r] = src[r * lds + c]: the [cols, rows] transpose of a
-/// [rows, cols] f32 tile, in T (the A operand of p^T gy and gs^T q).
+/// [rows, cols] f32 tile, in T (the A operand of p^T gy and gs^T q). bf16:
+/// the rows rounded first (vectorized), then 16-bit moves.
 template <typename T>
 void transposeRows(const float* src, int64_t lds, int64_t rows, int64_t cols, T* dst) {
   constexpr int64_t kB = 16;  // square blocks: both sides stay in cache lines
+  [[maybe_unused]] const T* from = nullptr;
+  [[maybe_unused]] int64_t ld = 0;
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    thread_local std::vector<BFloat16> rounded;
+    rounded.resize(static_cast<size_t>(rows * cols));
+    copyRows(src, lds, rows, cols, rounded.data(), cols);
+    from = rounded.data();
+    ld = cols;
+  }
   for (int64_t r0 = 0; r0 < rows; r0 += kB)
     for (int64_t c0 = 0; c0 < cols; c0 += kB)
       for (int64_t c = c0; c < std::min(cols, c0 + kB); ++c)
-        for (int64_t r = r0; r < std::min(rows, r0 + kB); ++r) dst[c * rows + r] = T(src[r * lds + c]);
+        for (int64_t r = r0; r < std::min(rows, r0 + kB); ++r) {
+          if constexpr (std::is_same_v<T, BFloat16>)
+            dst[c * rows + r] = from[r * ld + c];
+          else
+            dst[c * rows + r] = src[r * lds + c];
+        }
 }
 
 /// The mask as the row loops read it: an additive mask in f32.
