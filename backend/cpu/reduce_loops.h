@@ -83,7 +83,7 @@ typename Red::Acc reduceRow(Cursor& cur, int64_t off, int64_t n, int64_t chunk, 
 
 /// acc[i] = step(acc[i], p[i]) over a row (vectorizes across i).
 template <class Acc, class In, class Step>
-KILN_SIMD_CLONES void accumulateRow(Acc* acc, const In* p, int64_t n, Step step) {
+KILN_SIMD_CLONES_512 void accumulateRow(Acc* acc, const In* p, int64_t n, Step step) {
   for (int64_t i = 0; i < n; ++i) step(acc[i], p[i]);
 }
 
