@@ -64,13 +64,13 @@ def kiln_side(kiln, pt, device, amp, steps, warmup, out_dir, name, profile=0):
         times.append((time.time() - t0) * 1e3)
         report = json.load(open(rep))
     cmd = [kiln, "bench", pt, "--device", device, "--steps", str(steps), "--warmup", str(warmup), "--json", js,
-           "--optimizer", "adamw"] + (["--amp", amp] if amp else []) + (["--profile", str(profile)] if profile else [])
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+           "--optimizer", "adamw"] + (["--amp", amp] if amp else [])
+    r = subprocess.run(cmd + (["--profile", str(profile)] if profile else []), capture_output=True, text=True, env=env)
     with open(os.path.join(out_dir, f"{name}.kiln_bench.txt"), "w") as f:
         f.write(r.stdout + r.stderr)
     if r.returncode != 0 and profile:  # the profile must not cost the measurement
         print(f"gpu_zoo: kiln bench --profile failed ({r.stderr.strip()[-300:]}); again without", file=sys.stderr)
-        r = subprocess.run(cmd[:-2], capture_output=True, text=True, env=env)
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         raise RuntimeError(f"kiln bench failed: {r.stderr.strip()[-400:]}")
     j = json.load(open(js))

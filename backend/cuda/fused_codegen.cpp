@@ -205,6 +205,9 @@ bool isStorageType(DType t) {
   return t == DType::F32 || t == DType::F64 || t == DType::BF16 || t == DType::Bool;
 }
 
+/// The float types a body's casts convert between (both computed as float).
+bool isFloatStorage(DType t) { return t == DType::F32 || t == DType::BF16; }
+
 /// The body's compute type: f64 when it holds f64 values (passes/fuse.cpp
 /// never mixes them with f32 or bf16), else f32.
 DType computeTypeOf(const Node& n, const Graph& body) {
@@ -266,8 +269,7 @@ std::string expression(const Node& b, const std::vector<std::string>& a) {
   if (op == "where") return a.at(0) + " != C(0) ? " + a.at(1) + " : " + a.at(2);
   if (op == "cast") {  // f32 <-> bf16: the value (rounded by the caller when the cast is to bf16)
     const DType from = b.input(0)->dtype(), to = b.output()->dtype();
-    const auto isFloat = [](DType t) { return t == DType::F32 || t == DType::BF16; };
-    if (from != to && !(isFloat(from) && isFloat(to)))
+    if (from != to && !(isFloatStorage(from) && isFloatStorage(to)))
       opFail(b, "the CUDA fused codegen casts between f32 and bf16 only");
     return a.at(0);
   }

@@ -67,6 +67,27 @@ std::vector<Tensor> run(const Graph& g, const TensorMap& in) {
   return out ? *out : std::vector<Tensor>{};
 }
 
+/// Every graph input filled from `dist` (bool inputs: fair coin flips).
+template <class Dist>
+TensorMap randomInputs(const Graph& g, std::mt19937& rng, Dist& dist) {
+  TensorMap in;
+  for (const Value* v : g.inputs()) {
+    Tensor t(v->type());
+    for (int64_t i = 0; i < t.numel(); ++i) t.set(i, v->dtype() == DType::Bool ? double(rng() % 2) : dist(rng));
+    in[v->name()] = t;
+  }
+  return in;
+}
+
+/// The fused run's outputs equal the unfused run's: same types, same bits.
+void expectSameBits(const std::vector<Tensor>& got, const std::vector<Tensor>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t k = 0; k < got.size(); ++k) {
+    ASSERT_EQ(got[k].type(), want[k].type()) << "output " << k;
+    EXPECT_EQ(std::memcmp(got[k].data<void>(), want[k].data<void>(), want[k].bytes()), 0) << "output " << k << " differs";
+  }
+}
+
 TEST(FusedKernel, EveryFusibleOpMatchesTheOneOpKernelsBitForBit) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<double> dist(-3, 3);
@@ -96,11 +117,7 @@ TEST(FusedKernel, EveryFusibleOpMatchesTheOneOpKernelsBitForBit) {
         size_t fused = 0;
         for (const auto& node : g->nodes()) fused += node->op() == "fused_elementwise";
         ASSERT_EQ(fused, 1u) << printGraph(*g);
-        auto got = run(*g, in);
-        ASSERT_EQ(got.size(), want.size());
-        for (size_t k = 0; k < got.size(); ++k)
-          EXPECT_EQ(std::memcmp(got[k].data<void>(), want[k].data<void>(), want[k].bytes()), 0)
-              << "output " << k << " differs";
+        expectSameBits(run(*g, in), want);
       }
     }
   }
@@ -129,12 +146,7 @@ TEST(FusedKernel, AmpCastsAndF32ConstantsBesideBf16FuseBitForBit) {
   ASSERT_TRUE(g) << g.error().message;
   std::mt19937 rng(11);
   std::normal_distribution<double> d(0, 2);
-  TensorMap in;
-  for (const Value* v : g->inputs()) {
-    Tensor t(v->type());
-    for (int64_t i = 0; i < t.numel(); ++i) t.set(i, v->dtype() == DType::Bool ? double(rng() % 2) : d(rng));
-    in[v->name()] = t;
-  }
+  const TensorMap in = randomInputs(*g, rng, d);
   auto want = run(*g, in);
   PassContext ctx;
   auto r = runFuse(*g, ctx);
@@ -144,10 +156,7 @@ TEST(FusedKernel, AmpCastsAndF32ConstantsBesideBf16FuseBitForBit) {
   size_t full = 0;
   for (const auto& n : g->nodes()) full += n->op() == "full";
   EXPECT_EQ(full, 0u) << "constants copied into the bodies:\n" << printGraph(*g);
-  auto got = run(*g, in);
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t k = 0; k < got.size(); ++k)
-    EXPECT_EQ(std::memcmp(got[k].data<void>(), want[k].data<void>(), want[k].bytes()), 0) << "output " << k;
+  expectSameBits(run(*g, in), want);
 }
 
 /// A one-element f32 constant of rank 1 promotes bf16 to f32 (it is not a
@@ -195,19 +204,12 @@ TEST(FusedKernel, BroadcastRunOperandsMatchTheOneOpKernels) {
       ASSERT_TRUE(g) << g.error().message;
       std::mt19937 rng(batch);
       std::uniform_real_distribution<double> dist(-2, 2);
-      TensorMap in;
-      for (const Value* v : g->inputs()) {
-        Tensor t(v->type());
-        for (int64_t i = 0; i < t.numel(); ++i) t.set(i, v->dtype() == DType::Bool ? double(rng() % 2) : dist(rng));
-        in[v->name()] = t;
-      }
+      const TensorMap in = randomInputs(*g, rng, dist);
       auto want = run(*g, in);
       PassContext ctx;
       ASSERT_TRUE(runFuse(*g, ctx));
       ASSERT_EQ(g->numNodes(), 1u) << printGraph(*g);
-      auto got = run(*g, in);
-      ASSERT_EQ(got.size(), 1u);
-      EXPECT_EQ(std::memcmp(got[0].data<void>(), want[0].data<void>(), want[0].bytes()), 0);
+      expectSameBits(run(*g, in), want);
     }
 }
 
@@ -228,12 +230,7 @@ TEST(FusedKernel, LinearReluEpilogueMatchesLinearThenRelu) {
     ASSERT_TRUE(g) << g.error().message;
     std::mt19937 rng(static_cast<unsigned>(m));
     std::uniform_real_distribution<double> dist(-1, 1);
-    TensorMap in;
-    for (const Value* v : g->inputs()) {
-      Tensor t(v->type());
-      for (int64_t i = 0; i < t.numel(); ++i) t.set(i, dist(rng));
-      in[v->name()] = t;
-    }
+    const TensorMap in = randomInputs(*g, rng, dist);
     auto want = run(*g, in);
     PassContext ctx;
     auto r = runFuse(*g, ctx);
@@ -302,25 +299,14 @@ TEST(FusedKernel, ReductionEndingAChainMatchesTheOneOpKernelsBitForBit) {
         SCOPED_TRACE(std::string(op) + " " + typeStr(t, c.shape) + " dims=" + c.dims);
         auto g = parseGraph(reductionGraph(t, c.shape, op, c.dims, c.keepdim, c.reduced));
         ASSERT_TRUE(g) << g.error().message;
-        TensorMap in;
-        for (const Value* v : g->inputs()) {
-          Tensor x(v->type());
-          for (int64_t i = 0; i < x.numel(); ++i) x.set(i, dist(rng));
-          in[v->name()] = x;
-        }
+        const TensorMap in = randomInputs(*g, rng, dist);
         auto want = run(*g, in);
         PassContext ctx;
         auto r = runFuse(*g, ctx);
         ASSERT_TRUE(r) << r.error().message;
         ASSERT_EQ(r->statistics.at("reductions"), 1) << printGraph(*g);
         ASSERT_EQ(g->numNodes(), 1u) << printGraph(*g);
-        auto got = run(*g, in);
-        ASSERT_EQ(got.size(), want.size());
-        for (size_t k = 0; k < got.size(); ++k) {
-          ASSERT_EQ(got[k].type(), want[k].type());
-          EXPECT_EQ(std::memcmp(got[k].data<void>(), want[k].data<void>(), want[k].bytes()), 0)
-              << "output " << k << " differs";
-        }
+        expectSameBits(run(*g, in), want);
       }
 }
 
