@@ -3,8 +3,8 @@
 runs on this CPU, at the sizes people train.
 
 For each model (ResNet-50 at 224x224, ViT-B/16, a ~40M-parameter GPT-2-style
-decoder, a BERT-base-width encoder, a diffusion-style UNet; AdamW,
-dropout at p=0 so both sides compute the same function):
+decoder, a LLaMA-style decoder, a BERT-base-width encoder, a diffusion-style
+UNet; AdamW, dropout at p=0 so both sides compute the same function):
 
   * fp32: `kiln bench --compare torch` -- Kiln's compiled step and libtorch's
     eager step (same TorchScript module, weights, batches, loss, optimizer,
@@ -49,6 +49,8 @@ MODELS = {
     "resnet50": ("bat_resnet50", "cross_entropy", "ResNet-50, batch 8, 224x224"),
     "vit_b16": ("bat_vit_b16", "cross_entropy", "ViT-B/16, batch 4, 224x224"),
     "gpt2_40m": ("bat_gpt2_40m", "cross_entropy", "GPT-2-style decoder, d 512, 8 layers, vocab 32000, batch 4 x 256"),
+    "llama": ("bat_llama", "cross_entropy",
+              "LLaMA-style decoder (RMSNorm, rotary, GQA 8/4 heads, SwiGLU 1376), d 512, 8 layers, vocab 32000, batch 4 x 256"),
     "bert_base6": ("bat_bert_base6", "cross_entropy", "BERT-base-width encoder, 6 layers, batch 8 x 128"),
     "unet": ("bat_unet", "mse", "diffusion-style UNet (GroupNorm, SiLU, skips, attention), batch 8, 64x64"),
 }

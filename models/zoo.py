@@ -226,6 +226,99 @@ class GPT2Classifier(GPT2Mini):
         return self.score(self.trunk(idx)[:, -1])
 
 
+class RMSNorm(nn.Module):
+    """LLaMA's root-mean-square norm, written out (torch 1.13 has no nn.RMSNorm)."""
+
+    def __init__(self, d: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.size(-1) // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class LlamaAttention(nn.Module):
+    """Grouped-query causal attention with rotary positions: n_kv_head K/V
+    heads, each shared by n_head // n_kv_head query heads (repeat_interleave)."""
+
+    def __init__(self, d_model: int, n_head: int, n_kv_head: int):
+        super().__init__()
+        self.n_head = n_head
+        self.n_kv_head = n_kv_head
+        self.hd = d_model // n_head
+        self.q_proj = nn.Linear(d_model, n_head * self.hd, bias=False)
+        self.k_proj = nn.Linear(d_model, n_kv_head * self.hd, bias=False)
+        self.v_proj = nn.Linear(d_model, n_kv_head * self.hd, bias=False)
+        self.o_proj = nn.Linear(n_head * self.hd, d_model, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.size()
+        q = self.q_proj(x).view(B, T, self.n_head, self.hd).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, self.n_kv_head, self.hd).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.n_kv_head, self.hd).transpose(1, 2)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        rep = self.n_head // self.n_kv_head
+        k = k.repeat_interleave(rep, dim=1)
+        v = v.repeat_interleave(rep, dim=1)
+        att = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(self.hd))
+        att = torch.softmax(att.masked_fill(mask, float("-inf")), dim=-1)
+        y = torch.matmul(att, v).transpose(1, 2).contiguous().view(B, T, C)
+        return self.o_proj(y)
+
+
+class LlamaBlock(nn.Module):
+    """Pre-RMSNorm block with a SwiGLU MLP: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, d_model: int, n_head: int, n_kv_head: int, d_ff: int):
+        super().__init__()
+        self.input_norm = RMSNorm(d_model)
+        self.attn = LlamaAttention(d_model, n_head, n_kv_head)
+        self.post_norm = RMSNorm(d_model)
+        self.gate_proj = nn.Linear(d_model, d_ff, bias=False)
+        self.up_proj = nn.Linear(d_model, d_ff, bias=False)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.input_norm(x), cos, sin, mask)
+        h = self.post_norm(x)
+        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
+class LlamaDecoder(nn.Module):
+    """LLaMA-style decoder: RMSNorm, rotary position tables built in forward
+    (torch.outer of positions and inverse frequencies), grouped-query
+    attention, SwiGLU, no biases, an untied output head."""
+
+    def __init__(self, vocab: int = 128, d_model: int = 32, n_head: int = 4, n_kv_head: int = 2,
+                 d_ff: int = 64, n_layer: int = 2):
+        super().__init__()
+        self.hd = d_model // n_head
+        self.embed = nn.Embedding(vocab, d_model)
+        self.layers = nn.ModuleList([LlamaBlock(d_model, n_head, n_kv_head, d_ff) for _ in range(n_layer)])
+        self.norm = RMSNorm(d_model)
+        self.lm_head = nn.Linear(d_model, vocab, bias=False)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        T = idx.size(1)
+        x = self.embed(idx)
+        # The tables in the weights' dtype (float64 parity runs compute them in float64).
+        inv_freq = 1.0 / (10000.0 ** (torch.arange(0, self.hd, 2, dtype=x.dtype, device=idx.device) / self.hd))
+        freqs = torch.outer(torch.arange(T, dtype=x.dtype, device=idx.device), inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos(), emb.sin()
+        mask = torch.triu(torch.ones(T, T, dtype=torch.bool, device=idx.device), diagonal=1)
+        for layer in self.layers:
+            x = layer(x, cos, sin, mask)
+        return self.lm_head(self.norm(x))
+
+
 class BertLayer(nn.Module):
     """BERT's post-LayerNorm encoder layer: LN(x + attn(x)); LN(x + ffn(x)),
     with full (unmasked) multi-head self-attention and erf GELU."""
@@ -498,6 +591,7 @@ _REGISTRY: Dict[str, Tuple[Callable[[], nn.Module], tuple, Tuple[str, ...]]] = {
     "unet_mini": (lambda: UNet(base=32, mults=(1, 2)), ((2, 3, 16, 16),), ("trace",)),
     "transformer_encoder": (TransformerEncoderLM, (_ints((2, 12), 100),), _OWN),
     "gpt2_mini": (GPT2Mini, (_ints((2, 16), 128),), _OWN),
+    "llama_mini": (LlamaDecoder, (_ints((2, 16), 128),), _OWN),
     "nn_transformer": (NNTransformer, ((2, 10, 32), (2, 8, 32)), _OWN),
     "nn_mha": (NNMHA, ((2, 8, 32), (2, 10, 32), (2, 10, 32)), _OWN),
     "tv_resnet18": (lambda: _tv("resnet18"), ((2, 3, 64, 64),), _TV),
@@ -536,13 +630,15 @@ _REGISTRY: Dict[str, Tuple[Callable[[], nn.Module], tuple, Tuple[str, ...]]] = {
     "bat_vit_b16": (lambda: _tv("vit_b_16"), ((4, 3, 224, 224),), ("trace",)),
     "bat_gpt2_40m": (lambda: GPT2Mini(vocab=32000, n_ctx=256, d_model=512, n_head=8, n_layer=8),
                      (_ints((4, 256), 32000),), ("trace",)),
+    "bat_llama": (lambda: LlamaDecoder(vocab=32000, d_model=512, n_head=8, n_kv_head=4, d_ff=1376, n_layer=8),
+                  (_ints((4, 256), 32000),), ("trace",)),
     "bat_bert_base6": (BertClassifier, (_ints((8, 128), 30522),), ("trace",)),
     "bat_unet": (UNet, ((8, 3, 64, 64),), ("trace",)),
 }
 
 # Built on request only (export.py NAME), never by the test suites.
 BENCH_ONLY = {"gpt2_small", "gpt2_cls50k", "tv_resnet50", "bat_resnet50", "bat_vit_b16", "bat_gpt2_40m",
-              "bat_bert_base6", "bat_unet"}
+              "bat_llama", "bat_bert_base6", "bat_unet"}
 NAMES: List[str] = [n for n in _REGISTRY if n not in BENCH_ONLY]
 
 # Models whose forward is meant to run in train mode.

@@ -102,6 +102,9 @@ json opSchemas() {
          {sa("size", "List[int]"), sa("fill_value", "number"), sa("dtype", "Optional[int]", none, true),
           sa("layout", "Optional[int]", none, true), sa("device", "Optional[Device]", none, true),
           sa("pin_memory", "Optional[bool]", none, true)}}}},
+      {"aten.repeat_interleave.Tensor", {{"args", {sa("repeats", "Tensor"), sa("output_size", "Optional[int]", none, true)}}}},
+      {"aten.bitwise_not.default", {{"args", {sa("self", "Tensor")}}}},
+      {"aten.expand.default", {{"args", {sa("self", "Tensor"), sa("size", "List[int]"), sa("implicit", "bool", false, true)}}}},
       {"aten.foo.default", {{"args", {sa("self", "Tensor")}}}},
   };
 }
@@ -695,6 +698,34 @@ TEST(FxImportErrors, ArgumentValues) {
   expectError(importDoc(d), "argument 'split_size': must be positive");
   d = withNodes({node("s", "aten.split.Tensor", {nodeRef("arg2_1"), 1, 5}, tensorVal("f32", {8}))}, {nodeRef("s")});
   expectError(importDoc(d), "dim 5 is out of range for a tensor of rank 2");
+}
+
+TEST(FxImportErrors, RepeatInterleaveNeedsOneCountKnownAtImport) {
+  // make_fx's grouped-query attention: full([1], 2) expanded to the heads.
+  json d = withNodes({node("f", "aten.full.default", {{1}, 2}, tensorVal("i64", {1})),
+                      node("e", "aten.expand.default", {nodeRef("f"), {3}}, tensorVal("i64", {3})),
+                      node("r", "aten.repeat_interleave.Tensor", {nodeRef("e")}, tensorVal("i64", {6}))},
+                     {nodeRef("r")});
+  auto m = importDoc(d);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  EXPECT_NE(findNode(m->graph, "arange"), nullptr);
+  // Counts read from an input: a data-dependent shape.
+  d["placeholders"].push_back(input("counts", 1, {3}, "i64"));
+  d["nodes"] = json::array({node("r", "aten.repeat_interleave.Tensor", {nodeRef("counts")}, tensorVal("i64", {6}))});
+  expectError(importDoc(d), "argument 'repeats': per-element repeats computed in the graph");
+}
+
+TEST(FxImportErrors, BitwiseOpsOnIntegersAreRefused) {
+  json d = linearDoc();
+  d["placeholders"] = {input("m", 0, {2}, "bool"), input("i", 1, {2}, "i64")};
+  d["nodes"] = json::array({node("n", "aten.bitwise_not.default", {nodeRef("m")}, tensorVal("bool", {2}))});
+  d["outputs"] = json::array({nodeRef("n")});
+  auto m = importDoc(d, {});
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  EXPECT_NE(findNode(m->graph, "logical_not"), nullptr);
+  d["nodes"][0]["args"][0] = nodeRef("i");
+  d["nodes"][0]["val"] = tensorVal("i64", {2});
+  expectError(importDoc(d, {}), "bitwise ops on i64[2] are not supported");
 }
 
 TEST(FxImportErrors, WindowArgumentsMustBePositive) {

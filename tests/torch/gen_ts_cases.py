@@ -176,6 +176,11 @@ traced("index", lambda x, i: (x[i], x[:, i], x.index_select(2, i), torch.gather(
        randn(3, 4, 5), lambda g: torch.tensor([0, 2, 1]))
 traced("roll_flip_repeat", lambda x: (x.roll(1, 2), torch.roll(x, (1, -1), (1, 2)), x.roll(2), x.flip(1),
                                       x.flip(0, 2), x.repeat(2, 1, 1), x.repeat(1, 2, 1, 2)), X)
+traced("repeat_interleave", lambda x: (x.repeat_interleave(2, dim=1), x.repeat_interleave(3, 2), x.repeat_interleave(2),
+                                       x.repeat_interleave(torch.tensor([1, 0, 3]), dim=1),
+                                       torch.repeat_interleave(torch.tensor([2, 1]))), X)
+traced("outer", lambda a, b, i: (torch.outer(a, b), torch.ger(b, a), torch.outer(i, a)), randn(3), randn(5),
+       randint(4, 4))
 traced("pad", lambda x: (F.pad(x, (1, 2)), F.pad(x, (1, 1, 2, 0), value=0.5), F.pad(x, (2, 1, 1, 2), mode="reflect"),
                          F.pad(x, (1, 1, 1, 1), mode="replicate")), IMG)
 traced("triu_tril", lambda m: (m.triu(), m.tril(-1), torch.triu(m, 1)), randn(4, 5))

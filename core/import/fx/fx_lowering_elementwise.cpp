@@ -64,6 +64,18 @@ FxValue lowerLogical(Lowering& cx, NodeArgs& a) {
   return FxValue::of(cx.emit(a.kiln, {a.tensor("self"), a.tensor("other")}));
 }
 
+/// bitwise_and/or/xor/not on bool tensors are the logical ops (~mask for an
+/// attention mask); Kiln has no integer bitwise ops.
+FxValue lowerBitwise(Lowering& cx, NodeArgs& a) {
+  std::vector<Value*> in = {a.tensor("self")};
+  if (a.kiln != "logical_not") in.push_back(a.tensor("other"));
+  for (size_t k = 0; k < in.size(); ++k)
+    if (in[k]->dtype() != DType::Bool)
+      a.fail(k == 0 ? "self" : "other", "bitwise ops on " + in[k]->type().str() +
+                                            " are not supported (Kiln has logical ops on bool tensors only)");
+  return FxValue::of(cx.emit(a.kiln, in));
+}
+
 /// where(condition, self, other); self/other may be numbers (where.Scalar*).
 FxValue lowerWhere(Lowering& cx, NodeArgs& a) {
   Value* cond = a.tensor("condition");
@@ -235,6 +247,10 @@ constexpr FxRule kRules[] = {
     {"aten.logical_or.default", lowerLogical, "logical_or"},
     {"aten.logical_xor.default", lowerLogical, "logical_xor"},
     {"aten.logical_not.default", lowerUnary, "logical_not"},
+    {"aten.bitwise_not.default", lowerBitwise, "logical_not"},
+    {"aten.bitwise_and.Tensor", lowerBitwise, "logical_and"},
+    {"aten.bitwise_or.Tensor", lowerBitwise, "logical_or"},
+    {"aten.bitwise_xor.Tensor", lowerBitwise, "logical_xor"},
     // Selection.
     {"aten.where.self", lowerWhere},
     {"aten.where.ScalarSelf", lowerWhere},

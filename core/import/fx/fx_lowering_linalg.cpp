@@ -79,6 +79,21 @@ FxValue lowerMatmul(Lowering& cx, NodeArgs& a) {
   return FxValue::of(cx.emit("matmul", {a.tensor("self"), a.tensor(rhs)}));
 }
 
+/// outer(self, vec2) / ger: [n] x [m] -> [n, m] as a broadcast product in the
+/// promoted dtype (rotary position tables).
+FxValue lowerOuter(Lowering& cx, NodeArgs& a) {
+  const char* rhs = a.has("vec2") ? "vec2" : "other";
+  Value* x = a.tensor("self");
+  Value* y = a.tensor(rhs);
+  requireRank(a, "self", x, 1);
+  requireRank(a, rhs, y, 1);
+  Operand ops[] = {{x, {}}, {y, {}}};
+  const DType t = resultType(ops);
+  x = cx.emit("reshape", {cx.cast(x, t)}, {{"shape", Shape{x->shape()[0], 1}}});
+  y = cx.emit("reshape", {cx.cast(y, t)}, {{"shape", Shape{1, y->shape()[0]}}});
+  return FxValue::of(cx.emit("mul", {x, y}));
+}
+
 FxValue lowerLinear(Lowering& cx, NodeArgs& a) {
   std::vector<Value*> in = {a.tensor("input"), a.tensor("weight")};
   if (Value* b = a.optTensor("bias")) in.push_back(b);
@@ -93,6 +108,8 @@ constexpr FxRule kRules[] = {
     {"aten.matmul.default", lowerMatmul},
     {"aten.mv.default", lowerMatmul},
     {"aten.dot.default", lowerMatmul},
+    {"aten.outer.default", lowerOuter},
+    {"aten.ger.default", lowerOuter},
     {"aten.linear.default", lowerLinear},
 };
 

@@ -360,6 +360,49 @@ FxValue lowerRepeat(Lowering& cx, NodeArgs& a) {
   return FxValue::of(cx.emit("repeat", {a.tensor("self")}, {{"repeats", a.ints("repeats", kMaxWindow)}}));
 }
 
+/// The count every element of a repeats tensor holds, when the graph fills
+/// it with one constant (make_fx's int repeats: full, then expand).
+std::optional<int64_t> uniformCount(const Value* r) {
+  for (const Node* p = r->producer(); p; p = p->input(0)->producer()) {
+    if (p->op() == "full") return static_cast<int64_t>(p->f("value"));
+    if (p->op() != "expand" && p->op() != "reshape" && p->op() != "cast") return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+/// [0]*r + [1]*r + ... for n rows: reshape -> expand -> reshape of arange(n).
+Value* repeatIndex(Lowering& cx, int64_t n, int64_t r) {
+  Value* rows = cx.emit("arange", {}, {{"start", 0.0}, {"end", double(n)}, {"step", 1.0}, {"dtype", DType::I64}});
+  return cx.reshape(cx.expand(cx.reshape(rows, {n, 1}), {n, r}), {n * r});
+}
+
+/// repeat_interleave.Tensor(repeats): the index grouped-query attention's
+/// make_fx graph gathers K/V heads with; its counts must be one constant.
+FxValue lowerRepeatInterleaveIndex(Lowering& cx, NodeArgs& a) {
+  Value* reps = a.tensor("repeats");
+  if (reps->type().rank() != 1) a.fail("repeats", "must be 1-D, got " + reps->type().str());
+  const std::optional<int64_t> r = uniformCount(reps);
+  if (!r || *r < 0)
+    a.fail("repeats", "per-element repeats computed in the graph give a data-dependent shape; Kiln needs one "
+                      "non-negative count known at import time");
+  return FxValue::of(repeatIndex(cx, reps->type().numel(), *r));
+}
+
+/// repeat_interleave.self_int(self, repeats, dim=None): each row along dim
+/// (of the flattened input without dim) `repeats` times.
+FxValue lowerRepeatInterleave(Lowering& cx, NodeArgs& a) {
+  Value* x = a.tensor("self");
+  const int64_t r = a.integer("repeats");
+  if (r < 0) a.fail("repeats", "must be non-negative");
+  int64_t d = 0;
+  if (a.has("dim"))
+    d = normDim(a.integer("dim"), x->type().rank());
+  else
+    x = cx.reshape(x, {x->type().numel()});
+  const Shape& in = x->shape();
+  return FxValue::of(cx.emit("index", {x, repeatIndex(cx, in[d], r)}, {{"dim", d}}));
+}
+
 FxValue lowerConstantPad(Lowering& cx, NodeArgs& a) {
   Value* x = a.tensor("self");
   auto pads = a.ints("pad", kMaxWindow);
@@ -409,6 +452,8 @@ constexpr FxRule kRules[] = {
     {"aten.roll.default", lowerRoll},
     {"aten.flip.default", lowerFlip},
     {"aten.repeat.default", lowerRepeat},
+    {"aten.repeat_interleave.Tensor", lowerRepeatInterleaveIndex},
+    {"aten.repeat_interleave.self_int", lowerRepeatInterleave},
     {"aten.constant_pad_nd.default", lowerConstantPad},
     {"aten.triu.default", lowerTriangular, "triu"},
     {"aten.tril.default", lowerTriangular, "tril"},

@@ -58,6 +58,19 @@ Out lowerMatmul(Lowering& cx, Args& a) {
   return single(cx, cx.emit("matmul", {a.tensor(0), a.tensor(1)}));
 }
 
+// outer(self, vec2) / ger: [n] x [m] -> [n, m], a broadcast product (rotary
+// position tables: positions x inverse frequencies), in the promoted dtype.
+Out lowerOuter(Lowering& cx, Args& a) {
+  Value* x = a.tensor(0);
+  Value* y = a.tensor(1);
+  if (x->type().rank() != 1 || y->type().rank() != 1)
+    fail("outer expects two 1-D tensors, got " + x->type().str() + " and " + y->type().str());
+  const DType t = resultType(a[0], a[1]);
+  x = reshapeTo(cx, cx.cast(x, t), {x->shape()[0], 1});
+  y = reshapeTo(cx, cx.cast(y, t), {1, y->shape()[0]});
+  return single(cx, cx.emit("mul", {x, y}));
+}
+
 /// beta * self + alpha * product, skipping unit factors and beta == 0.
 Value* addScaled(Lowering& cx, Value* self, Value* product, double beta, double alpha) {
   DType t = product->dtype();
@@ -365,6 +378,8 @@ const AtenRule kRules[] = {
     {"aten::bmm", lowerMatmul},
     {"aten::mv", lowerMatmul},
     {"aten::dot", lowerMatmul},
+    {"aten::outer", lowerOuter},
+    {"aten::ger", lowerOuter},
     {"aten::addmm", lowerAddmm},
     {"aten::baddbmm", lowerAddmm},
     // Convolution (non-transposed; 1-d through conv2d).

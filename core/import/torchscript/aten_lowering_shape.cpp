@@ -426,6 +426,70 @@ Out lowerRepeat(Lowering& cx, Args& a) {
   return single(cx, cx.emit("repeat", {a.tensor(0)}, {{"repeats", a.ints(1)}}));
 }
 
+/// repeat_interleave's counts, one per row of `rows`: an int, or a tensor
+/// known at import time (a count that depends on data would give the graph
+/// a data-dependent shape).
+std::vector<int64_t> repeatCounts(const SV& r, int64_t rows) {
+  if (r.isNumber()) return std::vector<int64_t>(static_cast<size_t>(rows), static_cast<int64_t>(r.number()));
+  if (r.kind != SV::Kind::Const)
+    fail("repeat_interleave with repeats computed from data has a data-dependent shape; Kiln needs them known "
+         "at import time");
+  const Tensor& t = r.constant;
+  if (t.numel() != 1 && t.numel() != rows)
+    fail("repeat_interleave: " + std::to_string(t.numel()) + " repeats for " + std::to_string(rows) + " rows");
+  std::vector<int64_t> counts(static_cast<size_t>(rows));
+  for (int64_t k = 0; k < rows; ++k) counts[k] = static_cast<int64_t>(t.at(t.numel() == 1 ? 0 : k));
+  for (int64_t c : counts)
+    if (c < 0) fail("repeat_interleave: negative repeats");
+  return counts;
+}
+
+/// The index [0]*c0 + [1]*c1 + ...: repeat_interleave(repeats) itself.
+Tensor repeatIndex(const std::vector<int64_t>& counts) {
+  int64_t n = 0;
+  for (int64_t c : counts) n += c;
+  Tensor idx(DType::I64, {n});
+  int64_t at = 0;
+  for (size_t k = 0; k < counts.size(); ++k)
+    for (int64_t j = 0; j < counts[k]; ++j) idx.set(at++, static_cast<double>(k));
+  return idx;
+}
+
+// repeat_interleave(self, repeats, dim=None, output_size=None) with an int or
+// static tensor `repeats` (grouped-query attention's shared K/V heads), and
+// repeat_interleave(repeats, output_size=None), the index it gathers with.
+// Equal counts become reshape -> expand -> reshape (a broadcast copy); other
+// counts an index along `dim` with a constant index.
+Out lowerRepeatInterleave(Lowering& cx, Args& a) {
+  if (a.size() <= 2) {  // repeat_interleave(repeats): a constant index
+    const SV& r = a[0];
+    if (r.kind != SV::Kind::Const || r.constant.rank() != 1)
+      fail("repeat_interleave(repeats) needs a 1-D repeats tensor known at import time");
+    return {SV::constTensor(repeatIndex(repeatCounts(r, r.constant.numel())))};
+  }
+  auto reshaped = [&](Value* v, const Shape& s) { return v->shape() == s ? v : cx.emit("reshape", {v}, {{"shape", s}}); };
+  Value* x = a.tensor(0);
+  int64_t d = 0;
+  if (a.given(2))
+    d = normDim(a.integer(2), rankOf(x));
+  else
+    x = reshaped(x, {x->type().numel()});  // no dim: the flattened input
+  const Shape in = x->shape();
+  const std::vector<int64_t> counts = repeatCounts(a[1], in[d]);
+  const bool uniform = std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
+  if (!uniform || in[d] == 0) {
+    Value* idx = cx.read(SV::constTensor(repeatIndex(counts)));
+    return single(cx, cx.emit("index", {x, idx}, {{"dim", d}}));
+  }
+  const int64_t r = counts[0];
+  Shape split = in, wide = in, out = in;
+  split.insert(split.begin() + d + 1, 1);
+  wide.insert(wide.begin() + d + 1, r);
+  out[d] *= r;
+  Value* v = cx.emit("expand", {reshaped(x, split)}, {{"shape", wide}});
+  return single(cx, reshaped(v, out));
+}
+
 // pad(self, pad, mode="constant", value=None) / constant_pad_nd(self, pad, value=0) /
 // reflection_padNd / replication_padNd(self, padding)
 Out lowerPad(Lowering& cx, Args& a) {
@@ -499,6 +563,7 @@ const AtenRule kRules[] = {
     {"aten::roll", lowerRoll},
     {"aten::flip", lowerFlip},
     {"aten::repeat", lowerRepeat},
+    {"aten::repeat_interleave", lowerRepeatInterleave},
     {"aten::pad", lowerPad, "pad"},
     {"aten::constant_pad_nd", lowerPad, "constant"},
     {"aten::reflection_pad1d", lowerPad, "reflect"},
