@@ -179,6 +179,28 @@ Value* splatOperandToScalar(Graph& g, Node& n) {
   return nullptr;
 }
 
+/// pow(x, 2) -> x * x for floating x: PyTorch's own special case for the
+/// exponent 2 (RMSNorm's x.pow(2), variances), one fusible multiply instead
+/// of a call to pow.
+Value* squareAsMul(Graph& g, Node& n) {
+  Value* x = n.input(0);
+  if (!isFloating(x->dtype()) || !sameType(x, n) || n.input(1)->type().rank() != 0 || !isSplat(n.input(1), n, 2.0))
+    return nullptr;
+  return emit(g, n, "mul", {x, x}, {});
+}
+
+/// The gradient of pow(x, 2) for x: g * (2 * x), PyTorch's pow_backward
+/// (grad * exponent * x^(exponent-1), with x^1 = x) and the pow gradient
+/// kernel's own arithmetic with pow(x, 1) = x; two fusible multiplies.
+Value* squareGradAsMul(Graph& g, Node& n) {
+  if (n.s("fn") != "pow" || n.i("input") != 0) return nullptr;
+  Value *grad = n.input(0), *x = n.input(1), *c = n.input(2);
+  if (!isFloating(x->dtype()) || !sameType(x, n) || !sameType(grad, n) || c->type().rank() != 0 ||
+      !isSplat(c, n, 2.0))
+    return nullptr;
+  return emit(g, n, "mul", {grad, emit(g, n, "mul", {x, c}, {})}, {});
+}
+
 // ---- selection -----------------------------------------------------------------
 
 Value* whereSameBranches(Graph&, Node& n) {
@@ -237,6 +259,14 @@ const std::vector<AlgebraicRule>& algebraicRules() {
        "a splat tensor operand of a binary elementwise op holds the same element at every index a 0-d one "
        "broadcasts to; with both operands of one dtype the result type is unchanged; bit-exact",
        "*", splatOperandToScalar},
+      {"square_as_mul",
+       "pow(x, 2) for floating x is x * x, the special case PyTorch computes (and the exact square rounded once, "
+       "which pow's correctly rounded result also is)",
+       "pow", squareAsMul},
+      {"square_grad_as_mul",
+       "the gradient of pow(x, 2) for x, g * (2 * pow(x, 1)), is g * (x * 2): pow(x, 1) is x, and the products "
+       "are PyTorch's pow_backward's; bit-exact",
+       "binary_backward", squareGradAsMul},
       // selection
       {"where_same_branches", "where(c, a, a) is a whatever c holds; bit-exact", "where", whereSameBranches},
       {"where_splat_condition",

@@ -87,9 +87,17 @@ KILN_SIMD_CLONES_512 void accumulateRow(Acc* acc, const In* p, int64_t n, Step s
   for (int64_t i = 0; i < n; ++i) step(acc[i], p[i]);
 }
 
+/// Below this many (kept row, inner block) tasks, reduceStrided also splits
+/// the reduced rows (a bias gradient's [tokens, C] -> [C] has one task per
+/// 512 columns: one thread at C <= 512).
+constexpr int64_t kMinStridedTasks = 8;
+
 /// Reduce `src` laid out as `groups` whose last group (if any) is kept: for
 /// each output row (kept prefix dims) accumulate whole rows of the last group
 /// (`inner` contiguous elements, vectorizable) over every reduced prefix index.
+/// With few output rows the reduced rows are cut into chunks of a fixed
+/// number of rows (from the shape, never the thread count), each summed into
+/// its own partial accumulators, which then combine in chunk order.
 /// fin(output index, Acc) stores each result.
 template <class Red, class Source, class Step, class Fin>
 void reduceStrided(const Source& src, std::vector<DimGroup> groups, const Red& red, Step step, Fin fin) {
@@ -109,13 +117,20 @@ void reduceStrided(const Source& src, std::vector<DimGroup> groups, const Red& r
     stride *= it->size;
   }
   const int64_t iblocks = (inner + kReduceInnerBlock - 1) / kReduceInnerBlock;
-  const int64_t work = red_rows * std::min(inner, kReduceInnerBlock);
-  parallelFor(out_rows * iblocks, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(work, 1)),
+  const int64_t width = std::min(inner, kReduceInnerBlock), tasks = out_rows * iblocks;
+  const int64_t chunk_rows = std::max<int64_t>(1, kReduceBlock / std::max<int64_t>(width, 1));
+  const int64_t chunks = tasks < kMinStridedTasks ? std::max<int64_t>(1, (red_rows + chunk_rows - 1) / chunk_rows) : 1;
+  const int64_t rows_per = chunks > 1 ? chunk_rows : red_rows;
+  // Chunk partials (only with chunks > 1): [tasks, chunks, width].
+  std::vector<Acc> part(chunks > 1 ? static_cast<size_t>(tasks * chunks * width) : 0);
+  const int64_t work = rows_per * width;
+  parallelFor(tasks * chunks, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(work, 1)),
               [&](int64_t b, int64_t e) {
                 auto cur = src.cursor();
-                std::vector<Acc> acc(static_cast<size_t>(std::min(inner, kReduceInnerBlock)));
+                std::vector<Acc> own(chunks > 1 ? 0 : static_cast<size_t>(width));
                 std::vector<int64_t> idx(rs.size());
-                for (int64_t t = b; t < e; ++t) {
+                for (int64_t u = b; u < e; ++u) {
+                  const int64_t t = u / chunks, c = u % chunks;
                   const int64_t o = t / iblocks, i0 = (t % iblocks) * kReduceInnerBlock;
                   const int64_t n = std::min(kReduceInnerBlock, inner - i0);
                   int64_t base = i0;
@@ -123,21 +138,38 @@ void reduceStrided(const Source& src, std::vector<DimGroup> groups, const Red& r
                     base += static_cast<int64_t>(rem % ks[j]) * kst[j];
                     rem /= ks[j];
                   }
-                  std::fill(acc.begin(), acc.begin() + n, red.init());
-                  std::fill(idx.begin(), idx.end(), 0);
+                  Acc* acc = chunks > 1 ? part.data() + u * width : own.data();
+                  std::fill(acc, acc + n, red.init());
+                  // The odometer over the reduced dims, started at row k0.
+                  const int64_t k0 = c * rows_per, k1 = std::min(red_rows, k0 + rows_per);
                   int64_t off = 0;
-                  for (int64_t k = 0; k < red_rows; ++k) {
-                    accumulateRow(acc.data(), cur.rows(base + off, n), n, step);
-                    for (size_t j = 0; j < rs.size(); ++j) {  // odometer over the reduced dims
+                  for (size_t j = 0, rem = k0; j < rs.size(); ++j) {
+                    idx[j] = static_cast<int64_t>(rem % rs[j]);
+                    off += idx[j] * rst[j];
+                    rem /= rs[j];
+                  }
+                  for (int64_t k = k0; k < k1; ++k) {
+                    accumulateRow(acc, cur.rows(base + off, n), n, step);
+                    for (size_t j = 0; j < rs.size(); ++j) {
                       off += rst[j];
                       if (++idx[j] < rs[j]) break;
                       off -= rs[j] * rst[j];
                       idx[j] = 0;
                     }
                   }
-                  for (int64_t i = 0; i < n; ++i) fin(o * inner + i0 + i, acc[i]);
+                  if (chunks == 1)
+                    for (int64_t i = 0; i < n; ++i) fin(o * inner + i0 + i, acc[i]);
                 }
               });
+  if (chunks == 1) return;
+  for (int64_t t = 0; t < tasks; ++t) {
+    const int64_t o = t / iblocks, i0 = (t % iblocks) * kReduceInnerBlock;
+    const int64_t n = std::min(kReduceInnerBlock, inner - i0);
+    Acc* first = part.data() + t * chunks * width;
+    for (int64_t c = 1; c < chunks; ++c)
+      for (int64_t i = 0; i < n; ++i) red.combine(first[i], first[c * width + i]);
+    for (int64_t i = 0; i < n; ++i) fin(o * inner + i0 + i, first[i]);
+  }
 }
 
 /// Reduce the input of `shape` read through `src` over `axes` into `dst`: a

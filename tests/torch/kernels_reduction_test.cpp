@@ -2,6 +2,8 @@
 // prod, amax, amin and var over every kind of dims list (all, one, negative,
 // separated), keepdim, integer/bool/half inputs, special values, large inputs
 // (the parallel paths), empty tensors; argmax/argmin ties and NaN; cumsum.
+#include <omp.h>
+
 #include <limits>
 
 #include "tests/torch/torch_compare.h"
@@ -113,6 +115,38 @@ TEST(KernelsReduction, LargeInputsParallelPaths) {
   check("sum", nchw, nchw.sum({0, 2, 3}), reduceAttrs({0, 2, 3}, false));   // batch-norm style
   check("sum", nchw, nchw.sum(Dims{0}), reduceAttrs({0}, false));           // strided rows
   check("var", nchw, nchw.var({0, 2, 3}, /*unbiased=*/false), {{"dims", Dims{0, 2, 3}}, {"correction", 0.0}});
+}
+
+/// Few outputs over many reduced rows (a bias gradient, channels-last batch
+/// norm statistics): the reduced rows are cut into fixed chunks whose
+/// partials combine in order, so a chunk may start inside a reduced dim, and
+/// the bits do not depend on the thread count.
+TEST(KernelsReduction, ChunkedReducedRowsMatchTorchOnAnyThreadCount) {
+  torch::manual_seed(29);
+  for (auto dt : {torch::kFloat32, torch::kFloat64}) {
+    const double tol = dt == torch::kFloat64 ? 1e-12 : 1e-6;
+    auto bias = torch::randn({6, 300, 40}, dt);  // 1800 rows of 40, chunks of 409 rows
+    check("sum", bias, bias.sum(Dims{0, 1}), reduceAttrs({0, 1}, false), tol);
+    check("mean", bias, bias.mean(Dims{0, 1}, true), reduceAttrs({0, 1}, true), tol);
+    auto nhwc = torch::randn({4, 14, 14, 600}, dt);  // two inner blocks, one of 88 columns
+    check("sum", nhwc, nhwc.sum(Dims{0, 1, 2}), reduceAttrs({0, 1, 2}, false), tol);
+    auto split = torch::randn({50, 3, 70, 8}, dt);  // kept dim between reduced ones
+    check("sum", split, split.sum(Dims{0, 2}), reduceAttrs({0, 2}, false), tol);
+  }
+  auto nan = torch::randn({3000, 16});
+  nan.index_put_({2500, 5}, kNaN);  // in the last chunk only
+  check("amax", nan, nan.amax(Dims{0}), reduceAttrs({0}, false));
+  check("sum", nan, nan.sum(Dims{0}), reduceAttrs({0}, false));
+  const int threads = omp_get_max_threads();
+  auto x = torch::randn({4, 256, 512});
+  std::vector<torch::Tensor> by_threads;
+  for (int t : {1, 2, 3}) {
+    omp_set_num_threads(t);
+    by_threads.push_back(runOp("sum", {x}, reduceAttrs({0, 1}, false))[0]);
+  }
+  omp_set_num_threads(threads);
+  for (size_t k = 1; k < by_threads.size(); ++k)
+    EXPECT_TRUE(torch::equal(by_threads[k], by_threads[0])) << k + 1 << " threads";
 }
 
 TEST(KernelsReduction, EmptyTensors) {
