@@ -319,6 +319,38 @@ class LlamaDecoder(nn.Module):
         return self.lm_head(self.norm(x))
 
 
+class MoEMini(nn.Module):
+    """Token-choice mixture of experts: a softmax router picks the top-k of
+    n_expert MLP experts per token (torch.topk), their gates renormalized;
+    written densely (every expert runs on every token, weighted by the
+    one-hot combine matrix), so shapes stay static."""
+
+    def __init__(self, vocab: int = 128, d_model: int = 32, n_expert: int = 4, k: int = 2, d_ff: int = 64):
+        super().__init__()
+        self.k = k
+        self.n_expert = n_expert
+        self.embed = nn.Embedding(vocab, d_model)
+        self.norm = nn.LayerNorm(d_model)
+        self.router = nn.Linear(d_model, n_expert, bias=False)
+        self.experts = nn.ModuleList(
+            [nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model)) for _ in range(n_expert)])
+        self.head = nn.Linear(d_model, vocab)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.embed(idx)
+        h = self.norm(x)
+        gates = torch.softmax(self.router(h), dim=-1)
+        top_v, top_i = gates.topk(self.k, dim=-1)
+        top_v = top_v / top_v.sum(dim=-1, keepdim=True)
+        # One-hot by comparison (F.one_hot checks its indices' range on the data, which make_fx cannot trace).
+        one_hot = (top_i.unsqueeze(-1) == torch.arange(self.n_expert, device=idx.device)).to(h.dtype)
+        combine = (one_hot * top_v.unsqueeze(-1)).sum(dim=-2)
+        out = x
+        for e, expert in enumerate(self.experts):
+            out = out + combine[..., e:e + 1] * expert(h)
+        return self.head(out)
+
+
 class BertLayer(nn.Module):
     """BERT's post-LayerNorm encoder layer: LN(x + attn(x)); LN(x + ffn(x)),
     with full (unmasked) multi-head self-attention and erf GELU."""
@@ -414,11 +446,13 @@ class UNet(nn.Module):
     embedding): three resolutions with channel multipliers (1, 2, 4), two
     residual blocks per level on the way down and on the way up with skip
     concatenations, attention at the lowest resolution, nearest-neighbour
-    upsampling, stride-2 downsampling convolutions. Predicts an image the
-    shape of its input (mse loss)."""
+    upsampling (or, with up="convt", stride-2 transposed convolutions),
+    stride-2 downsampling convolutions. Predicts an image the shape of its
+    input (mse loss)."""
 
-    def __init__(self, c_img: int = 3, base: int = 64, mults=(1, 2, 4)):
+    def __init__(self, c_img: int = 3, base: int = 64, mults=(1, 2, 4), up: str = "nearest"):
         super().__init__()
+        self.convt = up == "convt"
         chans = [base * m for m in mults]
         self.stem = nn.Conv2d(c_img, base, 3, padding=1)
         self.down = nn.ModuleList()
@@ -445,7 +479,12 @@ class UNet(nn.Module):
                 blocks.append(UNetResBlock(c + skips.pop(), ch))
                 c = ch
             self.up.append(blocks)
-            self.upsample.append(nn.Conv2d(c, c, 3, padding=1) if i > 0 else nn.Identity())
+            if i == 0:
+                self.upsample.append(nn.Identity())
+            elif self.convt:
+                self.upsample.append(nn.ConvTranspose2d(c, c, 4, stride=2, padding=1))
+            else:
+                self.upsample.append(nn.Conv2d(c, c, 3, padding=1))
         self.out_norm = nn.GroupNorm(32, c)
         self.out = nn.Conv2d(c, c_img, 3, padding=1)
 
@@ -464,7 +503,7 @@ class UNet(nn.Module):
             for b in blocks:
                 h = b(torch.cat([h, hs.pop()], dim=1))
             if not isinstance(up, nn.Identity):
-                h = up(F.interpolate(h, scale_factor=2.0, mode="nearest"))
+                h = up(h) if self.convt else up(F.interpolate(h, scale_factor=2.0, mode="nearest"))
         return self.out(F.silu(self.out_norm(h)))
 
 
@@ -589,9 +628,12 @@ _REGISTRY: Dict[str, Tuple[Callable[[], nn.Module], tuple, Tuple[str, ...]]] = {
     # The battery's diffusion UNet at toy size (group norms, SiLU, skip
     # concatenations, nearest upsampling, pixel attention).
     "unet_mini": (lambda: UNet(base=32, mults=(1, 2)), ((2, 3, 16, 16),), ("trace",)),
+    # The same with stride-2 transposed convolutions for upsampling (also as an FX dump).
+    "unet_convt_mini": (lambda: UNet(base=32, mults=(1, 2), up="convt"), ((2, 3, 16, 16),), ("trace", "fx")),
     "transformer_encoder": (TransformerEncoderLM, (_ints((2, 12), 100),), _OWN),
     "gpt2_mini": (GPT2Mini, (_ints((2, 16), 128),), _OWN),
     "llama_mini": (LlamaDecoder, (_ints((2, 16), 128),), _OWN),
+    "moe_mini": (MoEMini, (_ints((2, 16), 128),), _OWN),
     "nn_transformer": (NNTransformer, ((2, 10, 32), (2, 8, 32)), _OWN),
     "nn_mha": (NNMHA, ((2, 8, 32), (2, 10, 32), (2, 10, 32)), _OWN),
     "tv_resnet18": (lambda: _tv("resnet18"), ((2, 3, 64, 64),), _TV),

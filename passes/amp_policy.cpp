@@ -19,6 +19,9 @@ const std::vector<AmpPolicyEntry>& ampPolicy() {
       {"matmul", Lower, "torch: matmul, mm, bmm, baddbmm, addmm in the low-precision list"},
       {"linear", Lower, "torch: linear in the low-precision list"},
       {"conv2d", Lower, "torch: conv1d/2d/3d in the low-precision list"},
+      {"conv2d_input_backward", Lower,
+       "torch: conv_transpose1d/2d/3d in the low-precision list (the importers lower a transposed convolution to "
+       "conv2d's input gradient)"},
       {"attention", Lower,
        "torch: the matmuls inside scaled_dot_product_attention are in the low-precision list; the fused kernel "
        "keeps scores, softmax and sums in f32 and leaves an additive mask (input 3) in its dtype",

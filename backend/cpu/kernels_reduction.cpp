@@ -142,6 +142,44 @@ void argKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
   });
 }
 
+/// topk along `dim`: the indices of the k best values, best first. Order:
+/// NaN above every number (PyTorch's topk and sort), then by value, ties by
+/// the lower index (PyTorch leaves their order open; this one is stable).
+void topkKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
+  Tensor& o = allocOutput(n, out, 0);
+  const Tensor& x = in[0];
+  const int64_t axis = normalizeAxis(n.i("dim"), x.rank()), k = n.i("k");
+  const bool largest = n.i("largest") != 0;
+  const AxisSplit split = splitAt(x, axis);
+  const int64_t r = split.size, inner = split.inner;
+  int64_t* dst = o.data<int64_t>();
+  if (k == 0 || o.numel() == 0) return;
+  dispatchAll(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    const T* src = x.data<T>();
+    auto better = [largest](const std::pair<C, int64_t>& a, const std::pair<C, int64_t>& b) {
+      if constexpr (std::is_floating_point_v<C>) {
+        const bool an = std::isnan(a.first), bn = std::isnan(b.first);
+        if (an || bn) return an != bn ? (largest ? an : bn) : a.second < b.second;
+      }
+      if (a.first != b.first) return largest ? a.first > b.first : a.first < b.first;
+      return a.second < b.second;
+    };
+    parallelFor(split.outer * inner, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(r, 1)),
+                [&](int64_t b, int64_t e) {
+                  std::vector<std::pair<C, int64_t>> row(static_cast<size_t>(r));
+                  for (int64_t t = b; t < e; ++t) {
+                    const int64_t base = (t / inner) * r * inner + t % inner;
+                    for (int64_t j = 0; j < r; ++j) row[j] = {C(src[base + j * inner]), j};
+                    std::partial_sort(row.begin(), row.begin() + k, row.end(), better);
+                    const int64_t obase = (t / inner) * k * inner + t % inner;
+                    for (int64_t j = 0; j < k; ++j) dst[obase + j * inner] = row[j].second;
+                  }
+                });
+  });
+}
+
 /// Inclusive prefix sum along `dim`, accumulated in double / int64 and stored
 /// after every step (PyTorch's CPU cumsum does the same).
 void cumsumKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
@@ -189,6 +227,7 @@ void registerCpuReductionKernels(KernelRegistry& r) {
   add(r, "var", reduceKernel<5>);
   add(r, "argmax", argKernel<true>);
   add(r, "argmin", argKernel<false>);
+  add(r, "topk", topkKernel);
   add(r, "cumsum", cumsumKernel);
 }
 

@@ -73,6 +73,15 @@ void emitArg(Emitter& e, const Node& n) {
   e.setOut(n, 0, e.call(target, {e.in(n, 0), pyInt(n.i("dim")), pyBool(n.i("keepdim") != 0)}));
 }
 
+/// Kiln's topk order (NaN first among the largest, ties by the lower index)
+/// is a stable sort's, cut to k: aten.sort.stable then a slice.
+void emitTopk(Emitter& e, const Node& n) {
+  const int64_t dim = n.i("dim");
+  const std::string sorted = e.call("aten.sort.stable", {e.in(n, 0)},
+                                    {"stable=True", "dim=" + pyInt(dim), "descending=" + pyBool(n.i("largest") != 0)});
+  e.setOut(n, 0, e.call("aten.slice.Tensor", {e.item(sorted, 1), pyInt(dim), "0", pyInt(n.i("k"))}));
+}
+
 void emitCumsum(Emitter& e, const Node& n) {
   e.setOut(n, 0, e.call("aten.cumsum.default", {e.in(n, 0), pyInt(n.i("dim"))}));
 }
@@ -198,6 +207,7 @@ void addReduceLossEmitters(EmitTable& t) {
   t["argmax"] = emitArg;
   t["argmin"] = emitArg;
   t["cumsum"] = emitCumsum;
+  t["topk"] = emitTopk;
   t["prod_backward"] = emitProdBackward;
   t["cross_entropy"] = emitCrossEntropy;
   t["nll_loss"] = emitNllLoss;

@@ -1,4 +1,5 @@
-// Gradient rules for the nn family's layers (see core/grad.h): conv2d, the
+// Gradient rules for the nn family's layers (see core/grad.h): conv2d (and
+// conv2d_input_backward, the transposed convolution's forward), the
 // 2-D pools, embedding and dropout, plus the backward ops they emit.
 // (Normalization and softmax rules live in norm_grad.cpp.)
 //
@@ -205,6 +206,23 @@ void conv2dGrad(GradContext& c) {
   if (c.numInputs() == 3 && c.needs(2)) c.setGrad(2, c.op("sum", {g}, {{"dims", spatial}}));
 }
 
+/// conv2d_input_backward(x, w) is also the forward of a transposed
+/// convolution (conv_transpose1d/2d lower to it), and bilinear: its adjoint
+/// in x is conv2d, in w conv2d's weight gradient with the roles swapped
+/// (the transposed convolution's input plays conv2d's output gradient):
+///   dx = conv2d(gy, w),  dw = conv2d_weight_backward(x, gy).
+void convInputBackwardGrad(GradContext& c) {
+  Value* gy = c.grad();
+  if (!gy) return;
+  const Node& n = c.node();
+  if (c.needs(0)) c.setGrad(0, c.op("conv2d", {gy, c.in(1)}, convAttrs(n)));
+  if (c.needs(1)) {
+    AttrMap a = convAttrs(n);
+    a["weight_shape"] = c.in(1)->shape();
+    c.setGrad(1, c.op("conv2d_weight_backward", {c.in(0), gy}, std::move(a)));
+  }
+}
+
 /// The forward pool's attributes that the backward ops share (all explicit).
 AttrMap poolAttrs(const Node& n, std::initializer_list<const char*> names) {
   AttrMap a;
@@ -319,6 +337,7 @@ void registerNNGrads(OpTable& t) {
          nullptr});
 
   t.setGrad("conv2d", conv2dGrad);
+  t.setGrad("conv2d_input_backward", convInputBackwardGrad);
   t.setGrad("max_pool2d", maxPoolGrad);
   t.setGrad("avg_pool2d", avgPoolGrad);
   t.setGrad("adaptive_avg_pool2d", adaptiveAvgPoolGrad);

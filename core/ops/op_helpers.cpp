@@ -75,6 +75,26 @@ int64_t pooledLength(int64_t in, int64_t kernel, int64_t stride, int64_t pad, in
   return out;
 }
 
+Shape transposedConvOutput(const Shape& x, const Shape& w, const std::vector<int64_t>& stride,
+                           const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation,
+                           const std::vector<int64_t>& output_padding, int64_t groups) {
+  if (x.size() != 4 || w.size() != 4 || stride.size() != 2 || padding.size() != 2 || dilation.size() != 2 ||
+      output_padding.size() != 2)
+    fail("conv_transpose: expected a 4-D input and weight and two values per window argument");
+  if (x[1] != w[0])
+    fail("conv_transpose: input " + shapeStr(x) + " has " + std::to_string(x[1]) + " channels, weight " +
+         shapeStr(w) + " expects " + std::to_string(w[0]));
+  Shape out = {x[0], w[1] * groups, 0, 0};
+  for (size_t k = 0; k < 2; ++k) {
+    if (output_padding[k] < 0 || (output_padding[k] >= stride[k] && output_padding[k] >= dilation[k]))
+      fail("conv_transpose: output_padding must be smaller than either stride or dilation, got " +
+           shapeStr(output_padding));
+    out[2 + k] = (x[2 + k] - 1) * stride[k] - 2 * padding[k] + dilation[k] * (w[2 + k] - 1) + output_padding[k] + 1;
+  }
+  if (out[2] <= 0 || out[3] <= 0) fail("conv_transpose: output size " + shapeStr(out) + " is not positive");
+  return out;
+}
+
 std::vector<int64_t> reductionAxes(const Node& n, const std::vector<int64_t>& dims, int64_t rank) {
   std::vector<int64_t> axes;
   if (dims.empty()) {

@@ -45,6 +45,16 @@ SliceBounds normalizeSlice(int64_t size, int64_t start, int64_t end, int64_t ste
 /// formula, including ceil_mode's "last window must start inside the input").
 int64_t pooledLength(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation, bool ceil_mode);
 
+/// The output of a 2-D transposed convolution (conv_transpose2d) of x [N, C_in,
+/// H, W] with weight [C_in, C_out/groups, kh, kw]: [N, C_out, Ho, Wo] with
+/// Ho = (H - 1) * stride - 2 * padding + dilation * (kh - 1) + output_padding + 1.
+/// The importers lower it to conv2d_input_backward with this input_shape.
+/// Fails (kiln::fail) on a channel mismatch, an output_padding not smaller
+/// than stride or dilation (PyTorch's rule) or a non-positive size.
+Shape transposedConvOutput(const Shape& x, const Shape& w, const std::vector<int64_t>& stride,
+                           const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation,
+                           const std::vector<int64_t>& output_padding, int64_t groups);
+
 /// Reduction axes from a `dims` attribute (empty = all), normalized and sorted.
 std::vector<int64_t> reductionAxes(const Node& n, const std::vector<int64_t>& dims, int64_t rank);
 /// Shape after reducing `axes`.

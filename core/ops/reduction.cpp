@@ -1,5 +1,5 @@
 // Reductions over a set of axes (`dims`; empty means all axes), arg-reductions
-// over one axis, and cumulative sums. Sums of integers and bools give i64, as
+// and top-k indices over one axis, and cumulative sums. Sums of integers and bools give i64, as
 // in PyTorch.
 #include "core/ops/op_helpers.h"
 
@@ -29,6 +29,18 @@ std::vector<TensorType> inferCumsum(const Node& n) {
   return {{isFloating(in.dtype) ? in.dtype : DType::I64, in.shape}};
 }
 
+/// topk's indices: the input's shape with `dim` cut to k.
+std::vector<TensorType> inferTopk(const Node& n) {
+  const TensorType& in = n.input(0)->type();
+  if (in.rank() == 0) opFail(n, "needs at least one dim, got " + in.str());
+  const int64_t axis = normalizeAxis(n.i("dim"), in.rank()), k = n.i("k");
+  if (k < 0 || k > in.shape[axis])
+    opFail(n, "k=" + std::to_string(k) + " is out of range for dim " + std::to_string(axis) + " of " + in.str());
+  Shape out = in.shape;
+  out[axis] = k;
+  return {{DType::I64, out}};
+}
+
 Cost reduceCost(const Node& n) {
   return {static_cast<double>(n.input(0)->type().numel()), ioBytes(n)};
 }
@@ -45,6 +57,11 @@ void registerReductionOps(OpTable& t) {
   for (const char* r : {"argmax", "argmin"})
     t.add({r, "index of the extreme value along dim (first on ties)", 1, 1, kReduction,
            {reqAttr("dim", AttrKind::Int), optAttr("keepdim", int64_t{0})}, inferArgReduce, reduceCost});
+  t.add({"topk",
+         "indices of the k largest (largest=1) or smallest values along dim, best first; ties keep the lower "
+         "index first, NaN counts as larger than any number (values: gather with them)",
+         1, 1, kReduction, {reqAttr("k", AttrKind::Int), reqAttr("dim", AttrKind::Int), optAttr("largest", int64_t{1})},
+         inferTopk, reduceCost});
   t.add({"cumsum", "inclusive prefix sum along dim", 1, 1, kReduction, {reqAttr("dim", AttrKind::Int)}, inferCumsum,
          reduceCost});
 }

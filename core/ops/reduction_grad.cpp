@@ -117,7 +117,7 @@ void registerReductionGrads(OpTable& t) {
   t.setGrad("prod", prodGrad);
   t.setGrad("var", varGrad);
   t.setGrad("cumsum", cumsumGrad);
-  for (const char* r : {"argmax", "argmin"}) t.setNoGrad(r, "integer result");
+  for (const char* r : {"argmax", "argmin", "topk"}) t.setNoGrad(r, "integer result");
 }
 
 }  // namespace kiln

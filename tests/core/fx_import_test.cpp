@@ -418,8 +418,26 @@ TEST(FxImport, ConvOneDRunsAsConv2d) {
   EXPECT_EQ(conv->is("stride"), (std::vector<int64_t>{1, 2}));
   EXPECT_EQ(conv->is("padding"), (std::vector<int64_t>{0, 1}));
   EXPECT_EQ(conv->input(0)->shape(), (Shape{1, 2, 1, 10}));
-  d["nodes"][0]["args"][6] = true;
-  expectError(importDoc(d, {{"conv.weight", Tensor(DType::F32, {4, 2, 3})}}), "transposed convolution");
+}
+
+TEST(FxImport, TransposedConvolutionIsConv2dInputBackward) {
+  // ConvTranspose1d(4, 2, 3, stride=2, padding=1, output_padding=1): (10 - 1) * 2 - 2 + 2 + 1 + 1 = 20.
+  json d = linearDoc();
+  d["placeholders"] = {param("w", "conv.weight", {4, 2, 3}), input("x", 0, {1, 4, 10})};
+  d["nodes"] = json::array({node("conv", "aten.convolution.default",
+                                {nodeRef("x"), nodeRef("w"), nullptr, {2}, {1}, {1}, true, {1}, 1},
+                                tensorVal("f32", {1, 2, 20}))});
+  d["outputs"] = json::array({nodeRef("conv")});
+  const TensorMap w = {{"conv.weight", Tensor(DType::F32, {4, 2, 3})}};
+  auto m = importDoc(d, w);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const Node* conv = findNode(m->graph, "conv2d_input_backward");
+  ASSERT_NE(conv, nullptr);
+  EXPECT_EQ(conv->is("input_shape"), (std::vector<int64_t>{1, 2, 1, 20}));
+  EXPECT_EQ(conv->is("stride"), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(m->graph.outputs()[0].value->shape(), (Shape{1, 2, 20}));
+  d["nodes"][0]["args"][7] = {2};  // not smaller than the stride
+  expectError(importDoc(d, w), "output_padding must be smaller than either stride or dilation");
 }
 
 TEST(FxImport, SplitAndGetitem) {

@@ -82,7 +82,7 @@ def main(argv=None) -> int:
     ap.add_argument("--variants", default=",".join(VARIANTS))
     a = ap.parse_args(argv)
     os.makedirs(a.work_dir, exist_ok=True)
-    loss = "mse" if a.name in ("nn_mha", "nn_transformer") else "cross_entropy"
+    loss = parity.default_loss(a.name)
     batch = a.batch or 2 * a.nproc
     bad = []
     # The single-process reference depends only on the dtype and the

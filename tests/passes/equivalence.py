@@ -139,7 +139,7 @@ def main() -> int:
     ap.add_argument("--passes", help="the optimized pipeline (default: kiln's default pipeline)")
     a = ap.parse_args()
     os.makedirs(a.work_dir, exist_ok=True)
-    loss = "mse" if a.name in ("nn_mha", "nn_transformer", "unet_mini") else "cross_entropy"
+    loss = parity.default_loss(a.name)
     c = Comparison(a.tol)
     try:
         pt, batch = parity.prepare(a.name, loss, a.cache_dir or a.work_dir)

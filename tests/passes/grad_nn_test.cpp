@@ -156,6 +156,26 @@ TEST(GradNN, Conv2dOnlyWeightNeeded) {
   EXPECT_TRUE(checkGrad({.op = "conv2d", .inputs = {f64({1, 2, 4, 4}), f64({2, 2, 3, 3}), f64({2})}, .no_grad = {0}}));
 }
 
+/// conv2d_input_backward as the forward of a transposed convolution
+/// (conv_transpose2d lowers to it): its own gradients, conv2d for the input
+/// and conv2d_weight_backward for the weight, against finite differences;
+/// strided with the output_padding extra row, grouped, dilated.
+TEST(GradNN, TransposedConvolutionThroughConvInputBackward) {
+  EXPECT_TRUE(checkGrad({.op = "conv2d_input_backward",
+                         .attrs = {{"input_shape", Ints{1, 3, 5, 5}}},
+                         .inputs = {f64({1, 2, 3, 3}), f64({2, 3, 3, 3})}}));
+  // stride 2, padding 1, output_padding 1: (3 - 1) * 2 - 2 + 3 + 1 = 6.
+  EXPECT_TRUE(checkGrad({.op = "conv2d_input_backward",
+                         .attrs = {{"input_shape", Ints{2, 2, 6, 6}}, {"stride", Ints{2, 2}}, {"padding", Ints{1, 1}}},
+                         .inputs = {f64({2, 3, 3, 3}), f64({3, 2, 3, 3})}}));
+  EXPECT_TRUE(checkGrad({.op = "conv2d_input_backward",
+                         .attrs = {{"input_shape", Ints{1, 4, 5, 7}},  // W: output_padding 1
+                                   {"groups", int64_t{2}},
+                                   {"dilation", Ints{2, 1}},
+                                   {"stride", Ints{1, 2}}},
+                         .inputs = {f64({1, 4, 3, 3}), f64({4, 2, 2, 2})}}));
+}
+
 /// The f32 fast path (oneDNN where it takes the config) against the f64
 /// reference on the same data, for both backward ops; the f32 GEMM kernel too.
 TEST(GradNN, Conv2dBackwardF32MatchesF64Reference) {

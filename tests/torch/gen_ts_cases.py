@@ -179,6 +179,9 @@ traced("roll_flip_repeat", lambda x: (x.roll(1, 2), torch.roll(x, (1, -1), (1, 2
 traced("repeat_interleave", lambda x: (x.repeat_interleave(2, dim=1), x.repeat_interleave(3, 2), x.repeat_interleave(2),
                                        x.repeat_interleave(torch.tensor([1, 0, 3]), dim=1),
                                        torch.repeat_interleave(torch.tensor([2, 1]))), X)
+traced("topk_sort", lambda x: (*x.topk(3), *x.topk(2, dim=0, largest=False), *torch.sort(x, dim=1),
+                                *x.sort(descending=True), x.argsort(dim=-1, descending=True), x.argsort(dim=0)),
+       randn(4, 6))
 traced("outer", lambda a, b, i: (torch.outer(a, b), torch.ger(b, a), torch.outer(i, a)), randn(3), randn(5),
        randint(4, 4))
 traced("pad", lambda x: (F.pad(x, (1, 2)), F.pad(x, (1, 1, 2, 0), value=0.5), F.pad(x, (2, 1, 1, 2), mode="reflect"),
@@ -203,6 +206,12 @@ module("conv1d", lambda: nn.Conv1d(4, 6, 3, stride=2, padding=1), randn(2, 4, 9)
 module("conv2d", lambda: nn.Conv2d(4, 6, 3, stride=2, padding=1, dilation=1), IMG)
 module("conv2d_groups_nobias", lambda: nn.Conv2d(4, 8, 3, padding=2, dilation=2, groups=2, bias=False), IMG)
 module("conv2d_same", lambda: nn.Conv2d(4, 4, 4, padding="same"), IMG)
+module("conv_transpose2d", lambda: nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1), IMG)
+module("conv_transpose2d_groups", lambda: nn.ConvTranspose2d(4, 6, (3, 2), stride=(1, 2), padding=(0, 1), dilation=(2, 1),
+                                                             groups=2, bias=False), IMG)
+module("conv_transpose1d", lambda: nn.ConvTranspose1d(4, 3, 4, stride=2, padding=1), randn(2, 4, 9))
+traced("conv_transpose_functional", lambda x, w: F.conv_transpose2d(x, w, stride=2, output_padding=1), IMG,
+       randn(4, 2, 3, 3))
 def _bn_eval():
     m = nn.Sequential(nn.BatchNorm2d(4), nn.BatchNorm2d(4, affine=False))
     for bn in m:  # running statistics that differ from the 0/1 defaults

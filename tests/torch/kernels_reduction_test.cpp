@@ -217,6 +217,32 @@ TEST(KernelsReductionArg, LongRowsTiesNaNInfAcrossLanes) {
   }
 }
 
+/// topk's indices against torch's stable sort cut to k: NaN above every
+/// number, ties by the lower index first (torch.topk leaves tie order open),
+/// along the last dim and an inner one, largest and smallest, k = 0 and all.
+TEST(KernelsReductionTopk, IndicesMatchTorchsStableSort) {
+  torch::manual_seed(31);
+  auto f = torch::randn({5, 37});
+  f.index_put_({1, 4}, kNaN);
+  f.index_put_({3, 10}, kNaN);
+  f.index_put_({3, 20}, kNaN);
+  auto ties = torch::randint(0, 4, {6, 9}, torch::kInt64);
+  auto d = torch::randn({3, 50, 4}, torch::kFloat64);
+  for (const torch::Tensor& x : {f, ties, d})
+    for (int64_t dim : {int64_t{-1}, int64_t{0}, int64_t{1}})
+      for (bool largest : {true, false}) {
+        const int64_t size = x.size(dim);
+        for (int64_t k : {int64_t{0}, int64_t{1}, size / 2, size}) {
+          auto want = std::get<1>(x.sort(/*stable=*/true, dim, /*descending=*/largest)).narrow(dim, 0, k);
+          auto got = runOp("topk", {x}, {{"k", k}, {"dim", dim}, {"largest", int64_t{largest}}});
+          ASSERT_EQ(got.size(), 1u);
+          EXPECT_TRUE(torch::equal(got[0], want))
+              << x.dtype() << " dim " << dim << " k " << k << " largest " << largest << "\n"
+              << got[0] << "\n" << want;
+        }
+      }
+}
+
 TEST(KernelsReductionCumsum, FloatIntBoolAndDims) {
   torch::manual_seed(26);
   auto x = torch::randn({4, 5, 6});

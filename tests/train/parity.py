@@ -117,7 +117,12 @@ ILL_CONDITIONED = {"tv_densenet121", "tv_efficientnet_b0", "tv_googlenet", "tv_i
 PARITY_BATCH = {"tv_inception_v3": 8, "tv_densenet121": 8}
 
 # Models whose first output is not a class score: regress it (mse).
-DEFAULT_LOSS = {"nn_mha": "mse", "nn_transformer": "mse", "unet_mini": "mse"}
+DEFAULT_LOSS = {"nn_mha": "mse", "nn_transformer": "mse", "unet_mini": "mse", "unet_convt_mini": "mse"}
+
+
+def default_loss(name: str) -> str:
+    """The loss the test suites train `name` with: mse where its output is not a class score."""
+    return DEFAULT_LOSS.get(name, "cross_entropy")
 
 
 class Failure(Exception):
@@ -421,7 +426,7 @@ def run_exact(args, cfg, loss, work) -> int:
 
 def run(args) -> int:
     cfg = MODES[args.mode]
-    loss = args.loss or DEFAULT_LOSS.get(args.name, "cross_entropy")
+    loss = args.loss or default_loss(args.name)
     work = args.work_dir
     os.makedirs(work, exist_ok=True)
     if args.threads:
@@ -504,7 +509,7 @@ def main(argv=None) -> int:
                                       "(default: a new temp dir)")
     p.add_argument("--cache-dir", help="where the export and batch go (DIR/NAME.LOSS/); one left there "
                                        "by an earlier run of the same sources is reused")
-    p.add_argument("--loss", choices=losses.KINDS, help="default: mse for nn_mha/nn_transformer/unet_mini, "
+    p.add_argument("--loss", choices=losses.KINDS, help="default: mse for nn_mha/nn_transformer/unet_mini/unet_convt_mini, "
                                                         "cross_entropy otherwise")
     p.add_argument("--steps", type=int, default=STEPS)
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32",

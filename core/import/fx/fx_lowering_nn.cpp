@@ -6,6 +6,7 @@
 // node that reads one fails with the reason; unused ones cost nothing.
 // BatchNorm in training reports its running-stat updates through cx.inplace.
 #include "core/import/fx/fx_lowering.h"
+#include "core/ops/op_helpers.h"
 #include "core/result.h"
 
 namespace kiln::fx {
@@ -22,12 +23,14 @@ std::vector<int64_t> perDim(NodeArgs& a, std::string_view name, size_t dims, int
   return v;
 }
 
-/// convolution / _convolution / conv1d / conv2d (non-transposed).
+/// convolution / _convolution / conv1d / conv2d; transposed ones (ConvTranspose)
+/// become conv2d_input_backward, conv2d's input gradient with x in the role
+/// of the output gradient (core/ops/op_helpers.h transposedConvOutput).
 FxValue lowerConvolution(Lowering& cx, NodeArgs& a) {
   Value* x = a.tensor("input");
   Value* w = a.tensor("weight");
   Value* b = a.optTensor("bias");
-  if (a.has("transposed") && a.flag("transposed")) kiln::fail("transposed convolution (ConvTranspose) is not supported");
+  const bool transposed = a.kiln == "transposed" || (a.has("transposed") && a.flag("transposed"));
   int64_t spatial = w->type().rank() - 2;
   if (spatial != 1 && spatial != 2) a.fail("weight", "only 1-D and 2-D convolutions are supported, weight is " + w->type().str());
   const size_t n = static_cast<size_t>(spatial);
@@ -55,9 +58,19 @@ FxValue lowerConvolution(Lowering& cx, NodeArgs& a) {
     padding.insert(padding.begin(), 0);
     dilation.insert(dilation.begin(), 1);
   }
-  std::vector<Value*> inputs = {cx.reshape(x, in), w};
-  if (b) inputs.push_back(b);
-  Value* y = cx.emit("conv2d", inputs, {{"stride", stride}, {"padding", padding}, {"dilation", dilation}, {"groups", groups}});
+  AttrMap attrs = {{"stride", stride}, {"padding", padding}, {"dilation", dilation}, {"groups", groups}};
+  Value* y = nullptr;
+  if (transposed) {
+    std::vector<int64_t> op = perDim(a, "output_padding", n);
+    if (spatial == 1) op.insert(op.begin(), 0);
+    attrs["input_shape"] = transposedConvOutput(in, w->shape(), stride, padding, dilation, op, groups);
+    y = cx.emit("conv2d_input_backward", {cx.reshape(x, in), w}, std::move(attrs));
+    if (b) y = cx.emit("add", {y, cx.reshape(b, {b->shape()[0], 1, 1})});
+  } else {
+    std::vector<Value*> inputs = {cx.reshape(x, in), w};
+    if (b) inputs.push_back(b);
+    y = cx.emit("conv2d", inputs, std::move(attrs));
+  }
   Shape out = y->shape();
   if (spatial == 1) out.erase(out.end() - 2);
   if (!batched) out.erase(out.begin());
@@ -218,6 +231,8 @@ constexpr FxRule kRules[] = {
     {"aten._convolution.default", lowerConvolution},
     {"aten.conv2d.default", lowerConvolution},
     {"aten.conv1d.default", lowerConvolution},
+    {"aten.conv_transpose1d.default", lowerConvolution, "transposed"},
+    {"aten.conv_transpose2d.input", lowerConvolution, "transposed"},
     {"aten.native_batch_norm.default", lowerBatchNorm},
     {"aten._native_batch_norm_legit.default", lowerBatchNorm},
     {"aten._native_batch_norm_legit.no_stats", lowerBatchNorm},

@@ -75,6 +75,28 @@ FxValue lowerMaxDim(Lowering& cx, NodeArgs& a) {
   return FxValue::tuple({FxValue::of(values), FxValue::of(indices)});
 }
 
+/// (values, indices) of the k best along dim: topk's indices, gathered values
+/// (their gradient is gather's).
+FxValue topkPair(Lowering& cx, Value* x, int64_t k, int64_t dim, bool largest) {
+  if (x->type().rank() == 0) x = cx.reshape(x, {1});
+  const int64_t d = normDim(dim, x->type().rank());
+  Value* idx = cx.emit("topk", {x}, {{"k", k}, {"dim", d}, {"largest", int64_t{largest}}});
+  return FxValue::tuple({FxValue::of(cx.emit("gather", {x, idx}, {{"dim", d}})), FxValue::of(idx)});
+}
+
+/// topk(self, k, dim=-1, largest=True, sorted=True): always sorted.
+FxValue lowerTopk(Lowering& cx, NodeArgs& a) {
+  return topkPair(cx, a.tensor("self"), a.integer("k"), a.integer("dim"), a.flag("largest"));
+}
+
+/// sort(self, dim=-1, descending=False) / sort.stable: ascending puts NaN last.
+FxValue lowerSort(Lowering& cx, NodeArgs& a) {
+  Value* x = a.tensor("self");
+  const int64_t dim = a.integer("dim");
+  const int64_t size = x->type().rank() == 0 ? 1 : x->shape()[normDim(dim, x->type().rank())];
+  return topkPair(cx, x, size, dim, a.flag("descending"));
+}
+
 FxValue lowerCumsum(Lowering& cx, NodeArgs& a) {
   Value* x = input(cx, a);
   return FxValue::of(cx.emit("cumsum", {x}, {{"dim", normDim(a.integer("dim"), x->type().rank())}}));
@@ -102,6 +124,9 @@ constexpr FxRule kRules[] = {
     {"aten.argmax.default", lowerArgReduce, "argmax"},
     {"aten.argmin.default", lowerArgReduce, "argmin"},
     {"aten.cumsum.default", lowerCumsum},
+    {"aten.topk.default", lowerTopk},
+    {"aten.sort.default", lowerSort},
+    {"aten.sort.stable", lowerSort},
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "core/import/torchscript/lowering.h"
+#include "core/ops/op_helpers.h"
 #include "core/result.h"
 
 namespace kiln::ts {
@@ -94,6 +95,8 @@ struct ConvArgs {
   std::vector<int64_t> stride, padding, dilation;
   int64_t groups = 1;
   std::string pad_mode;  ///< "same" / "valid" when padding was given as a string
+  bool transposed = false;
+  std::vector<int64_t> output_padding;  ///< transposed only
 };
 
 /// Symmetric padding for padding="same" (asymmetric extra goes to the end, as PyTorch does).
@@ -112,7 +115,8 @@ Value* padSame(Lowering& cx, Value* x, const Shape& kernel, ConvArgs& c) {
   return cx.emit("pad", {x}, {{"pads", extra}, {"mode", std::string("constant")}, {"value", 0.0}});
 }
 
-/// conv2d on `x` (rank 3 or 4), `w` (rank 4); conv1d through an inserted H=1 dim.
+/// conv2d on `x` (rank 3 or 4), `w` (rank 4); conv1d through an inserted H=1 dim;
+/// with c.transposed, conv_transpose1d/2d.
 Value* convolution(Lowering& cx, Value* x, Value* w, Value* b, ConvArgs c) {
   int64_t spatial = w->type().rank() - 2;
   if (spatial != 1 && spatial != 2)
@@ -139,10 +143,21 @@ Value* convolution(Lowering& cx, Value* x, Value* w, Value* b, ConvArgs c) {
     c.padding.insert(c.padding.begin(), 0);
     c.dilation.insert(c.dilation.begin(), 1);
   }
-  std::vector<Value*> ins = {x, w};
-  if (b) ins.push_back(b);
-  Value* y = cx.emit("conv2d", ins,
-                     {{"stride", c.stride}, {"padding", c.padding}, {"dilation", c.dilation}, {"groups", c.groups}});
+  AttrMap attrs = {{"stride", c.stride}, {"padding", c.padding}, {"dilation", c.dilation}, {"groups", c.groups}};
+  Value* y = nullptr;
+  if (c.transposed) {
+    // conv2d's input gradient: x plays the output gradient, w [C_in, C_out/groups, kh, kw] conv2d's weight.
+    std::vector<int64_t> op = expandList(c.output_padding, spatial, "output_padding");
+    if (spatial == 1) op.insert(op.begin(), 0);
+    attrs["input_shape"] =
+        transposedConvOutput(x->shape(), w->shape(), c.stride, c.padding, c.dilation, op, c.groups);
+    y = cx.emit("conv2d_input_backward", {x, w}, std::move(attrs));
+    if (b) y = cx.emit("add", {y, reshapeTo(cx, b, {b->shape()[0], 1, 1})});
+  } else {
+    std::vector<Value*> ins = {x, w};
+    if (b) ins.push_back(b);
+    y = cx.emit("conv2d", ins, std::move(attrs));
+  }
   if (spatial == 1) y = squeezeAt(cx, y, 2);
   if (unbatched) y = squeezeAt(cx, y, 0);
   return y;
@@ -164,12 +179,25 @@ Out lowerConv(Lowering& cx, Args& a) {
 
 // _convolution / convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, ...)
 Out lowerConvolution(Lowering& cx, Args& a) {
-  if (a.flag(6)) fail("transposed convolution is not supported by Kiln");
   ConvArgs c;
   c.stride = a.ints(3);
   c.padding = a.ints(4);
   c.dilation = a.ints(5);
+  c.transposed = a.flag(6);
+  c.output_padding = a.ints(7);
   c.groups = a.integer(8);
+  return single(cx, convolution(cx, a.tensor(0), a.tensor(1), a.given(2) ? a.tensor(2) : nullptr, c));
+}
+
+// conv_transpose1d / conv_transpose2d(input, weight, bias, stride, padding, output_padding, groups, dilation)
+Out lowerConvTranspose(Lowering& cx, Args& a) {
+  ConvArgs c;
+  c.transposed = true;
+  c.stride = a.ints(3);
+  c.padding = a.ints(4);
+  c.output_padding = a.ints(5);
+  c.groups = a.integer(6);
+  c.dilation = a.ints(7);
   return single(cx, convolution(cx, a.tensor(0), a.tensor(1), a.given(2) ? a.tensor(2) : nullptr, c));
 }
 
@@ -382,8 +410,10 @@ const AtenRule kRules[] = {
     {"aten::ger", lowerOuter},
     {"aten::addmm", lowerAddmm},
     {"aten::baddbmm", lowerAddmm},
-    // Convolution (non-transposed; 1-d through conv2d).
+    // Convolution (1-d through conv2d; transposed through conv2d_input_backward).
     {"aten::conv1d", lowerConv},
+    {"aten::conv_transpose1d", lowerConvTranspose},
+    {"aten::conv_transpose2d", lowerConvTranspose},
     {"aten::conv2d", lowerConv},
     {"aten::_convolution", lowerConvolution},
     {"aten::_convolution_mode", lowerConv},

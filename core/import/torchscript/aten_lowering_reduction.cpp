@@ -59,6 +59,34 @@ Out lowerMaxMin(Lowering& cx, Args& a) {
   return {cx.fresh(values), cx.fresh(indices)};
 }
 
+/// (values, indices) of the k best along dim: Kiln's topk gives the indices
+/// and a gather the values, so the values' gradient is gather's (a
+/// scatter_add into the input's shape) and the indices have none.
+Out topkValuesIndices(Lowering& cx, Value* x, int64_t k, int64_t dim, bool largest) {
+  if (x->type().rank() == 0) x = cx.emit("reshape", {x}, {{"shape", Shape{1}}});
+  const int64_t d = normDim(dim, x->type().rank());
+  Value* idx = cx.emit("topk", {x}, {{"k", k}, {"dim", d}, {"largest", int64_t{largest}}});
+  return {cx.fresh(cx.emit("gather", {x, idx}, {{"dim", d}})), cx.fresh(idx)};
+}
+
+// topk(self, k, dim=-1, largest=True, sorted=True) -> (values, indices); always sorted
+Out lowerTopk(Lowering& cx, Args& a) {
+  return topkValuesIndices(cx, a.tensor(0), a.integer(1), a.given(2) ? a.integer(2) : -1, !a.given(3) || a.flag(3));
+}
+
+// sort(self, dim=-1, descending=False) / sort.stable(self, *, stable, dim=-1, descending=False)
+// and argsort with the same arguments: ascending puts NaN last, descending first.
+Out lowerSort(Lowering& cx, Args& a) {
+  Value* x = a.tensor(0);
+  const size_t at = a.size() == 4 ? 2 : 1;  // .stable has the `stable` flag before dim
+  const int64_t dim = a.given(at) ? a.integer(at) : -1;
+  const bool descending = a.given(at + 1) && a.flag(at + 1);
+  const int64_t size = x->type().rank() == 0 ? 1 : x->shape()[normDim(dim, x->type().rank())];
+  Out out = topkValuesIndices(cx, x, size, dim, descending);
+  if (a.kiln_op == "argsort") return {out[1]};
+  return out;
+}
+
 // argmax/argmin(self, dim=None, keepdim=False)
 Out lowerArgReduce(Lowering& cx, Args& a) {
   Value* x = a.tensor(0);
@@ -175,6 +203,9 @@ const AtenRule kRules[] = {
     {"aten::var_mean", lowerVar, "var_mean"},
     {"aten::std_mean", lowerVar, "std_mean"},
     {"aten::cumsum", lowerCumsum},
+    {"aten::topk", lowerTopk},
+    {"aten::sort", lowerSort, "sort"},
+    {"aten::argsort", lowerSort, "argsort"},
     {"aten::logsumexp", lowerLogsumexp},
     {"aten::norm", lowerNorm, "norm"},
     {"aten::linalg_vector_norm", lowerNorm, "norm"},
