@@ -627,8 +627,8 @@ _REGISTRY: Dict[str, Tuple[Callable[[], nn.Module], tuple, Tuple[str, ...]]] = {
     "resnet_mini": (ResNetMini, ((2, 3, 32, 32),), _OWN),
     # The battery's diffusion UNet at toy size (group norms, SiLU, skip
     # concatenations, nearest upsampling, pixel attention).
-    "unet_mini": (lambda: UNet(base=32, mults=(1, 2)), ((2, 3, 16, 16),), ("trace",)),
-    # The same with stride-2 transposed convolutions for upsampling (also as an FX dump).
+    "unet_mini": (lambda: UNet(base=32, mults=(1, 2)), ((2, 3, 16, 16),), ("trace", "fx")),
+    # The same with stride-2 transposed convolutions for upsampling.
     "unet_convt_mini": (lambda: UNet(base=32, mults=(1, 2), up="convt"), ((2, 3, 16, 16),), ("trace", "fx")),
     "transformer_encoder": (TransformerEncoderLM, (_ints((2, 12), 100),), _OWN),
     "gpt2_mini": (GPT2Mini, (_ints((2, 16), 128),), _OWN),

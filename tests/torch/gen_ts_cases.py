@@ -2,7 +2,7 @@
 """Tiny TorchScript archives for the TorchScript importer tests.
 
     gen_ts_cases.py --out DIR [--only NAME ...]
-    gen_ts_cases.py --list
+    gen_ts_cases.py --list | --list-fx
 
 One case per aten op family (and per importer feature: shape arithmetic in
 traces, scripted if/loop over constants, in-place ops and views, BatchNorm in
@@ -15,7 +15,10 @@ unsupported op). For every case NAME it writes into DIR:
     NAME.input.safetensors     input0, input1, ...
     NAME.expected.safetensors  output0, ... (flattened outputs); for train-mode
                                cases also "buffer:<key>" after the forward
-and cases.json: [{"name", "format", "run", "train", "expect_error"}, ...],
+    NAME_fx.fx.json            the same module as an FX dump (models/fx_dump.py),
+    NAME_fx.safetensors        for each function case and each module's trace variant
+and cases.json: [{"name", "format", "run", "train", "expect_error", "fx_error"}, ...]
+(fx_error: absent without an FX form, "" when the dump worked, else why not),
 plus not_torchscript.zip and no_inputs_json.pt for the error tests.
 
 Run with /usr/bin/python3 (Debian's python3-torch). Nothing here is committed
@@ -429,6 +432,27 @@ def write_case(case: Case, out_dir: str) -> None:
     save_st(prefix + ".expected.safetensors", expected)
 
 
+def write_fx(case: Case, out_dir: str) -> str:
+    """The same module as an FX dump (models/fx_dump.py) at NAME_fx.fx.json,
+    for the test that holds the FX importer to the TorchScript importer's
+    coverage. Returns "" or why make_fx could not capture it (a PyTorch-side
+    limit: such a case has no FX form to compare)."""
+    import fx_dump
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fx_dump.dump_fx(build(case), case.inputs(), os.path.join(out_dir, case.name + "_fx"), train=case.train)
+        return ""
+    except Exception as e:  # noqa: BLE001 -- recorded in the manifest, the C++ test reports it
+        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
+
+def fx_form(case: Case) -> bool:
+    """Whether a case gets an FX dump: each function case, each module once
+    (its trace variant), never the error cases."""
+    return not case.expect_error and case.fmt == "trace"
+
+
 def write_extras(out_dir: str) -> None:
     """Files for the error tests: a zip that is no TorchScript archive, and an
     archive without kiln_inputs.json."""
@@ -444,25 +468,31 @@ def main(argv=None) -> int:
     p.add_argument("--out", help="output directory")
     p.add_argument("--only", action="append", default=[], help="generate only these cases")
     p.add_argument("--list", action="store_true", help="print the case names and exit")
+    p.add_argument("--list-fx", action="store_true", help="print the names of the cases with an FX form and exit")
     args = p.parse_args(argv)
-    if args.list:
+    if args.list or args.list_fx:
         for c in CASES:
-            print(c.name)
+            if args.list or fx_form(c):
+                print(c.name)
         return 0
     if not args.out:
         p.error("--out is required")
     os.makedirs(args.out, exist_ok=True)
     selected = [c for c in CASES if not args.only or c.name in args.only]
     failed = 0
+    fx = {}
     for c in selected:
         try:
             write_case(c, args.out)
         except Exception as e:  # report and go on: the C++ test names the missing case
             failed += 1
             print(f"{c.name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", file=sys.stderr)
+        if fx_form(c):
+            fx[c.name] = write_fx(c, args.out)
     if not args.only:
         write_extras(args.out)
-    manifest = [{"name": c.name, "format": c.fmt, "run": c.run, "train": c.train, "expect_error": c.expect_error}
+    manifest = [{"name": c.name, "format": c.fmt, "run": c.run, "train": c.train, "expect_error": c.expect_error,
+                 **({"fx_error": fx[c.name]} if c.name in fx else {})}
                 for c in CASES]
     with open(os.path.join(args.out, "cases.json"), "w") as f:
         json.dump(manifest, f, indent=1)

@@ -16,12 +16,14 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
 #include <torch/script.h>
 #include "backend/cpu/cpu_executor.h"
+#include "core/import/fx/fx_importer.h"
 #include "core/import/torchscript/torchscript_importer.h"
 #include "core/safetensors.h"
 #include "tests/torch/torch_compare.h"
@@ -123,6 +125,7 @@ std::vector<std::string> cachedList(const std::string& cache, const std::vector<
 struct CaseInfo {
   std::string name, format, expect_error;
   bool run = true, train = false;
+  std::optional<std::string> fx_error;  ///< with an FX form: "" or why make_fx could not capture it
 };
 
 /// Generate the cases (once per change of the generator) and read cases.json.
@@ -144,6 +147,7 @@ const std::map<std::string, CaseInfo>& cases(std::string* error = nullptr) {
       for (const auto& j : nlohmann::json::parse(in)) {
         CaseInfo c{j.at("name").get<std::string>(), j.at("format").get<std::string>(),
                    j.at("expect_error").get<std::string>(), j.at("run").get<bool>(), j.at("train").get<bool>()};
+        if (j.contains("fx_error")) c.fx_error = j.at("fx_error").get<std::string>();
         all[c.name] = c;
       }
     }
@@ -244,6 +248,65 @@ TEST_P(TorchScriptImportCase, ImportsAndMatchesPyTorch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, TorchScriptImportCase, ::testing::ValuesIn(caseNames()),
+                         [](const auto& info) { return info.param; });
+
+// ---- The FX importer on the same cases --------------------------------------------------------
+
+/// The generator's cases with an FX form: every function case and each
+/// module's trace variant, dumped by models/fx_dump.py as NAME_fx.fx.json.
+std::vector<std::string> fxCaseNames() {
+  if (!pythonHasTorch()) return {"no_torch"};
+  auto names = cachedList(std::string(KILN_WORK_DIR) + "/torchscript_import/fx_case_names.txt", {kGenerator},
+                          std::string(KILN_PYTHON) + " " + kGenerator + " --list-fx");
+  return names.empty() ? std::vector<std::string>{"generator_failed"} : names;
+}
+
+/// Cases whose FX dump the FX importer does not take yet, and why. The two
+/// importers should accept the same models: the test fails when any other
+/// case does not import through FX, and when one of these starts to (take
+/// it off the list).
+const std::map<std::string, std::string>& fxGaps() {
+  static const std::map<std::string, std::string> gaps = {
+      {"activations", "aten.elu.default with SELU/CELU's scale and input_scale"},
+      {"addcmul", "aten.addcmul.default / addcdiv"},
+      {"int_arith", "aten.div.Tensor_mode with rounding_mode='trunc' on integers"},
+      {"losses", "aten.index_put.default in make_fx's decomposition of a loss"},
+      {"losses_more", "aten.smooth_l1_loss / huber_loss / l1 and binary cross-entropy overloads"},
+      {"pad", "aten.reflection_pad2d / replication_pad2d"},
+      {"prelu_trace", "aten.prelu.default"},
+      {"reductions", "aten.logsumexp.default"},
+      {"repeat_interleave", "aten.repeat_interleave.Tensor with per-element counts from a lifted constant"},
+      {"resample", "aten.pixel_shuffle / pixel_unshuffle"},
+      {"shrink_glu", "aten.hardshrink / softshrink / glu"},
+      {"unary_math", "aten.trunc.default"},
+  };
+  return gaps;
+}
+
+class FxImportCase : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FxImportCase, ImportsWhatTheTorchScriptImporterImports) {
+  REQUIRE_CASES();
+  const std::string name = GetParam();
+  auto it = cases().find(name);
+  ASSERT_NE(it, cases().end()) << name << " is not in cases.json";
+  const CaseInfo& c = it->second;
+  ASSERT_TRUE(c.fx_error.has_value()) << name << " has no FX form in cases.json";
+  if (!c.fx_error->empty()) GTEST_SKIP() << "make_fx cannot capture " << name << ": " << *c.fx_error;
+  auto model = importFx(kCaseDir + "/" + name + "_fx.fx.json");
+  auto gap = fxGaps().find(name);
+  if (gap != fxGaps().end()) {
+    EXPECT_FALSE(model.ok()) << name << " imports through FX now: take it off fxGaps() (" << gap->second << ")";
+    return;
+  }
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  if (!c.run) return;
+  double err = runAndCompare(*model, kCaseDir + "/" + name + ".input.safetensors",
+                             kCaseDir + "/" + name + ".expected.safetensors");
+  RecordProperty("max_relative_error", std::to_string(err));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, FxImportCase, ::testing::ValuesIn(fxCaseNames()),
                          [](const auto& info) { return info.param; });
 
 // ---- Structure --------------------------------------------------------------------------------

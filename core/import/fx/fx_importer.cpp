@@ -67,6 +67,7 @@ class Importer {
     addInputs();
     addAliases();
     for (const FxNode& n : doc_.nodes) lowerNode(n);
+    for (auto& [name, t] : cx_.constants) model_.weights[name] = t;
     addOutputs();
     addMutations();
     removeDeadNodes();

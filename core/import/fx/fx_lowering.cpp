@@ -52,6 +52,13 @@ Value* Lowering::expand(Value* v, Shape shape) {
   return v->shape() == shape ? v : emit("expand", {v}, {{"shape", std::move(shape)}});
 }
 
+Value* Lowering::constant(const Tensor& t) {
+  const std::string name = "__const.kiln." + std::to_string(constants.size());
+  Value* v = graph_.addInput(name, t.type(), ValueRole::Const);
+  constants[name] = t;
+  return v;
+}
+
 Value* Lowering::permute(Value* v, std::vector<int64_t> dims) {
   bool identity = true;
   for (size_t i = 0; i < dims.size(); ++i) identity = identity && dims[i] == static_cast<int64_t>(i);
@@ -82,7 +89,8 @@ namespace {
 const std::map<std::string_view, const FxRule*>& ruleIndex() {
   static const auto* index = [] {
     auto* m = new std::map<std::string_view, const FxRule*>();
-    for (auto family : {elementwiseRules(), shapeRules(), factoryRules(), reductionRules(), linalgRules(), nnRules()})
+    for (auto family : {elementwiseRules(), shapeRules(), factoryRules(), reductionRules(), linalgRules(), nnRules(),
+                        resampleRules()})
       for (const FxRule& r : family) m->emplace(r.target, &r);
     return m;
   }();

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/import/fx/fx_args.h"
+#include "core/tensor.h"
 #include "core/ir.h"
 
 namespace kiln::fx {
@@ -61,6 +62,11 @@ class Lowering {
   /// An operand as a tensor of `dtype`: numbers become 0-d `full`, tensors are cast.
   Value* materialize(const Operand& o, DType dtype);
 
+  /// A tensor known at import time (an upsampling index table) as a constant
+  /// graph input "__const.kiln.N"; the importer adds `constants` to the weights.
+  Value* constant(const Tensor& t);
+  TensorMap constants;
+
   /// Record the value of an FX name.
   void define(const std::string& name, FxValue v);
   /// The value of an FX name (fails for names not defined yet).
@@ -102,5 +108,6 @@ std::span<const FxRule> factoryRules();
 std::span<const FxRule> reductionRules();
 std::span<const FxRule> linalgRules();
 std::span<const FxRule> nnRules();
+std::span<const FxRule> resampleRules();
 
 }  // namespace kiln::fx

@@ -1,11 +1,13 @@
 // aten -> Kiln: resampling. Nearest and (bi)linear upsampling become Kiln
 // `index` gathers with index tensors computed at import time (and, for linear
 // modes, a weighted sum of two gathers per dim), following PyTorch's source
-// index rules for align_corners and scale factors; pixel_shuffle and
-// pixel_unshuffle are reshape-permute-reshape.
+// index rules for align_corners and scale factors (core/import/resample_tables.h,
+// shared with the FX importer); pixel_shuffle and pixel_unshuffle are
+// reshape-permute-reshape.
 #include <algorithm>
 #include <cmath>
 
+#include "core/import/resample_tables.h"
 #include "core/import/torchscript/lowering.h"
 #include "core/result.h"
 
@@ -46,13 +48,6 @@ Resize resizeArgs(const Args& a, const Shape& in, size_t spatial, size_t scales_
   return r;
 }
 
-/// PyTorch's area_pixel_compute_scale: source step per output step.
-double sourceScale(int64_t in, int64_t out, bool align_corners, std::optional<double> scale) {
-  if (align_corners) return out > 1 ? static_cast<double>(in - 1) / static_cast<double>(out - 1) : 0.0;
-  if (scale && *scale > 0) return 1.0 / *scale;
-  return static_cast<double>(in) / static_cast<double>(out);
-}
-
 Value* indexConst(Lowering& cx, const std::vector<int64_t>& idx) {
   return cx.constInput(Tensor::fromInt64s({static_cast<int64_t>(idx.size())}, idx));
 }
@@ -76,11 +71,7 @@ Out lowerNearest(Lowering& cx, Args& a) {
   for (size_t k = 0; k < spatial; ++k) {
     int64_t dim = static_cast<int64_t>(2 + k), n_in = in[dim], n_out = r.out[k];
     if (n_in == n_out) continue;
-    double scale = sourceScale(n_in, n_out, false, r.scales[k]);
-    std::vector<int64_t> idx(static_cast<size_t>(n_out));
-    for (int64_t i = 0; i < n_out; ++i)
-      idx[i] = std::min(static_cast<int64_t>(std::floor(static_cast<double>(i) * scale)), n_in - 1);
-    x = cx.emit("index", {x, indexConst(cx, idx)}, {{"dim", dim}});
+    x = cx.emit("index", {x, indexConst(cx, nearestIndex(n_in, n_out, r.scales[k]))}, {{"dim", dim}});
   }
   return single(cx, x);
 }
@@ -98,21 +89,11 @@ Out lowerLinear(Lowering& cx, Args& a) {
   int64_t rank = static_cast<int64_t>(in.size());
   for (size_t k = 0; k < spatial; ++k) {
     int64_t dim = static_cast<int64_t>(2 + k), n_in = in[dim], n_out = r.out[k];
-    double scale = sourceScale(n_in, n_out, align, r.scales[k]);
-    std::vector<int64_t> i0(n_out), i1(n_out);
-    std::vector<double> w0(n_out), w1(n_out);
-    for (int64_t i = 0; i < n_out; ++i) {
-      double src = align ? static_cast<double>(i) * scale : std::max(0.0, (static_cast<double>(i) + 0.5) * scale - 0.5);
-      int64_t lo = std::min(static_cast<int64_t>(std::floor(src)), n_in - 1);
-      i0[i] = lo;
-      i1[i] = std::min(lo + 1, n_in - 1);
-      w1[i] = src - static_cast<double>(lo);
-      w0[i] = 1.0 - w1[i];
-    }
-    Value* g0 = cx.emit("index", {x, indexConst(cx, i0)}, {{"dim", dim}});
-    Value* g1 = cx.emit("index", {x, indexConst(cx, i1)}, {{"dim", dim}});
-    x = cx.emit("add", {cx.emit("mul", {g0, weightConst(cx, w0, dim, rank, x->dtype())}),
-                        cx.emit("mul", {g1, weightConst(cx, w1, dim, rank, x->dtype())})});
+    const LinearTaps t = linearTaps(n_in, n_out, align, r.scales[k]);
+    Value* g0 = cx.emit("index", {x, indexConst(cx, t.i0)}, {{"dim", dim}});
+    Value* g1 = cx.emit("index", {x, indexConst(cx, t.i1)}, {{"dim", dim}});
+    x = cx.emit("add", {cx.emit("mul", {g0, weightConst(cx, t.w0, dim, rank, x->dtype())}),
+                        cx.emit("mul", {g1, weightConst(cx, t.w1, dim, rank, x->dtype())})});
   }
   return single(cx, x);
 }
