@@ -267,18 +267,8 @@ std::vector<std::string> fxCaseNames() {
 /// it off the list).
 const std::map<std::string, std::string>& fxGaps() {
   static const std::map<std::string, std::string> gaps = {
-      {"activations", "aten.elu.default with SELU/CELU's scale and input_scale"},
-      {"addcmul", "aten.addcmul.default / addcdiv"},
-      {"int_arith", "aten.div.Tensor_mode with rounding_mode='trunc' on integers"},
-      {"losses", "aten.index_put.default in make_fx's decomposition of a loss"},
-      {"losses_more", "aten.smooth_l1_loss / huber_loss / l1 and binary cross-entropy overloads"},
-      {"pad", "aten.reflection_pad2d / replication_pad2d"},
-      {"prelu_trace", "aten.prelu.default"},
-      {"reductions", "aten.logsumexp.default"},
-      {"repeat_interleave", "aten.repeat_interleave.Tensor with per-element counts from a lifted constant"},
-      {"resample", "aten.pixel_shuffle / pixel_unshuffle"},
-      {"shrink_glu", "aten.hardshrink / softshrink / glu"},
-      {"unary_math", "aten.trunc.default"},
+      {"losses", "make_fx (torch 1.13) decomposes cross_entropy with label_smoothing into index_put and "
+                 "masked_select, whose shape depends on the data"},
   };
   return gaps;
 }

@@ -58,7 +58,9 @@ std::string unsupportedMessage(const FxNode& n) {
 class Importer {
  public:
   Importer(const FxDocument& doc, const TensorMap& weights, const ImportOptions& options)
-      : doc_(doc), weights_(weights), options_(options), cx_(model_.graph) {}
+      : doc_(doc), weights_(weights), options_(options), cx_(model_.graph) {
+    cx_.weights = &model_.weights;
+  }
 
   Model run() {
     if (options_.training && !doc_.train)

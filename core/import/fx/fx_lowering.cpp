@@ -52,11 +52,21 @@ Value* Lowering::expand(Value* v, Shape shape) {
   return v->shape() == shape ? v : emit("expand", {v}, {{"shape", std::move(shape)}});
 }
 
-Value* Lowering::constant(const Tensor& t) {
+Value* Lowering::constInput(const Tensor& t) {
   const std::string name = "__const.kiln." + std::to_string(constants.size());
   Value* v = graph_.addInput(name, t.type(), ValueRole::Const);
   constants[name] = t;
   return v;
+}
+
+const Tensor* Lowering::knownValue(const Value* v) const {
+  if (v->producer() || v->role() != ValueRole::Const) return nullptr;
+  for (const TensorMap* m : {&constants, weights}) {
+    if (!m) continue;
+    auto it = m->find(v->name());
+    if (it != m->end()) return &it->second;
+  }
+  return nullptr;
 }
 
 Value* Lowering::permute(Value* v, std::vector<int64_t> dims) {

@@ -51,6 +51,8 @@ class Lowering {
 
   /// A `full` of `shape` holding `value` as `dtype`.
   Value* full(double value, DType dtype, Shape shape = {});
+  /// A 0-d constant (core/import/decompositions.h's name for it).
+  Value* scalar(double value, DType dtype) { return full(value, dtype); }
   /// `v` cast to `dtype` (no node when it already is).
   Value* cast(Value* v, DType dtype);
   /// `v` reshaped (no node when the shape is unchanged). `shape` is explicit (no -1).
@@ -64,8 +66,13 @@ class Lowering {
 
   /// A tensor known at import time (an upsampling index table) as a constant
   /// graph input "__const.kiln.N"; the importer adds `constants` to the weights.
-  Value* constant(const Tensor& t);
+  Value* constInput(const Tensor& t);
   TensorMap constants;
+  /// The contents of a constant graph input (a lifted tensor constant, or
+  /// one made by constInput()), or nullptr for any other value.
+  const Tensor* knownValue(const Value* v) const;
+  /// The weights of the graph's inputs by name (set by the importer).
+  const TensorMap* weights = nullptr;
 
   /// Record the value of an FX name.
   void define(const std::string& name, FxValue v);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/import/decompositions.h"
 #include "core/import/fx/fx_lowering.h"
 #include "core/result.h"
 
@@ -42,11 +43,7 @@ FxValue lowerDivMode(Lowering& cx, NodeArgs& a) {
   auto [x, y] = promoted(cx, a.operand("self"), a.operand("other"));
   if (!mode) return FxValue::of(cx.emit("div", {x, y}));
   if (*mode == "floor") return FxValue::of(cx.emit("floor_div", {x, y}));
-  if (*mode == "trunc" && isFloating(x->dtype())) {
-    Value* q = cx.emit("div", {x, y});
-    Value* neg = cx.emit("lt", {q, cx.full(0, q->dtype())});
-    return FxValue::of(cx.emit("where", {neg, cx.emit("ceil", {q}), cx.emit("floor", {q})}));
-  }
+  if (*mode == "trunc") return FxValue::of(decomp::truncDiv(cx, x, y));
   a.fail("rounding_mode", "rounding mode " + quote(*mode) + " is not supported for " + x->type().str());
 }
 
@@ -125,10 +122,51 @@ FxValue lowerLeakyRelu(Lowering& cx, NodeArgs& a) {
   return FxValue::of(cx.emit("leaky_relu", {a.tensor("self")}, {{"negative_slope", a.real("negative_slope")}}));
 }
 
+/// elu(self, alpha, scale, input_scale) (SELU and CELU too); celu(self, alpha).
 FxValue lowerElu(Lowering& cx, NodeArgs& a) {
-  if (a.real("scale") != 1 || a.real("input_scale") != 1)
-    kiln::fail("elu with scale or input_scale other than 1 (SELU/CELU) is not supported");
-  return FxValue::of(cx.emit("elu", {floatInput(cx, a)}, {{"alpha", a.real("alpha")}}));
+  Value* x = floatInput(cx, a);
+  const double alpha = a.real("alpha");
+  if (a.kiln == "celu") return FxValue::of(decomp::elu(cx, x, alpha, 1.0, 1.0 / alpha));
+  return FxValue::of(decomp::elu(cx, x, alpha, a.real("scale"), a.real("input_scale")));
+}
+
+/// trunc: floats round toward zero, integers are their own truncation.
+FxValue lowerTrunc(Lowering& cx, NodeArgs& a) {
+  Value* x = a.tensor("self");
+  return FxValue::of(isFloating(x->dtype()) ? decomp::truncate(cx, x) : x);
+}
+
+/// prelu / _prelu_kernel(self, weight): one slope per channel (dim 1) or one for all.
+FxValue lowerPrelu(Lowering& cx, NodeArgs& a) {
+  Value* x = a.tensor("self");
+  return FxValue::of(decomp::prelu(cx, x, cx.cast(a.tensor("weight"), x->dtype())));
+}
+
+FxValue lowerShrink(Lowering& cx, NodeArgs& a) {
+  return FxValue::of(decomp::shrink(cx, floatInput(cx, a), a.real("lambd"), a.kiln == "hard"));
+}
+
+FxValue lowerGlu(Lowering& cx, NodeArgs& a) {
+  Value* x = a.tensor("self");
+  return FxValue::of(decomp::glu(cx, x, normDim(a.integer("dim"), x->type().rank())));
+}
+
+/// log_sigmoid_forward(self) -> (output, buffer): -softplus(-x); the buffer
+/// (a CPU-kernel scratch tensor) is not computed.
+FxValue lowerLogSigmoid(Lowering& cx, NodeArgs& a) {
+  Value* x = floatInput(cx, a);
+  Value* y = cx.emit("neg", {cx.emit("softplus", {cx.emit("neg", {x})})});
+  return FxValue::tuple({FxValue::of(y), FxValue::missing("log_sigmoid_forward's buffer is not computed by Kiln")});
+}
+
+/// addcmul / addcdiv(self, tensor1, tensor2, value=1) = self + value * (t1 op t2).
+FxValue lowerAddc(Lowering& cx, NodeArgs& a) {
+  Operand ops[] = {a.operand("self"), a.operand("tensor1"), a.operand("tensor2")};
+  const DType t = resultType(ops);
+  Value* p = cx.emit(a.kiln, {cx.materialize(ops[1], t), cx.materialize(ops[2], t)});
+  const double value = a.real("value");
+  if (value != 1) p = cx.emit("mul", {p, cx.full(value, t)});
+  return FxValue::of(cx.emit("add", {cx.materialize(ops[0], t), p}));
 }
 
 FxValue lowerSoftplus(Lowering& cx, NodeArgs& a) {
@@ -287,6 +325,16 @@ constexpr FxRule kRules[] = {
     {"aten.hardtanh.default", lowerHardtanh},
     {"aten.leaky_relu.default", lowerLeakyRelu},
     {"aten.elu.default", lowerElu},
+    {"aten.celu.default", lowerElu, "celu"},
+    {"aten.trunc.default", lowerTrunc},
+    {"aten.prelu.default", lowerPrelu},
+    {"aten._prelu_kernel.default", lowerPrelu},
+    {"aten.hardshrink.default", lowerShrink, "hard"},
+    {"aten.softshrink.default", lowerShrink, "soft"},
+    {"aten.glu.default", lowerGlu},
+    {"aten.log_sigmoid_forward.default", lowerLogSigmoid},
+    {"aten.addcmul.default", lowerAddc, "mul"},
+    {"aten.addcdiv.default", lowerAddc, "div"},
     {"aten.softplus.default", lowerSoftplus},
     {"aten.threshold.default", lowerThreshold},
     {"aten.clamp.default", lowerClamp},

@@ -5,6 +5,7 @@
 // indices, layer-norm mean/rstd, nll total_weight) are FxValue::missing, so a
 // node that reads one fails with the reason; unused ones cost nothing.
 // BatchNorm in training reports its running-stat updates through cx.inplace.
+#include "core/import/decompositions.h"
 #include "core/import/fx/fx_lowering.h"
 #include "core/ops/op_helpers.h"
 #include "core/result.h"
@@ -221,6 +222,33 @@ FxValue lowerNllLoss(Lowering& cx, NodeArgs& a) {
   return FxValue::tuple({FxValue::of(loss), FxValue::missing("Kiln's nll_loss does not return total_weight")});
 }
 
+/// l1_loss / smooth_l1_loss(.., beta) / huber_loss(.., delta) with their reduction.
+FxValue lowerRobustLoss(Lowering& cx, NodeArgs& a) {
+  Value* x = a.tensor("self");
+  const std::string kind(a.kiln);
+  const double k = kind == "smooth_l1" ? a.real("beta") : kind == "huber" ? a.real("delta") : 1.0;
+  Value* loss = decomp::robustLoss(cx, x, cx.cast(a.tensor("target"), x->dtype()), kind, k);
+  return FxValue::of(decomp::reduceLoss(cx, loss, reduction(a)));
+}
+
+/// binary_cross_entropy(self, target, weight, reduction).
+FxValue lowerBce(Lowering& cx, NodeArgs& a) {
+  Value* x = a.tensor("self");
+  Value* w = a.optTensor("weight");
+  Value* loss = decomp::bce(cx, x, cx.cast(a.tensor("target"), x->dtype()), w ? cx.cast(w, x->dtype()) : nullptr);
+  return FxValue::of(decomp::reduceLoss(cx, loss, reduction(a)));
+}
+
+/// binary_cross_entropy_with_logits(self, target, weight, pos_weight, reduction).
+FxValue lowerBceLogits(Lowering& cx, NodeArgs& a) {
+  Value* x = a.tensor("self");
+  Value* w = a.optTensor("weight");
+  Value* pw = a.optTensor("pos_weight");
+  Value* loss = decomp::bceWithLogits(cx, x, cx.cast(a.tensor("target"), x->dtype()),
+                                      w ? cx.cast(w, x->dtype()) : nullptr, pw ? cx.cast(pw, x->dtype()) : nullptr);
+  return FxValue::of(decomp::reduceLoss(cx, loss, reduction(a)));
+}
+
 FxValue lowerMseLoss(Lowering& cx, NodeArgs& a) {
   return FxValue::of(cx.emit("mse_loss", {a.tensor("self"), a.tensor("target")}, {{"reduction", reduction(a)}}));
 }
@@ -256,6 +284,11 @@ constexpr FxRule kRules[] = {
     {"aten.nll_loss2d_forward.default", lowerNllLoss, "forward"},
     {"aten.nll_loss.default", lowerNllLoss},
     {"aten.mse_loss.default", lowerMseLoss},
+    {"aten.l1_loss.default", lowerRobustLoss, "l1"},
+    {"aten.smooth_l1_loss.default", lowerRobustLoss, "smooth_l1"},
+    {"aten.huber_loss.default", lowerRobustLoss, "huber"},
+    {"aten.binary_cross_entropy.default", lowerBce},
+    {"aten.binary_cross_entropy_with_logits.default", lowerBceLogits},
 };
 
 }  // namespace

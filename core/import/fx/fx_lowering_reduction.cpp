@@ -2,6 +2,7 @@
 // (None or [] = all dims), var/std with Bessel correction, max/min with
 // indices, arg-reductions and cumsum. A `dtype` argument casts the input
 // first, as PyTorch does.
+#include "core/import/decompositions.h"
 #include "core/import/fx/fx_lowering.h"
 #include "core/result.h"
 
@@ -97,6 +98,23 @@ FxValue lowerSort(Lowering& cx, NodeArgs& a) {
   return topkPair(cx, x, size, dim, a.flag("descending"));
 }
 
+/// logsumexp(self, dim, keepdim).
+FxValue lowerLogsumexp(Lowering& cx, NodeArgs& a) {
+  Value* x = input(cx, a);
+  if (!isFloating(x->dtype())) x = cx.cast(x, DType::F32);
+  return FxValue::of(decomp::logsumexp(cx, x, reduceDims(a, x), keepdim(a)));
+}
+
+/// norm.ScalarOpt_dim / norm.Scalar(self, p, dim, keepdim) and
+/// linalg_vector_norm(self, ord, dim, keepdim): p = 1, 2 or inf.
+FxValue lowerNorm(Lowering& cx, NodeArgs& a) {
+  Value* x = input(cx, a);
+  if (!isFloating(x->dtype())) x = cx.cast(x, DType::F32);
+  const char* p_arg = a.has("ord") ? "ord" : "p";
+  const double p = a.given(p_arg) ? a.real(p_arg) : 2.0;
+  return FxValue::of(decomp::pnorm(cx, x, p, reduceDims(a, x), keepdim(a)));
+}
+
 FxValue lowerCumsum(Lowering& cx, NodeArgs& a) {
   Value* x = input(cx, a);
   return FxValue::of(cx.emit("cumsum", {x}, {{"dim", normDim(a.integer("dim"), x->type().rank())}}));
@@ -124,6 +142,10 @@ constexpr FxRule kRules[] = {
     {"aten.argmax.default", lowerArgReduce, "argmax"},
     {"aten.argmin.default", lowerArgReduce, "argmin"},
     {"aten.cumsum.default", lowerCumsum},
+    {"aten.logsumexp.default", lowerLogsumexp},
+    {"aten.norm.ScalarOpt_dim", lowerNorm},
+    {"aten.norm.Scalar", lowerNorm},
+    {"aten.linalg_vector_norm.default", lowerNorm},
     {"aten.topk.default", lowerTopk},
     {"aten.sort.default", lowerSort},
     {"aten.sort.stable", lowerSort},

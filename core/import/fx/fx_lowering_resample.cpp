@@ -1,13 +1,14 @@
 // aten upsampling overloads -> Kiln `index` gathers with constant index
-// tables (and, for linear modes, a weighted sum of two gathers per dim), the
-// tables from core/import/resample_tables.h as the TorchScript importer
-// builds them: upsample_nearest1d/2d and upsample_linear1d/bilinear2d, both
-// their .vec overloads (output_size or scale_factors: what F.interpolate
-// records) and their .default ones (output_size plus optional scales).
+// tables (and, for linear modes, a weighted sum of two gathers per dim),
+// emitted by core/import/decompositions.h as for the TorchScript importer:
+// upsample_nearest1d/2d and upsample_linear1d/bilinear2d, both their .vec
+// overloads (output_size or scale_factors: what F.interpolate records) and
+// their .default ones (output_size plus optional scales); pixel_shuffle and
+// pixel_unshuffle.
 #include <cmath>
 
+#include "core/import/decompositions.h"
 #include "core/import/fx/fx_lowering.h"
-#include "core/import/resample_tables.h"
 #include "core/result.h"
 
 namespace kiln::fx {
@@ -52,19 +53,6 @@ Resize resizeArgs(NodeArgs& a, const Shape& in, size_t spatial) {
   return r;
 }
 
-Value* indexConst(Lowering& cx, const std::vector<int64_t>& idx) {
-  return cx.constant(Tensor::fromInt64s({static_cast<int64_t>(idx.size())}, idx));
-}
-
-/// Weights of shape [1, .., out, .., 1] along `dim` of a rank-`rank` tensor.
-Value* weightConst(Lowering& cx, const std::vector<double>& w, int64_t dim, int64_t rank, DType t) {
-  Shape s(static_cast<size_t>(rank), 1);
-  s[dim] = static_cast<int64_t>(w.size());
-  Tensor tw(t, s);
-  for (size_t k = 0; k < w.size(); ++k) tw.set(static_cast<int64_t>(k), w[k]);
-  return cx.constant(tw);
-}
-
 Value* spatialInput(NodeArgs& a, size_t spatial) {
   Value* x = a.tensor(a.has("input") ? "input" : "self");
   if (x->type().rank() != static_cast<int64_t>(spatial) + 2)
@@ -76,14 +64,8 @@ Value* spatialInput(NodeArgs& a, size_t spatial) {
 FxValue lowerNearest(Lowering& cx, NodeArgs& a) {
   const size_t spatial = a.kiln == "1d" ? 1 : 2;
   Value* x = spatialInput(a, spatial);
-  const Shape in = x->shape();
-  const Resize r = resizeArgs(a, in, spatial);
-  for (size_t k = 0; k < spatial; ++k) {
-    const int64_t dim = static_cast<int64_t>(2 + k), n_in = in[dim], n_out = r.out[k];
-    if (n_in == n_out) continue;
-    x = cx.emit("index", {x, indexConst(cx, nearestIndex(n_in, n_out, r.scales[k]))}, {{"dim", dim}});
-  }
-  return FxValue::of(x);
+  const Resize r = resizeArgs(a, x->shape(), spatial);
+  return FxValue::of(decomp::upsampleNearest(cx, x, r.out, r.scales));
 }
 
 /// upsample_linear1d / upsample_bilinear2d: per dim, out = in[i0] * w0 + in[i1] * w1.
@@ -91,22 +73,19 @@ FxValue lowerLinear(Lowering& cx, NodeArgs& a) {
   const size_t spatial = a.kiln == "1d" ? 1 : 2;
   Value* x = spatialInput(a, spatial);
   if (!isFloating(x->dtype())) a.fail("input", "linear upsampling needs a floating-point tensor, got " + x->type().str());
-  const Shape in = x->shape();
-  const bool align = a.flag("align_corners");
-  const Resize r = resizeArgs(a, in, spatial);
-  const int64_t rank = static_cast<int64_t>(in.size());
-  for (size_t k = 0; k < spatial; ++k) {
-    const int64_t dim = static_cast<int64_t>(2 + k);
-    const LinearTaps t = linearTaps(in[dim], r.out[k], align, r.scales[k]);
-    Value* g0 = cx.emit("index", {x, indexConst(cx, t.i0)}, {{"dim", dim}});
-    Value* g1 = cx.emit("index", {x, indexConst(cx, t.i1)}, {{"dim", dim}});
-    x = cx.emit("add", {cx.emit("mul", {g0, weightConst(cx, t.w0, dim, rank, x->dtype())}),
-                        cx.emit("mul", {g1, weightConst(cx, t.w1, dim, rank, x->dtype())})});
-  }
-  return FxValue::of(x);
+  const Resize r = resizeArgs(a, x->shape(), spatial);
+  return FxValue::of(decomp::upsampleLinear(cx, x, r.out, r.scales, a.flag("align_corners")));
+}
+
+FxValue lowerPixelShuffle(Lowering& cx, NodeArgs& a) {
+  const bool shuffle = a.kiln == "shuffle";
+  return FxValue::of(
+      decomp::pixelShuffle(cx, a.tensor("self"), a.integer(shuffle ? "upscale_factor" : "downscale_factor"), shuffle));
 }
 
 constexpr FxRule kRules[] = {
+    {"aten.pixel_shuffle.default", lowerPixelShuffle, "shuffle"},
+    {"aten.pixel_unshuffle.default", lowerPixelShuffle, "unshuffle"},
     {"aten.upsample_nearest1d.default", lowerNearest, "1d"}, {"aten.upsample_nearest1d.vec", lowerNearest, "1d"},
     {"aten.upsample_nearest2d.default", lowerNearest, "2d"}, {"aten.upsample_nearest2d.vec", lowerNearest, "2d"},
     {"aten.upsample_linear1d.default", lowerLinear, "1d"},   {"aten.upsample_linear1d.vec", lowerLinear, "1d"},

@@ -361,13 +361,19 @@ FxValue lowerRepeat(Lowering& cx, NodeArgs& a) {
 }
 
 /// The count every element of a repeats tensor holds, when the graph fills
-/// it with one constant (make_fx's int repeats: full, then expand).
-std::optional<int64_t> uniformCount(const Value* r) {
-  for (const Node* p = r->producer(); p; p = p->input(0)->producer()) {
+/// it with one constant (make_fx's int repeats: full, then expand) or it is
+/// a one-element constant input.
+std::optional<int64_t> uniformCount(const Lowering& cx, const Value* r) {
+  for (;;) {
+    const Node* p = r->producer();
+    if (!p) {  // a one-element constant input (a lifted tensor)
+      const Tensor* t = cx.knownValue(r);
+      return t && t->numel() == 1 ? std::optional<int64_t>(static_cast<int64_t>(t->at(0))) : std::nullopt;
+    }
     if (p->op() == "full") return static_cast<int64_t>(p->f("value"));
     if (p->op() != "expand" && p->op() != "reshape" && p->op() != "cast") return std::nullopt;
+    r = p->input(0);
   }
-  return std::nullopt;
 }
 
 /// [0]*r + [1]*r + ... for n rows: reshape -> expand -> reshape of arange(n).
@@ -376,31 +382,58 @@ Value* repeatIndex(Lowering& cx, int64_t n, int64_t r) {
   return cx.reshape(cx.expand(cx.reshape(rows, {n, 1}), {n, r}), {n * r});
 }
 
-/// repeat_interleave.Tensor(repeats): the index grouped-query attention's
-/// make_fx graph gathers K/V heads with; its counts must be one constant.
-FxValue lowerRepeatInterleaveIndex(Lowering& cx, NodeArgs& a) {
-  Value* reps = a.tensor("repeats");
-  if (reps->type().rank() != 1) a.fail("repeats", "must be 1-D, got " + reps->type().str());
-  const std::optional<int64_t> r = uniformCount(reps);
-  if (!r || *r < 0)
-    a.fail("repeats", "per-element repeats computed in the graph give a data-dependent shape; Kiln needs one "
-                      "non-negative count known at import time");
-  return FxValue::of(repeatIndex(cx, reps->type().numel(), *r));
+/// The index [0]*c0 + [1]*c1 + ... of a repeats tensor known at import time:
+/// one constant count (make_fx's int repeats: full, then expand) as graph
+/// ops, per-element counts (a lifted constant) as a constant index.
+Value* repeatsIndex(Lowering& cx, NodeArgs& a, Value* reps) {
+  if (reps->type().rank() > 1) a.fail("repeats", "must be 0-D or 1-D, got " + reps->type().str());
+  const int64_t n = reps->type().numel();
+  if (const std::optional<int64_t> r = uniformCount(cx, reps)) {
+    if (*r < 0) a.fail("repeats", "must be non-negative");
+    return repeatIndex(cx, n, *r);
+  }
+  const Tensor* counts = cx.knownValue(reps);
+  if (!counts)
+    a.fail("repeats", "per-element repeats computed in the graph give a data-dependent shape; Kiln needs them "
+                      "known at import time");
+  std::vector<int64_t> idx;
+  for (int64_t k = 0; k < n; ++k) {
+    const auto c = static_cast<int64_t>(counts->at(k));
+    if (c < 0) a.fail("repeats", "must be non-negative");
+    idx.insert(idx.end(), static_cast<size_t>(c), k);
+  }
+  return cx.constInput(Tensor::fromInt64s({static_cast<int64_t>(idx.size())}, idx));
 }
 
-/// repeat_interleave.self_int(self, repeats, dim=None): each row along dim
-/// (of the flattened input without dim) `repeats` times.
+/// repeat_interleave.Tensor(repeats): the index that grouped-query attention's
+/// make_fx graph gathers K/V heads with.
+FxValue lowerRepeatInterleaveIndex(Lowering& cx, NodeArgs& a) {
+  return FxValue::of(repeatsIndex(cx, a, a.tensor("repeats")));
+}
+
+/// repeat_interleave.self_int / .self_Tensor(self, repeats, dim=None): each
+/// row along dim (of the flattened input without dim) repeated.
 FxValue lowerRepeatInterleave(Lowering& cx, NodeArgs& a) {
   Value* x = a.tensor("self");
-  const int64_t r = a.integer("repeats");
-  if (r < 0) a.fail("repeats", "must be non-negative");
   int64_t d = 0;
-  if (a.has("dim"))
+  if (a.given("dim"))
     d = normDim(a.integer("dim"), x->type().rank());
   else
     x = cx.reshape(x, {x->type().numel()});
-  const Shape& in = x->shape();
-  return FxValue::of(cx.emit("index", {x, repeatIndex(cx, in[d], r)}, {{"dim", d}}));
+  const int64_t rows = x->shape()[d];
+  Value* idx = nullptr;
+  if (a.arg("repeats").kind != FxArg::Kind::Node) {
+    const int64_t r = a.integer("repeats");
+    if (r < 0) a.fail("repeats", "must be non-negative");
+    idx = repeatIndex(cx, rows, r);
+  } else {
+    Value* reps = a.tensor("repeats");
+    const int64_t n = reps->type().numel();
+    if (n != 1 && n != rows) a.fail("repeats", std::to_string(n) + " repeats for " + std::to_string(rows) + " rows");
+    // One count for every row: expand it (a no-op for n == rows).
+    idx = repeatsIndex(cx, a, n == rows ? reps : cx.expand(cx.reshape(reps, {1}), {rows}));
+  }
+  return FxValue::of(cx.emit("index", {x, idx}, {{"dim", d}}));
 }
 
 FxValue lowerConstantPad(Lowering& cx, NodeArgs& a) {
@@ -408,6 +441,12 @@ FxValue lowerConstantPad(Lowering& cx, NodeArgs& a) {
   auto pads = a.ints("pad", kMaxWindow);
   if (std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; })) return FxValue::of(x);
   return FxValue::of(cx.emit("pad", {x}, {{"pads", pads}, {"mode", std::string("constant")}, {"value", a.real("value")}}));
+}
+
+/// reflection_pad1d/2d / replication_pad1d/2d(self, padding): Kiln's pad in that mode.
+FxValue lowerModePad(Lowering& cx, NodeArgs& a) {
+  return FxValue::of(cx.emit("pad", {a.tensor("self")},
+                             {{"pads", a.ints("padding", kMaxWindow)}, {"mode", std::string(a.kiln)}, {"value", 0.0}}));
 }
 
 FxValue lowerTriangular(Lowering& cx, NodeArgs& a) {
@@ -454,7 +493,12 @@ constexpr FxRule kRules[] = {
     {"aten.repeat.default", lowerRepeat},
     {"aten.repeat_interleave.Tensor", lowerRepeatInterleaveIndex},
     {"aten.repeat_interleave.self_int", lowerRepeatInterleave},
+    {"aten.repeat_interleave.self_Tensor", lowerRepeatInterleave},
     {"aten.constant_pad_nd.default", lowerConstantPad},
+    {"aten.reflection_pad1d.default", lowerModePad, "reflect"},
+    {"aten.reflection_pad2d.default", lowerModePad, "reflect"},
+    {"aten.replication_pad1d.default", lowerModePad, "replicate"},
+    {"aten.replication_pad2d.default", lowerModePad, "replicate"},
     {"aten.triu.default", lowerTriangular, "triu"},
     {"aten.tril.default", lowerTriangular, "tril"},
 };

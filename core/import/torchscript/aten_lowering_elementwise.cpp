@@ -4,6 +4,7 @@
 // cast to it, so Kiln's binary ops see two tensors of one dtype.
 #include <cmath>
 
+#include "core/import/decompositions.h"
 #include "core/import/torchscript/lowering.h"
 #include "core/result.h"
 
@@ -43,11 +44,6 @@ Out lowerRsub(Lowering& cx, Args& a) {
   return single(cx, cx.emit("sub", {y, scaled(cx, x, a, 2)}));
 }
 
-/// trunc(q) = sign(q) * floor(|q|)
-Value* truncate(Lowering& cx, Value* q) {
-  return cx.emit("mul", {cx.emit("sign", {q}), cx.emit("floor", {cx.emit("abs", {q})})});
-}
-
 // div(self, other, rounding_mode=None|"floor"|"trunc")
 Out lowerDiv(Lowering& cx, Args& a) {
   DType t = resultType(a[0], a[1]);
@@ -60,9 +56,7 @@ Out lowerDiv(Lowering& cx, Args& a) {
   auto [x, y] = promoted(cx, a[0], a[1], t);
   if (mode == "floor") return single(cx, cx.emit("floor_div", {x, y}));
   if (mode != "trunc") fail("unknown rounding_mode \"" + mode + "\"");
-  if (isFloating(t)) return single(cx, truncate(cx, cx.emit("div", {x, y})));
-  Value* q = cx.emit("floor_div", {cx.emit("abs", {x}), cx.emit("abs", {y})});
-  return single(cx, cx.emit("mul", {q, cx.emit("mul", {cx.emit("sign", {x}), cx.emit("sign", {y})})}));
+  return single(cx, decomp::truncDiv(cx, x, y));
 }
 
 Out lowerCompare(Lowering& cx, Args& a) {
@@ -148,7 +142,7 @@ Out lowerRounding(Lowering& cx, Args& a) {
   Value* x = a.tensor(0);
   if (!isFloating(x->dtype())) return single(cx, x);
   if (a.given(1) && a.integer(1) != 0) fail("round(decimals != 0) is not supported");
-  if (a.kiln_op == "trunc") return single(cx, truncate(cx, x));
+  if (a.kiln_op == "trunc") return single(cx, decomp::truncate(cx, x));
   return single(cx, cx.emit(a.kiln_op, {x}));
 }
 
@@ -171,23 +165,14 @@ Out lowerLeakyRelu(Lowering& cx, Args& a) {
   return single(cx, cx.emit("leaky_relu", {floatInput(cx, a)}, {{"negative_slope", slope}}));
 }
 
-// elu(self, alpha=1, scale=1, input_scale=1); selu; celu(self, alpha) = alpha * elu(self / alpha)
+// elu(self, alpha=1, scale=1, input_scale=1); selu; celu(self, alpha) = elu(self, alpha, 1, 1 / alpha)
 Out lowerElu(Lowering& cx, Args& a) {
   Value* x = floatInput(cx, a);
-  if (a.kiln_op == "selu") {
-    Value* e = cx.emit("elu", {x}, {{"alpha", 1.6732632423543772848170429916717}});
-    return single(cx, cx.emit("mul", {e, cx.scalar(1.0507009873554804934193349852946, x->dtype())}));
-  }
+  if (a.kiln_op == "selu")
+    return single(cx, decomp::elu(cx, x, 1.6732632423543772848170429916717, 1.0507009873554804934193349852946, 1.0));
   double alpha = a.given(1) ? a.real(1) : 1.0;
-  if (a.kiln_op == "celu") {
-    Value* e = cx.emit("elu", {cx.emit("div", {x, cx.scalar(alpha, x->dtype())})}, {{"alpha", 1.0}});
-    return single(cx, cx.emit("mul", {e, cx.scalar(alpha, x->dtype())}));
-  }
-  double scale = a.given(2) ? a.real(2) : 1.0, input_scale = a.given(3) ? a.real(3) : 1.0;
-  if (input_scale != 1.0) fail("elu with input_scale != 1 is not supported");
-  Value* e = cx.emit("elu", {x}, {{"alpha", alpha}});
-  if (scale != 1.0) e = cx.emit("mul", {e, cx.scalar(scale, x->dtype())});
-  return single(cx, e);
+  if (a.kiln_op == "celu") return single(cx, decomp::elu(cx, x, alpha, 1.0, 1.0 / alpha));
+  return single(cx, decomp::elu(cx, x, alpha, a.given(2) ? a.real(2) : 1.0, a.given(3) ? a.real(3) : 1.0));
 }
 
 // softplus(self, beta=1, threshold=20)
@@ -205,14 +190,7 @@ Out lowerLogSigmoid(Lowering& cx, Args& a) {
 // prelu(self, weight): one slope per channel (dim 1) or a single one.
 Out lowerPrelu(Lowering& cx, Args& a) {
   Value* x = a.tensor(0);
-  Value* w = cx.cast(a.tensor(1), x->dtype());
-  if (x->type().rank() >= 2 && w->type().numel() > 1) {
-    Shape s(static_cast<size_t>(x->type().rank() - 1), 1);
-    s[0] = w->type().numel();
-    w = cx.emit("reshape", {w}, {{"shape", s}});
-  }
-  Value* pos = cx.emit("gt", {x, cx.scalar(0, x->dtype())});
-  return single(cx, cx.emit("where", {pos, x, cx.emit("mul", {w, x})}));
+  return single(cx, decomp::prelu(cx, x, cx.cast(a.tensor(1), x->dtype())));
 }
 
 // threshold(self, threshold, value) = x > threshold ? x : value
@@ -222,27 +200,15 @@ Out lowerThreshold(Lowering& cx, Args& a) {
   return single(cx, cx.emit("where", {keep, x, cx.operand(a[2], x->dtype())}));
 }
 
-// hardshrink(self, lambd=0.5) = |x| > l ? x : 0; softshrink(self, lambd=0.5) = x -+ l beyond +-l, else 0
+// hardshrink(self, lambd=0.5) / softshrink(self, lambd=0.5)
 Out lowerShrink(Lowering& cx, Args& a) {
-  Value* x = floatInput(cx, a);
-  DType t = x->dtype();
-  double l = a.given(1) ? a.real(1) : 0.5;
-  Value* zero = cx.scalar(0, t);
-  if (a.kiln_op == "hard")
-    return single(cx, cx.emit("where", {cx.emit("gt", {cx.emit("abs", {x}), cx.scalar(l, t)}), x, zero}));
-  Value* above = cx.emit("where", {cx.emit("gt", {x, cx.scalar(l, t)}), cx.emit("sub", {x, cx.scalar(l, t)}), zero});
-  return single(cx,
-                cx.emit("where", {cx.emit("lt", {x, cx.scalar(-l, t)}), cx.emit("add", {x, cx.scalar(l, t)}), above}));
+  return single(cx, decomp::shrink(cx, floatInput(cx, a), a.given(1) ? a.real(1) : 0.5, a.kiln_op == "hard"));
 }
 
 // glu(self, dim=-1) = a * sigmoid(b) for the two halves along dim
 Out lowerGlu(Lowering& cx, Args& a) {
   Value* x = a.tensor(0);
-  int64_t d = normDim(a.given(1) ? a.integer(1) : -1, x->type().rank());
-  int64_t n = x->shape()[d];
-  if (n % 2) fail("glu() needs an even size along dim " + std::to_string(d) + ", got " + std::to_string(n));
-  Node* halves = cx.emitNode("split", {x}, {{"dim", d}, {"sizes", std::vector<int64_t>{n / 2, n / 2}}});
-  return single(cx, cx.emit("mul", {halves->output(0), cx.emit("sigmoid", {halves->output(1)})}));
+  return single(cx, decomp::glu(cx, x, normDim(a.given(1) ? a.integer(1) : -1, x->type().rank())));
 }
 
 Out lowerSquare(Lowering& cx, Args& a) {

@@ -3,6 +3,7 @@
 // final mean or sum, following PyTorch's formulas (including its clamping of
 // log() at -100 in binary_cross_entropy and the stable form of the logits
 // variant). `reduction` arrives as PyTorch's enum: 0 none, 1 mean, 2 sum.
+#include "core/import/decompositions.h"
 #include "core/import/torchscript/lowering.h"
 #include "core/result.h"
 
@@ -26,9 +27,7 @@ std::string reductionName(int64_t r) {
 
 /// Apply `reduction` (none / mean / sum over everything) to elementwise losses.
 Value* reduceLoss(Lowering& cx, Value* v, int64_t reduction) {
-  std::string r = reductionName(reduction);
-  if (r == "none") return v;
-  return cx.emit(r, {v}, {{"dims", std::vector<int64_t>{}}, {"keepdim", int64_t{0}}});
+  return decomp::reduceLoss(cx, v, reductionName(reduction));
 }
 
 // cross_entropy_loss(self, target, weight, reduction, ignore_index, label_smoothing)
@@ -52,57 +51,25 @@ Out lowerMse(Lowering& cx, Args& a) {
 // l1_loss(self, target, reduction); smooth_l1_loss(..., beta); huber_loss(..., delta)
 Out lowerRobustLoss(Lowering& cx, Args& a) {
   Value* x = a.tensor(0);
-  DType t = x->dtype();
-  Value* d = cx.emit("abs", {cx.emit("sub", {x, cx.cast(a.tensor(1), t)})});
-  double k = a.given(3) ? a.real(3) : 1.0;  // beta / delta
-  Value* loss = d;
-  if (a.kiln_op != "l1" && !(a.kiln_op == "smooth_l1" && k == 0)) {
-    Value* half_sq = cx.emit("mul", {cx.emit("mul", {d, d}), cx.scalar(0.5, t)});
-    Value* small = cx.emit("lt", {d, cx.scalar(k, t)});
-    Value* linear = cx.emit("sub", {d, cx.scalar(0.5 * k, t)});
-    if (a.kiln_op == "smooth_l1") {
-      loss = cx.emit("where", {small, cx.emit("div", {half_sq, cx.scalar(k, t)}), linear});
-    } else {
-      loss = cx.emit("where", {small, half_sq, cx.emit("mul", {linear, cx.scalar(k, t)})});
-    }
-  }
+  Value* loss = decomp::robustLoss(cx, x, cx.cast(a.tensor(1), x->dtype()), std::string(a.kiln_op),
+                                   a.given(3) ? a.real(3) : 1.0);
   return single(cx, reduceLoss(cx, loss, a.integer(2)));
-}
-
-/// log(v) clamped at -100, as PyTorch's binary_cross_entropy does.
-Value* clampedLog(Lowering& cx, Value* v) {
-  return cx.emit("clamp", {cx.emit("log", {v})}, {{"min", -100.0}});
 }
 
 // binary_cross_entropy(self, target, weight, reduction)
 Out lowerBce(Lowering& cx, Args& a) {
   Value* x = a.tensor(0);
-  DType t = x->dtype();
-  Value* y = cx.cast(a.tensor(1), t);
-  Value* one = cx.scalar(1.0, t);
-  Value* pos = cx.emit("mul", {y, clampedLog(cx, x)});
-  Value* neg = cx.emit("mul", {cx.emit("sub", {one, y}), clampedLog(cx, cx.emit("sub", {one, x}))});
-  Value* loss = cx.emit("neg", {cx.emit("add", {pos, neg})});
-  if (a.given(2)) loss = cx.emit("mul", {loss, cx.cast(a.tensor(2), t)});
+  const DType t = x->dtype();
+  Value* loss = decomp::bce(cx, x, cx.cast(a.tensor(1), t), a.given(2) ? cx.cast(a.tensor(2), t) : nullptr);
   return single(cx, reduceLoss(cx, loss, a.integer(3)));
 }
 
-// binary_cross_entropy_with_logits(self, target, weight, pos_weight, reduction):
-// (1 - y) x + w_pos (log1p(exp(-|x|)) + max(-x, 0)), w_pos = (pos_weight - 1) y + 1
+// binary_cross_entropy_with_logits(self, target, weight, pos_weight, reduction)
 Out lowerBceLogits(Lowering& cx, Args& a) {
   Value* x = a.tensor(0);
-  DType t = x->dtype();
-  Value* y = cx.cast(a.tensor(1), t);
-  Value* one = cx.scalar(1.0, t);
-  Value* softplus_neg = cx.emit("add", {cx.emit("log1p", {cx.emit("exp", {cx.emit("neg", {cx.emit("abs", {x})})})}),
-                                        cx.emit("clamp", {cx.emit("neg", {x})}, {{"min", 0.0}})});
-  if (a.given(3)) {
-    Value* pw = cx.cast(a.tensor(3), t);
-    Value* w = cx.emit("add", {cx.emit("mul", {cx.emit("sub", {pw, one}), y}), one});
-    softplus_neg = cx.emit("mul", {w, softplus_neg});
-  }
-  Value* loss = cx.emit("add", {cx.emit("mul", {cx.emit("sub", {one, y}), x}), softplus_neg});
-  if (a.given(2)) loss = cx.emit("mul", {loss, cx.cast(a.tensor(2), t)});
+  const DType t = x->dtype();
+  Value* loss = decomp::bceWithLogits(cx, x, cx.cast(a.tensor(1), t), a.given(2) ? cx.cast(a.tensor(2), t) : nullptr,
+                                      a.given(3) ? cx.cast(a.tensor(3), t) : nullptr);
   return single(cx, reduceLoss(cx, loss, a.integer(4)));
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/import/decompositions.h"
 #include "core/import/torchscript/lowering.h"
 #include "core/result.h"
 
@@ -149,24 +150,13 @@ Out lowerCumsum(Lowering& cx, Args& a) {
 Out lowerLogsumexp(Lowering& cx, Args& a) {
   Value* x = a.tensor(0);
   if (!isFloating(x->dtype())) x = cx.cast(x, DType::F32);
-  std::vector<int64_t> dims = dimsArg(a, 1, x->type().rank());
-  bool keep = a.given(2) && a.flag(2);
-  Value* m = reduce(cx, "amax", x, dims, true);
-  // Rows of -inf would give nan from (-inf) - (-inf); PyTorch treats their max as 0.
-  Value* finite = cx.emit(
-      "where", {cx.emit("eq", {cx.emit("abs", {m}), cx.scalar(INFINITY, x->dtype())}), cx.scalar(0, x->dtype()), m});
-  Value* s = reduce(cx, "sum", cx.emit("exp", {cx.emit("sub", {x, finite})}), dims, keep);
-  Value* mk = keep ? finite : reduce(cx, "amax", finite, dims, false);
-  return single(cx, cx.emit("add", {cx.emit("log", {s}), mk}));
+  return single(cx, decomp::logsumexp(cx, x, dimsArg(a, 1, x->type().rank()), a.given(2) && a.flag(2)));
 }
 
-/// p-norm over dims for p = 1, 2, inf.
+/// p-norm over dims for p = 1, 2, inf (integers in f32).
 Value* pnorm(Lowering& cx, Value* x, double p, const std::vector<int64_t>& dims, bool keep) {
   if (!isFloating(x->dtype())) x = cx.cast(x, DType::F32);
-  if (p == 2) return cx.emit("sqrt", {reduce(cx, "sum", cx.emit("mul", {x, x}), dims, keep)});
-  if (p == 1) return reduce(cx, "sum", cx.emit("abs", {x}), dims, keep);
-  if (std::isinf(p) && p > 0) return reduce(cx, "amax", cx.emit("abs", {x}), dims, keep);
-  fail("only p = 1, 2 and inf norms are supported, got p = " + std::to_string(p));
+  return decomp::pnorm(cx, x, p, dims, keep);
 }
 
 // norm(self, p=2, dim=None, keepdim=False, ...) / linalg_vector_norm(self, ord=2, dim=None, keepdim, dtype)

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/import/resample_tables.h"
+#include "core/import/decompositions.h"
 #include "core/import/torchscript/lowering.h"
 #include "core/result.h"
 
@@ -48,32 +48,14 @@ Resize resizeArgs(const Args& a, const Shape& in, size_t spatial, size_t scales_
   return r;
 }
 
-Value* indexConst(Lowering& cx, const std::vector<int64_t>& idx) {
-  return cx.constInput(Tensor::fromInt64s({static_cast<int64_t>(idx.size())}, idx));
-}
-
-/// Weights of shape [1, .., out, .., 1] along `dim` of a rank-`rank` tensor.
-Value* weightConst(Lowering& cx, const std::vector<double>& w, int64_t dim, int64_t rank, DType t) {
-  Shape s(static_cast<size_t>(rank), 1);
-  s[dim] = static_cast<int64_t>(w.size());
-  Tensor tw(t, s);
-  for (size_t k = 0; k < w.size(); ++k) tw.set(static_cast<int64_t>(k), w[k]);
-  return cx.constInput(tw);
-}
-
 // upsample_nearest1d/2d: out[i] = in[min(floor(i * scale), in - 1)]
 Out lowerNearest(Lowering& cx, Args& a) {
   Value* x = a.tensor(0);
-  const Shape in = x->shape();
   size_t spatial = a.kiln_op == "1d" ? 1 : 2;
-  if (in.size() != spatial + 2) fail("expects a " + std::to_string(spatial + 2) + "-d input, got " + x->type().str());
-  Resize r = resizeArgs(a, in, spatial, 2);
-  for (size_t k = 0; k < spatial; ++k) {
-    int64_t dim = static_cast<int64_t>(2 + k), n_in = in[dim], n_out = r.out[k];
-    if (n_in == n_out) continue;
-    x = cx.emit("index", {x, indexConst(cx, nearestIndex(n_in, n_out, r.scales[k]))}, {{"dim", dim}});
-  }
-  return single(cx, x);
+  if (x->type().rank() != static_cast<int64_t>(spatial) + 2)
+    fail("expects a " + std::to_string(spatial + 2) + "-d input, got " + x->type().str());
+  Resize r = resizeArgs(a, x->shape(), spatial, 2);
+  return single(cx, decomp::upsampleNearest(cx, x, r.out, r.scales));
 }
 
 // upsample_linear1d / upsample_bilinear2d(input, output_size, align_corners, scales...):
@@ -81,54 +63,16 @@ Out lowerNearest(Lowering& cx, Args& a) {
 Out lowerLinear(Lowering& cx, Args& a) {
   Value* x = a.tensor(0);
   if (!isFloating(x->dtype())) fail("linear upsampling needs a floating-point input");
-  const Shape in = x->shape();
   size_t spatial = a.kiln_op == "1d" ? 1 : 2;
-  if (in.size() != spatial + 2) fail("expects a " + std::to_string(spatial + 2) + "-d input, got " + x->type().str());
-  bool align = a.flag(2);
-  Resize r = resizeArgs(a, in, spatial, 3);
-  int64_t rank = static_cast<int64_t>(in.size());
-  for (size_t k = 0; k < spatial; ++k) {
-    int64_t dim = static_cast<int64_t>(2 + k), n_in = in[dim], n_out = r.out[k];
-    const LinearTaps t = linearTaps(n_in, n_out, align, r.scales[k]);
-    Value* g0 = cx.emit("index", {x, indexConst(cx, t.i0)}, {{"dim", dim}});
-    Value* g1 = cx.emit("index", {x, indexConst(cx, t.i1)}, {{"dim", dim}});
-    x = cx.emit("add", {cx.emit("mul", {g0, weightConst(cx, t.w0, dim, rank, x->dtype())}),
-                        cx.emit("mul", {g1, weightConst(cx, t.w1, dim, rank, x->dtype())})});
-  }
-  return single(cx, x);
+  if (x->type().rank() != static_cast<int64_t>(spatial) + 2)
+    fail("expects a " + std::to_string(spatial + 2) + "-d input, got " + x->type().str());
+  Resize r = resizeArgs(a, x->shape(), spatial, 3);
+  return single(cx, decomp::upsampleLinear(cx, x, r.out, r.scales, a.flag(2)));
 }
 
 // pixel_shuffle(self, r): [*, C r r, H, W] -> [*, C, H r, W r]; pixel_unshuffle is the inverse.
 Out lowerPixelShuffle(Lowering& cx, Args& a) {
-  Value* x = a.tensor(0);
-  const Shape in = x->shape();
-  int64_t r = a.integer(1);
-  if (in.size() < 3 || r <= 0) fail("expects a tensor with at least 3 dims and a positive factor");
-  Shape lead(in.begin(), in.end() - 3);
-  auto b = static_cast<int64_t>(lead.size());
-  int64_t c = in[b], h = in[b + 1], w = in[b + 2];
-  auto with = [&](std::initializer_list<int64_t> tail) {
-    Shape s = lead;
-    s.insert(s.end(), tail);
-    return s;
-  };
-  std::vector<int64_t> dims;
-  for (int64_t k = 0; k < b; ++k) dims.push_back(k);
-  Shape split, out;
-  if (a.kiln_op == "shuffle") {
-    if (c % (r * r)) fail("channels " + std::to_string(c) + " are not divisible by " + std::to_string(r * r));
-    split = with({c / (r * r), r, r, h, w});
-    for (int64_t d : {0, 3, 1, 4, 2}) dims.push_back(b + d);
-    out = with({c / (r * r), h * r, w * r});
-  } else {
-    if (h % r || w % r) fail("height and width must be divisible by " + std::to_string(r));
-    split = with({c, h / r, r, w / r, r});
-    for (int64_t d : {0, 2, 4, 1, 3}) dims.push_back(b + d);
-    out = with({c * r * r, h / r, w / r});
-  }
-  Value* y = cx.emit("reshape", {x}, {{"shape", split}});
-  y = cx.emit("permute", {y}, {{"dims", dims}});
-  return single(cx, cx.emit("reshape", {y}, {{"shape", out}}));
+  return single(cx, decomp::pixelShuffle(cx, a.tensor(0), a.integer(1), a.kiln_op == "shuffle"));
 }
 
 const AtenRule kRules[] = {

@@ -1,0 +1,247 @@
+// Decompositions of aten operators into Kiln ops that both importers share
+// (TorchScript: core/import/torchscript, FX: core/import/fx), so a model
+// imports to the same graph whichever way it was exported. Each function
+// takes a lowering context Cx with
+//   Value* emit(std::string_view op, std::vector<Value*> inputs, AttrMap attrs = {});
+//   Node* emitNode(std::string_view op, std::vector<Value*> inputs, AttrMap attrs = {});
+//   Value* scalar(double value, DType dtype);   // a 0-d constant
+//   Value* constInput(const Tensor& t);          // a tensor known at import time
+// and returns the value that replaces the aten op's result. Arguments are
+// already decoded (the importers read them positionally or by name); shape
+// errors go through kiln::fail, which the importers report with the node.
+#pragma once
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/import/resample_tables.h"
+#include "core/ir.h"
+#include "core/result.h"
+#include "core/tensor.h"
+
+namespace kiln::decomp {
+
+/// trunc(q) = sign(q) * floor(|q|).
+template <class Cx>
+Value* truncate(Cx& cx, Value* q) {
+  return cx.emit("mul", {cx.emit("sign", {q}), cx.emit("floor", {cx.emit("abs", {q})})});
+}
+
+/// div(x, y, rounding_mode="trunc") for x, y of one dtype: floats truncate
+/// the quotient, integers divide the magnitudes and take the sign.
+template <class Cx>
+Value* truncDiv(Cx& cx, Value* x, Value* y) {
+  if (isFloating(x->dtype())) return truncate(cx, cx.emit("div", {x, y}));
+  Value* q = cx.emit("floor_div", {cx.emit("abs", {x}), cx.emit("abs", {y})});
+  return cx.emit("mul", {q, cx.emit("mul", {cx.emit("sign", {x}), cx.emit("sign", {y})})});
+}
+
+/// elu(x, alpha, scale, input_scale): x > 0 ? scale x : scale alpha (exp(input_scale x) - 1).
+/// SELU (scale, alpha fixed) and CELU (input_scale = 1 / alpha) are this op.
+template <class Cx>
+Value* elu(Cx& cx, Value* x, double alpha, double scale, double input_scale) {
+  const DType t = x->dtype();
+  if (input_scale == 1.0) {
+    Value* e = cx.emit("elu", {x}, {{"alpha", alpha}});
+    return scale == 1.0 ? e : cx.emit("mul", {e, cx.scalar(scale, t)});
+  }
+  Value* pos = scale == 1.0 ? x : cx.emit("mul", {x, cx.scalar(scale, t)});
+  Value* em1 = cx.emit("sub", {cx.emit("exp", {cx.emit("mul", {x, cx.scalar(input_scale, t)})}), cx.scalar(1.0, t)});
+  Value* neg = cx.emit("mul", {em1, cx.scalar(alpha * scale, t)});
+  return cx.emit("where", {cx.emit("gt", {x, cx.scalar(0.0, t)}), pos, neg});
+}
+
+/// prelu(x, w): one slope per channel (dim 1) or a single one.
+template <class Cx>
+Value* prelu(Cx& cx, Value* x, Value* w) {
+  if (x->type().rank() >= 2 && w->type().numel() > 1) {
+    Shape s(static_cast<size_t>(x->type().rank() - 1), 1);
+    s[0] = w->type().numel();
+    w = cx.emit("reshape", {w}, {{"shape", s}});
+  }
+  Value* pos = cx.emit("gt", {x, cx.scalar(0, x->dtype())});
+  return cx.emit("where", {pos, x, cx.emit("mul", {w, x})});
+}
+
+/// hardshrink: |x| > l ? x : 0; softshrink: x - l above l, x + l below -l, else 0.
+template <class Cx>
+Value* shrink(Cx& cx, Value* x, double l, bool hard) {
+  const DType t = x->dtype();
+  Value* zero = cx.scalar(0, t);
+  if (hard) return cx.emit("where", {cx.emit("gt", {cx.emit("abs", {x}), cx.scalar(l, t)}), x, zero});
+  Value* above = cx.emit("where", {cx.emit("gt", {x, cx.scalar(l, t)}), cx.emit("sub", {x, cx.scalar(l, t)}), zero});
+  return cx.emit("where", {cx.emit("lt", {x, cx.scalar(-l, t)}), cx.emit("add", {x, cx.scalar(l, t)}), above});
+}
+
+/// glu(x, dim) = a * sigmoid(b) for the two halves a, b of x along dim (normalized).
+template <class Cx>
+Value* glu(Cx& cx, Value* x, int64_t dim) {
+  const int64_t n = x->shape()[dim];
+  if (n % 2) fail("glu() needs an even size along dim " + std::to_string(dim) + ", got " + std::to_string(n));
+  Node* halves = cx.emitNode("split", {x}, {{"dim", dim}, {"sizes", std::vector<int64_t>{n / 2, n / 2}}});
+  return cx.emit("mul", {halves->output(0), cx.emit("sigmoid", {halves->output(1)})});
+}
+
+/// `v` reduced as a loss: "none", "mean" or "sum" over every element.
+template <class Cx>
+Value* reduceLoss(Cx& cx, Value* v, const std::string& reduction) {
+  if (reduction == "none") return v;
+  return cx.emit(reduction, {v}, {{"dims", std::vector<int64_t>{}}, {"keepdim", int64_t{0}}});
+}
+
+/// The elementwise l1 ("l1"), smooth_l1 (k = beta) or huber (k = delta) loss of x, y (one dtype).
+template <class Cx>
+Value* robustLoss(Cx& cx, Value* x, Value* y, const std::string& kind, double k) {
+  const DType t = x->dtype();
+  Value* d = cx.emit("abs", {cx.emit("sub", {x, y})});
+  if (kind == "l1" || (kind == "smooth_l1" && k == 0)) return d;
+  Value* half_sq = cx.emit("mul", {cx.emit("mul", {d, d}), cx.scalar(0.5, t)});
+  Value* small = cx.emit("lt", {d, cx.scalar(k, t)});
+  Value* linear = cx.emit("sub", {d, cx.scalar(0.5 * k, t)});
+  if (kind == "smooth_l1") return cx.emit("where", {small, cx.emit("div", {half_sq, cx.scalar(k, t)}), linear});
+  return cx.emit("where", {small, half_sq, cx.emit("mul", {linear, cx.scalar(k, t)})});
+}
+
+/// log(v) clamped at -100, as PyTorch's binary_cross_entropy does.
+template <class Cx>
+Value* clampedLog(Cx& cx, Value* v) {
+  return cx.emit("clamp", {cx.emit("log", {v})}, {{"min", -100.0}});
+}
+
+/// Elementwise binary cross-entropy of probabilities x and targets y (one
+/// dtype), times the weight w when given.
+template <class Cx>
+Value* bce(Cx& cx, Value* x, Value* y, Value* w) {
+  Value* one = cx.scalar(1.0, x->dtype());
+  Value* pos = cx.emit("mul", {y, clampedLog(cx, x)});
+  Value* neg = cx.emit("mul", {cx.emit("sub", {one, y}), clampedLog(cx, cx.emit("sub", {one, x}))});
+  Value* loss = cx.emit("neg", {cx.emit("add", {pos, neg})});
+  return w ? cx.emit("mul", {loss, w}) : loss;
+}
+
+/// Elementwise binary cross-entropy with logits x, in the stable form
+/// (1 - y) x + w_pos (log1p(exp(-|x|)) + max(-x, 0)), w_pos = (pos_weight - 1) y + 1;
+/// times the weight w when given.
+template <class Cx>
+Value* bceWithLogits(Cx& cx, Value* x, Value* y, Value* w, Value* pos_weight) {
+  Value* one = cx.scalar(1.0, x->dtype());
+  Value* softplus_neg = cx.emit("add", {cx.emit("log1p", {cx.emit("exp", {cx.emit("neg", {cx.emit("abs", {x})})})}),
+                                        cx.emit("clamp", {cx.emit("neg", {x})}, {{"min", 0.0}})});
+  if (pos_weight) {
+    Value* wp = cx.emit("add", {cx.emit("mul", {cx.emit("sub", {pos_weight, one}), y}), one});
+    softplus_neg = cx.emit("mul", {wp, softplus_neg});
+  }
+  Value* loss = cx.emit("add", {cx.emit("mul", {cx.emit("sub", {one, y}), x}), softplus_neg});
+  return w ? cx.emit("mul", {loss, w}) : loss;
+}
+
+/// logsumexp over `dims` (normalized; empty = all) = m + log(sum(exp(x - m))),
+/// m = amax(x); rows whose max is infinite use m = 0, as PyTorch does.
+template <class Cx>
+Value* logsumexp(Cx& cx, Value* x, const std::vector<int64_t>& dims, bool keep) {
+  const DType t = x->dtype();
+  auto reduce = [&](const char* op, Value* v, bool k) {
+    return cx.emit(op, {v}, {{"dims", dims}, {"keepdim", int64_t{k}}});
+  };
+  Value* m = reduce("amax", x, true);
+  Value* finite =
+      cx.emit("where", {cx.emit("eq", {cx.emit("abs", {m}), cx.scalar(INFINITY, t)}), cx.scalar(0, t), m});
+  Value* s = reduce("sum", cx.emit("exp", {cx.emit("sub", {x, finite})}), keep);
+  Value* mk = keep ? finite : reduce("amax", finite, false);
+  return cx.emit("add", {cx.emit("log", {s}), mk});
+}
+
+/// The p-norm of floating x over `dims` (normalized; empty = all) for p = 1, 2, inf.
+template <class Cx>
+Value* pnorm(Cx& cx, Value* x, double p, const std::vector<int64_t>& dims, bool keep) {
+  auto reduce = [&](const char* op, Value* v) {
+    return cx.emit(op, {v}, {{"dims", dims}, {"keepdim", int64_t{keep}}});
+  };
+  if (p == 2) return cx.emit("sqrt", {reduce("sum", cx.emit("mul", {x, x}))});
+  if (p == 1) return reduce("sum", cx.emit("abs", {x}));
+  if (std::isinf(p) && p > 0) return reduce("amax", cx.emit("abs", {x}));
+  fail("only p = 1, 2 and inf norms are supported, got p = " + std::to_string(p));
+}
+
+/// An int64 index vector as a constant input.
+template <class Cx>
+Value* indexConst(Cx& cx, const std::vector<int64_t>& idx) {
+  return cx.constInput(Tensor::fromInt64s({static_cast<int64_t>(idx.size())}, idx));
+}
+
+/// Weights of shape [1, .., w.size(), .., 1] along `dim` of a rank-`rank` tensor, as a constant input.
+template <class Cx>
+Value* weightConst(Cx& cx, const std::vector<double>& w, int64_t dim, int64_t rank, DType t) {
+  Shape s(static_cast<size_t>(rank), 1);
+  s[dim] = static_cast<int64_t>(w.size());
+  Tensor tw(t, s);
+  for (size_t k = 0; k < w.size(); ++k) tw.set(static_cast<int64_t>(k), w[k]);
+  return cx.constInput(tw);
+}
+
+/// Nearest upsampling of x [N, C, spatial...] to `out` sizes (scales: the given
+/// factors, out / in): one index gather per resized dim (resample_tables.h).
+template <class Cx>
+Value* upsampleNearest(Cx& cx, Value* x, const std::vector<int64_t>& out,
+                       const std::vector<std::optional<double>>& scales) {
+  const Shape in = x->shape();
+  for (size_t k = 0; k < out.size(); ++k) {
+    const int64_t dim = static_cast<int64_t>(2 + k);
+    if (in[dim] == out[k]) continue;
+    x = cx.emit("index", {x, indexConst(cx, nearestIndex(in[dim], out[k], scales[k]))}, {{"dim", dim}});
+  }
+  return x;
+}
+
+/// (Bi)linear upsampling of floating x [N, C, spatial...] to `out` sizes: per
+/// dim, in[i0] * w0 + in[i1] * w1 with the taps of resample_tables.h.
+template <class Cx>
+Value* upsampleLinear(Cx& cx, Value* x, const std::vector<int64_t>& out,
+                      const std::vector<std::optional<double>>& scales, bool align_corners) {
+  const Shape in = x->shape();
+  const int64_t rank = static_cast<int64_t>(in.size());
+  for (size_t k = 0; k < out.size(); ++k) {
+    const int64_t dim = static_cast<int64_t>(2 + k);
+    const LinearTaps t = linearTaps(in[dim], out[k], align_corners, scales[k]);
+    Value* g0 = cx.emit("index", {x, indexConst(cx, t.i0)}, {{"dim", dim}});
+    Value* g1 = cx.emit("index", {x, indexConst(cx, t.i1)}, {{"dim", dim}});
+    x = cx.emit("add", {cx.emit("mul", {g0, weightConst(cx, t.w0, dim, rank, x->dtype())}),
+                        cx.emit("mul", {g1, weightConst(cx, t.w1, dim, rank, x->dtype())})});
+  }
+  return x;
+}
+
+/// pixel_shuffle(x, r): [*, C r r, H, W] -> [*, C, H r, W r]; `shuffle` false: pixel_unshuffle, the inverse.
+template <class Cx>
+Value* pixelShuffle(Cx& cx, Value* x, int64_t r, bool shuffle) {
+  const Shape in = x->shape();
+  if (in.size() < 3 || r <= 0) fail("pixel_shuffle expects a tensor with at least 3 dims and a positive factor");
+  Shape lead(in.begin(), in.end() - 3);
+  const auto b = static_cast<int64_t>(lead.size());
+  const int64_t c = in[b], h = in[b + 1], w = in[b + 2];
+  auto with = [&](std::initializer_list<int64_t> tail) {
+    Shape s = lead;
+    s.insert(s.end(), tail);
+    return s;
+  };
+  std::vector<int64_t> dims;
+  for (int64_t k = 0; k < b; ++k) dims.push_back(k);
+  Shape split, out;
+  if (shuffle) {
+    if (c % (r * r)) fail("channels " + std::to_string(c) + " are not divisible by " + std::to_string(r * r));
+    split = with({c / (r * r), r, r, h, w});
+    for (int64_t d : {0, 3, 1, 4, 2}) dims.push_back(b + d);
+    out = with({c / (r * r), h * r, w * r});
+  } else {
+    if (h % r || w % r) fail("height and width must be divisible by " + std::to_string(r));
+    split = with({c, h / r, r, w / r, r});
+    for (int64_t d : {0, 2, 4, 1, 3}) dims.push_back(b + d);
+    out = with({c * r * r, h / r, w / r});
+  }
+  Value* y = cx.emit("reshape", {x}, {{"shape", split}});
+  y = cx.emit("permute", {y}, {{"dims", dims}});
+  return cx.emit("reshape", {y}, {{"shape", out}});
+}
+
+}  // namespace kiln::decomp
