@@ -67,13 +67,31 @@ _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 # --------------------------------------------------------------------------
 
 
+def _rebuild_flat_weights(rnn, _inputs):
+    """Forward pre-hook: nn.RNN/LSTM/GRU read their weights from a
+    `_flat_weights` list filled when the module was built, which the
+    attributes functional_call swaps in do not reach (torch 1.13), so the
+    capture would see the original tensors as constants and no parameter
+    would get a gradient. The list is rebuilt from the current attributes."""
+    rnn._flat_weights = [getattr(rnn, n) if hasattr(rnn, n) else None for n in rnn._flat_weights_names]
+
+
 def _functional_call(module, state: Dict[str, torch.Tensor], args: tuple):
-    """torch.func.functional_call on 2.x, nn.utils.stateless on 1.13."""
-    func = getattr(torch, "func", None)
-    if func is not None and hasattr(func, "functional_call"):
-        return func.functional_call(module, state, args)
-    from torch.nn.utils.stateless import functional_call
-    return functional_call(module, state, args)
+    """torch.func.functional_call on 2.x, nn.utils.stateless on 1.13; RNN
+    modules read the swapped-in weights (_rebuild_flat_weights)."""
+    rnns = [m for m in module.modules() if isinstance(m, torch.nn.RNNBase)]
+    hooks = [m.register_forward_pre_hook(_rebuild_flat_weights) for m in rnns]
+    try:
+        func = getattr(torch, "func", None)
+        if func is not None and hasattr(func, "functional_call"):
+            return func.functional_call(module, state, args)
+        from torch.nn.utils.stateless import functional_call
+        return functional_call(module, state, args)
+    finally:
+        for h in hooks:
+            h.remove()
+        for m in rnns:  # back to the module's own parameters
+            _rebuild_flat_weights(m, ())
 
 
 def _functionalize(fn):

@@ -351,6 +351,27 @@ class MoEMini(nn.Module):
         return self.head(out)
 
 
+class RnnClassifier(nn.Module):
+    """Recurrent text classifier: embedding, a 2-layer bidirectional LSTM
+    (batch_first, dropout between layers), a GRU and a tanh RNN over its
+    output, and a linear head on the mean over time plus the final states."""
+
+    def __init__(self, vocab: int = 128, d: int = 16, hidden: int = 12, classes: int = 5, dropout: float = 0.1):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.lstm = nn.LSTM(d, hidden, num_layers=2, bidirectional=True, batch_first=True, dropout=dropout)
+        self.gru = nn.GRU(2 * hidden, hidden, batch_first=True)
+        self.rnn = nn.RNN(hidden, hidden, nonlinearity="tanh", batch_first=True)
+        self.head = nn.Linear(hidden + 4 * hidden, classes)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        y, (h, c) = self.lstm(self.embed(idx))
+        z, _ = self.gru(y)
+        r, _ = self.rnn(z)
+        states = torch.cat([h[-1], h[-2], c[-1], c[-2]], dim=-1)
+        return self.head(torch.cat([r.mean(dim=1), states], dim=-1))
+
+
 class BertLayer(nn.Module):
     """BERT's post-LayerNorm encoder layer: LN(x + attn(x)); LN(x + ffn(x)),
     with full (unmasked) multi-head self-attention and erf GELU."""
@@ -634,6 +655,7 @@ _REGISTRY: Dict[str, Tuple[Callable[[], nn.Module], tuple, Tuple[str, ...]]] = {
     "gpt2_mini": (GPT2Mini, (_ints((2, 16), 128),), _OWN),
     "llama_mini": (LlamaDecoder, (_ints((2, 16), 128),), _OWN),
     "moe_mini": (MoEMini, (_ints((2, 16), 128),), _OWN),
+    "rnn_mini": (RnnClassifier, (_ints((2, 7), 128),), _OWN),
     "nn_transformer": (NNTransformer, ((2, 10, 32), (2, 8, 32)), _OWN),
     "nn_mha": (NNMHA, ((2, 8, 32), (2, 10, 32), (2, 10, 32)), _OWN),
     "tv_resnet18": (lambda: _tv("resnet18"), ((2, 3, 64, 64),), _TV),

@@ -103,6 +103,65 @@ Value* robustLoss(Cx& cx, Value* x, Value* y, const std::string& kind, double k)
   return cx.emit("where", {small, half_sq, cx.emit("mul", {linear, cx.scalar(k, t)})});
 }
 
+/// Class-weighted negative log-likelihood of log-probabilities logp ([N, C,
+/// d...] or unbatched [C, ...]; classes on dim 1, or 0 when target has one
+/// dim less than logp's batch form) at integer targets, PyTorch's nll_loss
+/// with `weight` [C]: each element's loss -w[t] logp[t], ignore_index
+/// elements weigh 0, "mean" divides by the summed weights of the rest.
+/// `total_weight` (optional out) gets that sum.
+template <class Cx>
+Value* weightedNll(Cx& cx, Value* logp, Value* target, Value* weight, const std::string& reduction,
+                   int64_t ignore_index, Value** total_weight = nullptr) {
+  const DType t = logp->dtype();
+  const int64_t cd = target->type().rank() == logp->type().rank() - 1 && logp->type().rank() >= 2 ? 1 : 0;
+  Value* ignored = cx.emit("eq", {target, cx.scalar(static_cast<double>(ignore_index), target->dtype())});
+  Value* safe = cx.emit("where", {ignored, cx.scalar(0, target->dtype()), target});
+  Shape picked_shape = target->shape();
+  picked_shape.insert(picked_shape.begin() + cd, 1);
+  Value* picked = cx.emit("gather", {logp, cx.emit("reshape", {safe}, {{"shape", picked_shape}})}, {{"dim", cd}});
+  picked = cx.emit("reshape", {picked}, {{"shape", target->shape()}});
+  Value* flat = cx.emit("reshape", {safe}, {{"shape", Shape{target->type().numel()}}});
+  Value* wt = cx.emit("index", {cx.cast(weight, t), flat}, {{"dim", int64_t{0}}});
+  wt = cx.emit("reshape", {wt}, {{"shape", target->shape()}});
+  wt = cx.emit("where", {ignored, cx.scalar(0, t), wt});
+  Value* loss = cx.emit("neg", {cx.emit("mul", {picked, wt})});
+  auto all = [&](const char* op, Value* v) {
+    return cx.emit(op, {v}, {{"dims", std::vector<int64_t>{}}, {"keepdim", int64_t{0}}});
+  };
+  if (total_weight) *total_weight = all("sum", wt);
+  if (reduction == "none") return loss;
+  if (reduction == "sum") return all("sum", loss);
+  return cx.emit("div", {all("sum", loss), total_weight ? *total_weight : all("sum", wt)});
+}
+
+/// Class-weighted cross-entropy of logits x with label smoothing eps:
+/// (1 - eps) nll + eps / C * smooth, smooth = -sum_c w_c logp_c per element
+/// (0 where ignored; "mean" divides by the target weights' sum), as
+/// PyTorch's cross_entropy_loss_label_smoothing does with a weight.
+template <class Cx>
+Value* weightedCrossEntropy(Cx& cx, Value* x, Value* target, Value* weight, const std::string& reduction,
+                            int64_t ignore_index, double eps) {
+  const int64_t cd = target->type().rank() == x->type().rank() - 1 && x->type().rank() >= 2 ? 1 : 0;
+  Value* logp = cx.emit("log_softmax", {x}, {{"dim", cd}});
+  Value* total = nullptr;
+  Value* nll = weightedNll(cx, logp, target, weight, reduction, ignore_index, &total);
+  if (eps == 0) return nll;
+  const DType t = x->dtype();
+  Shape ws(static_cast<size_t>(x->type().rank()), 1);
+  ws[cd] = x->shape()[cd];
+  Value* w = cx.emit("reshape", {cx.cast(weight, t)}, {{"shape", ws}});
+  Value* smooth = cx.emit("neg", {cx.emit("sum", {cx.emit("mul", {logp, w})},
+                                          {{"dims", std::vector<int64_t>{cd}}, {"keepdim", int64_t{0}}})});
+  Value* ignored = cx.emit("eq", {target, cx.scalar(static_cast<double>(ignore_index), target->dtype())});
+  smooth = cx.emit("where", {ignored, cx.scalar(0, t), smooth});
+  if (reduction != "none") {
+    smooth = cx.emit("sum", {smooth}, {{"dims", std::vector<int64_t>{}}, {"keepdim", int64_t{0}}});
+    if (reduction == "mean") smooth = cx.emit("div", {smooth, total});
+  }
+  const double classes = static_cast<double>(x->shape()[cd]);
+  return cx.emit("add", {cx.emit("mul", {nll, cx.scalar(1 - eps, t)}), cx.emit("mul", {smooth, cx.scalar(eps / classes, t)})});
+}
+
 /// log(v) clamped at -100, as PyTorch's binary_cross_entropy does.
 template <class Cx>
 Value* clampedLog(Cx& cx, Value* v) {

@@ -69,9 +69,12 @@ _DTYPE_NAMES = {torch.float32: "f32", torch.float64: "f64", torch.int64: "i64", 
 
 class Case:
     def __init__(self, name: str, make: Callable[[], nn.Module], inputs: Callable[[], tuple],
-                 fmt: str, run: bool = True, train: bool = False, expect_error: str = ""):
+                 fmt: str, run: bool = True, train: bool = False, expect_error: str = "", no_grad: bool = False):
         self.name, self.make, self.inputs, self.fmt = name, make, inputs, fmt
         self.run, self.train, self.expect_error = run, train, expect_error
+        # Traced as users trace for inference: under torch.no_grad(), where
+        # nn.MultiheadAttention / nn.TransformerEncoderLayer take their fused fast path.
+        self.no_grad = no_grad
 
 
 CASES: List[Case] = []
@@ -113,11 +116,25 @@ def traced(name: str, fn, *makers, run: bool = True, expect_error: str = ""):
 
 
 def module(name: str, make, *makers, fmts=("trace", "script"), run: bool = True, train: bool = False,
-           expect_error: str = ""):
+           expect_error: str = "", no_grad: bool = False):
     """A module case, traced and/or scripted (one archive each: NAME_trace / NAME_script)."""
     for fmt in fmts:
         CASES.append(Case(f"{name}_{fmt}", make, inputs_of(*makers), fmt, run=run, train=train,
-                          expect_error=expect_error))
+                          expect_error=expect_error, no_grad=no_grad))
+
+
+class SelfAttention(nn.Module):
+    """nn.MultiheadAttention as self-attention (the form its inference fast path takes)."""
+
+    def __init__(self, need_weights: bool, average: bool = True):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(8, 2, batch_first=True)
+        self.need_weights, self.average = need_weights, average
+
+    def forward(self, x, pad=None):
+        out, w = self.mha(x, x, x, key_padding_mask=pad, need_weights=self.need_weights,
+                          average_attn_weights=self.average)
+        return (out, w) if self.need_weights else out
 
 
 X = randn(2, 3, 4)      # a small 3-d float input
@@ -242,6 +259,16 @@ traced("losses", lambda x, t, y: (F.cross_entropy(x, t), F.cross_entropy(x, t, r
                                   F.cross_entropy(x, t, label_smoothing=0.1), F.nll_loss(F.log_softmax(x, 1), t),
                                   F.mse_loss(x, y), F.mse_loss(x, y, reduction="none")),
        randn(4, 5), randint(5, 4), randn(4, 5))
+traced("losses_weighted", lambda x, t, w, xs, ts: (
+    F.cross_entropy(x, t, weight=w), F.cross_entropy(x, t, weight=w, reduction="sum"),
+    F.cross_entropy(x, t, weight=w, reduction="none", ignore_index=2), F.cross_entropy(x, t, weight=w, ignore_index=1),
+    F.nll_loss(F.log_softmax(x, 1), t, weight=w), F.cross_entropy(xs, ts, weight=w)),
+    randn(6, 5), lambda g: torch.tensor([0, 2, 1, 4, 2, 3]), lambda g: torch.rand(5, generator=g) + 0.5,
+    randn(2, 5, 3, 4), randint(5, 2, 3, 4))
+traced("losses_weighted_smoothing", lambda x, t, w: (F.cross_entropy(x, t, weight=w, label_smoothing=0.2),
+                                                     F.cross_entropy(x, t, weight=w, label_smoothing=0.1,
+                                                                     reduction="none", ignore_index=2)),
+       randn(6, 5), lambda g: torch.tensor([0, 2, 1, 4, 2, 3]), lambda g: torch.rand(5, generator=g) + 0.5)
 traced("losses_more", lambda x, y, p, w: (F.l1_loss(x, y), F.smooth_l1_loss(x, y, beta=0.5),
                                           F.huber_loss(x, y, reduction="sum", delta=2.0),
                                           F.binary_cross_entropy(p, (y > 0).float()),
@@ -261,6 +288,42 @@ module("upsample", lambda: nn.Sequential(nn.Upsample(scale_factor=2, mode="neare
 module("mha", lambda: nn.MultiheadAttention(8, 2, batch_first=True), randn(2, 5, 8), randn(2, 6, 8), randn(2, 6, 8))
 module("transformer_layer", lambda: nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True),
        randn(2, 5, 8))
+# Traced for inference under torch.no_grad(): the fused fast-path ops, decomposed on import.
+PAD = lambda g: torch.tensor([[False] * 5 + [True], [False] * 6])  # noqa: E731  (key padding)
+module("fast_mha", lambda: SelfAttention(need_weights=False), randn(2, 6, 8), fmts=("trace",), no_grad=True)
+module("fast_mha_weights", lambda: SelfAttention(need_weights=True), randn(2, 6, 8), PAD, fmts=("trace",),
+       no_grad=True)
+module("fast_mha_head_weights", lambda: SelfAttention(need_weights=True, average=False), randn(2, 6, 8),
+       fmts=("trace",), no_grad=True)
+module("fast_encoder_layer", lambda: nn.TransformerEncoderLayer(8, 2, 16, batch_first=True), randn(2, 6, 8),
+       fmts=("trace",), no_grad=True)
+module("fast_encoder_layer_norm_first", lambda: nn.TransformerEncoderLayer(8, 2, 16, activation="gelu",
+                                                                           batch_first=True, norm_first=True),
+       randn(2, 6, 8), fmts=("trace",), no_grad=True)
+
+# ---- Recurrent layers (unrolled on import) ----------------------------------------------
+
+
+class LstmWithState(nn.Module):
+    """An LSTM given its initial state (h0, c0)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(4, 3, num_layers=2)
+
+    def forward(self, x, h, c):
+        return self.lstm(x, (h, c))
+
+
+# (A scripted bare RNN module has only its overloads forward__0/forward__1:
+# scripted RNNs are covered inside a model, models/zoo.py's rnn_mini.)
+module("lstm", lambda: nn.LSTM(4, 3, num_layers=2, bidirectional=True), randn(5, 2, 4), fmts=("trace",))
+module("lstm_state", LstmWithState, randn(5, 2, 4), randn(2, 2, 3), randn(2, 2, 3))
+module("lstm_unbatched_nobias", lambda: nn.LSTM(4, 3, bias=False), randn(5, 4), fmts=("trace",))
+module("gru_batch_first", lambda: nn.GRU(4, 3, num_layers=2, batch_first=True, bidirectional=True), randn(2, 5, 4),
+       fmts=("trace",))
+module("rnn_relu", lambda: nn.RNN(4, 3, num_layers=2, nonlinearity="relu"), randn(5, 2, 4), fmts=("trace",))
+module("rnn_tanh_batch_first", lambda: nn.RNN(4, 3, batch_first=True), randn(2, 5, 4), fmts=("trace",))
 
 # ---- Reductions -----------------------------------------------------------------------
 traced("reductions", lambda x: (x.sum(), x.sum(1), x.sum((0, 2), keepdim=True), x.mean(-1), x.mean((1, 2)),
@@ -418,7 +481,7 @@ def write_case(case: Case, out_dir: str) -> None:
                 expected[f"buffer:{k}"] = v.detach().clone()
     m = build(case)
     initial = {k: v.detach().clone() for k, v in m.state_dict().items()}
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), torch.set_grad_enabled(not case.no_grad):
         warnings.simplefilter("ignore")
         if case.fmt == "script":
             ts = torch.jit.script(m)
@@ -450,7 +513,7 @@ def write_fx(case: Case, out_dir: str) -> str:
 def fx_form(case: Case) -> bool:
     """Whether a case gets an FX dump: each function case, each module once
     (its trace variant), never the error cases."""
-    return not case.expect_error and case.fmt == "trace"
+    return not case.expect_error and case.fmt == "trace" and not case.no_grad
 
 
 def write_extras(out_dir: str) -> None:

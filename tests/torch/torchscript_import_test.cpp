@@ -269,6 +269,7 @@ const std::map<std::string, std::string>& fxGaps() {
   static const std::map<std::string, std::string> gaps = {
       {"losses", "make_fx (torch 1.13) decomposes cross_entropy with label_smoothing into index_put and "
                  "masked_select, whose shape depends on the data"},
+      {"losses_weighted_smoothing", "the same masked_select, for class weights with label smoothing"},
   };
   return gaps;
 }

@@ -215,7 +215,13 @@ std::string reduction(NodeArgs& a) {
 
 /// nll_loss_forward / nll_loss2d_forward -> (loss, total_weight); nll_loss -> loss.
 FxValue lowerNllLoss(Lowering& cx, NodeArgs& a) {
-  if (a.optTensor("weight")) a.fail("weight", "class weights are not supported");
+  if (Value* w = a.optTensor("weight")) {  // class weights: decomposed, total_weight included
+    Value* total = nullptr;
+    Value* loss = decomp::weightedNll(cx, a.tensor("self"), a.tensor("target"), w, reduction(a),
+                                      a.integer("ignore_index"), &total);
+    if (a.kiln != "forward") return FxValue::of(loss);
+    return FxValue::tuple({FxValue::of(loss), FxValue::of(total)});
+  }
   Value* loss = cx.emit("nll_loss", {a.tensor("self"), a.tensor("target")},
                         {{"reduction", reduction(a)}, {"ignore_index", a.integer("ignore_index")}});
   if (a.kiln != "forward") return FxValue::of(loss);

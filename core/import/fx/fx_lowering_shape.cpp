@@ -481,6 +481,8 @@ constexpr FxRule kRules[] = {
     {"aten.stack.default", lowerStack},
     {"aten.split.Tensor", lowerSplit},
     {"aten.split_with_sizes.default", lowerSplitWithSizes},
+    {"aten.unsafe_split.Tensor", lowerSplit},  // what make_fx's unrolled LSTM / GRU cells split their gates with
+    {"aten.unsafe_split_with_sizes.default", lowerSplitWithSizes},
     {"aten.chunk.default", lowerChunk},
     {"aten.unbind.int", lowerUnbind},
     // Indexing.

@@ -33,9 +33,15 @@ Value* reduceLoss(Lowering& cx, Value* v, int64_t reduction) {
 // cross_entropy_loss(self, target, weight, reduction, ignore_index, label_smoothing)
 // nll_loss / nll_loss_nd / nll_loss2d(self, target, weight, reduction, ignore_index)
 Out lowerClassLoss(Lowering& cx, Args& a) {
-  if (a.given(2)) fail("class weights are not supported");
   Value* target = a.tensor(1);
   if (!isIntegral(target->dtype())) fail("only class-index targets are supported, got " + target->type().str());
+  if (a.given(2)) {  // class weights: decomposed (Kiln's loss ops are unweighted)
+    const std::string r = reductionName(a.integer(3));
+    if (a.kiln_op == "cross_entropy")
+      return single(cx, decomp::weightedCrossEntropy(cx, a.tensor(0), target, a.tensor(2), r, a.integer(4),
+                                                     a.given(5) ? a.real(5) : 0.0));
+    return single(cx, decomp::weightedNll(cx, a.tensor(0), target, a.tensor(2), r, a.integer(4)));
+  }
   AttrMap attrs = {{"reduction", reductionName(a.integer(3))}, {"ignore_index", a.integer(4)}};
   if (a.kiln_op == "cross_entropy") attrs["label_smoothing"] = a.given(5) ? a.real(5) : 0.0;
   return single(cx, cx.emit(a.kiln_op, {a.tensor(0), target}, attrs));

@@ -310,7 +310,8 @@ const std::map<std::string_view, const AtenRule*>& ruleMap() {
   static const auto* map = [] {
     auto* m = new std::map<std::string_view, const AtenRule*>();
     for (auto family :
-         {elementwiseRules(), shapeRules(), factoryRules(), nnRules(), reductionRules(), lossRules(), resampleRules()})
+         {elementwiseRules(), shapeRules(), factoryRules(), nnRules(), reductionRules(), lossRules(), resampleRules(),
+          rnnRules()})
       for (const AtenRule& r : family) (*m)[r.aten] = &r;
     return m;
   }();

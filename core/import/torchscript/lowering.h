@@ -124,6 +124,7 @@ std::span<const AtenRule> nnRules();
 std::span<const AtenRule> reductionRules();
 std::span<const AtenRule> lossRules();
 std::span<const AtenRule> resampleRules();
+std::span<const AtenRule> rnnRules();
 
 /// Shorthand for rules returning a single tensor.
 inline std::vector<SV> single(Lowering& cx, Value* v) {
