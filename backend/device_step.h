@@ -11,10 +11,12 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "backend/kernel_selection.h"
+#include "core/plugin_loader.h"
 #include "core/result.h"
 #include "core/tensor.h"
 #include "passes/memory_plan.h"
@@ -75,6 +77,9 @@ struct DeviceBackend {
 /// The CUDA backend, loaded on first use: an Error saying why when this
 /// build has none or the plugin cannot be loaded.
 Result<const DeviceBackend*> cudaBackend();
+
+/// Where cudaBackend() looks for libkiln_cuda.so; nullopt in a build without CUDA.
+std::optional<PluginSpec> cudaPluginSpec();
 
 }  // namespace kiln
 

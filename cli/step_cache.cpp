@@ -1,6 +1,8 @@
 #include "cli/step_cache.h"
 
+#include "backend/aten/torch_plugin.h"
 #include "backend/comm/collective_engine.h"
+#include "backend/device_step.h"
 
 #include <xxhash.h>
 #include <chrono>
@@ -16,15 +18,28 @@ namespace kiln::cli {
 namespace fs = std::filesystem;
 namespace {
 
+/// A file's size and modification time, "" when it cannot be read.
+std::string fileStamp(const fs::path& file) {
+  std::error_code ec;
+  const auto size = fs::file_size(file, ec);
+  if (ec) return "";
+  const auto mtime = fs::last_write_time(file, ec).time_since_epoch().count();
+  return std::to_string(size) + "-" + std::to_string(mtime);
+}
+
 /// This build of Kiln: a rebuilt binary never reads another build's entries
-/// (its passes or kernels may differ even at the same version number).
+/// (its passes or kernels may differ even at the same version number), nor
+/// does one with a rebuilt plugin (the TorchScript importer and the CUDA
+/// kernels live in libkiln_torch.so / libkiln_cuda.so).
 std::string buildId() {
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (ec) return "unknown";
-  const auto size = fs::file_size(exe, ec);
-  const auto mtime = fs::last_write_time(exe, ec).time_since_epoch().count();
-  return std::to_string(size) + "-" + std::to_string(mtime);
+  std::string id = fileStamp(exe);
+  if (auto torch = findPlugin(torchPluginSpec())) id += " torch " + fileStamp(*torch);
+  if (auto spec = cudaPluginSpec())
+    if (auto cuda = findPlugin(*spec)) id += " cuda " + fileStamp(*cuda);
+  return id;
 }
 
 /// The CPU features kernel selection depends on (a cache directory may be

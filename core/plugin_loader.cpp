@@ -9,18 +9,35 @@
 namespace kiln {
 namespace fs = std::filesystem;
 
-Result<void*> loadPluginEntry(const PluginSpec& spec) {
-  std::vector<std::string> candidates;
-  if (const char* env = std::getenv(spec.env.c_str()); env && *env) candidates.push_back(env);
+namespace {
+
+/// Where a plugin may be, in the order they are tried.
+std::vector<std::string> candidates(const PluginSpec& spec) {
+  std::vector<std::string> out;
+  if (const char* env = std::getenv(spec.env.c_str()); env && *env) out.push_back(env);
   std::error_code ec;
   const fs::path exe_dir = fs::read_symlink("/proc/self/exe", ec).parent_path();
   if (!ec) {
-    candidates.push_back((exe_dir / spec.file).string());
-    candidates.push_back((exe_dir / ".." / "lib" / "kiln" / spec.file).string());
+    out.push_back((exe_dir / spec.file).string());
+    out.push_back((exe_dir / ".." / "lib" / "kiln" / spec.file).string());
   }
-  if (!spec.build_path.empty()) candidates.push_back(spec.build_path);
+  if (!spec.build_path.empty()) out.push_back(spec.build_path);
+  return out;
+}
+
+}  // namespace
+
+std::optional<std::string> findPlugin(const PluginSpec& spec) {
+  std::error_code ec;
+  for (const std::string& path : candidates(spec))
+    if (fs::exists(path, ec)) return path;
+  return std::nullopt;
+}
+
+Result<void*> loadPluginEntry(const PluginSpec& spec) {
+  std::error_code ec;
   std::string tried;
-  for (const std::string& path : candidates) {
+  for (const std::string& path : candidates(spec)) {
     if (!fs::exists(path, ec)) {
       tried += (tried.empty() ? "" : ", ") + path + " (absent)";
       continue;

@@ -4,6 +4,7 @@
 // (backend/device_step.h) are found the same way.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "core/result.h"
@@ -17,6 +18,10 @@ struct PluginSpec {
   std::string entry;       ///< extern "C" entry point to look up
   std::string what;        ///< "CUDA plugin", for messages
 };
+
+/// The file loadPluginEntry would open: the first of $env, next to the
+/// executable, ../lib/kiln/ and build_path that exists; nullopt if none.
+std::optional<std::string> findPlugin(const PluginSpec& spec);
 
 /// Looks for the plugin at $env, next to the executable, in ../lib/kiln/,
 /// then at build_path; dlopens the first that exists (RTLD_NOW: a missing

@@ -16,6 +16,7 @@
 #include "backend/aten/torch_eager_trainer.h"
 #include "core/import/import_options.h"
 #include "core/model.h"
+#include "core/plugin_loader.h"
 #include "core/result.h"
 
 namespace kiln {
@@ -45,5 +46,9 @@ class TorchPlugin {
 /// the executable, else ../lib/kiln/ beside it, else where the build put it.
 /// The error names every place tried and the loader's reason.
 Result<const TorchPlugin*> torchPlugin();
+
+/// Where torchPlugin() looks for libkiln_torch.so (core/plugin_loader.h);
+/// the compile cache keys its entries by that file too.
+PluginSpec torchPluginSpec();
 
 }  // namespace kiln

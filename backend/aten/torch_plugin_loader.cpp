@@ -8,17 +8,20 @@
 
 namespace kiln {
 
+PluginSpec torchPluginSpec() {
+#ifdef KILN_TORCH_PLUGIN_BUILD_PATH
+  const std::string build_path = KILN_TORCH_PLUGIN_BUILD_PATH;
+#else
+  const std::string build_path;
+#endif
+  return {"libkiln_torch.so", "KILN_TORCH_PLUGIN", build_path, KILN_TORCH_PLUGIN_ENTRY, "libtorch plugin"};
+}
+
 Result<const TorchPlugin*> torchPlugin() {
   static std::once_flag once;
   static Result<const TorchPlugin*> loaded = Error{"not loaded"};
   std::call_once(once, [] {
-#ifdef KILN_TORCH_PLUGIN_BUILD_PATH
-    const std::string build_path = KILN_TORCH_PLUGIN_BUILD_PATH;
-#else
-    const std::string build_path;
-#endif
-    auto entry = loadPluginEntry(
-        {"libkiln_torch.so", "KILN_TORCH_PLUGIN", build_path, KILN_TORCH_PLUGIN_ENTRY, "libtorch plugin"});
+    auto entry = loadPluginEntry(torchPluginSpec());
     if (!entry) {
       loaded = entry.error();
       return;

@@ -5,7 +5,8 @@
 # --no-cache; a corrupt, truncated or foreign entry is reported once,
 # removed and rebuilt, never used; the key follows the model's content (not
 # its path or mtime) and the options that change the step (not the learning
-# rate); kiln cache list / stats / clear; a hit never loads libtorch.
+# rate) and the libtorch plugin's build; kiln cache list / stats / clear; a
+# hit never loads libtorch.
 # usage: cache_cli.sh KILN WORKDIR
 source "$(dirname "$0")/lib/common.sh"
 export KILN_CACHE_DIR="$W/cache"
@@ -52,6 +53,19 @@ PYEOF
 "$KILN" compile "$W/changed.pt" --report "$W/c6.json" >/dev/null 2>&1
 [ "$(status "$W/c6.json")" = miss ] || fail "a changed weight: cache $(status "$W/c6.json"), want miss"
 ok "the key follows content and step options, not paths, mtimes or the learning rate"
+
+# Another build of the libtorch plugin (which holds the TorchScript importer): a miss, then a hit.
+PLUGIN="$(dirname "$KILN")/libkiln_torch.so"
+if [ -f "$PLUGIN" ]; then
+  mkdir -p "$W/plugin" && cp "$PLUGIN" "$W/plugin/" && touch -d "2001-01-01" "$W/plugin/libkiln_torch.so"
+  KILN_TORCH_PLUGIN="$W/plugin/libkiln_torch.so" "$KILN" compile "$M" --report "$W/p1.json" >/dev/null 2>&1
+  KILN_TORCH_PLUGIN="$W/plugin/libkiln_torch.so" "$KILN" compile "$M" --report "$W/p2.json" >/dev/null 2>&1
+  [ "$(status "$W/p1.json")" = miss ] || fail "another plugin build: cache $(status "$W/p1.json"), want miss"
+  [ "$(status "$W/p2.json")" = hit ] || fail "the same plugin again: cache $(status "$W/p2.json"), want hit"
+  ok "a rebuilt TorchScript importer (libkiln_torch.so) does not read the old build's entries"
+else
+  echo "SKIP: no libkiln_torch.so beside $KILN (the plugin check needs it)"
+fi
 
 # kiln train from a hit: the same losses, bit for bit, as without the cache.
 "$KILN" train "$M" --steps 4 --report "$W/t1.json" >/dev/null 2>&1 || fail "train (cache) exited $?"
@@ -100,15 +114,19 @@ out=$("$KILN" cache clear) || fail "cache clear exited $?"
 "$KILN" cache >/dev/null 2>&1 && fail "kiln cache without a subcommand exited 0"
 ok "kiln cache list, stats, clear; --no-cache writes nothing"
 
-# A hit needs no libtorch: with a broken plugin a cached compile still
-# works, and an import fails with one line that names the plugin.
+# A hit needs no libtorch (the dynamic loader opens neither the plugin nor
+# libtorch), and an import with a broken plugin fails with one line that
+# names it (another plugin file is another build: a miss, so an import).
 "$KILN" compile "$M" >/dev/null 2>&1
+out=$(LD_DEBUG=files "$KILN" compile "$M" 2>&1) || fail "hit exited $?"
+grep -q "compile cache: hit" <<<"$out" || fail "no hit: $(grep -v '^ *[0-9]*:' <<<"$out")"
+! grep -q "file=.*libkiln_torch.so\|file=.*libtorch" <<<"$out" || fail "a hit loaded libtorch"
 echo "not a shared library" >"$W/bad_plugin.so"
-out=$(KILN_TORCH_PLUGIN="$W/bad_plugin.so" "$KILN" compile "$M" 2>&1) || fail "hit with a broken plugin exited $?: $out"
-grep -q "compile cache: hit" <<<"$out" || fail "hit with a broken plugin: $out"
-out=$(KILN_TORCH_PLUGIN="$W/bad_plugin.so" "$KILN" compile "$M" --no-cache 2>&1) && fail "import with a broken plugin exited 0"
-[ "$(wc -l <<<"$out")" = 1 ] && grep -q "cannot load the libtorch plugin $W/bad_plugin.so" <<<"$out" ||
-  fail "import with a broken plugin: $out"
+for flags in "" "--no-cache"; do
+  out=$(KILN_TORCH_PLUGIN="$W/bad_plugin.so" "$KILN" compile "$M" $flags 2>&1) && fail "import with a broken plugin exited 0"
+  [ "$(wc -l <<<"$out")" = 1 ] && grep -q "cannot load the libtorch plugin $W/bad_plugin.so" <<<"$out" ||
+    fail "import with a broken plugin ($flags): $out"
+done
 ok "a cache hit loads no libtorch; a broken plugin is one clear error"
 
 # An unwritable cache directory: a warning, the compile still succeeds.

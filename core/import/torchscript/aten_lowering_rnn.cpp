@@ -56,11 +56,14 @@ Pass runDirection(Lowering& cx, Cell cell, Value* x, const Weights& w, Value* h,
   std::vector<Value*> xin = {x, w.w_ih};
   if (w.b_ih) xin.push_back(w.b_ih);
   Value* xp = cx.emit("linear", xin);  // [T, B, gates * H]
+  // One split into the T steps (its gradient is one cat; a select per step
+  // would give each step's gradient the whole [T, B, gates * H] shape).
+  Node* xs = cx.emitNode("split", {xp}, {{"dim", int64_t{0}}, {"sizes", std::vector<int64_t>(steps, 1)}});
   Pass p;
   p.hs.assign(static_cast<size_t>(steps), nullptr);
   for (int64_t k = 0; k < steps; ++k) {
     const int64_t t = reverse ? steps - 1 - k : k;
-    Value* xt = cx.emit("select", {xp}, {{"dim", int64_t{0}}, {"index", t}});
+    Value* xt = reshaped(cx, xs->output(t), {xp->shape()[1], xp->shape()[2]});
     std::vector<Value*> hin = {h, w.w_hh};
     if (w.b_hh) hin.push_back(w.b_hh);
     Value* hp = cx.emit("linear", hin);
