@@ -372,6 +372,21 @@ class RnnClassifier(nn.Module):
         return self.head(torch.cat([r.mean(dim=1), states], dim=-1))
 
 
+class LstmClassifier(nn.Module):
+    """A plain LSTM text classifier (embedding, 2-layer LSTM, linear head on the
+    mean over time): the recurrent benchmark's model."""
+
+    def __init__(self, vocab: int = 10000, d: int = 256, hidden: int = 512, layers: int = 2, classes: int = 20):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.lstm = nn.LSTM(d, hidden, num_layers=layers, batch_first=True)
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        y, _ = self.lstm(self.embed(idx))
+        return self.head(y.mean(dim=1))
+
+
 class BertLayer(nn.Module):
     """BERT's post-LayerNorm encoder layer: LN(x + attn(x)); LN(x + ffn(x)),
     with full (unmasked) multi-head self-attention and erf GELU."""
@@ -696,13 +711,14 @@ _REGISTRY: Dict[str, Tuple[Callable[[], nn.Module], tuple, Tuple[str, ...]]] = {
                      (_ints((4, 256), 32000),), ("trace",)),
     "bat_llama": (lambda: LlamaDecoder(vocab=32000, d_model=512, n_head=8, n_kv_head=4, d_ff=1376, n_layer=8),
                   (_ints((4, 256), 32000),), ("trace",)),
+    "bat_lstm": (LstmClassifier, (_ints((32, 64), 10000),), ("trace",)),
     "bat_bert_base6": (BertClassifier, (_ints((8, 128), 30522),), ("trace",)),
     "bat_unet": (UNet, ((8, 3, 64, 64),), ("trace",)),
 }
 
 # Built on request only (export.py NAME), never by the test suites.
 BENCH_ONLY = {"gpt2_small", "gpt2_cls50k", "tv_resnet50", "bat_resnet50", "bat_vit_b16", "bat_gpt2_40m",
-              "bat_llama", "bat_bert_base6", "bat_unet"}
+              "bat_llama", "bat_lstm", "bat_bert_base6", "bat_unet"}
 NAMES: List[str] = [n for n in _REGISTRY if n not in BENCH_ONLY]
 
 # Models whose forward is meant to run in train mode.
