@@ -271,6 +271,27 @@ Value* upsampleLinear(Cx& cx, Value* x, const std::vector<int64_t>& out,
   return x;
 }
 
+/// Bicubic upsampling of floating x [N, C, H, W] to `out` sizes: per dim
+/// (the width first, as PyTorch's kernel), four weighted gathers.
+template <class Cx>
+Value* upsampleCubic(Cx& cx, Value* x, const std::vector<int64_t>& out,
+                     const std::vector<std::optional<double>>& scales, bool align_corners) {
+  const Shape in = x->shape();
+  const int64_t rank = static_cast<int64_t>(in.size());
+  for (size_t k = out.size(); k-- > 0;) {
+    const int64_t dim = static_cast<int64_t>(2 + k);
+    const CubicTaps t = cubicTaps(in[dim], out[k], align_corners, scales[k]);
+    Value* sum = nullptr;
+    for (int tap = 0; tap < 4; ++tap) {
+      Value* g = cx.emit("index", {x, indexConst(cx, t.idx[tap])}, {{"dim", dim}});
+      Value* term = cx.emit("mul", {g, weightConst(cx, t.w[tap], dim, rank, x->dtype())});
+      sum = sum ? cx.emit("add", {sum, term}) : term;
+    }
+    x = sum;
+  }
+  return x;
+}
+
 /// pixel_shuffle(x, r): [*, C r r, H, W] -> [*, C, H r, W r]; `shuffle` false: pixel_unshuffle, the inverse.
 template <class Cx>
 Value* pixelShuffle(Cx& cx, Value* x, int64_t r, bool shuffle) {

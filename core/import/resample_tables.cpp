@@ -38,4 +38,27 @@ LinearTaps linearTaps(int64_t in, int64_t out, bool align_corners, std::optional
   return t;
 }
 
+CubicTaps cubicTaps(int64_t in, int64_t out, bool align_corners, std::optional<double> scale) {
+  const double s = resampleSourceScale(in, out, align_corners, scale);
+  constexpr double A = -0.75;
+  auto near = [](double x) { return ((A + 2) * x - (A + 3)) * x * x + 1; };     // |x| <= 1
+  auto far = [](double x) { return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A; };  // 1 < |x| < 2
+  CubicTaps c;
+  for (int k = 0; k < 4; ++k) {
+    c.idx[k].resize(out);
+    c.w[k].resize(out);
+  }
+  for (int64_t i = 0; i < out; ++i) {
+    const double src = align_corners ? static_cast<double>(i) * s : (static_cast<double>(i) + 0.5) * s - 0.5;
+    const double fl = std::floor(src);
+    const double t = src - fl;
+    const double w[4] = {far(t + 1.0), near(t), near(1.0 - t), far(2.0 - t)};
+    for (int k = 0; k < 4; ++k) {
+      c.idx[k][i] = std::clamp(static_cast<int64_t>(fl) - 1 + k, int64_t{0}, in - 1);
+      c.w[k][i] = w[k];
+    }
+  }
+  return c;
+}
+
 }  // namespace kiln

@@ -25,4 +25,14 @@ struct LinearTaps {
 };
 LinearTaps linearTaps(int64_t in, int64_t out, bool align_corners, std::optional<double> scale);
 
+/// Bicubic upsampling along one dim (PyTorch's upsample_bicubic2d: Keys'
+/// cubic convolution with A = -0.75, taps at floor(src) - 1 .. + 2 clamped to
+/// the input, the source index not clamped at 0):
+/// out[i] = sum_k in[idx[k][i]] * w[k][i].
+struct CubicTaps {
+  std::vector<int64_t> idx[4];
+  std::vector<double> w[4];
+};
+CubicTaps cubicTaps(int64_t in, int64_t out, bool align_corners, std::optional<double> scale);
+
 }  // namespace kiln

@@ -283,6 +283,10 @@ traced("resample", lambda x, s: (F.interpolate(x, scale_factor=2), F.interpolate
                                  F.interpolate(x, size=(3, 12), mode="bilinear", align_corners=True),
                                  F.interpolate(s, scale_factor=3, mode="linear"), F.interpolate(s, size=4),
                                  F.pixel_shuffle(x, 2), F.pixel_unshuffle(x, 2)), IMG, randn(2, 3, 5))
+traced("bicubic", lambda x: (F.interpolate(x, scale_factor=2, mode="bicubic"),
+                             F.interpolate(x, size=(5, 13), mode="bicubic", align_corners=True),
+                             F.interpolate(x, scale_factor=1.5, mode="bicubic"),
+                             F.interpolate(x, size=(3, 4), mode="bicubic")), IMG)
 module("upsample", lambda: nn.Sequential(nn.Upsample(scale_factor=2, mode="nearest"),
                                          nn.Upsample(size=(9, 20), mode="bilinear")), IMG)
 module("mha", lambda: nn.MultiheadAttention(8, 2, batch_first=True), randn(2, 5, 8), randn(2, 6, 8), randn(2, 6, 8))

@@ -77,6 +77,14 @@ FxValue lowerLinear(Lowering& cx, NodeArgs& a) {
   return FxValue::of(decomp::upsampleLinear(cx, x, r.out, r.scales, a.flag("align_corners")));
 }
 
+/// upsample_bicubic2d (.vec and .default): Keys' cubic convolution, A = -0.75.
+FxValue lowerCubic(Lowering& cx, NodeArgs& a) {
+  Value* x = spatialInput(a, 2);
+  if (!isFloating(x->dtype())) a.fail("input", "bicubic upsampling needs a floating-point tensor, got " + x->type().str());
+  const Resize r = resizeArgs(a, x->shape(), 2);
+  return FxValue::of(decomp::upsampleCubic(cx, x, r.out, r.scales, a.flag("align_corners")));
+}
+
 FxValue lowerPixelShuffle(Lowering& cx, NodeArgs& a) {
   const bool shuffle = a.kiln == "shuffle";
   return FxValue::of(
@@ -90,6 +98,7 @@ constexpr FxRule kRules[] = {
     {"aten.upsample_nearest2d.default", lowerNearest, "2d"}, {"aten.upsample_nearest2d.vec", lowerNearest, "2d"},
     {"aten.upsample_linear1d.default", lowerLinear, "1d"},   {"aten.upsample_linear1d.vec", lowerLinear, "1d"},
     {"aten.upsample_bilinear2d.default", lowerLinear, "2d"}, {"aten.upsample_bilinear2d.vec", lowerLinear, "2d"},
+    {"aten.upsample_bicubic2d.default", lowerCubic},         {"aten.upsample_bicubic2d.vec", lowerCubic},
 };
 
 }  // namespace

@@ -70,6 +70,15 @@ Out lowerLinear(Lowering& cx, Args& a) {
   return single(cx, decomp::upsampleLinear(cx, x, r.out, r.scales, a.flag(2)));
 }
 
+// upsample_bicubic2d(input, output_size, align_corners, scales_h, scales_w) and its .vec form
+Out lowerCubic(Lowering& cx, Args& a) {
+  Value* x = a.tensor(0);
+  if (!isFloating(x->dtype())) fail("bicubic upsampling needs a floating-point input");
+  if (x->type().rank() != 4) fail("expects a 4-d input, got " + x->type().str());
+  Resize r = resizeArgs(a, x->shape(), 2, 3);
+  return single(cx, decomp::upsampleCubic(cx, x, r.out, r.scales, a.flag(2)));
+}
+
 // pixel_shuffle(self, r): [*, C r r, H, W] -> [*, C, H r, W r]; pixel_unshuffle is the inverse.
 Out lowerPixelShuffle(Lowering& cx, Args& a) {
   return single(cx, decomp::pixelShuffle(cx, a.tensor(0), a.integer(1), a.kiln_op == "shuffle"));
@@ -78,6 +87,7 @@ Out lowerPixelShuffle(Lowering& cx, Args& a) {
 const AtenRule kRules[] = {
     {"aten::upsample_nearest1d", lowerNearest, "1d"},      {"aten::upsample_nearest2d", lowerNearest, "2d"},
     {"aten::upsample_linear1d", lowerLinear, "1d"},        {"aten::upsample_bilinear2d", lowerLinear, "2d"},
+    {"aten::upsample_bicubic2d", lowerCubic},
     {"aten::pixel_shuffle", lowerPixelShuffle, "shuffle"}, {"aten::pixel_unshuffle", lowerPixelShuffle, "unshuffle"},
 };
 
