@@ -162,6 +162,22 @@ Value* weightedCrossEntropy(Cx& cx, Value* x, Value* target, Value* weight, cons
   return cx.emit("add", {cx.emit("mul", {nll, cx.scalar(1 - eps, t)}), cx.emit("mul", {smooth, cx.scalar(eps / classes, t)})});
 }
 
+/// xlogy(x, y) = x log(y), 0 where x == 0 unless y is NaN (x, y of one floating dtype).
+template <class Cx>
+Value* xlogy(Cx& cx, Value* x, Value* y) {
+  Value* zero_x = cx.emit("logical_and", {cx.emit("eq", {x, cx.scalar(0, x->dtype())}), cx.emit("eq", {y, y})});
+  return cx.emit("where", {zero_x, cx.scalar(0, x->dtype()), cx.emit("mul", {x, cx.emit("log", {y})})});
+}
+
+/// Elementwise KL divergence of log-probabilities x from target t (one
+/// dtype): t (log t - x) where t > 0, else 0; with log_target, exp(t) (t - x).
+template <class Cx>
+Value* klDiv(Cx& cx, Value* x, Value* t, bool log_target) {
+  if (log_target) return cx.emit("mul", {cx.emit("exp", {t}), cx.emit("sub", {t, x})});
+  Value* pos = cx.emit("mul", {t, cx.emit("sub", {cx.emit("log", {t}), x})});
+  return cx.emit("where", {cx.emit("gt", {t, cx.scalar(0, t->dtype())}), pos, cx.scalar(0, t->dtype())});
+}
+
 /// log(v) clamped at -100, as PyTorch's binary_cross_entropy does.
 template <class Cx>
 Value* clampedLog(Cx& cx, Value* v) {

@@ -202,6 +202,8 @@ traced("repeat_interleave", lambda x: (x.repeat_interleave(2, dim=1), x.repeat_i
 traced("topk_sort", lambda x: (*x.topk(3), *x.topk(2, dim=0, largest=False), *torch.sort(x, dim=1),
                                 *x.sort(descending=True), x.argsort(dim=-1, descending=True), x.argsort(dim=0)),
        randn(4, 6))
+traced("kthvalue", lambda x: (*x.kthvalue(2), *x.kthvalue(3, dim=0, keepdim=True), *torch.kthvalue(x, 6, 1)),
+       randn(4, 6))
 traced("outer", lambda a, b, i: (torch.outer(a, b), torch.ger(b, a), torch.outer(i, a)), randn(3), randn(5),
        randint(4, 4))
 traced("pad", lambda x: (F.pad(x, (1, 2)), F.pad(x, (1, 1, 2, 0), value=0.5), F.pad(x, (2, 1, 1, 2), mode="reflect"),
@@ -269,6 +271,13 @@ traced("losses_weighted_smoothing", lambda x, t, w: (F.cross_entropy(x, t, weigh
                                                      F.cross_entropy(x, t, weight=w, label_smoothing=0.1,
                                                                      reduction="none", ignore_index=2)),
        randn(6, 5), lambda g: torch.tensor([0, 2, 1, 4, 2, 3]), lambda g: torch.rand(5, generator=g) + 0.5)
+traced("xlogy", lambda x, y: (torch.xlogy(x, y), torch.xlogy(x * 0, y), torch.xlogy(x, 2.0)),
+       lambda g: torch.rand(3, 4, generator=g), lambda g: torch.rand(3, 4, generator=g) + 0.1)
+traced("kl_div", lambda x, t, lt: (F.kl_div(F.log_softmax(x, 1), t, reduction="batchmean"),
+                                   F.kl_div(F.log_softmax(x, 1), t, reduction="none"),
+                                   F.kl_div(F.log_softmax(x, 1), lt, reduction="sum", log_target=True)),
+       randn(4, 5), lambda g: torch.softmax(torch.randn(4, 5, generator=g), 1).index_fill(1, torch.tensor([2]), 0.0),
+       lambda g: torch.log_softmax(torch.randn(4, 5, generator=g), 1))
 traced("losses_more", lambda x, y, p, w: (F.l1_loss(x, y), F.smooth_l1_loss(x, y, beta=0.5),
                                           F.huber_loss(x, y, reduction="sum", delta=2.0),
                                           F.binary_cross_entropy(p, (y > 0).float()),

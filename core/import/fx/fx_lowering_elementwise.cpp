@@ -159,6 +159,16 @@ FxValue lowerLogSigmoid(Lowering& cx, NodeArgs& a) {
   return FxValue::tuple({FxValue::of(y), FxValue::missing("log_sigmoid_forward's buffer is not computed by Kiln")});
 }
 
+/// xlogy.Tensor / .Scalar_Other / .Scalar_Self(self, other): what make_fx turns kl_div into.
+FxValue lowerXlogy(Lowering& cx, NodeArgs& a) {
+  auto [x, y] = promoted(cx, a.operand("self"), a.operand("other"));
+  if (!isFloating(x->dtype())) {
+    x = cx.cast(x, DType::F32);
+    y = cx.cast(y, DType::F32);
+  }
+  return FxValue::of(decomp::xlogy(cx, x, y));
+}
+
 /// addcmul / addcdiv(self, tensor1, tensor2, value=1) = self + value * (t1 op t2).
 FxValue lowerAddc(Lowering& cx, NodeArgs& a) {
   Operand ops[] = {a.operand("self"), a.operand("tensor1"), a.operand("tensor2")};
@@ -334,6 +344,9 @@ constexpr FxRule kRules[] = {
     {"aten.glu.default", lowerGlu},
     {"aten.log_sigmoid_forward.default", lowerLogSigmoid},
     {"aten.addcmul.default", lowerAddc, "mul"},
+    {"aten.xlogy.Tensor", lowerXlogy},
+    {"aten.xlogy.Scalar_Other", lowerXlogy},
+    {"aten.xlogy.Scalar_Self", lowerXlogy},
     {"aten.addcdiv.default", lowerAddc, "div"},
     {"aten.softplus.default", lowerSoftplus},
     {"aten.threshold.default", lowerThreshold},

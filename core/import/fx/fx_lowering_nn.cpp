@@ -255,6 +255,13 @@ FxValue lowerBceLogits(Lowering& cx, NodeArgs& a) {
   return FxValue::of(decomp::reduceLoss(cx, loss, reduction(a)));
 }
 
+/// kl_div(self, target, reduction, log_target).
+FxValue lowerKlDiv(Lowering& cx, NodeArgs& a) {
+  Value* x = a.tensor("self");
+  Value* loss = decomp::klDiv(cx, x, cx.cast(a.tensor("target"), x->dtype()), a.flag("log_target"));
+  return FxValue::of(decomp::reduceLoss(cx, loss, reduction(a)));
+}
+
 FxValue lowerMseLoss(Lowering& cx, NodeArgs& a) {
   return FxValue::of(cx.emit("mse_loss", {a.tensor("self"), a.tensor("target")}, {{"reduction", reduction(a)}}));
 }
@@ -290,6 +297,7 @@ constexpr FxRule kRules[] = {
     {"aten.nll_loss2d_forward.default", lowerNllLoss, "forward"},
     {"aten.nll_loss.default", lowerNllLoss},
     {"aten.mse_loss.default", lowerMseLoss},
+    {"aten.kl_div.default", lowerKlDiv},
     {"aten.l1_loss.default", lowerRobustLoss, "l1"},
     {"aten.smooth_l1_loss.default", lowerRobustLoss, "smooth_l1"},
     {"aten.huber_loss.default", lowerRobustLoss, "huber"},

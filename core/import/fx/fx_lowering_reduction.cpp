@@ -90,6 +90,24 @@ FxValue lowerTopk(Lowering& cx, NodeArgs& a) {
   return topkPair(cx, a.tensor("self"), a.integer("k"), a.integer("dim"), a.flag("largest"));
 }
 
+/// kthvalue(self, k, dim=-1, keepdim=False): the k-th smallest (1-based).
+FxValue lowerKthvalue(Lowering& cx, NodeArgs& a) {
+  Value* x = a.tensor("self");
+  if (x->type().rank() == 0) x = cx.reshape(x, {1});
+  const int64_t d = normDim(a.integer("dim"), x->type().rank()), k = a.integer("k");
+  if (k < 1 || k > x->shape()[d]) a.fail("k", "out of range for " + x->type().str());
+  Value* idx = cx.emit("topk", {x}, {{"k", k}, {"dim", d}, {"largest", int64_t{0}}});
+  idx = cx.emit("slice", {idx}, {{"dim", d}, {"start", k - 1}, {"end", k}, {"step", int64_t{1}}});
+  Value* values = cx.emit("gather", {x, idx}, {{"dim", d}});
+  if (!a.flag("keepdim")) {
+    Shape s = idx->shape();
+    s.erase(s.begin() + d);
+    idx = cx.reshape(idx, s);
+    values = cx.reshape(values, s);
+  }
+  return FxValue::tuple({FxValue::of(values), FxValue::of(idx)});
+}
+
 /// sort(self, dim=-1, descending=False) / sort.stable: ascending puts NaN last.
 FxValue lowerSort(Lowering& cx, NodeArgs& a) {
   Value* x = a.tensor("self");
@@ -147,6 +165,7 @@ constexpr FxRule kRules[] = {
     {"aten.norm.Scalar", lowerNorm},
     {"aten.linalg_vector_norm.default", lowerNorm},
     {"aten.topk.default", lowerTopk},
+    {"aten.kthvalue.default", lowerKthvalue},
     {"aten.sort.default", lowerSort},
     {"aten.sort.stable", lowerSort},
 };

@@ -211,6 +211,14 @@ Out lowerGlu(Lowering& cx, Args& a) {
   return single(cx, decomp::glu(cx, x, normDim(a.given(1) ? a.integer(1) : -1, x->type().rank())));
 }
 
+// xlogy(self, other) = self * log(other), 0 where self == 0 (unless other is NaN)
+Out lowerXlogy(Lowering& cx, Args& a) {
+  DType t = resultType(a[0], a[1]);
+  if (!isFloating(t)) t = DType::F32;
+  auto [x, y] = promoted(cx, a[0], a[1], t);
+  return single(cx, decomp::xlogy(cx, x, y));
+}
+
 Out lowerSquare(Lowering& cx, Args& a) {
   Value* x = a.tensor(0);
   if (x->dtype() == DType::Bool) x = cx.cast(x, DType::I64);
@@ -243,6 +251,7 @@ const AtenRule kRules[] = {
     {"aten::maximum", lowerBinary, "maximum"},
     {"aten::minimum", lowerBinary, "minimum"},
     {"aten::addcmul", lowerAddc, "mul"},
+    {"aten::xlogy", lowerXlogy},
     {"aten::addcdiv", lowerAddc, "div"},
     {"aten::square", lowerSquare},
     // Comparisons -> bool.

@@ -79,7 +79,15 @@ Out lowerBceLogits(Lowering& cx, Args& a) {
   return single(cx, reduceLoss(cx, loss, a.integer(4)));
 }
 
+// kl_div(self, target, reduction=mean, log_target=False)
+Out lowerKlDiv(Lowering& cx, Args& a) {
+  Value* x = a.tensor(0);
+  Value* loss = decomp::klDiv(cx, x, cx.cast(a.tensor(1), x->dtype()), a.given(3) && a.flag(3));
+  return single(cx, reduceLoss(cx, loss, a.given(2) ? a.integer(2) : 1));
+}
+
 const AtenRule kRules[] = {
+    {"aten::kl_div", lowerKlDiv},
     {"aten::cross_entropy_loss", lowerClassLoss, "cross_entropy"},
     {"aten::nll_loss", lowerClassLoss, "nll_loss"},
     {"aten::nll_loss_nd", lowerClassLoss, "nll_loss"},

@@ -70,6 +70,24 @@ Out topkValuesIndices(Lowering& cx, Value* x, int64_t k, int64_t dim, bool large
   return {cx.fresh(cx.emit("gather", {x, idx}, {{"dim", d}})), cx.fresh(idx)};
 }
 
+// kthvalue(self, k, dim=-1, keepdim=False) -> (values, indices): the k-th smallest (1-based)
+Out lowerKthvalue(Lowering& cx, Args& a) {
+  Value* x = a.tensor(0);
+  if (x->type().rank() == 0) x = cx.emit("reshape", {x}, {{"shape", Shape{1}}});
+  const int64_t d = normDim(a.given(2) ? a.integer(2) : -1, x->type().rank()), k = a.integer(1);
+  if (k < 1 || k > x->shape()[d]) fail("kthvalue: k=" + std::to_string(k) + " is out of range for " + x->type().str());
+  Value* idx = cx.emit("topk", {x}, {{"k", k}, {"dim", d}, {"largest", int64_t{0}}});
+  idx = cx.emit("slice", {idx}, {{"dim", d}, {"start", k - 1}, {"end", k}, {"step", int64_t{1}}});
+  Value* values = cx.emit("gather", {x, idx}, {{"dim", d}});
+  if (!(a.given(3) && a.flag(3))) {
+    Shape s = idx->shape();
+    s.erase(s.begin() + d);
+    idx = cx.emit("reshape", {idx}, {{"shape", s}});
+    values = cx.emit("reshape", {values}, {{"shape", s}});
+  }
+  return {cx.fresh(values), cx.fresh(idx)};
+}
+
 // topk(self, k, dim=-1, largest=True, sorted=True) -> (values, indices); always sorted
 Out lowerTopk(Lowering& cx, Args& a) {
   return topkValuesIndices(cx, a.tensor(0), a.integer(1), a.given(2) ? a.integer(2) : -1, !a.given(3) || a.flag(3));
@@ -194,6 +212,7 @@ const AtenRule kRules[] = {
     {"aten::std_mean", lowerVar, "std_mean"},
     {"aten::cumsum", lowerCumsum},
     {"aten::topk", lowerTopk},
+    {"aten::kthvalue", lowerKthvalue},
     {"aten::sort", lowerSort, "sort"},
     {"aten::argsort", lowerSort, "argsort"},
     {"aten::logsumexp", lowerLogsumexp},
