@@ -26,7 +26,7 @@ double msSince(Clock::time_point t) {
 
 Status validate(const TrainArgs& a) {
   auto bad = [](const std::string& m) { return Status(Error{m}); };
-  if (!parseLossKind(a.loss)) return bad("unknown loss '" + a.loss + "'; use cross_entropy, mse or model");
+  if (!parseLossKind(a.loss)) return bad("unknown loss '" + a.loss + "'; use cross_entropy, mse, l1, smooth_l1, huber, bce or model");
   if (!parseOptimizerKind(a.optimizer)) return bad("unknown optimizer '" + a.optimizer + "'; use sgd, adam or adamw");
   if (!parseAmpMode(a.amp)) return bad("unknown --amp '" + a.amp + "'; use none, bf16 or fp16");
   if (!parseLrScheduleKind(a.lr_schedule))
@@ -120,7 +120,9 @@ void addTrainOptions(CLI::App* sub, TrainArgs& a, bool with_optimizer) {
                   "batch (safetensors): input0, input1, ... and target; used for every step");
   sub->add_option("--input-shape", a.model.input_shapes,
                   "data input type for synthetic batches, e.g. 8x32 or i64[2,16]");
-  sub->add_option("--loss", a.loss, "cross_entropy (class-index target), mse, or model (output 0 is the loss)");
+  sub->add_option("--loss", a.loss,
+                  "cross_entropy (class-index target), mse, l1, smooth_l1, huber, bce (with logits; targets in "
+                  "[0, 1]), or model (output 0 is the loss)");
   sub->add_option("--freeze", a.freeze,
                   "train no parameter matching this glob on state_dict names; without * ? [ a name or module "
                   "prefix (layer1 freezes layer1.0.conv1.weight) (repeatable)");

@@ -9,6 +9,7 @@
 #include "passes/loss.h"
 
 #include "core/dtype.h"
+#include "core/import/decompositions.h"
 
 namespace kiln {
 namespace {
@@ -71,6 +72,39 @@ Built mse(Graph& g, Value* pred, const TrainingOptions& opt) {
   return {g.add("mse_loss", {pred, t}, {}, kScope)};
 }
 
+/// The lowering context core/import/decompositions.h needs, over the graph
+/// being built (nodes in the loss scope).
+struct GraphCx {
+  Graph& g;
+  Value* emit(std::string_view op, std::vector<Value*> inputs, AttrMap attrs = {}) {
+    return g.add(op, std::move(inputs), std::move(attrs), kScope);
+  }
+  Node* emitNode(std::string_view op, std::vector<Value*> inputs, AttrMap attrs = {}) {
+    return emit(op, std::move(inputs), std::move(attrs))->producer();
+  }
+  Value* scalar(double value, DType t) {
+    return emit("full", {}, {{"dtype", t}, {"shape", Shape{}}, {"value", value}});
+  }
+};
+
+/// l1 / smooth_l1 (beta 1) / huber (delta 1) / bce (binary cross-entropy with
+/// logits): the mean over every element, against a float target of the
+/// prediction's type, as F.l1_loss, F.smooth_l1_loss, F.huber_loss and
+/// F.binary_cross_entropy_with_logits compute them by default.
+Built elementwiseLoss(Graph& g, Value* pred, LossKind kind, const TrainingOptions& opt) {
+  const std::string name(lossKindName(kind));
+  if (!isFloating(pred->dtype())) fail("loss: " + name + " needs a floating prediction, got " + pred->type().str());
+  TensorType target = opt.target.value_or(pred->type());
+  if (target != pred->type())
+    fail("loss: " + name + " needs a target of the model output's type " + pred->type().str() + ", got " +
+         target.str());
+  Value* t = g.addInput("target", target, ValueRole::Data);
+  GraphCx cx{g};
+  Value* v = kind == LossKind::Bce ? decomp::bceWithLogits(cx, pred, t, nullptr, nullptr)
+                                   : decomp::robustLoss(cx, pred, t, name, 1.0);
+  return {decomp::reduceLoss(cx, v, "mean")};
+}
+
 }  // namespace
 
 Result<PassResult> runLoss(Graph& g, PassContext& ctx) {
@@ -91,6 +125,10 @@ Result<PassResult> runLoss(Graph& g, PassContext& ctx) {
     switch (ctx.training.loss) {
       case LossKind::CrossEntropy: b = crossEntropy(g, pred, ctx.training); break;
       case LossKind::Mse: b = mse(g, pred, ctx.training); break;
+      case LossKind::L1:
+      case LossKind::SmoothL1:
+      case LossKind::Huber:
+      case LossKind::Bce: b = elementwiseLoss(g, pred, ctx.training.loss, ctx.training); break;
       case LossKind::Model:
         if (!pred->shape().empty() || !isFloating(pred->dtype()))
           fail("loss: --loss model needs the model's first output to be the 0-d loss, it is " + pred->type().str());

@@ -194,6 +194,10 @@ Status TorchEagerTrainer::step(double lr) {
     switch (m.training.loss) {
       case LossKind::Model: loss = *pred; break;
       case LossKind::Mse: loss = torch::mse_loss(*pred, *target); break;
+      case LossKind::L1: loss = torch::l1_loss(*pred, *target); break;
+      case LossKind::SmoothL1: loss = torch::smooth_l1_loss(*pred, *target); break;
+      case LossKind::Huber: loss = torch::huber_loss(*pred, *target); break;
+      case LossKind::Bce: loss = torch::binary_cross_entropy_with_logits(*pred, *target); break;
       case LossKind::CrossEntropy: {
         // The layout rule of passes/loss.h: classes last when the target is
         // the logits' shape without its last dim (language models).

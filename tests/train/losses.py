@@ -12,6 +12,10 @@ Kinds (the `--loss` option):
                  Otherwise PyTorch's layout: logits [N, C, d...], target
                  [N, d...] (or [N, C] with [N]).
   mse            target: float, the prediction's shape; F.mse_loss (mean).
+  l1, smooth_l1, huber
+                 the same target; F.l1_loss, F.smooth_l1_loss, F.huber_loss (mean).
+  bce            target: floats in [0, 1], the prediction's shape;
+                 F.binary_cross_entropy_with_logits (mean).
   model          no target; the model's first output is the 0-d loss.
 
 The prediction is the model's first output (outputs flattened in pytree
@@ -26,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils._pytree import tree_flatten
 
-KINDS = ("cross_entropy", "mse", "model")
+KINDS = ("cross_entropy", "mse", "model", "l1", "smooth_l1", "huber", "bce")
 
 
 def flatten(out) -> List[torch.Tensor]:
@@ -60,6 +64,14 @@ def loss(kind: str, out, target: Optional[torch.Tensor]) -> torch.Tensor:
         raise ValueError(f"--loss {kind} needs a target in the batch")
     if kind == "mse":
         return F.mse_loss(pred, target)
+    if kind == "l1":
+        return F.l1_loss(pred, target)
+    if kind == "smooth_l1":
+        return F.smooth_l1_loss(pred, target)
+    if kind == "huber":
+        return F.huber_loss(pred, target)
+    if kind == "bce":
+        return F.binary_cross_entropy_with_logits(pred, target)
     if kind == "cross_entropy":
         if classes_last(pred.shape, target.shape):
             return F.cross_entropy(pred.reshape(-1, pred.shape[-1]), target.reshape(-1))
@@ -71,12 +83,15 @@ def make_target(kind: str, pred: torch.Tensor, seed: int = 0) -> Optional[torch.
     """A random target for prediction `pred` (fixed seed): class indices for
     cross_entropy (rank-3 predictions are [N, T, V] language-model logits:
     target [N, T]; otherwise the classes are dim 1), N(0, 1) floats of the
-    prediction's shape for mse, none for model."""
+    prediction's shape for mse / l1 / smooth_l1 / huber, U(0, 1) for bce,
+    none for model."""
     g = torch.Generator().manual_seed(seed)
     if kind == "model":
         return None
-    if kind == "mse":
+    if kind in ("mse", "l1", "smooth_l1", "huber"):
         return torch.randn(pred.shape, generator=g, dtype=torch.float32).to(pred.dtype)
+    if kind == "bce":
+        return torch.rand(pred.shape, generator=g, dtype=torch.float32).to(pred.dtype)
     if kind == "cross_entropy":
         shape = list(pred.shape)
         if len(shape) < 2:

@@ -4,7 +4,7 @@ input1, ... (the zoo's example inputs, in forward-argument order) and, for
 cross_entropy and mse, `target` (random with a fixed seed, see
 losses.make_target for the layout).
 
-    make_batch.py NAME --loss cross_entropy|mse|model --out BATCH.safetensors
+    make_batch.py NAME --loss cross_entropy|mse|l1|smooth_l1|huber|bce|model --out BATCH.safetensors
                   [--from-export DIR] [--seed S]
 
 --from-export DIR reuses what models/export.py wrote there
