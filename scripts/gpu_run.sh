@@ -26,6 +26,10 @@
 #   tests      kiln_cuda_tests (kernels, executor, NCCL at one rank)
 #   sanitizer  compute-sanitizer memcheck and racecheck over them
 #   train      kiln train --device cuda against the CPU (tests/cli/device_cli.sh)
+#   parity     tests/train/parity.py --device cuda over the zoo: Kiln's
+#              gradients and 5 AdamW steps on the GPU against PyTorch on the
+#              CPU (float64 by default: the exact check; KILN_GPU_PARITY_DTYPE,
+#              KILN_GPU_PARITY_MODELS, KILN_GPU_PARITY_JOBS)
 #   bench      benchmarks/gpu_zoo.py: Kiln vs PyTorch eager and torch.compile
 #   dp         benchmarks/dp_bench.py at 4 and 2 CPU ranks (Gloo): a core per
 #              rank there, where the 2-core CI machine time-shares them
@@ -175,6 +179,27 @@ phase_train() {
   return $rc
 }
 
+phase_parity() {
+  local dtype=${KILN_GPU_PARITY_DTYPE:-float64} models
+  # The ctest suite's model list (tests/CMakeLists.txt), unless given.
+  models=${KILN_GPU_PARITY_MODELS:-$(sed -n '/set(KILN_TRAIN_PARITY_MODELS/,/)/p' tests/CMakeLists.txt |
+    sed 's/set(KILN_TRAIN_PARITY_MODELS//; s/)//')}
+  local dir=$OUTDIR/parity_$dtype
+  mkdir -p "$dir"
+  echo "== tests/train/parity.py --device cuda --dtype $dtype (grad, adamw) over $(wc -w <<<"$models") models"
+  # One model per job, two threads each (PyTorch's reference runs on the CPU).
+  export PY KILN_BIN=$ROOT/build-gpu/kiln PARITY_DIR=$dir PARITY_DTYPE=$dtype
+  # shellcheck disable=SC2016  # expanded by the job's shell
+  printf '%s\n' $models | xargs -P "${KILN_GPU_PARITY_JOBS:-6}" -I{} bash -c \
+    'timeout ${KILN_GPU_PARITY_TIMEOUT:-300} $PY tests/train/parity.py {} --mode grad,adamw --dtype $PARITY_DTYPE \
+       --device cuda --threads 2 --kiln $KILN_BIN --work-dir $PARITY_DIR/{} --cache-dir $PARITY_DIR/cache >$PARITY_DIR/{}.log 2>&1;
+     echo "{} exit $?" >>$PARITY_DIR/summary.txt'
+  grep -h -E ": (PASS|FAIL)|^kiln: error|^Traceback|Error:" "$dir"/*.log | cut -c1-240
+  local failed
+  failed=$(grep -v " exit 0$" "$dir/summary.txt")
+  [ -z "$failed" ] || { echo "failed or did not run:"; echo "$failed"; return 1; }
+}
+
 phase_bench() {
   echo "== benchmarks/gpu_zoo.py (Kiln vs PyTorch eager and torch.compile, bf16 AMP)"
   local rc=0
@@ -207,7 +232,7 @@ run() {
   local status=0 p
   for p in "${phases[@]}"; do
     declare -F "phase_$p" >/dev/null ||
-      { echo "gpu_run: no phase '$p' (build unpack tests sanitizer train bench dp)"; exit 2; }
+      { echo "gpu_run: no phase '$p' (build unpack tests sanitizer train parity bench dp)"; exit 2; }
   done
   mkdir -p "$OUTDIR"
   setup_env
@@ -226,6 +251,6 @@ case "${1:-}" in
   prepare) prepare ;;
   pack) shift; pack "$@" ;;
   run) shift; run "$@" ;;
-  *) echo "usage: scripts/gpu_run.sh prepare | pack BUILD_DIR | run [OUTDIR] [build|unpack|tests|sanitizer|train|bench|dp ...]"
+  *) echo "usage: scripts/gpu_run.sh prepare | pack BUILD_DIR | run [OUTDIR] [build|unpack|tests|sanitizer|train|parity|bench|dp ...]"
      exit 2 ;;
 esac

@@ -4,7 +4,8 @@ against PyTorch's.
 
     parity.py NAME --mode grad|adamw|adam|sgd --kiln PATH/TO/kiln
               [--work-dir DIR] [--cache-dir DIR] [--loss L] [--steps N] [--threads T]
-              [--dtype float32|float64] [--import trace|fx] [--freeze PATTERN ...] [--verbose]
+              [--dtype float32|float64] [--import trace|fx] [--freeze PATTERN ...]
+              [--device cpu|cuda] [--verbose]
     parity.py NAME --mode M --self-check      (no kiln: checks this harness)
 
 1. export NAME in train mode as a TorchScript trace with every dropout
@@ -221,22 +222,26 @@ def freeze_args(patterns) -> List[str]:
     return [a for p in patterns or [] for a in ("--freeze", p)]
 
 
-def kiln_grad(kiln, pt, batch, loss, work, threads, freeze=None) -> Dict[str, torch.Tensor]:
+def run_args(threads: int, device: str) -> List[str]:
+    """kiln's --threads and --device, where not the defaults."""
+    return (["--threads", str(threads)] if threads else []) + (["--device", device] if device != "cpu" else [])
+
+
+def kiln_grad(kiln, pt, batch, loss, work, threads, freeze=None, device="cpu") -> Dict[str, torch.Tensor]:
     out = os.path.join(work, "kiln.grads.safetensors")
     args = ["grad", pt, "--input-file", batch, "--loss", loss, "--output", out] + freeze_args(freeze)
-    if threads:
-        args += ["--threads", str(threads)]
+    args += run_args(threads, device)
     run_kiln(kiln, args)
     return st_io.load(out)
 
 
-def kiln_train(kiln, pt, batch, loss, cfg, steps, work, threads, freeze=None) -> Tuple[List[float], Dict[str, torch.Tensor], List[float]]:
+def kiln_train(kiln, pt, batch, loss, cfg, steps, work, threads, freeze=None,
+               device="cpu") -> Tuple[List[float], Dict[str, torch.Tensor], List[float]]:
     w = os.path.join(work, "kiln.weights.safetensors")
     log = os.path.join(work, "kiln.losses.jsonl")
     args = ["train", pt, "--input-file", batch, "--loss", loss] + cfg.cli_args() + [
         "--steps", str(steps), "--save-weights", w, "--log-file", log] + freeze_args(freeze)
-    if threads:
-        args += ["--threads", str(threads)]
+    args += run_args(threads, device)
     run_kiln(kiln, args)
     return ref.read_log(log), st_io.load(w), ref.read_log(log, "lr")
 
@@ -332,11 +337,15 @@ def candidate(args, cfg, pt, batch, loss, work, dtype) -> Tuple[List[float], Dic
         return res.losses, res.state, res.lrs
     model = pt[:-len(".pt")] + ".fx.json" if args.importer == "fx" else pt
     if cfg is None:
-        k_tensors = kiln_grad(args.kiln, model, batch, loss, work, args.threads, args.freeze)
+        k_tensors = kiln_grad(args.kiln, model, batch, loss, work, args.threads, args.freeze, args.device)
         if "loss" not in k_tensors:
             raise Failure("kiln grad wrote no 'loss' tensor")
         return [float(k_tensors["loss"])], k_tensors, []
-    return kiln_train(args.kiln, model, batch, loss, cfg, args.steps, work, args.threads, args.freeze)
+    return kiln_train(args.kiln, model, batch, loss, cfg, args.steps, work, args.threads, args.freeze, args.device)
+
+
+def on_device(args) -> str:
+    return "" if args.device == "cpu" else f", kiln on {args.device}"
 
 
 def lr_checks(label, cfg, k_lrs, t_lrs, verbose) -> bool:
@@ -406,7 +415,7 @@ def run_exact(args, cfg, loss, work) -> int:
         floor = tol * cfg.lr * args.steps
     floors = {k: floor for k in t_tensors}
     what = "gradients" if cfg is None else f"state after {args.steps} {args.mode} steps"
-    label = f"{args.name} {args.mode} [{loss}, float64{', fx' if args.importer == 'fx' else ''}" + (
+    label = f"{args.name} {args.mode} [{loss}, float64{', fx' if args.importer == 'fx' else ''}{on_device(args)}" + (
         f", frozen {len(frozen)}: {' '.join(args.freeze)}]" if frozen else "]")
 
     def tensor_checks(cand):
@@ -456,7 +465,7 @@ def run(args) -> int:
     # Adam moves a noise-driven element by at most ~lr a step (see shadow.py).
     mask_allow = 2 * cfg.lr * args.steps if cfg is not None else 0.0
     what = "gradients" if cfg is None else f"state after {args.steps} {args.mode} steps"
-    label = f"{args.name} {args.mode} [{loss}]"
+    label = f"{args.name} {args.mode} [{loss}{on_device(args)}]"
 
     adam = cfg is not None and cfg.optimizer in ("adam", "adamw")
     floors = {k: compare.MOVE_FRACTION * (r.tensors32[k] - r.initial[k]).abs().max().item()
@@ -519,6 +528,8 @@ def main(argv=None) -> int:
                    help="what kiln reads: the TorchScript trace (default) or an FX dump of the same "
                         "module (models/export.py --format fx; float64 only), checked against the eager module")
     p.add_argument("--threads", type=int, default=0, help="threads for kiln and torch (0: their defaults)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where kiln runs the step (kiln --device); PyTorch's reference runs on the CPU either way")
     p.add_argument("--freeze", action="append", metavar="PATTERN",
                    help="kiln --freeze PATTERN against requires_grad=False on the same parameters "
                         "(repeatable; float64 only)")
