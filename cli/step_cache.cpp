@@ -36,7 +36,9 @@ std::string buildId() {
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (ec) return "unknown";
   std::string id = fileStamp(exe);
+#ifdef KILN_HAVE_TORCH  // a build without libtorch has no TorchScript plugin
   if (auto torch = findPlugin(torchPluginSpec())) id += " torch " + fileStamp(*torch);
+#endif
   if (auto spec = cudaPluginSpec())
     if (auto cuda = findPlugin(*spec)) id += " cuda " + fileStamp(*cuda);
   return id;

@@ -1,8 +1,11 @@
-// CUDA kernels of the index ops (core/ops/shape.cpp, core/ops/shape_grad.cpp)
-// and cumsum (core/ops/reduction.cpp):
+// CUDA kernels of the index ops (core/ops/shape.cpp, core/ops/shape_grad.cpp),
+// cumsum and topk (core/ops/reduction.cpp):
 //   index gather                 gathers, indices checked on the device
 //   index_add scatter_add        base plus src at the indices
 //   cumsum                       inclusive scan per row
+//   topk                         each element's rank in its row (how many
+//                                elements beat it), the index written at
+//                                that rank when it is below k
 // Semantics are the CPU reference's (backend/cpu/kernels_shape*.cpp,
 // kernels_reduction.cpp). An index out of range cannot throw without a
 // sync: the element is skipped (a gather writes 0 there, an add adds
@@ -358,6 +361,57 @@ void cumsumKernelFn(const Node& n, Ins in, Outs out, CudaContext& ctx) {
   checkLaunch("cuda.cumsum", ctx.node);
 }
 
+// ---- topk --------------------------------------------------------------------------
+
+/// The CPU's order (backend/cpu/kernels_reduction.cpp): NaN above every
+/// number, then by value, equal values by the lower index. A strict total
+/// order, so every element of a row has its own rank.
+template <class C>
+__device__ __forceinline__ bool topkBetter(C a, int64_t ia, C b, int64_t ib, bool largest) {
+  if constexpr (std::is_floating_point_v<C>) {
+    const bool an = isnan(a), bn = isnan(b);
+    if (an || bn) return an != bn ? (largest ? an : bn) : ia < ib;
+  }
+  if (a != b) return largest ? a > b : a < b;
+  return ia < ib;
+}
+
+/// One thread per element: its rank is the number of elements of its row
+/// that beat it, and the element's index lands at that rank when it is
+/// below k. O(size) reads per element, which suits the rows topk sees in
+/// training graphs (experts, candidates); a full sort of a long row
+/// (sort/argsort lower to topk with k = size) is quadratic.
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    topkRankKernel(int64_t* dst, const T* src, int64_t size, int64_t inner, int64_t k, bool largest, int64_t n) {
+  for (int64_t t = firstIndex(); t < n; t += gridStride()) {
+    const int64_t col = t / size, j = t % size;
+    const int64_t base = (col / inner) * size * inner + col % inner;
+    const auto v = ld(src[base + j * inner]);
+    int64_t rank = 0;
+    for (int64_t i = 0; i < size && rank < k; ++i)
+      rank += topkBetter(ld(src[base + i * inner]), i, v, j, largest) ? 1 : 0;
+    if (rank < k) dst[(col / inner) * k * inner + col % inner + rank * inner] = j;
+  }
+}
+
+void topkKernelFn(const Node& n, Ins in, Outs out, CudaContext& ctx) {
+  const DeviceTensor& x = in[0];
+  const auto rank = static_cast<int64_t>(x.shape().size());
+  const int64_t axis = normalizeAxis(n.i("dim"), rank), k = n.i("k");
+  const AxisSplit a = rank == 0 ? AxisSplit{} : splitAt(x.shape(), axis);
+  const int64_t elements = a.outer * a.size * a.inner;
+  if (k == 0 || elements == 0) return;
+  dispatchAll(x.dtype(), "topk", [&](auto tag) {
+    using T = decltype(tag);
+    // Elements ordered column by column: a column's threads share its reads.
+    topkRankKernel<T><<<gridFor(elements, kThreads), kThreads, 0, ctx.stream>>>(
+        static_cast<int64_t*>(out[0].data), static_cast<const T*>(x.data), a.size, a.inner, k, n.i("largest") != 0,
+        elements);
+  });
+  checkLaunch("cuda.topk", ctx.node);
+}
+
 }  // namespace
 
 void registerCudaIndexKernels(CudaKernelRegistry& r) {
@@ -366,6 +420,7 @@ void registerCudaIndexKernels(CudaKernelRegistry& r) {
   r.add(ownCudaKernel("index_add", indexAddKernelFn));
   r.add(ownCudaKernel("scatter_add", scatterAddKernelFn, nullptr, ranksFit));
   r.add(ownCudaKernel("cumsum", cumsumKernelFn));
+  r.add(ownCudaKernel("topk", topkKernelFn));
 }
 
 }  // namespace kiln::cuda

@@ -6,6 +6,7 @@
 // of range. Without a GPU every test skips visibly.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
@@ -426,13 +427,49 @@ TEST(CudaShape, Cumsum) {
     }
 }
 
+// ---- topk ------------------------------------------------------------------------
+
+/// Every dtype, indices compared exactly: integers drawn from [0, 4) and
+/// floats rounded to halves tie often, so the lower-index-first rule is
+/// checked; NaN ranks above every number.
+TEST(CudaShape, Topk) {
+  KILN_REQUIRE_GPU();
+  struct Case {
+    const char* shape;
+    int dim, k, largest;
+    const char* out;
+  };
+  const std::vector<Case> cases = {{"[6,8]", 1, 2, 1, "[6,2]"},        {"[6,8]", 1, 8, 0, "[6,8]"},
+                                   {"[5,7,3]", 1, 3, 1, "[5,3,3]"},    {"[5,7,3]", 0, 5, 0, "[5,7,3]"},
+                                   {"[40]", 0, 40, 1, "[40]"},         {"[3,300]", -1, 17, 1, "[3,17]"},
+                                   {"[1000,16]", 1, 2, 1, "[1000,2]"}, {"[4,0]", 1, 0, 1, "[4,0]"}};
+  for (const std::string& t : kAllTypes)
+    for (const Case& c : cases)
+      for (bool nans : {false, true}) {
+        const bool floating = t == "f32" || t == "f64" || t == "bf16" || t == "f16";
+        if (nans && !floating) continue;
+        SCOPED_TRACE(t + c.shape + " dim=" + std::to_string(c.dim) + " k=" + std::to_string(c.k) +
+                     (nans ? " with NaN" : ""));
+        const std::string node = "topk(%a) {k=" + std::to_string(c.k) + ", dim=" + std::to_string(c.dim) +
+                                 ", largest=" + std::to_string(c.largest) + "}";
+        expectMatchesCpuWith(graph({"%a: " + t + c.shape}, node, {std::string("i64") + c.out}),
+                             {.tol = 0.0, .int_bound = 4}, [nans](TensorMap& in) {
+                               Tensor& a = in.at("a");
+                               for (int64_t i = 0; i < a.numel(); ++i) {
+                                 if (!isFloating(a.dtype())) break;
+                                 a.set(i, nans && i % 7 == 3 ? std::nan("") : std::round(a.at(i) * 2) / 2);
+                               }
+                             });
+      }
+}
+
 // ---- registration ----------------------------------------------------------------
 
 TEST(CudaShape, EveryOpIsRegistered) {
   const CudaKernelRegistry& reg = CudaKernelRegistry::get();
   for (const char* op :
        {"reshape", "permute", "expand", "slice", "slice_backward", "select", "select_backward", "cat", "split", "flip",
-        "roll", "repeat", "pad", "pad_backward", "index", "gather", "scatter_add", "index_add", "cumsum"}) {
+        "roll", "repeat", "pad", "pad_backward", "index", "gather", "scatter_add", "index_add", "cumsum", "topk"}) {
     const CudaKernelDef* k = reg.byName(op, std::string("cuda.") + op);
     ASSERT_NE(k, nullptr) << op;
     EXPECT_EQ(k->dialect, "cuda") << op;
