@@ -32,7 +32,7 @@ Shape contiguousStrides(const Shape& s) {
 int64_t normalizeAxis(int64_t axis, int64_t rank) {
   int64_t r = rank == 0 ? 1 : rank;  // PyTorch lets dim 0/-1 address a scalar
   if (axis < -r || axis >= r)
-    fail("axis " + std::to_string(axis) + " is out of range for a tensor of rank " + std::to_string(rank));
+    fail("dim " + std::to_string(axis) + " is out of range for a tensor of rank " + std::to_string(rank));
   return axis < 0 ? axis + r : axis;
 }
 

@@ -17,6 +17,7 @@
 
 #include "core/import/resample_tables.h"
 #include "core/ir.h"
+#include "core/ops/op_helpers.h"
 #include "core/result.h"
 #include "core/tensor.h"
 
@@ -338,6 +339,100 @@ Value* pixelShuffle(Cx& cx, Value* x, int64_t r, bool shuffle) {
   Value* y = cx.emit("reshape", {x}, {{"shape", split}});
   y = cx.emit("permute", {y}, {{"dims", dims}});
   return cx.emit("reshape", {y}, {{"shape", out}});
+}
+
+/// `x` reshaped to `s` unless it has that shape already.
+template <class Cx>
+Value* reshapedTo(Cx& cx, Value* x, const Shape& s) {
+  return x->shape() == s ? x : cx.emit("reshape", {x}, {{"shape", s}});
+}
+
+/// A convolution's attributes, each list one entry per spatial dim (1 or 2).
+struct ConvSpec {
+  std::vector<int64_t> stride, padding, dilation, output_padding;  ///< output_padding: transposed only
+  int64_t groups = 1;
+  bool transposed = false;
+};
+
+/// conv1d/conv2d and conv_transpose1d/2d of x ([N,] C, [H,] W) and w (rank
+/// spatial + 2), with an optional bias b [C_out]. A transposed convolution is
+/// conv2d's input gradient: x plays the output gradient and w
+/// [C_in, C_out/groups, kh, kw] conv2d's weight (op_helpers'
+/// transposedConvOutput gives its shape). 1-D runs through an inserted H = 1
+/// dim (stride/padding/dilation 1/0/1 there), unbatched input through N = 1.
+template <class Cx>
+Value* convolution(Cx& cx, Value* x, Value* w, Value* b, ConvSpec c) {
+  const int64_t spatial = w->type().rank() - 2;
+  if (spatial != 1 && spatial != 2)
+    fail(std::to_string(spatial) + "-d convolution is not supported (Kiln has conv2d; conv1d maps onto it)");
+  const bool batched = x->type().rank() == spatial + 2;
+  if (!batched && x->type().rank() != spatial + 1)
+    fail(x->type().str() + " does not match a " + std::to_string(spatial) + "-d convolution");
+  Shape in = x->shape();
+  if (!batched) in.insert(in.begin(), 1);
+  if (spatial == 1) {
+    in.insert(in.end() - 1, 1);
+    Shape ws = w->shape();
+    ws.insert(ws.end() - 1, 1);
+    w = reshapedTo(cx, w, ws);
+    c.stride.insert(c.stride.begin(), 1);
+    c.padding.insert(c.padding.begin(), 0);
+    c.dilation.insert(c.dilation.begin(), 1);
+    if (c.transposed) c.output_padding.insert(c.output_padding.begin(), 0);
+  }
+  x = reshapedTo(cx, x, in);
+  AttrMap attrs = {{"stride", c.stride}, {"padding", c.padding}, {"dilation", c.dilation}, {"groups", c.groups}};
+  Value* y = nullptr;
+  if (c.transposed) {
+    attrs["input_shape"] =
+        transposedConvOutput(in, w->shape(), c.stride, c.padding, c.dilation, c.output_padding, c.groups);
+    y = cx.emit("conv2d_input_backward", {x, w}, std::move(attrs));
+    if (b) y = cx.emit("add", {y, reshapedTo(cx, b, {b->shape()[0], 1, 1})});
+  } else {
+    std::vector<Value*> inputs = {x, w};
+    if (b) inputs.push_back(b);
+    y = cx.emit("conv2d", inputs, std::move(attrs));
+  }
+  Shape out = y->shape();
+  if (spatial == 1) out.erase(out.end() - 2);
+  if (!batched) out.erase(out.begin());
+  return reshapedTo(cx, y, out);
+}
+
+/// The (values, indices) pair of topk, sort and kthvalue.
+struct ValuesIndices {
+  Value* values;
+  Value* indices;
+};
+
+/// The k best along dim (largest or smallest, best first; a 0-d x reads as
+/// [1]): Kiln's topk gives the indices and a gather the values, so the
+/// values' gradient is gather's (a scatter_add into x's shape) and the
+/// indices have none.
+template <class Cx>
+ValuesIndices topk(Cx& cx, Value* x, int64_t k, int64_t dim, bool largest) {
+  if (x->type().rank() == 0) x = reshapedTo(cx, x, {1});
+  const int64_t d = normalizeAxis(dim, x->type().rank());
+  Value* idx = cx.emit("topk", {x}, {{"k", k}, {"dim", d}, {"largest", int64_t{largest}}});
+  return {cx.emit("gather", {x, idx}, {{"dim", d}}), idx};
+}
+
+/// kthvalue(x, k, dim, keepdim): the k-th smallest (1-based) along dim.
+template <class Cx>
+ValuesIndices kthvalue(Cx& cx, Value* x, int64_t k, int64_t dim, bool keepdim) {
+  if (x->type().rank() == 0) x = reshapedTo(cx, x, {1});
+  const int64_t d = normalizeAxis(dim, x->type().rank());
+  if (k < 1 || k > x->shape()[d]) fail("kthvalue: k=" + std::to_string(k) + " is out of range for " + x->type().str());
+  Value* idx = cx.emit("topk", {x}, {{"k", k}, {"dim", d}, {"largest", int64_t{0}}});
+  idx = cx.emit("slice", {idx}, {{"dim", d}, {"start", k - 1}, {"end", k}, {"step", int64_t{1}}});
+  Value* values = cx.emit("gather", {x, idx}, {{"dim", d}});
+  if (!keepdim) {
+    Shape s = idx->shape();
+    s.erase(s.begin() + d);
+    idx = reshapedTo(cx, idx, s);
+    values = reshapedTo(cx, values, s);
+  }
+  return {values, idx};
 }
 
 }  // namespace kiln::decomp

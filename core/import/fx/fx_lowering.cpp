@@ -69,6 +69,43 @@ const Tensor* Lowering::knownValue(const Value* v) const {
   return nullptr;
 }
 
+std::optional<Tensor> Lowering::evaluate(const Value* v) const {
+  if (const Tensor* t = knownValue(v)) return *t;
+  const Node* p = v->producer();
+  if (!p) return std::nullopt;
+  Tensor out(v->type());
+  if (p->op() == "full") {
+    for (int64_t i = 0; i < out.numel(); ++i) out.set(i, p->f("value"));
+    return out;
+  }
+  if (p->op() != "reshape" && p->op() != "expand" && p->op() != "cast") return std::nullopt;
+  const std::optional<Tensor> in = evaluate(p->input(0));
+  if (!in) return std::nullopt;
+  // reshape and cast keep the row-major order; expand reads each output
+  // element's broadcast source (the input's shape right-aligned, size-1 dims
+  // read at 0).
+  const Shape& is = in->type().shape;
+  const Shape& os = out.type().shape;
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    int64_t src = i;
+    if (p->op() == "expand") {
+      src = 0;
+      int64_t rest = i, stride = 1;
+      for (size_t d = os.size(); d-- > 0;) {
+        const int64_t c = rest % os[d];
+        rest /= os[d];
+        const size_t back = os.size() - 1 - d;
+        if (back >= is.size()) continue;
+        const int64_t size = is[is.size() - 1 - back];
+        src += (size == 1 ? 0 : c) * stride;
+        stride *= size;
+      }
+    }
+    out.set(i, in->at(src));
+  }
+  return out;
+}
+
 Value* Lowering::permute(Value* v, std::vector<int64_t> dims) {
   bool identity = true;
   for (size_t i = 0; i < dims.size(); ++i) identity = identity && dims[i] == static_cast<int64_t>(i);
@@ -88,12 +125,7 @@ const FxValue& Lowering::lookup(const std::string& name) const {
   return it->second;
 }
 
-int64_t normDim(int64_t dim, int64_t rank) {
-  int64_t r = std::max<int64_t>(rank, 1);
-  if (dim < -r || dim >= r)
-    fail("dim " + std::to_string(dim) + " is out of range for a tensor of rank " + std::to_string(rank));
-  return dim < 0 ? dim + r : dim;
-}
+int64_t normDim(int64_t dim, int64_t rank) { return normalizeAxis(dim, rank); }
 
 namespace {
 const std::map<std::string_view, const FxRule*>& ruleIndex() {

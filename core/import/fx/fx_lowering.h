@@ -7,6 +7,7 @@
 
 #include <map>
 #include <span>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -71,6 +72,10 @@ class Lowering {
   /// The contents of a constant graph input (a lifted tensor constant, or
   /// one made by constInput()), or nullptr for any other value.
   const Tensor* knownValue(const Value* v) const;
+  /// The contents of `v` when the importer can compute them: a known value,
+  /// `full`, or reshape / expand / cast of a computable value (make_fx's int
+  /// arguments arrive as such chains); nullopt for anything else.
+  std::optional<Tensor> evaluate(const Value* v) const;
   /// The weights of the graph's inputs by name (set by the importer).
   const TensorMap* weights = nullptr;
 

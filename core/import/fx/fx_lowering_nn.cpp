@@ -24,58 +24,30 @@ std::vector<int64_t> perDim(NodeArgs& a, std::string_view name, size_t dims, int
   return v;
 }
 
-/// convolution / _convolution / conv1d / conv2d; transposed ones (ConvTranspose)
-/// become conv2d_input_backward, conv2d's input gradient with x in the role
-/// of the output gradient (core/ops/op_helpers.h transposedConvOutput).
+/// convolution / _convolution / conv1d / conv2d and the transposed ones
+/// (ConvTranspose): the shared decomposition (conv2d, or conv2d_input_backward).
 FxValue lowerConvolution(Lowering& cx, NodeArgs& a) {
   Value* x = a.tensor("input");
   Value* w = a.tensor("weight");
-  Value* b = a.optTensor("bias");
   const bool transposed = a.kiln == "transposed" || (a.has("transposed") && a.flag("transposed"));
   int64_t spatial = w->type().rank() - 2;
   if (spatial != 1 && spatial != 2) a.fail("weight", "only 1-D and 2-D convolutions are supported, weight is " + w->type().str());
+  if (x->type().rank() != spatial + 2 && x->type().rank() != spatial + 1)
+    a.fail("input", x->type().str() + " does not match a " + std::to_string(spatial) + "-D convolution");
   const size_t n = static_cast<size_t>(spatial);
-  std::vector<int64_t> padding;
+  decomp::ConvSpec c;
   if (a.arg("padding").kind == FxArg::Kind::String) {
     if (a.str("padding") != "valid") a.fail("padding", "padding=" + quote(a.str("padding")) + " is not supported");
-    padding.assign(n, 0);
+    c.padding.assign(n, 0);
   } else {
-    padding = perDim(a, "padding", n);
+    c.padding = perDim(a, "padding", n);
   }
-  auto stride = perDim(a, "stride", n, 1), dilation = perDim(a, "dilation", n, 1);
-  int64_t groups = a.integer("groups");
-  bool batched = x->type().rank() == spatial + 2;
-  if (!batched && x->type().rank() != spatial + 1)
-    a.fail("input", x->type().str() + " does not match a " + std::to_string(spatial) + "-D convolution");
-  Shape in = x->shape();
-  if (!batched) in.insert(in.begin(), 1);
-  if (spatial == 1) {
-    // [N, C, L] -> [N, C, 1, L]: a 1 x K kernel with stride/padding/dilation 1/0/1 in the new dim.
-    in.insert(in.end() - 1, 1);
-    Shape ws = w->shape();
-    ws.insert(ws.end() - 1, 1);
-    w = cx.reshape(w, ws);
-    stride.insert(stride.begin(), 1);
-    padding.insert(padding.begin(), 0);
-    dilation.insert(dilation.begin(), 1);
-  }
-  AttrMap attrs = {{"stride", stride}, {"padding", padding}, {"dilation", dilation}, {"groups", groups}};
-  Value* y = nullptr;
-  if (transposed) {
-    std::vector<int64_t> op = perDim(a, "output_padding", n);
-    if (spatial == 1) op.insert(op.begin(), 0);
-    attrs["input_shape"] = transposedConvOutput(in, w->shape(), stride, padding, dilation, op, groups);
-    y = cx.emit("conv2d_input_backward", {cx.reshape(x, in), w}, std::move(attrs));
-    if (b) y = cx.emit("add", {y, cx.reshape(b, {b->shape()[0], 1, 1})});
-  } else {
-    std::vector<Value*> inputs = {cx.reshape(x, in), w};
-    if (b) inputs.push_back(b);
-    y = cx.emit("conv2d", inputs, std::move(attrs));
-  }
-  Shape out = y->shape();
-  if (spatial == 1) out.erase(out.end() - 2);
-  if (!batched) out.erase(out.begin());
-  return FxValue::of(cx.reshape(y, out));
+  c.stride = perDim(a, "stride", n, 1);
+  c.dilation = perDim(a, "dilation", n, 1);
+  c.groups = a.integer("groups");
+  c.transposed = transposed;
+  if (transposed) c.output_padding = perDim(a, "output_padding", n);
+  return FxValue::of(decomp::convolution(cx, x, w, a.optTensor("bias"), c));
 }
 
 const char* kSavedStats =

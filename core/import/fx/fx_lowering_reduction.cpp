@@ -76,36 +76,16 @@ FxValue lowerMaxDim(Lowering& cx, NodeArgs& a) {
   return FxValue::tuple({FxValue::of(values), FxValue::of(indices)});
 }
 
-/// (values, indices) of the k best along dim: topk's indices, gathered values
-/// (their gradient is gather's).
-FxValue topkPair(Lowering& cx, Value* x, int64_t k, int64_t dim, bool largest) {
-  if (x->type().rank() == 0) x = cx.reshape(x, {1});
-  const int64_t d = normDim(dim, x->type().rank());
-  Value* idx = cx.emit("topk", {x}, {{"k", k}, {"dim", d}, {"largest", int64_t{largest}}});
-  return FxValue::tuple({FxValue::of(cx.emit("gather", {x, idx}, {{"dim", d}})), FxValue::of(idx)});
-}
+FxValue pairOf(decomp::ValuesIndices r) { return FxValue::tuple({FxValue::of(r.values), FxValue::of(r.indices)}); }
 
 /// topk(self, k, dim=-1, largest=True, sorted=True): always sorted.
 FxValue lowerTopk(Lowering& cx, NodeArgs& a) {
-  return topkPair(cx, a.tensor("self"), a.integer("k"), a.integer("dim"), a.flag("largest"));
+  return pairOf(decomp::topk(cx, a.tensor("self"), a.integer("k"), a.integer("dim"), a.flag("largest")));
 }
 
 /// kthvalue(self, k, dim=-1, keepdim=False): the k-th smallest (1-based).
 FxValue lowerKthvalue(Lowering& cx, NodeArgs& a) {
-  Value* x = a.tensor("self");
-  if (x->type().rank() == 0) x = cx.reshape(x, {1});
-  const int64_t d = normDim(a.integer("dim"), x->type().rank()), k = a.integer("k");
-  if (k < 1 || k > x->shape()[d]) a.fail("k", "out of range for " + x->type().str());
-  Value* idx = cx.emit("topk", {x}, {{"k", k}, {"dim", d}, {"largest", int64_t{0}}});
-  idx = cx.emit("slice", {idx}, {{"dim", d}, {"start", k - 1}, {"end", k}, {"step", int64_t{1}}});
-  Value* values = cx.emit("gather", {x, idx}, {{"dim", d}});
-  if (!a.flag("keepdim")) {
-    Shape s = idx->shape();
-    s.erase(s.begin() + d);
-    idx = cx.reshape(idx, s);
-    values = cx.reshape(values, s);
-  }
-  return FxValue::tuple({FxValue::of(values), FxValue::of(idx)});
+  return pairOf(decomp::kthvalue(cx, a.tensor("self"), a.integer("k"), a.integer("dim"), a.flag("keepdim")));
 }
 
 /// sort(self, dim=-1, descending=False) / sort.stable: ascending puts NaN last.
@@ -113,7 +93,7 @@ FxValue lowerSort(Lowering& cx, NodeArgs& a) {
   Value* x = a.tensor("self");
   const int64_t dim = a.integer("dim");
   const int64_t size = x->type().rank() == 0 ? 1 : x->shape()[normDim(dim, x->type().rank())];
-  return topkPair(cx, x, size, dim, a.flag("descending"));
+  return pairOf(decomp::topk(cx, x, size, dim, a.flag("descending")));
 }
 
 /// logsumexp(self, dim, keepdim).

@@ -360,48 +360,31 @@ FxValue lowerRepeat(Lowering& cx, NodeArgs& a) {
   return FxValue::of(cx.emit("repeat", {a.tensor("self")}, {{"repeats", a.ints("repeats", kMaxWindow)}}));
 }
 
-/// The count every element of a repeats tensor holds, when the graph fills
-/// it with one constant (make_fx's int repeats: full, then expand) or it is
-/// a one-element constant input.
-std::optional<int64_t> uniformCount(const Lowering& cx, const Value* r) {
-  for (;;) {
-    const Node* p = r->producer();
-    if (!p) {  // a one-element constant input (a lifted tensor)
-      const Tensor* t = cx.knownValue(r);
-      return t && t->numel() == 1 ? std::optional<int64_t>(static_cast<int64_t>(t->at(0))) : std::nullopt;
-    }
-    if (p->op() == "full") return static_cast<int64_t>(p->f("value"));
-    if (p->op() != "expand" && p->op() != "reshape" && p->op() != "cast") return std::nullopt;
-    r = p->input(0);
-  }
-}
-
 /// [0]*r + [1]*r + ... for n rows: reshape -> expand -> reshape of arange(n).
 Value* repeatIndex(Lowering& cx, int64_t n, int64_t r) {
   Value* rows = cx.emit("arange", {}, {{"start", 0.0}, {"end", double(n)}, {"step", 1.0}, {"dtype", DType::I64}});
   return cx.reshape(cx.expand(cx.reshape(rows, {n, 1}), {n, r}), {n * r});
 }
 
-/// The index [0]*c0 + [1]*c1 + ... of a repeats tensor known at import time:
-/// one constant count (make_fx's int repeats: full, then expand) as graph
-/// ops, per-element counts (a lifted constant) as a constant index.
+/// The index [0]*c0 + [1]*c1 + ... of a repeats tensor known at import time
+/// (make_fx's int repeats: full, then expand; or a lifted constant): one
+/// count for every row as graph ops, per-row counts as a constant index.
 Value* repeatsIndex(Lowering& cx, NodeArgs& a, Value* reps) {
   if (reps->type().rank() > 1) a.fail("repeats", "must be 0-D or 1-D, got " + reps->type().str());
-  const int64_t n = reps->type().numel();
-  if (const std::optional<int64_t> r = uniformCount(cx, reps)) {
-    if (*r < 0) a.fail("repeats", "must be non-negative");
-    return repeatIndex(cx, n, *r);
-  }
-  const Tensor* counts = cx.knownValue(reps);
+  const std::optional<Tensor> counts = cx.evaluate(reps);
   if (!counts)
     a.fail("repeats", "per-element repeats computed in the graph give a data-dependent shape; Kiln needs them "
                       "known at import time");
+  const int64_t n = counts->numel();
   std::vector<int64_t> idx;
+  bool uniform = true;
   for (int64_t k = 0; k < n; ++k) {
     const auto c = static_cast<int64_t>(counts->at(k));
     if (c < 0) a.fail("repeats", "must be non-negative");
+    uniform = uniform && counts->at(k) == counts->at(0);
     idx.insert(idx.end(), static_cast<size_t>(c), k);
   }
+  if (uniform && n > 0) return repeatIndex(cx, n, static_cast<int64_t>(counts->at(0)));
   return cx.constInput(Tensor::fromInt64s({static_cast<int64_t>(idx.size())}, idx));
 }
 

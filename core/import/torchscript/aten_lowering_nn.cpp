@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/import/decompositions.h"
 #include "core/import/torchscript/lowering.h"
 #include "core/ops/op_helpers.h"
 #include "core/result.h"
@@ -115,14 +116,12 @@ Value* padSame(Lowering& cx, Value* x, const Shape& kernel, ConvArgs& c) {
   return cx.emit("pad", {x}, {{"pads", extra}, {"mode", std::string("constant")}, {"value", 0.0}});
 }
 
-/// conv2d on `x` (rank 3 or 4), `w` (rank 4); conv1d through an inserted H=1 dim;
-/// with c.transposed, conv_transpose1d/2d.
+/// conv1d/conv2d (conv_transpose1d/2d with c.transposed) through the shared
+/// decomposition, after expanding the per-dim lists and padding="same".
 Value* convolution(Lowering& cx, Value* x, Value* w, Value* b, ConvArgs c) {
   int64_t spatial = w->type().rank() - 2;
   if (spatial != 1 && spatial != 2)
     fail(std::to_string(spatial) + "-d convolution is not supported (Kiln has conv2d; conv1d maps onto it)");
-  bool unbatched = x->type().rank() == spatial + 1;
-  if (unbatched) x = unsqueezeAt(cx, x, 0);
   c.stride = expandList(c.stride, spatial, "stride");
   c.dilation = expandList(c.dilation, spatial, "dilation");
   Shape kernel(w->shape().begin() + 2, w->shape().end());
@@ -136,31 +135,9 @@ Value* convolution(Lowering& cx, Value* x, Value* w, Value* b, ConvArgs c) {
   } else {
     c.padding = expandList(c.padding, spatial, "padding");
   }
-  if (spatial == 1) {
-    x = unsqueezeAt(cx, x, 2);
-    w = unsqueezeAt(cx, w, 2);
-    c.stride.insert(c.stride.begin(), 1);
-    c.padding.insert(c.padding.begin(), 0);
-    c.dilation.insert(c.dilation.begin(), 1);
-  }
-  AttrMap attrs = {{"stride", c.stride}, {"padding", c.padding}, {"dilation", c.dilation}, {"groups", c.groups}};
-  Value* y = nullptr;
-  if (c.transposed) {
-    // conv2d's input gradient: x plays the output gradient, w [C_in, C_out/groups, kh, kw] conv2d's weight.
-    std::vector<int64_t> op = expandList(c.output_padding, spatial, "output_padding");
-    if (spatial == 1) op.insert(op.begin(), 0);
-    attrs["input_shape"] =
-        transposedConvOutput(x->shape(), w->shape(), c.stride, c.padding, c.dilation, op, c.groups);
-    y = cx.emit("conv2d_input_backward", {x, w}, std::move(attrs));
-    if (b) y = cx.emit("add", {y, reshapeTo(cx, b, {b->shape()[0], 1, 1})});
-  } else {
-    std::vector<Value*> ins = {x, w};
-    if (b) ins.push_back(b);
-    y = cx.emit("conv2d", ins, std::move(attrs));
-  }
-  if (spatial == 1) y = squeezeAt(cx, y, 2);
-  if (unbatched) y = squeezeAt(cx, y, 0);
-  return y;
+  decomp::ConvSpec spec{c.stride, c.padding, c.dilation, {}, c.groups, c.transposed};
+  if (c.transposed) spec.output_padding = expandList(c.output_padding, spatial, "output_padding");
+  return decomp::convolution(cx, x, w, b, spec);
 }
 
 // conv1d / conv2d / _convolution_mode(input, weight, bias, stride, padding, dilation, groups);

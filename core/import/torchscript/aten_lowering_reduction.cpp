@@ -60,37 +60,18 @@ Out lowerMaxMin(Lowering& cx, Args& a) {
   return {cx.fresh(values), cx.fresh(indices)};
 }
 
-/// (values, indices) of the k best along dim: Kiln's topk gives the indices
-/// and a gather the values, so the values' gradient is gather's (a
-/// scatter_add into the input's shape) and the indices have none.
-Out topkValuesIndices(Lowering& cx, Value* x, int64_t k, int64_t dim, bool largest) {
-  if (x->type().rank() == 0) x = cx.emit("reshape", {x}, {{"shape", Shape{1}}});
-  const int64_t d = normDim(dim, x->type().rank());
-  Value* idx = cx.emit("topk", {x}, {{"k", k}, {"dim", d}, {"largest", int64_t{largest}}});
-  return {cx.fresh(cx.emit("gather", {x, idx}, {{"dim", d}})), cx.fresh(idx)};
-}
+Out pairOf(Lowering& cx, decomp::ValuesIndices r) { return {cx.fresh(r.values), cx.fresh(r.indices)}; }
 
 // kthvalue(self, k, dim=-1, keepdim=False) -> (values, indices): the k-th smallest (1-based)
 Out lowerKthvalue(Lowering& cx, Args& a) {
-  Value* x = a.tensor(0);
-  if (x->type().rank() == 0) x = cx.emit("reshape", {x}, {{"shape", Shape{1}}});
-  const int64_t d = normDim(a.given(2) ? a.integer(2) : -1, x->type().rank()), k = a.integer(1);
-  if (k < 1 || k > x->shape()[d]) fail("kthvalue: k=" + std::to_string(k) + " is out of range for " + x->type().str());
-  Value* idx = cx.emit("topk", {x}, {{"k", k}, {"dim", d}, {"largest", int64_t{0}}});
-  idx = cx.emit("slice", {idx}, {{"dim", d}, {"start", k - 1}, {"end", k}, {"step", int64_t{1}}});
-  Value* values = cx.emit("gather", {x, idx}, {{"dim", d}});
-  if (!(a.given(3) && a.flag(3))) {
-    Shape s = idx->shape();
-    s.erase(s.begin() + d);
-    idx = cx.emit("reshape", {idx}, {{"shape", s}});
-    values = cx.emit("reshape", {values}, {{"shape", s}});
-  }
-  return {cx.fresh(values), cx.fresh(idx)};
+  return pairOf(cx, decomp::kthvalue(cx, a.tensor(0), a.integer(1), a.given(2) ? a.integer(2) : -1,
+                                     a.given(3) && a.flag(3)));
 }
 
 // topk(self, k, dim=-1, largest=True, sorted=True) -> (values, indices); always sorted
 Out lowerTopk(Lowering& cx, Args& a) {
-  return topkValuesIndices(cx, a.tensor(0), a.integer(1), a.given(2) ? a.integer(2) : -1, !a.given(3) || a.flag(3));
+  return pairOf(cx, decomp::topk(cx, a.tensor(0), a.integer(1), a.given(2) ? a.integer(2) : -1,
+                                 !a.given(3) || a.flag(3)));
 }
 
 // sort(self, dim=-1, descending=False) / sort.stable(self, *, stable, dim=-1, descending=False)
@@ -101,7 +82,7 @@ Out lowerSort(Lowering& cx, Args& a) {
   const int64_t dim = a.given(at) ? a.integer(at) : -1;
   const bool descending = a.given(at + 1) && a.flag(at + 1);
   const int64_t size = x->type().rank() == 0 ? 1 : x->shape()[normDim(dim, x->type().rank())];
-  Out out = topkValuesIndices(cx, x, size, dim, descending);
+  Out out = pairOf(cx, decomp::topk(cx, x, size, dim, descending));
   if (a.kiln_op == "argsort") return {out[1]};
   return out;
 }
