@@ -11,10 +11,13 @@
 // the table at the end, with the reason it is valid.
 #include "passes/algebraic_rules.h"
 
+#include <algorithm>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
 
+#include "core/ops/op_helpers.h"
 #include "passes/fold.h"
 
 namespace kiln {
@@ -201,6 +204,99 @@ Value* squareGradAsMul(Graph& g, Node& n) {
   return emit(g, n, "mul", {grad, emit(g, n, "mul", {x, c}, {})}, {});
 }
 
+// ---- gradient accumulation ----------------------------------------------------------
+
+/// A gradient written into zeros along `dim` at [start, end): select_backward
+/// (one index) or slice_backward with step 1.
+struct Placement {
+  Value* g;
+  int64_t dim, start, end;
+  bool select;
+};
+
+std::optional<Placement> placementOf(const Value* v) {
+  const Node* p = v->producer();
+  if (!p || (p->op() != "select_backward" && p->op() != "slice_backward")) return std::nullopt;
+  const Shape& s = v->shape();
+  const int64_t dim = normalizeAxis(p->i("dim"), static_cast<int64_t>(s.size()));
+  if (p->op() == "select_backward") {
+    const int64_t i = p->i("index") < 0 ? p->i("index") + s[dim] : p->i("index");
+    return Placement{p->input(0), dim, i, i + 1, true};
+  }
+  const SliceBounds b = normalizeSlice(s[dim], p->i("start"), p->i("end"), p->i("step"));
+  if (b.step != 1) return std::nullopt;
+  return Placement{p->input(0), dim, b.start, b.start + b.length, false};
+}
+
+/// The leaves of the tree of adds rooted at `n`: an operand made by an add of
+/// n's type that nothing else reads is part of the tree.
+void addLeaves(const Node& n, std::vector<Value*>& leaves) {
+  for (Value* v : n.inputs()) {
+    const Node* p = v->producer();
+    if (p && p->op() == "add" && v->type() == n.output()->type() && v->uses().size() == 1)
+      addLeaves(*p, leaves);
+    else
+      leaves.push_back(v);
+  }
+}
+
+Value* placementSum(Graph& g, Node& n) {
+  // Only the root of a tree (inner adds are rewritten with it), and not the
+  // inner adds a rewrite left dead (dce drops them after the sweeps): peeling
+  // those one level per sweep would take a sweep per step of a long loop.
+  const Value* out = n.output();
+  if (out->uses().empty()) {
+    bool returned = false;
+    for (const GraphOutput& o : g.outputs()) returned = returned || o.value == out;
+    if (!returned) return nullptr;
+  }
+  if (out->uses().size() == 1) {
+    const Node* user = out->uses()[0].user;
+    if (user->op() == "add" && user->output()->type() == out->type()) return nullptr;
+  }
+  std::vector<Value*> leaves;
+  addLeaves(n, leaves);
+  std::vector<Placement> placed;
+  Value* other = nullptr;
+  for (Value* v : leaves) {
+    std::optional<Placement> p = v->type() == out->type() ? placementOf(v) : std::nullopt;
+    if (p) {
+      placed.push_back(*p);
+    } else if (other) {
+      return nullptr;  // two other terms: their order of addition would change
+    } else {
+      other = v;
+    }
+  }
+  if (placed.size() < 2) return nullptr;
+  std::sort(placed.begin(), placed.end(), [](const Placement& a, const Placement& b) { return a.start < b.start; });
+  const int64_t dim = placed[0].dim;
+  for (size_t i = 0; i < placed.size(); ++i)
+    if (placed[i].dim != dim || (i > 0 && placed[i].start < placed[i - 1].end)) return nullptr;
+  const Shape& shape = out->shape();
+  auto zeros = [&](int64_t len) {
+    std::vector<int64_t> s(shape.begin(), shape.end());
+    s[dim] = len;
+    return emit(g, n, "full", {}, {{"shape", s}, {"value", 0.0}, {"dtype", out->dtype()}});
+  };
+  std::vector<Value*> pieces;
+  int64_t at = 0;
+  for (const Placement& p : placed) {
+    if (p.start > at) pieces.push_back(zeros(p.start - at));
+    Value* piece = p.g;
+    if (p.select) {
+      std::vector<int64_t> s(shape.begin(), shape.end());
+      s[dim] = 1;
+      piece = emit(g, n, "reshape", {piece}, {{"shape", s}});
+    }
+    pieces.push_back(piece);
+    at = p.end;
+  }
+  if (at < shape[dim]) pieces.push_back(zeros(shape[dim] - at));
+  Value* whole = emit(g, n, "cat", pieces, {{"dim", dim}});
+  return other ? emit(g, n, "add", {whole, other}, {}) : whole;
+}
+
 // ---- selection -----------------------------------------------------------------
 
 Value* whereSameBranches(Graph&, Node& n) {
@@ -267,6 +363,14 @@ const std::vector<AlgebraicRule>& algebraicRules() {
        "the gradient of pow(x, 2) for x, g * (2 * pow(x, 1)), is g * (x * 2): pow(x, 1) is x, and the products "
        "are PyTorch's pow_backward's; bit-exact",
        "binary_backward", squareGradAsMul},
+      // gradient accumulation
+      {"placement_sum",
+       "a sum of gradients that select_backward / slice_backward (step 1) place into zeros at disjoint positions "
+       "along one dim, plus at most one other term, is their concatenation with zeros in the gaps (plus that "
+       "term): every element adds one gradient or none to zeros, which is exact, so the values are the same (a "
+       "-0.0 gradient stays -0.0 where the adds gave +0.0) while the work drops from one full-size add per "
+       "placement (T steps of an unrolled loop: O(T^2)) to one copy",
+       "add", placementSum},
       // selection
       {"where_same_branches", "where(c, a, a) is a whatever c holds; bit-exact", "where", whereSameBranches},
       {"where_splat_condition",
