@@ -372,6 +372,33 @@ class RnnClassifier(nn.Module):
         return self.head(torch.cat([r.mean(dim=1), states], dim=-1))
 
 
+class CellLoopClassifier(nn.Module):
+    """A recurrent model written as a loop, as decoders and custom RNNs are:
+    nn.LSTMCell and nn.GRUCell stepped over x[:, t] from learned initial
+    states, a linear head on the mean of the outputs and the last states."""
+
+    def __init__(self, vocab: int = 128, d: int = 16, hidden: int = 12, classes: int = 5):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.lstm = nn.LSTMCell(d, hidden)
+        self.gru = nn.GRUCell(hidden, hidden)
+        self.h0 = nn.Parameter(0.1 * torch.randn(1, hidden))
+        self.c0 = nn.Parameter(0.1 * torch.randn(1, hidden))
+        self.g0 = nn.Parameter(0.1 * torch.randn(1, hidden))
+        self.head = nn.Linear(3 * hidden, classes)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        e = self.embed(idx)
+        b = idx.shape[0]
+        h, c, g = self.h0.expand(b, -1), self.c0.expand(b, -1), self.g0.expand(b, -1)
+        outs = []
+        for t in range(idx.shape[1]):
+            h, c = self.lstm(e[:, t], (h, c))
+            g = self.gru(h, g)
+            outs.append(g)
+        return self.head(torch.cat([torch.stack(outs, 1).mean(1), h, g], -1))
+
+
 class LstmClassifier(nn.Module):
     """A plain LSTM text classifier (embedding, 2-layer LSTM, linear head on the
     mean over time): the recurrent benchmark's model."""
@@ -671,6 +698,7 @@ _REGISTRY: Dict[str, Tuple[Callable[[], nn.Module], tuple, Tuple[str, ...]]] = {
     "llama_mini": (LlamaDecoder, (_ints((2, 16), 128),), _OWN),
     "moe_mini": (MoEMini, (_ints((2, 16), 128),), _OWN),
     "rnn_mini": (RnnClassifier, (_ints((2, 7), 128),), _OWN),
+    "cell_loop_mini": (CellLoopClassifier, (_ints((2, 7), 128),), _OWN),
     "nn_transformer": (NNTransformer, ((2, 10, 32), (2, 8, 32)), _OWN),
     "nn_mha": (NNMHA, ((2, 8, 32), (2, 10, 32), (2, 10, 32)), _OWN),
     "tv_resnet18": (lambda: _tv("resnet18"), ((2, 3, 64, 64),), _TV),

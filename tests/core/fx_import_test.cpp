@@ -506,7 +506,7 @@ TEST(FxImport, FullDtypeFollowsTheFillValue) {
 }
 
 TEST(FxImport, SupportedOpsCoverTheZooCensus) {
-  // Every overload in docs/fx-format.md's census of the zoo (torch 1.13, eval and train; 29 models).
+  // Every overload in docs/fx-format.md's census of the zoo (torch 1.13, eval and train; 30 models).
   const char* census[] = {
       "aten._adaptive_avg_pool2d.default", "aten._reshape_alias.default", "aten._softmax.default",
       "aten._to_copy.default", "aten._unsafe_view.default", "aten.add.Tensor", "aten.addmm.default",

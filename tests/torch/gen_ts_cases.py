@@ -338,6 +338,35 @@ module("gru_batch_first", lambda: nn.GRU(4, 3, num_layers=2, batch_first=True, b
 module("rnn_relu", lambda: nn.RNN(4, 3, num_layers=2, nonlinearity="relu"), randn(5, 2, 4), fmts=("trace",))
 module("rnn_tanh_batch_first", lambda: nn.RNN(4, 3, batch_first=True), randn(2, 5, 4), fmts=("trace",))
 
+
+
+class CellLoop(nn.Module):
+    """nn.LSTMCell, nn.GRUCell and nn.RNNCell (tanh, relu, no bias) stepped by
+    the model's own loop over x[:, t]: one cell op per step, a select per step
+    whose gradients simplify's placement_sum joins into one cat."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTMCell(4, 3)
+        self.gru = nn.GRUCell(3, 3)
+        self.tanh = nn.RNNCell(3, 3)
+        self.relu = nn.RNNCell(3, 2, nonlinearity="relu", bias=False)
+
+    def forward(self, x, h0):
+        hc = None
+        g, r, s = h0, None, None
+        outs = []
+        for t in range(x.shape[1]):
+            hc = self.lstm(x[:, t], hc)
+            g = self.gru(hc[0], g)
+            r = self.tanh(g, r)
+            s = self.relu(r)
+            outs.append(s)
+        return torch.stack(outs, 1), hc[1]
+
+
+module("rnn_cells_loop", CellLoop, randn(2, 5, 4), randn(2, 3), fmts=("trace",))
+
 # ---- Reductions -----------------------------------------------------------------------
 traced("reductions", lambda x: (x.sum(), x.sum(1), x.sum((0, 2), keepdim=True), x.mean(-1), x.mean((1, 2)),
                                 x.amax(1), x.amin((0, 1)), x.max(), x.min(), *x.max(1), *x.min(2, keepdim=True),

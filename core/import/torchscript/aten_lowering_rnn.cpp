@@ -9,8 +9,10 @@
 //   GRU:  r, z = sigmoid(x_r + h_r), sigmoid(x_z + h_z); n = tanh(x_n + r h_n);
 //         h' = n + z (h - n)   (PyTorch's gru_cell form)
 // Multi-layer, bidirectional (the reverse direction reads t = T-1 .. 0),
-// batch_first, unbatched inputs, dropout between layers in training. Not
-// supported: LSTM projections (proj_size) and packed sequences.
+// batch_first, unbatched inputs, dropout between layers in training. The
+// cells (nn.LSTMCell, nn.GRUCell, nn.RNNCell: lstm_cell, gru_cell,
+// rnn_tanh_cell, rnn_relu_cell) are one such step. Not supported: LSTM
+// projections (proj_size) and packed sequences.
 #include "core/import/torchscript/lowering.h"
 #include "core/result.h"
 
@@ -20,6 +22,13 @@ namespace {
 using Out = std::vector<SV>;
 
 enum class Cell { RnnTanh, RnnRelu, Lstm, Gru };
+
+Cell cellOf(std::string_view op) {
+  return op == "lstm" || op == "lstm_cell" ? Cell::Lstm
+         : op == "gru" || op == "gru_cell" ? Cell::Gru
+         : op == "rnn_relu" || op == "rnn_relu_cell" ? Cell::RnnRelu
+                                                     : Cell::RnnTanh;
+}
 
 int64_t gatesOf(Cell c) { return c == Cell::Lstm ? 4 : c == Cell::Gru ? 3 : 1; }
 
@@ -51,8 +60,31 @@ struct Pass {
   Value *h, *c = nullptr;
 };
 
+/// One step of `cell` from xt = x W_ih^T + b_ih [B, gates * H]: updates h
+/// (and c for an LSTM).
+void step(Lowering& cx, Cell cell, Value* xt, const Weights& w, Value*& h, Value*& c) {
+  std::vector<Value*> hin = {h, w.w_hh};
+  if (w.b_hh) hin.push_back(w.b_hh);
+  Value* hp = cx.emit("linear", hin);
+  if (cell == Cell::Gru) {
+    auto xg = splitGates(cx, xt, 3), hg = splitGates(cx, hp, 3);
+    Value* r = sig(cx, cx.emit("add", {xg[0], hg[0]}));
+    Value* z = sig(cx, cx.emit("add", {xg[1], hg[1]}));
+    Value* n = tanhOf(cx, cx.emit("add", {xg[2], cx.emit("mul", {r, hg[2]})}));
+    h = cx.emit("add", {n, cx.emit("mul", {z, cx.emit("sub", {h, n})})});
+    return;
+  }
+  auto g = splitGates(cx, cx.emit("add", {xt, hp}), gatesOf(cell));
+  if (cell == Cell::Lstm) {
+    c = cx.emit("add", {cx.emit("mul", {sig(cx, g[1]), c}), cx.emit("mul", {sig(cx, g[0]), tanhOf(cx, g[2])})});
+    h = cx.emit("mul", {sig(cx, g[3]), tanhOf(cx, c)});
+  } else {
+    h = cell == Cell::RnnTanh ? tanhOf(cx, g[0]) : cx.emit("relu", {g[0]});
+  }
+}
+
 Pass runDirection(Lowering& cx, Cell cell, Value* x, const Weights& w, Value* h, Value* c, bool reverse) {
-  const int64_t steps = x->shape()[0], gates = gatesOf(cell);
+  const int64_t steps = x->shape()[0];
   std::vector<Value*> xin = {x, w.w_ih};
   if (w.b_ih) xin.push_back(w.b_ih);
   Value* xp = cx.emit("linear", xin);  // [T, B, gates * H]
@@ -63,25 +95,7 @@ Pass runDirection(Lowering& cx, Cell cell, Value* x, const Weights& w, Value* h,
   p.hs.assign(static_cast<size_t>(steps), nullptr);
   for (int64_t k = 0; k < steps; ++k) {
     const int64_t t = reverse ? steps - 1 - k : k;
-    Value* xt = reshaped(cx, xs->output(t), {xp->shape()[1], xp->shape()[2]});
-    std::vector<Value*> hin = {h, w.w_hh};
-    if (w.b_hh) hin.push_back(w.b_hh);
-    Value* hp = cx.emit("linear", hin);
-    if (cell == Cell::Gru) {
-      auto xg = splitGates(cx, xt, 3), hg = splitGates(cx, hp, 3);
-      Value* r = sig(cx, cx.emit("add", {xg[0], hg[0]}));
-      Value* z = sig(cx, cx.emit("add", {xg[1], hg[1]}));
-      Value* n = tanhOf(cx, cx.emit("add", {xg[2], cx.emit("mul", {r, hg[2]})}));
-      h = cx.emit("add", {n, cx.emit("mul", {z, cx.emit("sub", {h, n})})});
-    } else {
-      auto g = splitGates(cx, cx.emit("add", {xt, hp}), gates);
-      if (cell == Cell::Lstm) {
-        c = cx.emit("add", {cx.emit("mul", {sig(cx, g[1]), c}), cx.emit("mul", {sig(cx, g[0]), tanhOf(cx, g[2])})});
-        h = cx.emit("mul", {sig(cx, g[3]), tanhOf(cx, c)});
-      } else {
-        h = cell == Cell::RnnTanh ? tanhOf(cx, g[0]) : cx.emit("relu", {g[0]});
-      }
-    }
+    step(cx, cell, reshaped(cx, xs->output(t), {xp->shape()[1], xp->shape()[2]}), w, h, c);
     p.hs[t] = h;
   }
   p.h = h;
@@ -105,9 +119,7 @@ Value* stackFirst(Lowering& cx, const std::vector<Value*>& vs) {
 // gru / rnn_tanh / rnn_relu(input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
 //   batch_first) -> (output, h_n)
 Out lowerRnn(Lowering& cx, Args& a) {
-  const Cell cell = a.kiln_op == "lstm" ? Cell::Lstm : a.kiln_op == "gru" ? Cell::Gru
-                    : a.kiln_op == "rnn_relu"                            ? Cell::RnnRelu
-                                                                         : Cell::RnnTanh;
+  const Cell cell = cellOf(a.kiln_op);
   if (a[1].isTensorLike() == (cell == Cell::Lstm) || a[2].kind != SV::Kind::List)
     fail(std::string(a.kiln_op) + " with packed sequences (the .data overload) is not supported");
   Value* x = a.tensor(0);
@@ -168,11 +180,45 @@ Out lowerRnn(Lowering& cx, Args& a) {
   return out;
 }
 
+// lstm_cell(input, hx[h, c], w_ih, w_hh, b_ih=None, b_hh=None) -> (h', c')
+// gru_cell / rnn_tanh_cell / rnn_relu_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None) -> h'
+// (nn.LSTMCell, nn.GRUCell, nn.RNNCell: one step, the loop is the model's).
+Out lowerCell(Lowering& cx, Args& a) {
+  const Cell cell = cellOf(a.kiln_op);
+  Value* x = a.tensor(0);
+  Value *h = nullptr, *c = nullptr;
+  if (cell == Cell::Lstm) {
+    std::vector<Value*> hx;
+    for (const SV& v : a[1].elems()) hx.push_back(cx.read(v));
+    if (hx.size() != 2) fail("lstm_cell expects hx = (h, c), got " + std::to_string(hx.size()) + " tensors");
+    h = hx[0], c = hx[1];
+  } else {
+    h = a.tensor(1);
+  }
+  if (!isFloating(x->dtype())) fail(std::string(a.kiln_op) + " needs a floating-point input, got " + x->type().str());
+  if (x->type().rank() != 2 || h->type().rank() != 2)
+    fail(std::string(a.kiln_op) + " expects a [batch, features] input and state, got " + x->type().str() + " and " +
+         h->type().str());
+  Weights w{a.tensor(2), a.tensor(3)};
+  if (a.given(4)) w.b_ih = a.tensor(4);
+  if (a.given(5)) w.b_hh = a.tensor(5);
+  std::vector<Value*> xin = {x, w.w_ih};
+  if (w.b_ih) xin.push_back(w.b_ih);
+  step(cx, cell, cx.emit("linear", xin), w, h, c);
+  Out out = {cx.fresh(h)};
+  if (c) out.push_back(cx.fresh(c));
+  return out;
+}
+
 const AtenRule kRules[] = {
     {"aten::lstm", lowerRnn, "lstm"},
     {"aten::gru", lowerRnn, "gru"},
     {"aten::rnn_tanh", lowerRnn, "rnn_tanh"},
     {"aten::rnn_relu", lowerRnn, "rnn_relu"},
+    {"aten::lstm_cell", lowerCell, "lstm_cell"},
+    {"aten::gru_cell", lowerCell, "gru_cell"},
+    {"aten::rnn_tanh_cell", lowerCell, "rnn_tanh_cell"},
+    {"aten::rnn_relu_cell", lowerCell, "rnn_relu_cell"},
 };
 
 }  // namespace

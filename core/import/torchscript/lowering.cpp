@@ -69,6 +69,15 @@ Tensor applyStep(const Tensor& in, const ViewStep& s) {
   return stridedCopy(in, sizes, strides, offset);
 }
 
+/// Each element of the view made by `steps`: its position in a root of shape `rs`.
+Tensor viewPositions(const Shape& rs, const std::vector<ViewStep>& steps) {
+  Tensor pos(DType::I64, rs);
+  const int64_t n = numelOf(rs);
+  for (int64_t k = 0; k < n; ++k) pos.data<int64_t>()[k] = k;
+  for (const ViewStep& s : steps) pos = applyStep(pos, s);
+  return pos;
+}
+
 }  // namespace
 
 // ---- Emission ----------------------------------------------------------------
@@ -112,7 +121,7 @@ Value* Lowering::read(const SV& v) {
     case SV::Kind::Tensor: {
       TensorSlot& s = *v.slot;
       if (s.base && s.base->version != s.base_version) {
-        s.value = replay(s.base->value, s.steps);
+        if (!untouched(s)) s.value = replay(s.base->value, s.steps);
         s.base_version = s.base->version;
       }
       return s.value;
@@ -165,25 +174,46 @@ SV Lowering::view(const SV& src, const ViewStep& step, Value* v) {
   return SV::slotted(std::move(slot));
 }
 
-Value* Lowering::writeBack(Value* root, const std::vector<ViewStep>& steps, Value* v) {
+bool Lowering::untouched(TensorSlot& s) {
+  const TensorSlot& root = *s.base;
+  for (const auto& [version, covered] : root.writes) {
+    if (version <= s.base_version) continue;
+    if (!covered) return false;
+    if (!s.covers) {
+      const Tensor pos = viewPositions(root.value->shape(), s.steps);
+      auto mask = std::make_shared<Tensor>(DType::Bool, root.value->shape());
+      for (int64_t k = 0; k < pos.numel(); ++k) mask->data<uint8_t>()[pos.data<int64_t>()[k]] = 1;
+      s.covers = std::move(mask);
+    }
+    const uint8_t *a = covered->data<uint8_t>(), *b = s.covers->data<uint8_t>();
+    for (int64_t k = 0; k < covered->numel(); ++k)
+      if (a[k] && b[k]) return false;
+  }
+  return true;
+}
+
+Value* Lowering::writeBack(Value* root, const std::vector<ViewStep>& steps, Value* v,
+                           std::shared_ptr<const Tensor>& covered_out) {
   // Where each element of the view lives in the root, computed now.
   const Shape& rs = root->shape();
   const int64_t n = numelOf(rs);
-  Tensor pos(DType::I64, rs);
-  for (int64_t k = 0; k < n; ++k) pos.data<int64_t>()[k] = k;
-  for (const ViewStep& s : steps) pos = applyStep(pos, s);
+  const Tensor pos = viewPositions(rs, steps);
   const int64_t m = pos.numel();
   bool whole = m == n;
   for (int64_t k = 0; whole && k < m; ++k) whole = pos.data<int64_t>()[k] == k;
+  covered_out = nullptr;
   if (whole) return emit("reshape", {v}, {{"shape", rs}});
   // root' = where(covered, view_values[src_pos], root)
-  Tensor covered(DType::Bool, rs), src(DType::I64, rs);
+  auto covered_mask = std::make_shared<Tensor>(DType::Bool, rs);
+  Tensor& covered = *covered_mask;
+  Tensor src(DType::I64, rs);
   for (int64_t k = 0; k < m; ++k) {
     int64_t p = pos.data<int64_t>()[k];
     if (covered.data<uint8_t>()[p]) fail("in-place write into an expanded view (several elements share memory)");
     covered.data<uint8_t>()[p] = 1;
     src.data<int64_t>()[p] = k;
   }
+  covered_out = covered_mask;
   // A fill (x[a:b] = 3) needs no gather: one value goes everywhere it covers.
   Node* p = v->producer();
   if (p && p->op() == "full") return emit("where", {constInput(covered), scalar(p->f("value"), v->dtype()), root});
@@ -203,11 +233,14 @@ void Lowering::write(const SV& target, Value* v) {
   if (v->shape() != cur->shape()) v = emit("expand", {v}, {{"shape", cur->shape()}});
   if (s.base) {
     TensorSlot& root = *s.base;
-    root.value = writeBack(root.value, s.steps, v);
+    std::shared_ptr<const Tensor> covered;
+    root.value = writeBack(root.value, s.steps, v, covered);
     ++root.version;
+    root.writes.emplace_back(root.version, std::move(covered));
     s.base_version = root.version;
   } else {
     ++s.version;
+    s.writes.emplace_back(s.version, nullptr);
   }
   s.value = v;
 }
@@ -296,12 +329,7 @@ std::optional<DType> Args::optDType(size_t k) const {
   return d;
 }
 
-int64_t normDim(int64_t dim, int64_t rank) {
-  int64_t r = rank == 0 ? 1 : rank;  // PyTorch lets 0-d tensors use dim 0 / -1
-  if (dim < -r || dim >= r)
-    fail("dim " + std::to_string(dim) + " is out of range for a tensor of rank " + std::to_string(rank));
-  return dim < 0 ? dim + r : dim;
-}
+int64_t normDim(int64_t dim, int64_t rank) { return normalizeAxis(dim, rank); }
 
 // ---- The rule table ---------------------------------------------------------------
 

@@ -61,7 +61,11 @@ class Lowering {
 
  private:
   Value* replay(Value* root, const std::vector<ViewStep>& steps);
-  Value* writeBack(Value* root, const std::vector<ViewStep>& steps, Value* v);
+  /// `v` written into `root` through `steps`; `covered` gets the root
+  /// elements it wrote (null when it wrote all of them).
+  Value* writeBack(Value* root, const std::vector<ViewStep>& steps, Value* v, std::shared_ptr<const Tensor>& covered);
+  /// Whether no write into the root since `s` was read touched its elements.
+  bool untouched(TensorSlot& s);
 
   Model& model_;
   std::map<const void*, Value*> const_inputs_;

@@ -41,6 +41,13 @@ struct TensorSlot {
   std::vector<ViewStep> steps;       ///< root -> this view
   uint64_t version = 0;              ///< bumped by every in-place write (roots only)
   uint64_t base_version = 0;         ///< root version `value` was read at
+  /// Roots: which elements each in-place write covered (a bool mask over
+  /// the root's shape; null: all of them), by the version it made, so a view
+  /// that none of the later writes touched keeps its value (LSTMCell's traced
+  /// gates: sigmoid_ on one chunk leaves the other chunks as they were).
+  std::vector<std::pair<uint64_t, std::shared_ptr<const Tensor>>> writes;
+  /// Views: the root elements this view reads (a bool mask, made on first need).
+  std::shared_ptr<const Tensor> covers;
 };
 
 /// A TorchScript value at import time.
