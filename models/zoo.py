@@ -740,13 +740,19 @@ _REGISTRY: Dict[str, Tuple[Callable[[], nn.Module], tuple, Tuple[str, ...]]] = {
     "bat_llama": (lambda: LlamaDecoder(vocab=32000, d_model=512, n_head=8, n_kv_head=4, d_ff=1376, n_layer=8),
                   (_ints((4, 256), 32000),), ("trace",)),
     "bat_lstm": (LstmClassifier, (_ints((32, 64), 10000),), ("trace",)),
+    # Recurrent models written as loops over nn.LSTMCell / nn.GRUCell: 64
+    # steps of hidden 512, and 256 steps of 512 features (hidden 128).
+    "bat_cells": (lambda: CellLoopClassifier(vocab=10000, d=256, hidden=512, classes=20),
+                  (_ints((32, 64), 10000),), ("trace",)),
+    "bat_cells_long": (lambda: CellLoopClassifier(vocab=10000, d=512, hidden=128, classes=20),
+                       (_ints((32, 256), 10000),), ("trace",)),
     "bat_bert_base6": (BertClassifier, (_ints((8, 128), 30522),), ("trace",)),
     "bat_unet": (UNet, ((8, 3, 64, 64),), ("trace",)),
 }
 
 # Built on request only (export.py NAME), never by the test suites.
 BENCH_ONLY = {"gpt2_small", "gpt2_cls50k", "tv_resnet50", "bat_resnet50", "bat_vit_b16", "bat_gpt2_40m",
-              "bat_llama", "bat_lstm", "bat_bert_base6", "bat_unet"}
+              "bat_llama", "bat_lstm", "bat_cells", "bat_cells_long", "bat_bert_base6", "bat_unet"}
 NAMES: List[str] = [n for n in _REGISTRY if n not in BENCH_ONLY]
 
 # Models whose forward is meant to run in train mode.
