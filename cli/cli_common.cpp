@@ -38,9 +38,10 @@ Result<std::vector<Tensor>> readInputs(const std::string& path) {
   return inputs;
 }
 
-Result<Model> loadAndVerify(const ModelArgs& args) {
+Result<Model> loadAndVerify(const ModelArgs& args, std::vector<UnsupportedOp>* unsupported) {
   ImportOptions opts;
   opts.training = args.train;
+  opts.unsupported = unsupported;
   for (const auto& s : args.input_shapes) {
     auto t = parseShapeArg(s);
     if (!t.ok()) return t.error();

@@ -6,9 +6,14 @@
 #include <string>
 #include <vector>
 
+#include "core/import/import_options.h"
 #include "core/model.h"
 #include "core/result.h"
 #include "core/tensor.h"
+
+namespace CLI {
+class App;
+}
 
 namespace kiln::cli {
 
@@ -23,7 +28,11 @@ struct ModelArgs {
 /// Data tensors input0, input1, ... from a safetensors file, in order.
 Result<std::vector<Tensor>> readInputs(const std::string& path);
 /// Import (TorchScript or FX) and verify.
-Result<Model> loadAndVerify(const ModelArgs& args);
+/// The model of `args`, imported and verified. `unsupported`: kiln check's
+/// list (ImportOptions::unsupported).
+Result<Model> loadAndVerify(const ModelArgs& args, std::vector<UnsupportedOp>* unsupported = nullptr);
+/// The model options (path, --input-shape, --input-file, --train) on `sub`.
+void addModelOptionsTo(CLI::App* sub, ModelArgs& a);
 /// Print "kiln: error: MESSAGE" (first line only for multi-line messages,
 /// unless verbose) and return the exit code 1.
 int reportError(const Error& e, bool verbose = false);

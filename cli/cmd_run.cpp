@@ -12,8 +12,6 @@
 
 namespace kiln::cli {
 
-void addModelOptionsTo(CLI::App* sub, ModelArgs& a);
-
 namespace {
 
 struct RunArgs {

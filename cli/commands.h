@@ -6,6 +6,7 @@
 namespace kiln::cli {
 
 void addInspectCommand(CLI::App& app);
+void addCheckCommand(CLI::App& app);
 void addRunCommand(CLI::App& app);
 void addExportCommand(CLI::App& app);
 void addOpsCommand(CLI::App& app);

@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("kiln ") + KILN_VERSION);
   app.require_subcommand(1);
   kiln::cli::addInspectCommand(app);
+  kiln::cli::addCheckCommand(app);
   kiln::cli::addRunCommand(app);
   kiln::cli::addExportCommand(app);
   kiln::cli::addOpsCommand(app);

@@ -1,11 +1,20 @@
 // Options shared by the model importers.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "core/tensor_type.h"
 
 namespace kiln {
+
+/// An operator the importer could not lower (`kiln check`).
+struct UnsupportedOp {
+  std::string op;        ///< "aten::lgamma", "aten.lgamma.default"
+  std::string reason;    ///< why: no lowering, or the lowering's error
+  std::string location;  ///< source line, when the model recorded one
+  std::string scope;     ///< module path
+};
 
 struct ImportOptions {
   /// Types of the data inputs (input0, input1, ...). TorchScript archives do
@@ -17,6 +26,10 @@ struct ImportOptions {
   /// updates, dropout active). TorchScript traces record the mode they were
   /// traced in; this flag is checked against it.
   bool training = false;
+  /// When set, the importer does not stop at the first op it cannot lower:
+  /// it records each one here, treats its results and everything computed
+  /// from them as unknown, imports the rest, and fails at the end.
+  std::vector<UnsupportedOp>* unsupported = nullptr;
 };
 
 }  // namespace kiln

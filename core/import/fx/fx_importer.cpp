@@ -69,6 +69,8 @@ class Importer {
     addInputs();
     addAliases();
     for (const FxNode& n : doc_.nodes) lowerNode(n);
+    if (options_.unsupported && !options_.unsupported->empty())
+      fail(std::to_string(options_.unsupported->size()) + " nodes could not be imported (kiln check lists them)");
     for (auto& [name, t] : cx_.constants) model_.weights[name] = t;
     addOutputs();
     addMutations();
@@ -160,9 +162,37 @@ class Importer {
     return src.items[static_cast<size_t>(i < 0 ? i + size : i)];
   }
 
+  /// kiln check: whether an argument of `n` is the result of a skipped node.
+  bool dependsOnSkipped(const FxArg& a) const {
+    if (a.kind == FxArg::Kind::Node) return skipped_.count(a.s) > 0;
+    for (const FxArg& item : a.items)
+      if (dependsOnSkipped(item)) return true;
+    return false;
+  }
+  bool dependsOnSkipped(const FxNode& n) const {
+    for (const FxArg& a : n.args)
+      if (dependsOnSkipped(a)) return true;
+    for (const auto& [name, a] : n.kwargs)
+      if (dependsOnSkipped(a)) return true;
+    return false;
+  }
+  /// kiln check: record why `n` could not be imported; its results are unknown.
+  void skip(const FxNode& n, const std::string& reason) {
+    options_.unsupported->push_back({n.target, reason, n.source, n.scope});
+    skipped_.insert(n.name);
+  }
+
   void lowerNode(const FxNode& n) {
+    if (options_.unsupported && dependsOnSkipped(n)) {
+      skipped_.insert(n.name);
+      return;
+    }
     const FxRule* rule = n.target == "operator.getitem" ? nullptr : findFxRule(n.target);
-    if (!rule && n.target != "operator.getitem") fail(unsupportedMessage(n));
+    if (!rule && n.target != "operator.getitem") {
+      if (!options_.unsupported) fail(unsupportedMessage(n));
+      const std::string msg = unsupportedMessage(n), head = "unsupported op " + escaped(n.target) + " " + location(n);
+      return skip(n, "no lowering" + msg.substr(head.size()));
+    }
     cx_.scope = n.scope;
     cx_.provenance = n.source;
     cx_.inplace.clear();
@@ -181,6 +211,7 @@ class Importer {
         inplace_[n.name] = std::map<std::string, Value*, std::less<>>(cx_.inplace.begin(), cx_.inplace.end());
       cx_.define(n.name, std::move(v));
     } catch (const KilnException& e) {
+      if (options_.unsupported) return skip(n, e.what());
       fail(nodeContext(n) + ": " + e.what());
     }
   }
@@ -290,6 +321,7 @@ class Importer {
   Lowering cx_;
   std::map<std::string, const FxPlaceholder*> by_name_;
   std::map<std::string, std::map<std::string, Value*, std::less<>>> inplace_;
+  std::set<std::string> skipped_;  ///< kiln check: nodes not imported, and those computed from them
 };
 
 /// One line: control characters (from hostile names) become spaces.

@@ -97,6 +97,20 @@ SV SV::uninit() {
   return v;
 }
 
+SV SV::unsupported() {
+  SV v;
+  v.kind = Kind::Unsupported;
+  return v;
+}
+
+bool SV::dependsOnUnsupported() const {
+  if (kind == Kind::Unsupported) return true;
+  if (kind == Kind::List || kind == Kind::Tuple)
+    for (const SV& e : elems())
+      if (e.dependsOnUnsupported()) return true;
+  return false;
+}
+
 double SV::number() const {
   switch (kind) {
     case Kind::Bool:
@@ -157,6 +171,8 @@ std::string SV::describe() const {
       return "function " + s;
     case Kind::Uninit:
       return "uninitialized";
+    case Kind::Unsupported:
+      return "the result of an op that could not be imported";
   }
   return "?";
 }

@@ -65,7 +65,8 @@ struct SV {
     Const,
     Object,
     Function,
-    Uninit
+    Uninit,
+    Unsupported  ///< the result of an op that could not be imported (kiln check), or computed from one
   };
   Kind kind = Kind::None;
   int64_t i = 0;                           ///< Bool (0/1), Int; Object/Function: handle into the walker's tables
@@ -90,6 +91,9 @@ struct SV {
   static SV object(int64_t handle, std::string path);
   static SV function(int64_t handle, std::string name);
   static SV uninit();
+  static SV unsupported();
+  /// Whether this is (or, for lists and tuples, holds) an Unsupported value.
+  bool dependsOnUnsupported() const;
 
   bool isNone() const { return kind == Kind::None; }
   bool isNumber() const { return kind == Kind::Bool || kind == Kind::Int || kind == Kind::Float; }

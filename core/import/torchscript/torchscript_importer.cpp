@@ -197,7 +197,7 @@ Model importModel(const std::string& path, const ImportOptions& options) {
     SV sv = SV::tensor(model.graph.addInput(c->second, w.type(), roles.at(c->second)));
     slots[c->second] = sv;
     return sv;
-  });
+  }, options.unsupported);
   walker_ptr = &walker;
 
   std::vector<SV> data;
@@ -209,6 +209,8 @@ Model importModel(const std::string& path, const ImportOptions& options) {
     data.push_back(SV::tensor(model.graph.addInput("input" + std::to_string(k), types[k], ValueRole::Data)));
   }
   std::vector<SV> results = walker.callMethod(walker.object(module, ""), "forward", std::move(data));
+  if (options.unsupported && !options.unsupported->empty())
+    fail(std::to_string(options.unsupported->size()) + " nodes could not be imported (kiln check lists them)");
 
   cx.scope.clear();
   cx.provenance.clear();

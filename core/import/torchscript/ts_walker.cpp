@@ -256,6 +256,29 @@ void Walker::unsupported(torch::jit::Node* n, const Frame& f, const std::string&
   throw NodeError("unsupported op " + w + "; Kiln supports: " + similarOps(kind));
 }
 
+void Walker::skip(torch::jit::Node* n, Frame& f, const std::string& message) {
+  // The message starts with where(n, f) (lowering errors: "WHERE: why";
+  // no lowering: "unsupported op WHERE; Kiln supports: ..."): keep the why.
+  const std::string w = where(n, f);
+  std::string reason = message;
+  if (reason.rfind(w + ": ", 0) == 0)
+    reason = reason.substr(w.size() + 2);
+  else if (reason.rfind("unsupported op " + w, 0) == 0)
+    reason = "no lowering" + reason.substr(15 + w.size());
+  unsupported_->push_back({n->kind().toQualString(), reason, sourceLocation(n), scopeOf(n, f)});
+  for (const torch::jit::Value* o : n->outputs()) f.env[o] = SV::unsupported();
+}
+
+bool Walker::skipDependent(torch::jit::Node* n, Frame& f, const std::vector<SV>& args) {
+  if (!unsupported_) return false;
+  for (const SV& a : args)
+    if (a.dependsOnUnsupported()) {
+      for (const torch::jit::Value* o : n->outputs()) f.env[o] = SV::unsupported();
+      return true;
+    }
+  return false;
+}
+
 void Walker::visit(torch::jit::Node* n, Frame& f) {
   namespace prim = torch::jit::prim;
   const torch::jit::Symbol kind = n->kind();
@@ -266,11 +289,14 @@ void Walker::visit(torch::jit::Node* n, Frame& f) {
     }
     if (kind == prim::GetAttr) return visitGetAttr(n, f);
     if (kind == prim::SetAttr) return visitSetAttr(n, f);
-    if (kind == prim::If) return visitIf(n, f);
-    if (kind == prim::Loop) return visitLoop(n, f);
     std::vector<SV> args;
     for (const torch::jit::Value* in : n->inputs()) args.push_back(lookup(in, f));
+    // A call still walks its body (what does not depend on an unknown
+    // argument is checked); anything else with an unknown input is unknown.
     if (kind == prim::CallMethod || kind == prim::CallFunction) return visitCall(n, f, std::move(args));
+    if (skipDependent(n, f, args)) return;
+    if (kind == prim::If) return visitIf(n, f);
+    if (kind == prim::Loop) return visitLoop(n, f);
     if (kind == prim::RaiseException) {
       std::string msg = !args.empty() && args[0].kind == SV::Kind::Str ? args[0].s : "an exception";
       fail("the model raises an exception on this path: " + firstLine(msg));
@@ -281,11 +307,19 @@ void Walker::visit(torch::jit::Node* n, Frame& f) {
       return bind(n, f, {SV::boolean(r)});
     }
     visitGeneric(n, f, std::move(args));
-  } catch (const NodeError&) {
-    throw;
+  } catch (const NodeError& e) {
+    // kiln check records a node's own failure; one raised inside a block
+    // or a called method was recorded where it happened (and is rethrown
+    // only when not collecting).
+    if (!unsupported_ || kind == prim::If || kind == prim::Loop || kind == prim::CallMethod ||
+        kind == prim::CallFunction)
+      throw;
+    skip(n, f, e.what());
   } catch (const KilnException& e) {
+    if (unsupported_) return skip(n, f, where(n, f) + ": " + e.what());
     throw NodeError(where(n, f) + ": " + e.what());
   } catch (const c10::Error& e) {
+    if (unsupported_) return skip(n, f, where(n, f) + ": " + firstLine(e.what_without_backtrace()));
     throw NodeError(where(n, f) + ": " + firstLine(e.what_without_backtrace()));
   }
 }

@@ -19,6 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/import/import_options.h"
 #include "core/import/torchscript/lowering.h"
 #include "core/result.h"
 
@@ -36,7 +37,10 @@ class NodeError : public KilnException {
 
 class Walker {
  public:
-  Walker(Lowering& cx, TensorAttrResolver resolve) : cx_(cx), resolve_(std::move(resolve)) {}
+  /// `unsupported`: kiln check's list (ImportOptions::unsupported); null
+  /// stops at the first op that cannot be imported.
+  Walker(Lowering& cx, TensorAttrResolver resolve, std::vector<UnsupportedOp>* unsupported = nullptr)
+      : cx_(cx), resolve_(std::move(resolve)), unsupported_(unsupported) {}
 
   /// An SV for a module object at `path` ("" for the root).
   SV object(const torch::jit::Object& obj, const std::string& path);
@@ -71,9 +75,14 @@ class Walker {
   std::string where(torch::jit::Node* n, const Frame& f) const;
   std::string scopeOf(torch::jit::Node* n, const Frame& f) const;
   [[noreturn]] void unsupported(torch::jit::Node* n, const Frame& f, const std::string& kind);
+  /// kiln check: record why `n` could not be imported and make its results Unsupported.
+  void skip(torch::jit::Node* n, Frame& f, const std::string& message);
+  /// kiln check: results of `n` Unsupported when an input is; true if so.
+  bool skipDependent(torch::jit::Node* n, Frame& f, const std::vector<SV>& args);
 
   Lowering& cx_;
   TensorAttrResolver resolve_;
+  std::vector<UnsupportedOp>* unsupported_;
   std::vector<torch::jit::Object> objects_;
   std::map<std::string, int64_t> object_by_path_;
   std::vector<torch::jit::Function*> functions_;
