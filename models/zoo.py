@@ -319,6 +319,37 @@ class LlamaDecoder(nn.Module):
         return self.lm_head(self.norm(x))
 
 
+class GraphConvNet(nn.Module):
+    """Message passing over a fixed graph (the GNN family, written with plain
+    indexing as torch_geometric's layers are): node features gathered at the
+    edges' sources, messages summed into their targets (index_put_ with
+    accumulate) and averaged (scatter_reduce mean), a learned edge weight per
+    node pair read with two index tensors, edge scores scattered back
+    (scatter_add), a class per node."""
+
+    def __init__(self, nodes: int = 12, feat: int = 8, hidden: int = 16, classes: int = 4, edges: int = 30):
+        super().__init__()
+        g = torch.Generator().manual_seed(7)
+        self.register_buffer("src", torch.randint(0, nodes, (edges,), generator=g))
+        self.register_buffer("dst", torch.randint(0, nodes, (edges,), generator=g))
+        self.edge_weight = nn.Parameter(torch.rand(nodes, nodes, generator=g))
+        self.lin1 = nn.Linear(feat, hidden)
+        self.msg = nn.Linear(hidden, hidden)
+        self.lin2 = nn.Linear(2 * hidden, hidden)
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.lin1(x))
+        w = self.edge_weight[self.src, self.dst].unsqueeze(-1)
+        m = self.msg(h[self.src]) * w
+        total = torch.zeros_like(h).index_put_((self.dst,), m, accumulate=True)
+        targets = self.dst.unsqueeze(-1).expand_as(m)
+        mean = torch.zeros_like(h).scatter_reduce(0, targets, m, "mean", include_self=False)
+        h2 = torch.relu(self.lin2(torch.cat([total, mean], -1))) + h
+        score = (h2[self.src] * h2[self.dst]).sum(-1, keepdim=True)
+        return self.head(h2.scatter_add(0, targets, score * h2[self.src]))
+
+
 class MoEMini(nn.Module):
     """Token-choice mixture of experts: a softmax router picks the top-k of
     n_expert MLP experts per token (torch.topk), their gates renormalized;
@@ -697,6 +728,7 @@ _REGISTRY: Dict[str, Tuple[Callable[[], nn.Module], tuple, Tuple[str, ...]]] = {
     "gpt2_mini": (GPT2Mini, (_ints((2, 16), 128),), _OWN),
     "llama_mini": (LlamaDecoder, (_ints((2, 16), 128),), _OWN),
     "moe_mini": (MoEMini, (_ints((2, 16), 128),), _OWN),
+    "gnn_mini": (GraphConvNet, ((12, 8),), _OWN),
     "rnn_mini": (RnnClassifier, (_ints((2, 7), 128),), _OWN),
     "cell_loop_mini": (CellLoopClassifier, (_ints((2, 7), 128),), _OWN),
     "nn_transformer": (NNTransformer, ((2, 10, 32), (2, 8, 32)), _OWN),

@@ -194,6 +194,45 @@ traced("slice_select", lambda x: (x[:, 1:3], x[..., ::2], x[:, -2:], x[:, 0], x[
        randn(2, 4, 5))
 traced("index", lambda x, i: (x[i], x[:, i], x.index_select(2, i), torch.gather(x, 2, i.view(1, 1, -1).expand(3, 4, -1))),
        randn(3, 4, 5), lambda g: torch.tensor([0, 2, 1]))
+traced("advanced_index", lambda x, i, j: (x[i, j], x[:, i, j], x[i, :, j], x[i.view(3, 1), j.view(1, 3)], x[-1, j],
+                                          x[i, j, -2]),
+       randn(3, 4, 5), lambda g: torch.tensor([0, 2, -1]), lambda g: torch.tensor([1, -1, 3]))
+
+
+def index_put_all(x, i, j, m, v):
+    a = x.clone()
+    a[i] = 0.5                      # rows, one value
+    a[:, j] = v.unsqueeze(1)        # a later dim, values broadcast
+    b = x.clone()
+    b[i, j] += 1.0                  # elementwise pairs, in place add
+    b.index_put_((i,), v[0, :5], accumulate=True)  # duplicates accumulate
+    c = x.clone()
+    c[m] = -1.0                     # boolean mask, one value
+    c[m[:, 0, 0]] = v[1, :5]        # boolean mask over the leading dim, values broadcast over the rest
+    d = x.clone()
+    d[i, :, j] = v[:3, 0]           # non-adjacent indexed dims
+    return a, b, c, d
+
+
+traced("index_put", index_put_all, randn(4, 3, 5), lambda g: torch.tensor([0, 2, 0]),
+       lambda g: torch.tensor([1, -1, 0]), lambda g: torch.rand(4, 3, 5, generator=g) > 0.5, randn(4, 5))
+# Plain scatter of a tensor: indices without duplicates (PyTorch leaves which
+# duplicate wins unspecified; Kiln adds them up). A value, add and the
+# reductions: with duplicates.
+traced("scatter", lambda x, i, s: (x.scatter(1, i[:, :1], s),
+                                   x.scatter(1, i, 2.5), x.scatter_add(1, i, s),
+                                   x.scatter(0, i[:2] % 3, s, reduce="add"), torch.scatter_add(x, 0, i[:2] % 3, s),
+                                   x.scatter_reduce(1, i, s, "sum"), x.scatter_reduce(1, i, s, "sum", include_self=False),
+                                   x.scatter_reduce(1, i, s, "mean"), x.scatter_reduce(1, i, s, "mean", include_self=False),
+                                   x.clone().scatter_(1, torch.tensor([[4, 0, 1], [1, 3, 2], [0, 2, 4]]), s)),
+       randn(3, 5), lambda g: torch.tensor([[0, 1, 4], [2, 2, 0], [4, 3, 3]]), randn(3, 4))
+traced("scatter_int_mean", lambda x, i, s: x.scatter_reduce(1, i, s, "mean", include_self=False),
+       randint(9, 3, 5), lambda g: torch.tensor([[0, 1, 4], [2, 2, 0], [4, 3, 3]]), randint(9, 3, 3))
+traced("take_along_dim", lambda x, i: (torch.take_along_dim(x, i, 1), torch.take_along_dim(x, i.view(-1)),
+                                       torch.take_along_dim(x, i[:1], 1)),
+       randn(3, 5), lambda g: torch.tensor([[0, 4], [2, 3], [1, 1]]))
+# (make_fx cannot capture one_hot: it reads the largest class to check it.)
+traced("one_hot", lambda i: nn.functional.one_hot(i % 4, 4), lambda g: torch.tensor([[0, 4], [2, 3], [1, 1]]))
 traced("roll_flip_repeat", lambda x: (x.roll(1, 2), torch.roll(x, (1, -1), (1, 2)), x.roll(2), x.flip(1),
                                       x.flip(0, 2), x.repeat(2, 1, 1), x.repeat(1, 2, 1, 2)), X)
 traced("repeat_interleave", lambda x: (x.repeat_interleave(2, dim=1), x.repeat_interleave(3, 2), x.repeat_interleave(2),

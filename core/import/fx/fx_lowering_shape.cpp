@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "core/import/decompositions.h"
 #include "core/import/fx/fx_lowering.h"
 #include "core/ops/op_helpers.h"
 #include "core/result.h"
@@ -310,21 +311,51 @@ FxValue lowerUnbind(Lowering& cx, NodeArgs& a) {
 }
 
 /// index.Tensor(self, [None, ..., idx, None...]): one advanced index -> Kiln `index` along its dim.
+/// index.Tensor(self, indices): one index tensor along a dim, or several
+/// (advanced indexing, broadcast together); a boolean mask gives a
+/// data-dependent shape.
 FxValue lowerIndex(Lowering& cx, NodeArgs& a) {
   Value* x = a.tensor("self");
   auto indices = a.optTensors("indices");
-  int64_t dim = -1;
+  int64_t dim = -1, count = 0;
   for (size_t i = 0; i < indices.size(); ++i) {
     if (!indices[i]) continue;
-    if (dim >= 0) a.fail("indices", "indexing with more than one index tensor is not supported");
+    if (!isIntegral(indices[i]->dtype()) || indices[i]->dtype() == DType::Bool)
+      a.fail("indices", "only integer index tensors are supported (a boolean mask gives a data-dependent shape), got " +
+                            indices[i]->type().str());
     dim = static_cast<int64_t>(i);
+    ++count;
   }
-  if (dim < 0) return FxValue::of(x);
+  if (count == 0) return FxValue::of(x);
   if (dim >= x->type().rank()) a.fail("indices", "more indices than " + x->type().str() + " has dims");
-  Value* idx = indices[dim];
-  if (!isIntegral(idx->dtype()))
-    a.fail("indices", "only integer index tensors are supported (boolean masks are not), got " + idx->type().str());
-  return FxValue::of(cx.emit("index", {x, idx}, {{"dim", dim}}));
+  if (count == 1) return FxValue::of(cx.emit("index", {x, indices[dim]}, {{"dim", dim}}));
+  return FxValue::of(decomp::indexTensors(cx, x, indices));
+}
+
+/// index_put(self, indices, values, accumulate=False): x[idx] = v, x[i, j] += v, x[mask] = v.
+FxValue lowerIndexPut(Lowering& cx, NodeArgs& a) {
+  return FxValue::of(decomp::indexPut(cx, a.tensor("self"), a.optTensors("indices"), a.tensor("values"),
+                                      a.flag("accumulate")));
+}
+
+/// scatter.src / .value / .reduce / .value_reduce, scatter_add, scatter_reduce.two.
+FxValue lowerScatter(Lowering& cx, NodeArgs& a) {
+  Value* src = a.has("src") ? a.tensor("src") : nullptr;
+  const double value = src ? 0.0 : a.real("value");
+  std::string reduce = a.kiln == "sum" ? "sum" : a.has("reduce") ? a.str("reduce") : "";
+  const bool include_self = a.has("include_self") ? a.flag("include_self") : true;
+  return FxValue::of(decomp::scatter(cx, a.tensor("self"), a.integer("dim"), a.tensor("index"), src, value, reduce,
+                                     include_self));
+}
+
+/// take_along_dim(self, indices, dim=None).
+FxValue lowerTakeAlongDim(Lowering& cx, NodeArgs& a) {
+  return FxValue::of(decomp::takeAlongDim(cx, a.tensor("self"), a.tensor("indices"), a.optInt("dim")));
+}
+
+/// one_hot(self, num_classes=-1).
+FxValue lowerOneHot(Lowering& cx, NodeArgs& a) {
+  return FxValue::of(decomp::oneHot(cx, a.tensor("self"), a.integer("num_classes")));
 }
 
 FxValue lowerIndexSelect(Lowering& cx, NodeArgs& a) {
@@ -470,6 +501,15 @@ constexpr FxRule kRules[] = {
     {"aten.unbind.int", lowerUnbind},
     // Indexing.
     {"aten.index.Tensor", lowerIndex},
+    {"aten.index_put.default", lowerIndexPut},
+    {"aten.scatter.src", lowerScatter},
+    {"aten.scatter.value", lowerScatter},
+    {"aten.scatter.reduce", lowerScatter},
+    {"aten.scatter.value_reduce", lowerScatter},
+    {"aten.scatter_add.default", lowerScatter, "sum"},
+    {"aten.scatter_reduce.two", lowerScatter},
+    {"aten.take_along_dim.default", lowerTakeAlongDim},
+    {"aten.one_hot.default", lowerOneHot},
     {"aten.index_select.default", lowerIndexSelect},
     {"aten.gather.default", lowerGather},
     // Rearranging and padding.

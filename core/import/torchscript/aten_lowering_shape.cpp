@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/import/decompositions.h"
 #include "core/import/torchscript/lowering.h"
 #include "core/ops/op_helpers.h"
 #include "core/result.h"
@@ -377,18 +378,64 @@ Value* indexTensor(Lowering& cx, const SV& idx) {
   return i;
 }
 
-// index(self, indices): exactly one index tensor, on any dim (x[idx], x[:, idx])
+/// The index list of index / index_put: a tensor or nullptr (None) per leading dim.
+std::vector<Value*> indexList(Lowering& cx, const SV& list) {
+  std::vector<Value*> out;
+  for (const SV& i : list.elems()) out.push_back(i.isNone() ? nullptr : cx.read(i));
+  return out;
+}
+
+// index(self, indices): x[idx], x[:, idx] (one index along a dim), x[i, j]
+// and x[:, i, :, j] (several, broadcast together); a boolean mask gives a
+// data-dependent shape.
 Out lowerIndex(Lowering& cx, Args& a) {
   Value* x = a.tensor(0);
-  const auto& idx = a[1].elems();
-  int64_t dim = -1;
+  const std::vector<Value*> idx = indexList(cx, a[1]);
+  int64_t dim = -1, count = 0;
   for (size_t k = 0; k < idx.size(); ++k) {
-    if (idx[k].isNone()) continue;
-    if (dim >= 0) fail("indexing with several index tensors (advanced indexing) is not supported");
+    if (!idx[k]) continue;
+    if (idx[k]->dtype() == DType::Bool || idx[k]->dtype() == DType::U8)
+      fail("indexing with a boolean mask has a data-dependent shape; Kiln needs static shapes (x[mask] = v and "
+           "torch.where(mask, x, y) are static)");
     dim = static_cast<int64_t>(k);
+    ++count;
   }
-  if (dim < 0) return {a[0]};
-  return single(cx, cx.emit("index", {x, indexTensor(cx, idx[dim])}, {{"dim", dim}}));
+  if (count == 0) return {a[0]};
+  if (count == 1) return single(cx, cx.emit("index", {x, indexTensor(cx, a[1].elems()[dim])}, {{"dim", dim}}));
+  return single(cx, decomp::indexTensors(cx, x, idx));
+}
+
+// index_put(self, indices, values, accumulate=False) (index_put_ in place:
+// x[idx] = v, x[i, j] += v, x[mask] = 0)
+Out lowerIndexPut(Lowering& cx, Args& a) {
+  return single(cx, decomp::indexPut(cx, a.tensor(0), indexList(cx, a[1]), a.tensor(2), a.given(3) && a.flag(3)));
+}
+
+// scatter(self, dim, index, src | value[, reduce]) (and scatter_ in place)
+Out lowerScatter(Lowering& cx, Args& a) {
+  Value* x = a.tensor(0);
+  const bool tensor = a[3].isTensorLike();
+  const std::string reduce = a.size() > 4 && a.given(4) ? a.str(4) : std::string();
+  return single(cx, decomp::scatter(cx, x, a.integer(1), a.tensor(2), tensor ? a.tensor(3) : nullptr,
+                                    tensor ? 0.0 : a.real(3), reduce));
+}
+
+// scatter_add(self, dim, index, src)
+Out lowerScatterAdd(Lowering& cx, Args& a) {
+  return single(cx, decomp::scatter(cx, a.tensor(0), a.integer(1), a.tensor(2), a.tensor(3), 0.0, "sum"));
+}
+
+// scatter_reduce(self, dim, index, src, reduce, *, include_self=True)
+Out lowerScatterReduce(Lowering& cx, Args& a) {
+  return single(cx, decomp::scatter(cx, a.tensor(0), a.integer(1), a.tensor(2), a.tensor(3), 0.0, a.str(4),
+                                    !a.given(5) || a.flag(5)));
+}
+
+// take_along_dim(self, indices, dim=None)
+Out lowerTakeAlongDim(Lowering& cx, Args& a) {
+  std::optional<int64_t> dim;
+  if (a.given(2)) dim = a.integer(2);
+  return single(cx, decomp::takeAlongDim(cx, a.tensor(0), a.tensor(1), dim));
 }
 
 // index_select(self, dim, index)
@@ -513,14 +560,7 @@ Out lowerTriangular(Lowering& cx, Args& a) {
 
 // one_hot(self, num_classes) = (self[..., None] == arange(num_classes)) as i64
 Out lowerOneHot(Lowering& cx, Args& a) {
-  Value* x = a.tensor(0);
-  int64_t c = a.given(1) ? a.integer(1) : -1;
-  if (c < 0) fail("one_hot() without num_classes has a data-dependent shape; pass num_classes");
-  Shape s = x->shape();
-  s.push_back(1);
-  Value* r = cx.emit("arange", {}, {{"end", static_cast<double>(c)}, {"dtype", x->dtype()}});
-  Value* eq = cx.emit("eq", {cx.emit("reshape", {x}, {{"shape", s}}), r});
-  return single(cx, cx.cast(eq, DType::I64));
+  return single(cx, decomp::oneHot(cx, a.tensor(0), a.given(1) ? a.integer(1) : -1));
 }
 
 const AtenRule kRules[] = {
@@ -558,6 +598,12 @@ const AtenRule kRules[] = {
     {"aten::broadcast_tensors", lowerBroadcastTensors},
     // Indexing and rearranging.
     {"aten::index", lowerIndex},
+    {"aten::index_put", lowerIndexPut},
+    {"aten::_index_put_impl", lowerIndexPut},
+    {"aten::scatter", lowerScatter},
+    {"aten::scatter_add", lowerScatterAdd},
+    {"aten::scatter_reduce", lowerScatterReduce},
+    {"aten::take_along_dim", lowerTakeAlongDim},
     {"aten::index_select", lowerIndexSelect},
     {"aten::gather", lowerGather},
     {"aten::roll", lowerRoll},
