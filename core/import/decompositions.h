@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -24,6 +25,9 @@
 #include "core/tensor.h"
 
 namespace kiln::decomp {
+
+/// 'text' for messages.
+inline std::string quoteText(const std::string& s) { return "'" + s + "'"; }
 
 /// trunc(q) = sign(q) * floor(|q|).
 template <class Cx>
@@ -713,6 +717,154 @@ Value* takeAlongDim(Cx& cx, Value* x, Value* idx, std::optional<int64_t> dim) {
   xs[d] = x->shape()[d], is[d] = idx->shape()[d];
   return cx.emit("gather", {expandedTo(cx, x, xs), wrapIndex(cx, expandedTo(cx, idx, is), x->shape()[d])},
                  {{"dim", d}});
+}
+
+/// torch.einsum(equation, operands): each operand's subscripts (with `...`
+/// for broadcast dims), an optional `->` output (else the letters used once,
+/// sorted, after the broadcast dims). Operands are contracted left to right
+/// as PyTorch does: letters used by one operand only and not kept are
+/// summed first; each pair becomes one batched matmul over
+/// [batch, kept-of-A, contracted] x [batch, contracted, kept-of-B]; letters
+/// left over are summed at the end and the result permuted to the output.
+/// Repeated letters within one operand (diagonals, "ii->i") fail.
+template <class Cx>
+Value* einsum(Cx& cx, const std::string& equation, const std::vector<Value*>& operands) {
+  std::string eq;
+  for (char c : equation)
+    if (c != ' ') eq += c;
+  const size_t arrow = eq.find("->");
+  const std::string lhs = eq.substr(0, arrow);
+  std::vector<std::string> terms;
+  for (size_t start = 0;;) {
+    const size_t comma = lhs.find(',', start);
+    terms.push_back(lhs.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (terms.size() != operands.size())
+    fail("einsum: " + quoteText(equation) + " has " + std::to_string(terms.size()) + " operands, " +
+         std::to_string(operands.size()) + " tensors were given");
+  // Broadcast dims ("...") become letters of their own: '0'..'9' then more, right-aligned.
+  int64_t ell = 0;
+  for (size_t k = 0; k < terms.size(); ++k)
+    if (terms[k].find("...") != std::string::npos)
+      ell = std::max<int64_t>(ell, operands[k]->type().rank() - static_cast<int64_t>(terms[k].size() - 3));
+  auto ellLetters = [&](int64_t n) {
+    std::string l;
+    for (int64_t i = ell - n; i < ell; ++i) l += static_cast<char>(1 + i);  // control characters: never user letters
+    return l;
+  };
+  std::vector<std::string> subs;
+  for (size_t k = 0; k < terms.size(); ++k) {
+    std::string t = terms[k];
+    const size_t dots = t.find("...");
+    if (dots != std::string::npos)
+      t = t.substr(0, dots) + ellLetters(operands[k]->type().rank() - static_cast<int64_t>(t.size() - 3)) +
+          t.substr(dots + 3);
+    if (static_cast<int64_t>(t.size()) != operands[k]->type().rank())
+      fail("einsum: operand " + std::to_string(k) + " is " + operands[k]->type().str() + ", its subscripts " +
+           quoteText(terms[k]) + " name " + std::to_string(t.size()) + " dims");
+    for (size_t i = 0; i < t.size(); ++i)
+      if (t.find(t[i], i + 1) != std::string::npos)
+        fail("einsum: " + quoteText(equation) + " repeats a subscript within one operand (a diagonal); not supported");
+    subs.push_back(t);
+  }
+  std::string out;
+  if (arrow != std::string::npos) {
+    out = eq.substr(arrow + 2);
+    const size_t dots = out.find("...");
+    if (dots != std::string::npos) out = out.substr(0, dots) + ellLetters(ell) + out.substr(dots + 3);
+  } else {
+    std::map<char, int> count;
+    for (const std::string& t : subs)
+      for (char c : t) count[c]++;
+    out = ellLetters(ell);
+    for (const auto& [c, n] : count)
+      if (n == 1 && static_cast<unsigned char>(c) > static_cast<unsigned char>(ell)) out += c;
+  }
+  // The size of every letter (broadcast: the one that is not 1).
+  std::map<char, int64_t> size;
+  for (size_t k = 0; k < subs.size(); ++k)
+    for (size_t i = 0; i < subs[k].size(); ++i) {
+      const int64_t n = operands[k]->shape()[i];
+      auto [it, fresh] = size.emplace(subs[k][i], n);
+      if (!fresh && it->second != n) {
+        if (it->second != 1 && n != 1)
+          fail("einsum: subscript " + std::string(1, subs[k][i]) + " has sizes " + std::to_string(it->second) +
+               " and " + std::to_string(n));
+        it->second = std::max(it->second, n);
+      }
+    }
+  for (char c : out)
+    if (!size.count(c)) fail("einsum: output subscript " + std::string(1, c) + " appears in no operand");
+  // Letters still needed after operand k: the output's and later operands'.
+  auto neededAfter = [&](size_t k) {
+    std::string need = out;
+    for (size_t j = k + 1; j < subs.size(); ++j) need += subs[j];
+    return need;
+  };
+  auto has = [](const std::string& s, char c) { return s.find(c) != std::string::npos; };
+  // Sum the dims of `v` (letters `l`) that `keep` does not name.
+  auto sumOut = [&](Value* v, std::string& l, const std::string& keep) {
+    std::vector<int64_t> dims;
+    std::string left;
+    for (size_t i = 0; i < l.size(); ++i)
+      if (has(keep, l[i]))
+        left += l[i];
+      else
+        dims.push_back(static_cast<int64_t>(i));
+    l = left;
+    if (dims.empty()) return v;
+    return cx.emit("sum", {v}, {{"dims", dims}, {"keepdim", int64_t{0}}});
+  };
+  // `v` (letters `l`) permuted to `order` and reshaped to `groups` (sizes broadcast to the letters' sizes).
+  auto arrange = [&](Value* v, const std::string& l, const std::string& order, const std::vector<std::string>& groups) {
+    std::vector<int64_t> perm;
+    for (char c : order) perm.push_back(static_cast<int64_t>(l.find(c)));
+    bool identity = true;
+    for (size_t i = 0; i < perm.size(); ++i) identity = identity && perm[i] == static_cast<int64_t>(i);
+    if (!identity) v = cx.emit("permute", {v}, {{"dims", perm}});
+    Shape full;
+    for (char c : order) full.push_back(size[c]);
+    v = expandedTo(cx, v, full);
+    Shape g;
+    for (const std::string& grp : groups) {
+      int64_t n = 1;
+      for (char c : grp) n *= size[c];
+      g.push_back(n);
+    }
+    return reshapedTo(cx, v, g);
+  };
+  std::string acc_l = subs[0];
+  Value* acc = sumOut(operands[0], acc_l, neededAfter(0) + "");
+  for (size_t k = 1; k < subs.size(); ++k) {
+    std::string bl = subs[k];
+    const std::string need = neededAfter(k);
+    Value* b = sumOut(operands[k], bl, need + acc_l);
+    std::string batch, contract, a_only, b_only;
+    for (char c : acc_l) {
+      if (has(bl, c)) (has(need, c) ? batch : contract) += c;
+      else a_only += c;
+    }
+    for (char c : bl)
+      if (!has(acc_l, c)) b_only += c;
+    Value* am = arrange(acc, acc_l, batch + a_only + contract, {batch, a_only, contract});
+    Value* bm = arrange(b, bl, batch + contract + b_only, {batch, contract, b_only});
+    Value* prod = cx.emit("matmul", {am, bm});
+    Shape rs;
+    for (char c : batch + a_only + b_only) rs.push_back(size[c]);
+    acc = reshapedTo(cx, prod, rs);
+    acc_l = batch + a_only + b_only;
+  }
+  acc = sumOut(acc, acc_l, out);
+  Shape full;
+  for (char c : out) full.push_back(size[c]);
+  std::vector<int64_t> perm;
+  for (char c : out) perm.push_back(static_cast<int64_t>(acc_l.find(c)));
+  bool identity = true;
+  for (size_t i = 0; i < perm.size(); ++i) identity = identity && perm[i] == static_cast<int64_t>(i);
+  if (!identity) acc = cx.emit("permute", {acc}, {{"dims", perm}});
+  return expandedTo(cx, acc, full);
 }
 
 }  // namespace kiln::decomp

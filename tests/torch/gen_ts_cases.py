@@ -233,6 +233,14 @@ traced("take_along_dim", lambda x, i: (torch.take_along_dim(x, i, 1), torch.take
        randn(3, 5), lambda g: torch.tensor([[0, 4], [2, 3], [1, 1]]))
 # (make_fx cannot capture one_hot: it reads the largest class to check it.)
 traced("one_hot", lambda i: nn.functional.one_hot(i % 4, 4), lambda g: torch.tensor([[0, 4], [2, 3], [1, 1]]))
+traced("einsum", lambda a, b, c, q, k: (torch.einsum("ij,jk->ik", a, b), torch.einsum("ij,jk", a, b),
+                                         torch.einsum("bij,bjk->bik", c, c.transpose(1, 2)),
+                                         torch.einsum("bhqd,bhkd->bhqk", q, k), torch.einsum("...d,...d->...", q, k),
+                                         torch.einsum("ij->ji", a), torch.einsum("ij->", a), torch.einsum("i,j->ij", a[0], b[:, 0]),
+                                         torch.einsum("bn,anm,bm->ba", a[:2, :3], c[:, :3, :3], a[2:4, :3]),
+                                         torch.einsum("b...d,d->b...", q, a[0, :4]), torch.einsum("ik,jk", a, a),
+                                         torch.einsum("bhqd,hd->bqh", q, a[:3, :4])),
+       randn(3, 4), randn(4, 5), randn(2, 3, 4), randn(2, 3, 5, 4), randn(2, 3, 5, 4))
 traced("roll_flip_repeat", lambda x: (x.roll(1, 2), torch.roll(x, (1, -1), (1, 2)), x.roll(2), x.flip(1),
                                       x.flip(0, 2), x.repeat(2, 1, 1), x.repeat(1, 2, 1, 2)), X)
 traced("repeat_interleave", lambda x: (x.repeat_interleave(2, dim=1), x.repeat_interleave(3, 2), x.repeat_interleave(2),

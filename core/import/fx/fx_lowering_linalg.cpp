@@ -2,6 +2,7 @@
 // traces as addmm(bias, x, t(weight)) (or mm(x, t(weight)) without bias);
 // that pattern becomes linear(x, weight, bias), the form GEMM-with-epilogue
 // kernels want. Everything else is matmul plus the beta/alpha arithmetic.
+#include "core/import/decompositions.h"
 #include "core/import/fx/fx_lowering.h"
 #include "core/result.h"
 
@@ -100,10 +101,16 @@ FxValue lowerLinear(Lowering& cx, NodeArgs& a) {
   return FxValue::of(cx.emit("linear", in));
 }
 
+/// einsum(equation, tensors, path=None): the shared decomposition (matmuls).
+FxValue lowerEinsum(Lowering& cx, NodeArgs& a) {
+  return FxValue::of(decomp::einsum(cx, a.str("equation"), a.tensors("tensors")));
+}
+
 constexpr FxRule kRules[] = {
     {"aten.mm.default", lowerMm},
     {"aten.addmm.default", lowerAddmm},
     {"aten.bmm.default", lowerBmm},
+    {"aten.einsum.default", lowerEinsum},
     {"aten.baddbmm.default", lowerBaddbmm},
     {"aten.matmul.default", lowerMatmul},
     {"aten.mv.default", lowerMatmul},

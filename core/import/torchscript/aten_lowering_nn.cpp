@@ -473,10 +473,18 @@ Out lowerFastEncoderLayer(Lowering& cx, Args& a) {
   return single(cx, norm_first ? h : norm(h, 12));
 }
 
+// einsum(equation, tensors, *, path=None)
+Out lowerEinsum(Lowering& cx, Args& a) {
+  std::vector<Value*> ops;
+  for (const SV& t : a[1].elems()) ops.push_back(cx.read(t));
+  return single(cx, decomp::einsum(cx, a.str(0), ops));
+}
+
 const AtenRule kRules[] = {
     // Matrix products.
     {"aten::linear", lowerLinear},
     {"aten::matmul", lowerMatmul},
+    {"aten::einsum", lowerEinsum},
     {"aten::mm", lowerMatmul},
     {"aten::bmm", lowerMatmul},
     {"aten::mv", lowerMatmul},
