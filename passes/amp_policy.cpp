@@ -42,6 +42,7 @@ const std::vector<AmpPolicyEntry>& ampPolicy() {
       {"prod", Fp32, "torch CUDA: prod in the float32 list"},
       {"var", Fp32, "variance: a difference of sums, cancellation-prone"},
       {"cumsum", Fp32, "torch CUDA: cumsum in the float32 list"},
+      {"cumprod", Fp32, "torch CUDA: cumprod in the float32 list"},
       // ---- f32: losses (torch: cross_entropy, nll_loss, mse_loss in both the CUDA and CPU f32 lists).
       {"cross_entropy", Fp32, "torch: cross_entropy in the float32 list"},
       {"nll_loss", Fp32, "torch: nll_loss in the float32 list (CPU and CUDA)"},

@@ -180,9 +180,11 @@ void topkKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
   });
 }
 
-/// Inclusive prefix sum along `dim`, accumulated in double / int64 and stored
-/// after every step (PyTorch's CPU cumsum does the same).
-void cumsumKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
+/// Inclusive prefix sum (cumsum) or product (cumprod) along `dim`,
+/// accumulated in double / int64 and stored after every step (PyTorch's CPU
+/// cumsum and cumprod do the same).
+template <bool kProduct>
+void cumulativeKernel(const Node& n, Inputs in, Outputs out) {
   Tensor& o = allocOutput(n, out, 0);
   const Tensor& x = in[0];
   const int64_t axis = normalizeAxis(n.i("dim"), x.rank());
@@ -198,9 +200,12 @@ void cumsumKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
                 [&](int64_t b, int64_t e) {
                   for (int64_t t = b; t < e; ++t) {
                     const int64_t base = (t / inner) * r * inner + t % inner;
-                    Acc acc = 0;
+                    Acc acc = kProduct ? 1 : 0;
                     for (int64_t k = 0; k < r; ++k) {
-                      acc += static_cast<Acc>(compute_t<T>(src[base + k * inner]));
+                      if constexpr (kProduct)
+                        acc *= static_cast<Acc>(compute_t<T>(src[base + k * inner]));
+                      else
+                        acc += static_cast<Acc>(compute_t<T>(src[base + k * inner]));
                       dst[base + k * inner] = convert<Out>(acc);
                     }
                   }
@@ -228,7 +233,8 @@ void registerCpuReductionKernels(KernelRegistry& r) {
   add(r, "argmax", argKernel<true>);
   add(r, "argmin", argKernel<false>);
   add(r, "topk", topkKernel);
-  add(r, "cumsum", cumsumKernel);
+  add(r, "cumsum", [](const Node& n, Inputs in, Outputs out, KernelContext&) { cumulativeKernel<false>(n, in, out); });
+  add(r, "cumprod", [](const Node& n, Inputs in, Outputs out, KernelContext&) { cumulativeKernel<true>(n, in, out); });
 }
 
 }  // namespace kiln

@@ -1,8 +1,9 @@
 // CUDA kernels of the index ops (core/ops/shape.cpp, core/ops/shape_grad.cpp),
-// cumsum and topk (core/ops/reduction.cpp):
+// cumsum, cumprod and topk (core/ops/reduction.cpp):
 //   index gather                 gathers, indices checked on the device
 //   index_add scatter_add        base plus src at the indices
 //   cumsum                       inclusive scan per row
+//   cumprod                      one thread per row, the CPU's loop
 //   topk                         each element's rank in its row (how many
 //                                elements beat it), the index written at
 //                                that rank when it is below k
@@ -257,16 +258,19 @@ template <class T>
 using cumsum_out_t = std::conditional_t<kIsFloat<T>, T, int64_t>;
 
 /// One thread per column (outer, inner position): the CPU's sequential loop,
-/// bit for bit.
-template <class T>
+/// bit for bit (a sum, or with kProduct a product).
+template <class T, bool kProduct = false>
 __global__ void __launch_bounds__(kThreads)
     cumsumColumnsKernel(cumsum_out_t<T>* dst, const T* src, int64_t r, int64_t inner, int64_t columns) {
   using Acc = acc_t<T>;
   for (int64_t t = firstIndex(); t < columns; t += gridStride()) {
     const int64_t base = (t / inner) * r * inner + t % inner;
-    Acc acc = 0;
+    Acc acc = kProduct ? 1 : 0;
     for (int64_t k = 0; k < r; ++k) {
-      acc += static_cast<Acc>(ld(src[base + k * inner]));
+      if constexpr (kProduct)
+        acc *= static_cast<Acc>(ld(src[base + k * inner]));
+      else
+        acc += static_cast<Acc>(ld(src[base + k * inner]));
       dst[base + k * inner] = conv<cumsum_out_t<T>>(acc);
     }
   }
@@ -361,6 +365,22 @@ void cumsumKernelFn(const Node& n, Ins in, Outs out, CudaContext& ctx) {
   checkLaunch("cuda.cumsum", ctx.node);
 }
 
+/// Inclusive prefix product along `dim`: one thread per column (a product
+/// scan would round differently from the CPU's loop).
+void cumprodKernelFn(const Node& n, Ins in, Outs out, CudaContext& ctx) {
+  const DeviceTensor& x = in[0];
+  const auto rank = static_cast<int64_t>(x.shape().size());
+  const AxisSplit a = rank == 0 ? AxisSplit{} : splitAt(x.shape(), normalizeAxis(n.i("dim"), rank));
+  const int64_t columns = a.outer * a.inner;
+  if (columns == 0 || a.size == 0) return;
+  dispatchAll(x.dtype(), "cumprod", [&](auto tag) {
+    using T = decltype(tag);
+    cumsumColumnsKernel<T, true><<<gridFor(columns, kThreads), kThreads, 0, ctx.stream>>>(
+        static_cast<cumsum_out_t<T>*>(out[0].data), static_cast<const T*>(x.data), a.size, a.inner, columns);
+  });
+  checkLaunch("cuda.cumprod", ctx.node);
+}
+
 // ---- topk --------------------------------------------------------------------------
 
 /// The CPU's order (backend/cpu/kernels_reduction.cpp): NaN above every
@@ -420,6 +440,7 @@ void registerCudaIndexKernels(CudaKernelRegistry& r) {
   r.add(ownCudaKernel("index_add", indexAddKernelFn));
   r.add(ownCudaKernel("scatter_add", scatterAddKernelFn, nullptr, ranksFit));
   r.add(ownCudaKernel("cumsum", cumsumKernelFn));
+  r.add(ownCudaKernel("cumprod", cumprodKernelFn));
   r.add(ownCudaKernel("topk", topkKernelFn));
 }
 

@@ -83,7 +83,7 @@ void emitTopk(Emitter& e, const Node& n) {
 }
 
 void emitCumsum(Emitter& e, const Node& n) {
-  e.setOut(n, 0, e.call("aten.cumsum.default", {e.in(n, 0), pyInt(n.i("dim"))}));
+  e.setOut(n, 0, e.call("aten." + n.op() + ".default", {e.in(n, 0), pyInt(n.i("dim"))}));
 }
 
 /// Per slice: no zero: g * (y / x); one zero: that element gets g times the
@@ -207,6 +207,7 @@ void addReduceLossEmitters(EmitTable& t) {
   t["argmax"] = emitArg;
   t["argmin"] = emitArg;
   t["cumsum"] = emitCumsum;
+  t["cumprod"] = emitCumsum;
   t["topk"] = emitTopk;
   t["prod_backward"] = emitProdBackward;
   t["cross_entropy"] = emitCrossEntropy;

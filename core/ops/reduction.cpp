@@ -64,6 +64,8 @@ void registerReductionOps(OpTable& t) {
          inferTopk, reduceCost});
   t.add({"cumsum", "inclusive prefix sum along dim", 1, 1, kReduction, {reqAttr("dim", AttrKind::Int)}, inferCumsum,
          reduceCost});
+  t.add({"cumprod", "inclusive prefix product along dim", 1, 1, kReduction, {reqAttr("dim", AttrKind::Int)},
+         inferCumsum, reduceCost});
 }
 
 }  // namespace kiln

@@ -81,6 +81,34 @@ void cumsumGrad(GradContext& c) {
   c.setGrad(0, c.op("flip", {rev}, along));
 }
 
+/// x_k feeds every later output: dy_j/dx_k = prod_{i<=j, i!=k} x_i. PyTorch's
+/// cumprod_backward: before the first zero of a slice, the reversed cumsum
+/// of g * y divided by x; at the first zero, the reversed cumsum of g times
+/// the cumprod of x with that zero taken as 1; after it, 0 (every product
+/// holds the zero).
+void cumprodGrad(GradContext& c) {
+  const auto rank = static_cast<int64_t>(c.in(0)->shape().size());
+  if (rank == 0) return c.setGrad(0, c.grad());
+  const int64_t d = normalizeAxis(c.node().i("dim"), rank);
+  const AttrMap along{{"dims", std::vector<int64_t>{d}}}, at{{"dim", d}};
+  auto reversedCumsum = [&](Value* v) {
+    return c.op("flip", {c.op("cumsum", {c.op("flip", {v}, along)}, at)}, along);
+  };
+  Value* x = c.in(0);
+  const DType t = x->dtype();
+  Value* zero = c.scalar(0.0, t);
+  Value* one = c.scalar(1.0, t);
+  Value* is_zero = c.op("eq", {x, zero});
+  Value* zeros_so_far = c.op("cumsum", {c.op("cast", {is_zero}, {{"dtype", DType::I64}})}, at);
+  Value* before = c.op("eq", {zeros_so_far, c.scalar(0.0, DType::I64)});
+  Value* first = c.op("logical_and", {is_zero, c.op("eq", {zeros_so_far, c.scalar(1.0, DType::I64)})});
+  Value* g = c.grad();
+  Value* lead = c.op("div", {reversedCumsum(c.op("mul", {g, c.out()})), c.op("where", {before, x, one})});
+  Value* skip_zero = c.op("cumprod", {c.op("where", {first, one, x})}, at);
+  Value* at_zero = reversedCumsum(c.op("mul", {g, skip_zero}));
+  c.setGrad(0, c.op("where", {before, lead, c.op("where", {first, at_zero, zero})}));
+}
+
 std::vector<TensorType> inferProdBackward(const Node& n) {
   const TensorType& g = n.input(0)->type();
   const TensorType& x = n.input(1)->type();
@@ -117,6 +145,7 @@ void registerReductionGrads(OpTable& t) {
   t.setGrad("prod", prodGrad);
   t.setGrad("var", varGrad);
   t.setGrad("cumsum", cumsumGrad);
+  t.setGrad("cumprod", cumprodGrad);
   for (const char* r : {"argmax", "argmin", "topk"}) t.setNoGrad(r, "integer result");
 }
 

@@ -427,6 +427,20 @@ TEST(CudaShape, Cumsum) {
     }
 }
 
+/// cumprod: one thread per column, the CPU's loop and accumulator.
+TEST(CudaShape, Cumprod) {
+  KILN_REQUIRE_GPU();
+  for (const std::string& t : kAllTypes)
+    for (const char* shape : {"[7,30]", "[3,50,4]", "[5,1]", "[]"})
+      for (int dim : {0, -1}) {
+        SCOPED_TRACE(t + shape + " dim=" + std::to_string(dim));
+        const bool floating = t == "f32" || t == "f64" || t == "bf16" || t == "f16";
+        const std::string out = (floating ? t : std::string("i64")) + shape;
+        expectMatchesCpu(graph({"%a: " + t + shape}, "cumprod(%a) {dim=" + std::to_string(dim) + "}", {out}),
+                         {.tol = floating && t != "f32" && t != "f64" ? 1e-2 : 1e-12, .int_bound = 3, .positive = true});
+      }
+}
+
 // ---- topk ------------------------------------------------------------------------
 
 /// Every dtype, indices compared exactly: integers drawn from [0, 4) and
@@ -469,7 +483,7 @@ TEST(CudaShape, EveryOpIsRegistered) {
   const CudaKernelRegistry& reg = CudaKernelRegistry::get();
   for (const char* op :
        {"reshape", "permute", "expand", "slice", "slice_backward", "select", "select_backward", "cat", "split", "flip",
-        "roll", "repeat", "pad", "pad_backward", "index", "gather", "scatter_add", "index_add", "cumsum", "topk"}) {
+        "roll", "repeat", "pad", "pad_backward", "index", "gather", "scatter_add", "index_add", "cumsum", "cumprod", "topk"}) {
     const CudaKernelDef* k = reg.byName(op, std::string("cuda.") + op);
     ASSERT_NE(k, nullptr) << op;
     EXPECT_EQ(k->dialect, "cuda") << op;

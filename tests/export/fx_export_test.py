@@ -337,7 +337,7 @@ class OpsConv(torch.nn.Module):
 class OpsSeq(torch.nn.Module):
     """Binary ops with gradients of their own (maximum, minimum, pow, div,
     where), unary math and its backward ops, comparisons and logical ops,
-    rounding, softmax / log_softmax, nll_loss, reductions (cumsum, var,
+    rounding, softmax / log_softmax, nll_loss, reductions (cumsum, cumprod, var,
     amax, amin, argmin, mean, prod), slicing, select, triu / tril, indexing,
     gather, repeat, flip and transposes, and an index constant the trace
     bakes in (a const input). (Its p = 0 dropout never reaches the step:
@@ -362,7 +362,7 @@ class OpsSeq(torch.nn.Module):
         c = torch.log1p(h.abs()) * torch.sin(h) - torch.cos(h) * torch.erf(h) + F.silu(h) + F.gelu(h)
         d = h.clamp(-1.0, 0.8) + torch.rsqrt(h * h + 1) + torch.reciprocal(h.abs() + 2) + (h.abs() + 0.5) ** 1.5
         s = torch.softmax(a, -1) + torch.log_softmax(b, -1) / 10 + F.hardswish(c) + F.hardsigmoid(d)
-        s = s + h.cumsum(1) / 10 + h.var(1, keepdim=True) + h.amax(-1, keepdim=True) + h.mean((0, 1)) / 3
+        s = s + h.cumsum(1) / 10 + (torch.tanh(h) * 0.5 + 1).cumprod(1) / 10 + h.var(1, keepdim=True) + h.amax(-1, keepdim=True) + h.mean((0, 1)) / 3
         s = s + torch.prod(torch.tanh(h[:, :3]), 1, keepdim=True) + h[:, 1:4:2].sum(1, keepdim=True)
         s = s + h.select(1, 2).unsqueeze(1) + h.triu()[..., :12].sum(-1, keepdim=True) * 0.01
         cols = (torch.arange(12) % 5).expand(h.shape[0], h.shape[1], 12)

@@ -131,5 +131,12 @@ TEST(GradReduction, Cumsum) {
   EXPECT_TRUE(checkGrad({.op = "cumsum", .attrs = {{"dim", int64_t{0}}}, .inputs = {f64({5})}}));
 }
 
+TEST(GradReduction, Cumprod) {
+  for (int64_t d : {0, 1, -1}) EXPECT_TRUE(checkGrad({.op = "cumprod", .attrs = {{"dim", d}}, .inputs = {f64({3, 4})}}));
+  EXPECT_TRUE(checkGrad({.op = "cumprod", .attrs = {{"dim", int64_t{1}}}, .inputs = {f64({2, 3, 2})}}));
+  // (Rows with exact zeros, PyTorch's special case, are checked against its
+  // autograd in tests/torch/grad_kernels_test.cpp.)
+}
+
 }  // namespace
 }  // namespace kiln::testing

@@ -241,6 +241,8 @@ traced("einsum", lambda a, b, c, q, k: (torch.einsum("ij,jk->ik", a, b), torch.e
                                          torch.einsum("b...d,d->b...", q, a[0, :4]), torch.einsum("ik,jk", a, a),
                                          torch.einsum("bhqd,hd->bqh", q, a[:3, :4])),
        randn(3, 4), randn(4, 5), randn(2, 3, 4), randn(2, 3, 5, 4), randn(2, 3, 5, 4))
+traced("cumprod", lambda x, i: (x.cumprod(1), torch.cumprod(x, 0), x.cumprod(-1, dtype=torch.float64), i.cumprod(1)),
+       randn(3, 5), randint(3, 2, 4))
 traced("roll_flip_repeat", lambda x: (x.roll(1, 2), torch.roll(x, (1, -1), (1, 2)), x.roll(2), x.flip(1),
                                       x.flip(0, 2), x.repeat(2, 1, 1), x.repeat(1, 2, 1, 2)), X)
 traced("repeat_interleave", lambda x: (x.repeat_interleave(2, dim=1), x.repeat_interleave(3, 2), x.repeat_interleave(2),

@@ -365,6 +365,20 @@ TEST(GradKernelsReduction, Reductions) {
        "dims 0,2 keepdim"},
       {"cumsum", {{"dim", I{1}}}, {param(shape)}, [](const Ts& x) { return torch::cumsum(x[0], 1); }, "dim 1"},
       {"cumsum", {{"dim", I{-1}}}, {param({4, 6})}, [](const Ts& x) { return torch::cumsum(x[0], -1); }, "dim -1"},
+      {"cumprod", {{"dim", I{1}}}, {param(shape, -1.5, 1.5)}, [](const Ts& x) { return torch::cumprod(x[0], 1); },
+       "dim 1"},
+      {"cumprod", {{"dim", I{0}}}, {param({6, 3}, 0.5, 1.5)}, [](const Ts& x) { return torch::cumprod(x[0], 0); },
+       "dim 0"},
+      // Rows with no zero, one zero, two zeros, a zero first and last:
+      // PyTorch's cumprod_backward special-cases the first zero of a row.
+      {"cumprod",
+       {{"dim", I{1}}},
+       {fixed(torch::tensor({1.5, -0.7, 1.2, 0.9, 1.1, 1.5, 0.0, -0.7, 1.2, 0.9, 1.3, 0.0, 1.1, 0.0, 0.8,
+                             0.0, 1.4, -0.6, 1.2, 0.7, 1.2, 0.8, -1.1, 1.3, 0.0},
+                            torch::kFloat64)
+                  .reshape({5, 5}))},
+       [](const Ts& x) { return torch::cumprod(x[0], 1); },
+       "zeros"},
   });
 }
 

@@ -258,5 +258,19 @@ TEST(KernelsReductionCumsum, FloatIntBoolAndDims) {
   check("cumsum", torch::zeros({0, 3}), torch::zeros({0, 3}), {{"dim", int64_t{0}}});
 }
 
+TEST(KernelsReductionCumprod, FloatIntAndDims) {
+  torch::manual_seed(27);
+  auto x = torch::rand({4, 5, 6}) + 0.5;
+  for (int64_t dim : {0, 1, 2, -1}) check("cumprod", x, x.cumprod(dim), {{"dim", dim}});
+  auto z = torch::randn({5, 7});
+  z.index_put_({1, 3}, 0.0);
+  check("cumprod", z, z.cumprod(1), {{"dim", int64_t{1}}});
+  auto i = torch::randint(-3, 4, {3, 8}, torch::kInt32);
+  check("cumprod", i, i.cumprod(1), {{"dim", int64_t{1}}});  // -> i64
+  auto d = torch::rand({60}, torch::kFloat64) + 0.5;
+  check("cumprod", d, d.cumprod(0), {{"dim", int64_t{0}}}, 1e-12);
+  check("cumprod", torch::zeros({0, 3}), torch::zeros({0, 3}), {{"dim", int64_t{0}}});
+}
+
 }  // namespace
 }  // namespace kiln::testing

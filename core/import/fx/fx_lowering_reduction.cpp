@@ -113,9 +113,10 @@ FxValue lowerNorm(Lowering& cx, NodeArgs& a) {
   return FxValue::of(decomp::pnorm(cx, x, p, reduceDims(a, x), keepdim(a)));
 }
 
+/// cumsum / cumprod(self, dim, dtype=None).
 FxValue lowerCumsum(Lowering& cx, NodeArgs& a) {
   Value* x = input(cx, a);
-  return FxValue::of(cx.emit("cumsum", {x}, {{"dim", normDim(a.integer("dim"), x->type().rank())}}));
+  return FxValue::of(cx.emit(a.kiln, {x}, {{"dim", normDim(a.integer("dim"), x->type().rank())}}));
 }
 
 constexpr FxRule kRules[] = {
@@ -139,7 +140,8 @@ constexpr FxRule kRules[] = {
     {"aten.std.correction", lowerStd},
     {"aten.argmax.default", lowerArgReduce, "argmax"},
     {"aten.argmin.default", lowerArgReduce, "argmin"},
-    {"aten.cumsum.default", lowerCumsum},
+    {"aten.cumsum.default", lowerCumsum, "cumsum"},
+    {"aten.cumprod.default", lowerCumsum, "cumprod"},
     {"aten.logsumexp.default", lowerLogsumexp},
     {"aten.norm.ScalarOpt_dim", lowerNorm},
     {"aten.norm.Scalar", lowerNorm},

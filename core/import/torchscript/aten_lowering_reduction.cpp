@@ -138,11 +138,11 @@ Out lowerVar(Lowering& cx, Args& a) {
   return {cx.fresh(out), cx.fresh(reduce(cx, "mean", x, v.dims, v.keepdim))};
 }
 
-// cumsum(self, dim, dtype=None)
+// cumsum / cumprod(self, dim, dtype=None)
 Out lowerCumsum(Lowering& cx, Args& a) {
   Value* x = a.tensor(0);
   if (auto t = a.optDType(2)) x = cx.cast(x, *t);
-  return single(cx, cx.emit("cumsum", {x}, {{"dim", normDim(a.integer(1), x->type().rank())}}));
+  return single(cx, cx.emit(a.kiln_op, {x}, {{"dim", normDim(a.integer(1), x->type().rank())}}));
 }
 
 // logsumexp(self, dim, keepdim) = m + log(sum(exp(x - m))), m = amax(x) for stability
@@ -191,7 +191,8 @@ const AtenRule kRules[] = {
     {"aten::std", lowerVar, "std"},
     {"aten::var_mean", lowerVar, "var_mean"},
     {"aten::std_mean", lowerVar, "std_mean"},
-    {"aten::cumsum", lowerCumsum},
+    {"aten::cumsum", lowerCumsum, "cumsum"},
+    {"aten::cumprod", lowerCumsum, "cumprod"},
     {"aten::topk", lowerTopk},
     {"aten::kthvalue", lowerKthvalue},
     {"aten::sort", lowerSort, "sort"},
