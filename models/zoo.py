@@ -319,6 +319,50 @@ class LlamaDecoder(nn.Module):
         return self.lm_head(self.norm(x))
 
 
+class VideoNet(nn.Module):
+    """A small 3-D convolutional video classifier (C3D / R(2+1)D style):
+    a strided Conv3d stem, BatchNorm3d, max pooling over space, a grouped
+    3x3x3 block with a residual, a (2+1)D pair (spatial 1x3x3, then
+    temporal 3x1x1), average pooling, global pooling and a linear head."""
+
+    def __init__(self, classes: int = 5):
+        super().__init__()
+        self.stem = nn.Conv3d(3, 8, (3, 5, 5), stride=(1, 2, 2), padding=(1, 2, 2), bias=False)
+        self.bn = nn.BatchNorm3d(8)
+        self.pool = nn.MaxPool3d((1, 3, 3), stride=(1, 2, 2), padding=(0, 1, 1))
+        self.block = nn.Sequential(nn.Conv3d(8, 8, 3, padding=1, groups=2), nn.BatchNorm3d(8), nn.ReLU())
+        self.spatial = nn.Conv3d(8, 12, (1, 3, 3), padding=(0, 1, 1))
+        self.temporal = nn.Conv3d(12, 12, (3, 1, 1), stride=(2, 1, 1), padding=(1, 0, 0))
+        self.avg = nn.AvgPool3d(2, ceil_mode=True, count_include_pad=False)
+        self.head = nn.Linear(12, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.pool(torch.relu(self.bn(self.stem(x))))
+        x = x + self.block(x)
+        x = self.avg(torch.relu(self.temporal(torch.relu(self.spatial(x)))))
+        return self.head(nn.functional.adaptive_avg_pool3d(x, 1).flatten(1))
+
+
+class AudioNet(nn.Module):
+    """A raw-waveform audio classifier (M5 / wav2letter style): a wide
+    strided Conv1d front end, dilated Conv1d blocks with BatchNorm1d and
+    GELU, max and average 1-D pooling, global average pooling, a head."""
+
+    def __init__(self, classes: int = 6):
+        super().__init__()
+        self.front = nn.Conv1d(1, 16, 40, stride=8, padding=16)
+        self.bn = nn.BatchNorm1d(16)
+        self.pool = nn.MaxPool1d(4)
+        self.blocks = nn.Sequential(
+            nn.Conv1d(16, 24, 3, padding=2, dilation=2), nn.BatchNorm1d(24), nn.GELU(),
+            nn.Conv1d(24, 24, 3, padding=1, groups=4), nn.BatchNorm1d(24), nn.GELU(), nn.AvgPool1d(2))
+        self.head = nn.Linear(24, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.blocks(self.pool(torch.relu(self.bn(self.front(x)))))
+        return self.head(nn.functional.adaptive_avg_pool1d(x, 1).squeeze(-1))
+
+
 class GraphConvNet(nn.Module):
     """Message passing over a fixed graph (the GNN family, written with plain
     indexing as torch_geometric's layers are): node features gathered at the
@@ -729,6 +773,8 @@ _REGISTRY: Dict[str, Tuple[Callable[[], nn.Module], tuple, Tuple[str, ...]]] = {
     "llama_mini": (LlamaDecoder, (_ints((2, 16), 128),), _OWN),
     "moe_mini": (MoEMini, (_ints((2, 16), 128),), _OWN),
     "gnn_mini": (GraphConvNet, ((12, 8),), _OWN),
+    "video_mini": (VideoNet, ((2, 3, 6, 16, 16),), _OWN),
+    "audio_mini": (AudioNet, ((2, 1, 800),), _OWN),
     "rnn_mini": (RnnClassifier, (_ints((2, 7), 128),), _OWN),
     "cell_loop_mini": (CellLoopClassifier, (_ints((2, 7), 128),), _OWN),
     "nn_transformer": (NNTransformer, ((2, 10, 32), (2, 8, 32)), _OWN),

@@ -281,6 +281,21 @@ module("conv_transpose2d", lambda: nn.ConvTranspose2d(4, 6, 3, stride=2, padding
 module("conv_transpose2d_groups", lambda: nn.ConvTranspose2d(4, 6, (3, 2), stride=(1, 2), padding=(0, 1), dilation=(2, 1),
                                                              groups=2, bias=False), IMG)
 module("conv_transpose1d", lambda: nn.ConvTranspose1d(4, 3, 4, stride=2, padding=1), randn(2, 4, 9))
+VOL = randn(2, 3, 6, 7, 5)  # NCDHW
+module("conv3d", lambda: nn.Conv3d(3, 4, 3, padding=1), VOL)
+module("conv3d_strided_groups", lambda: nn.Conv3d(3, 6, (3, 2, 3), stride=(2, 1, 2), padding=(1, 0, 1), dilation=(2, 1, 1),
+                                                 groups=3, bias=False), VOL)
+traced("conv3d_functional", lambda x, w: (F.conv3d(x, w, stride=2), F.conv3d(x[0], w, padding="same")), VOL,
+       randn(4, 3, 3, 3, 3))
+module("conv_transpose3d", lambda: nn.ConvTranspose3d(3, 4, 3, stride=2, padding=1, output_padding=1), VOL)
+module("conv_transpose3d_groups", lambda: nn.ConvTranspose3d(3, 6, (2, 3, 2), stride=(3, 1, 2), padding=(1, 1, 0),
+                                                             dilation=(2, 1, 1), groups=3), VOL)
+traced("pool3d", lambda x: (F.max_pool3d(x, 2), F.max_pool3d(x, 3, stride=2, padding=1, dilation=(1, 2, 1)),
+                            F.max_pool3d(x, (2, 3, 2), ceil_mode=True), F.avg_pool3d(x, 2),
+                            F.avg_pool3d(x, 3, stride=2, padding=1), F.avg_pool3d(x, 3, 2, 1, count_include_pad=False),
+                            F.avg_pool3d(x, (3, 2, 2), ceil_mode=True), F.avg_pool3d(x, 2, divisor_override=3),
+                            F.adaptive_avg_pool3d(x, (2, 3, 2)), F.adaptive_avg_pool3d(x, 1),
+                            F.adaptive_max_pool3d(x, (3, 2, 4)), F.max_pool3d(x[0], 2)), VOL)
 traced("conv_transpose_functional", lambda x, w: F.conv_transpose2d(x, w, stride=2, output_padding=1), IMG,
        randn(4, 2, 3, 3))
 def _bn_eval():

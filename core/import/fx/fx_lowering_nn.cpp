@@ -5,7 +5,7 @@
 // indices, layer-norm mean/rstd, nll total_weight) are FxValue::missing, so a
 // node that reads one fails with the reason; unused ones cost nothing.
 // BatchNorm in training reports its running-stat updates through cx.inplace.
-#include "core/import/decompositions.h"
+#include "core/import/decompositions_3d.h"
 #include "core/import/fx/fx_lowering.h"
 #include "core/ops/op_helpers.h"
 #include "core/result.h"
@@ -31,7 +31,8 @@ FxValue lowerConvolution(Lowering& cx, NodeArgs& a) {
   Value* w = a.tensor("weight");
   const bool transposed = a.kiln == "transposed" || (a.has("transposed") && a.flag("transposed"));
   int64_t spatial = w->type().rank() - 2;
-  if (spatial != 1 && spatial != 2) a.fail("weight", "only 1-D and 2-D convolutions are supported, weight is " + w->type().str());
+  if (spatial < 1 || spatial > 3)
+    a.fail("weight", "only 1-D, 2-D and 3-D convolutions are supported, weight is " + w->type().str());
   if (x->type().rank() != spatial + 2 && x->type().rank() != spatial + 1)
     a.fail("input", x->type().str() + " does not match a " + std::to_string(spatial) + "-D convolution");
   const size_t n = static_cast<size_t>(spatial);
@@ -47,6 +48,7 @@ FxValue lowerConvolution(Lowering& cx, NodeArgs& a) {
   c.groups = a.integer("groups");
   c.transposed = transposed;
   if (transposed) c.output_padding = perDim(a, "output_padding", n);
+  if (spatial == 3) return FxValue::of(decomp::convolution3d(cx, x, w, a.optTensor("bias"), c));
   return FxValue::of(decomp::convolution(cx, x, w, a.optTensor("bias"), c));
 }
 
@@ -156,6 +158,32 @@ FxValue lowerAvgPool(Lowering& cx, NodeArgs& a) {
                               {"divisor_override", divisor}}));
 }
 
+/// max_pool3d(_with_indices) and avg_pool3d: the shared 3-D decomposition.
+FxValue lowerPool3d(Lowering& cx, NodeArgs& a) {
+  Value* x = a.tensor("self");
+  auto stride = a.ints("stride", kMaxWindow);
+  if (a.kiln == "avg") {
+    int64_t divisor = a.optInt("divisor_override").value_or(0);
+    if (divisor < 0) a.fail("divisor_override", "must be positive");
+    return FxValue::of(decomp::pool3d(cx, x, false, a.ints("kernel_size"), stride, a.ints("padding"), {},
+                                      a.flag("ceil_mode"), a.flag("count_include_pad"), divisor));
+  }
+  Value* y = decomp::pool3d(cx, x, true, a.ints("kernel_size"), stride, a.ints("padding"), a.ints("dilation"),
+                            a.flag("ceil_mode"));
+  if (a.kiln != "with_indices") return FxValue::of(y);
+  return FxValue::tuple({FxValue::of(y), FxValue::missing("the indices result of max pooling is not supported "
+                                                          "(Kiln's max pooling returns values only)")});
+}
+
+/// _adaptive_avg_pool3d / adaptive_max_pool3d (values; indices missing).
+FxValue lowerAdaptivePool3d(Lowering& cx, NodeArgs& a) {
+  const bool max = a.kiln == "max";
+  Value* y = decomp::adaptivePool3d(cx, a.tensor("self"), max, a.ints("output_size"));
+  if (!max) return FxValue::of(y);
+  return FxValue::tuple({FxValue::of(y), FxValue::missing("the indices result of adaptive max pooling is not "
+                                                          "supported (Kiln's pooling returns values only)")});
+}
+
 FxValue lowerAdaptiveAvgPool(Lowering& cx, NodeArgs& a) {
   return FxValue::of(cx.emit("adaptive_avg_pool2d", {a.tensor("self")}, {{"output_size", perDim(a, "output_size", 2)}}));
 }
@@ -244,6 +272,8 @@ constexpr FxRule kRules[] = {
     {"aten._convolution.default", lowerConvolution},
     {"aten.conv2d.default", lowerConvolution},
     {"aten.conv1d.default", lowerConvolution},
+    {"aten.conv3d.default", lowerConvolution},
+    {"aten.conv_transpose3d.input", lowerConvolution, "transposed"},
     {"aten.conv_transpose1d.default", lowerConvolution, "transposed"},
     {"aten.conv_transpose2d.input", lowerConvolution, "transposed"},
     {"aten.native_batch_norm.default", lowerBatchNorm},
@@ -257,6 +287,12 @@ constexpr FxRule kRules[] = {
     {"aten.native_dropout.default", lowerNativeDropout},
     {"aten.max_pool2d_with_indices.default", lowerMaxPool, "with_indices"},
     {"aten.max_pool2d.default", lowerMaxPool},
+    {"aten.max_pool3d_with_indices.default", lowerPool3d, "with_indices"},
+    {"aten.max_pool3d.default", lowerPool3d},
+    {"aten.avg_pool3d.default", lowerPool3d, "avg"},
+    {"aten._adaptive_avg_pool3d.default", lowerAdaptivePool3d},
+    {"aten.adaptive_avg_pool3d.default", lowerAdaptivePool3d},
+    {"aten.adaptive_max_pool3d.default", lowerAdaptivePool3d, "max"},
     {"aten.avg_pool2d.default", lowerAvgPool},
     {"aten._adaptive_avg_pool2d.default", lowerAdaptiveAvgPool},
     {"aten.adaptive_avg_pool2d.default", lowerAdaptiveAvgPool},

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <limits>
 
-#include "core/import/decompositions.h"
+#include "core/import/decompositions_3d.h"
 #include "core/import/torchscript/lowering.h"
 #include "core/ops/op_helpers.h"
 #include "core/result.h"
@@ -120,8 +120,8 @@ Value* padSame(Lowering& cx, Value* x, const Shape& kernel, ConvArgs& c) {
 /// decomposition, after expanding the per-dim lists and padding="same".
 Value* convolution(Lowering& cx, Value* x, Value* w, Value* b, ConvArgs c) {
   int64_t spatial = w->type().rank() - 2;
-  if (spatial != 1 && spatial != 2)
-    fail(std::to_string(spatial) + "-d convolution is not supported (Kiln has conv2d; conv1d maps onto it)");
+  if (spatial < 1 || spatial > 3)
+    fail(std::to_string(spatial) + "-d convolution is not supported (Kiln has conv2d; 1-d and 3-d map onto it)");
   c.stride = expandList(c.stride, spatial, "stride");
   c.dilation = expandList(c.dilation, spatial, "dilation");
   Shape kernel(w->shape().begin() + 2, w->shape().end());
@@ -137,6 +137,7 @@ Value* convolution(Lowering& cx, Value* x, Value* w, Value* b, ConvArgs c) {
   }
   decomp::ConvSpec spec{c.stride, c.padding, c.dilation, {}, c.groups, c.transposed};
   if (c.transposed) spec.output_padding = expandList(c.output_padding, spatial, "output_padding");
+  if (spatial == 3) return decomp::convolution3d(cx, x, w, b, spec);
   return decomp::convolution(cx, x, w, b, spec);
 }
 
@@ -314,6 +315,30 @@ Out pool(Lowering& cx, Args& a, bool one_d, bool with_indices) {
 
 Out lowerPool2d(Lowering& cx, Args& a) {
   return pool(cx, a, false, false);
+}
+
+// max_pool3d(self, kernel_size, stride=[], padding=0, dilation=1, ceil_mode=False) (and _with_indices);
+// avg_pool3d(self, kernel_size, stride=[], padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None)
+Out lowerPool3d(Lowering& cx, Args& a) {
+  Value* x = a.tensor(0);
+  const std::vector<int64_t> stride = a.given(2) ? a.ints(2) : std::vector<int64_t>{};
+  Value* y = nullptr;
+  if (a.kiln_op != "avg") {
+    y = decomp::pool3d(cx, x, true, a.ints(1), stride, a.ints(3), a.ints(4), a.flag(5));
+    if (a.kiln_op == "max") return single(cx, y);
+    return {cx.fresh(y), SV::uninit()};  // indices are not computed; using them fails
+  }
+  y = decomp::pool3d(cx, x, false, a.ints(1), stride, a.ints(3), {}, a.given(4) && a.flag(4), !a.given(5) || a.flag(5),
+                     a.given(6) ? a.integer(6) : 0);
+  return single(cx, y);
+}
+
+// adaptive_avg_pool3d(self, output_size); adaptive_max_pool3d(self, output_size) -> (values, indices)
+Out lowerAdaptivePool3d(Lowering& cx, Args& a) {
+  const bool max = a.kiln_op == "max";
+  Value* y = decomp::adaptivePool3d(cx, a.tensor(0), max, a.ints(1));
+  if (max) return {cx.fresh(y), SV::uninit()};
+  return single(cx, y);
 }
 Out lowerPool1d(Lowering& cx, Args& a) {
   return pool(cx, a, true, false);
@@ -498,6 +523,8 @@ const AtenRule kRules[] = {
     {"aten::conv_transpose1d", lowerConvTranspose},
     {"aten::conv_transpose2d", lowerConvTranspose},
     {"aten::conv2d", lowerConv},
+    {"aten::conv3d", lowerConv},
+    {"aten::conv_transpose3d", lowerConvTranspose},
     {"aten::_convolution", lowerConvolution},
     {"aten::_convolution_mode", lowerConv},
     {"aten::convolution", lowerConvolution},
@@ -514,6 +541,12 @@ const AtenRule kRules[] = {
     {"aten::feature_alpha_dropout", lowerDropout, "feature_alpha"},
     // Pooling.
     {"aten::max_pool2d", lowerPool2d, "max_pool2d"},
+    {"aten::max_pool3d", lowerPool3d, "max"},
+    {"aten::max_pool3d_with_indices", lowerPool3d, "max_indices"},
+    {"aten::avg_pool3d", lowerPool3d, "avg"},
+    {"aten::adaptive_avg_pool3d", lowerAdaptivePool3d, "avg"},
+    {"aten::_adaptive_avg_pool3d", lowerAdaptivePool3d, "avg"},
+    {"aten::adaptive_max_pool3d", lowerAdaptivePool3d, "max"},
     {"aten::avg_pool2d", lowerPool2d, "avg_pool2d"},
     {"aten::adaptive_avg_pool2d", lowerPool2d, "adaptive_avg_pool2d"},
     {"aten::adaptive_max_pool2d", lowerPool2dIndices, "adaptive_max_pool2d"},
