@@ -503,14 +503,14 @@ module("data_dependent_if", DataDependent, X, fmts=("script",), run=False, expec
 class Unsupported(nn.Module):
     def __init__(self):
         super().__init__()
-        self.inner = Fn(lambda x: torch.cumprod(x, 1))
+        self.inner = Fn(lambda x: torch.lgamma(x))
 
     def forward(self, x):
         return self.inner(x)
 
 
 CASES.append(Case("unsupported_op", Unsupported, inputs_of(X), "trace", run=False,
-                  expect_error="unsupported op aten::cumprod"))
+                  expect_error="unsupported op aten::lgamma"))
 
 
 # ---- Structure: scopes, tied weights ----------------------------------------------------------
