@@ -117,6 +117,15 @@ Result<std::string> stepCacheKeyMaterial(const TrainArgs& a, TrainingGraphKind k
   j["batch"] = a.batch;
   j["seq_len"] = a.seq_len;
   j["loss"] = a.loss;
+  if (a.label_smoothing != 0 || a.ignore_index != -100 || !a.class_weights.empty()) {
+    nlohmann::ordered_json ce = {{"label_smoothing", a.label_smoothing}, {"ignore_index", a.ignore_index}};
+    if (!a.class_weights.empty()) {  // the weights' bytes: the graph has one input per class
+      auto w = fileFingerprint(a.class_weights);
+      if (!w) return w.error();
+      ce["class_weights"] = *w;
+    }
+    j["cross_entropy"] = ce;
+  }
   j["optimizer"] = {{"kind", a.optimizer},
                     {"momentum", a.momentum},
                     {"dampening", a.dampening},

@@ -4,7 +4,9 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <optional>
 
 #include "backend/comm/collective_engine.h"
@@ -24,10 +26,48 @@ double msSince(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
 
+/// --class-weights FILE: a safetensors file holding one 1-D tensor, or a
+/// text file of numbers (whitespace or commas between them).
+Result<std::vector<double>> readClassWeights(const std::string& path) {
+  const std::string what = "--class-weights " + path;
+  std::vector<double> w;
+  if (path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0) {
+    auto file = readSafetensors(path);
+    if (!file) return Error{what + ": " + file.error().message};
+    if (file->tensors.size() != 1 || file->tensors.begin()->second.rank() != 1)
+      return Error{what + ": expected one 1-D tensor of class weights, the file holds " +
+                   std::to_string(file->tensors.size()) + " tensors"};
+    const Tensor& t = file->tensors.begin()->second;
+    for (int64_t k = 0; k < t.numel(); ++k) w.push_back(t.at(k));
+  } else {
+    std::ifstream in(path);
+    if (!in) return Error{what + ": cannot read the file"};
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (char& c : text)
+      if (c == ',') c = ' ';
+    std::istringstream words(text);
+    std::string word;
+    while (words >> word) {
+      char* end = nullptr;
+      const double v = std::strtod(word.c_str(), &end);
+      if (end == word.c_str() || *end) return Error{what + ": '" + word + "' is not a number"};
+      w.push_back(v);
+    }
+  }
+  if (w.empty()) return Error{what + ": no weights in the file"};
+  for (double v : w)
+    if (!std::isfinite(v) || v < 0) return Error{what + ": weights must be finite and >= 0, got " + std::to_string(v)};
+  return w;
+}
+
 Status validate(const TrainArgs& a) {
   auto bad = [](const std::string& m) { return Status(Error{m}); };
   if (!parseLossKind(a.loss)) return bad("unknown loss '" + a.loss + "'; use cross_entropy, mse, l1, smooth_l1, huber, bce or model");
   if (!parseOptimizerKind(a.optimizer)) return bad("unknown optimizer '" + a.optimizer + "'; use sgd, adam or adamw");
+  if (a.loss != "cross_entropy" && (a.label_smoothing != 0 || a.ignore_index != -100 || !a.class_weights.empty()))
+    return bad("--label-smoothing, --ignore-index and --class-weights need --loss cross_entropy");
+  if (!(a.label_smoothing >= 0 && a.label_smoothing <= 1))
+    return bad("--label-smoothing must be in [0, 1], got " + std::to_string(a.label_smoothing));
   if (!parseAmpMode(a.amp)) return bad("unknown --amp '" + a.amp + "'; use none, bf16 or fp16");
   if (!parseLrScheduleKind(a.lr_schedule))
     return bad("unknown learning-rate schedule '" + a.lr_schedule + "'; use constant or warmup_cosine");
@@ -123,6 +163,14 @@ void addTrainOptions(CLI::App* sub, TrainArgs& a, bool with_optimizer) {
   sub->add_option("--loss", a.loss,
                   "cross_entropy (class-index target), mse, l1, smooth_l1, huber, bce (with logits; targets in "
                   "[0, 1]), or model (output 0 is the loss)");
+  sub->add_option("--label-smoothing", a.label_smoothing,
+                  "cross_entropy: mix the target with a uniform distribution over the classes (F.cross_entropy's "
+                  "label_smoothing, default 0)");
+  sub->add_option("--ignore-index", a.ignore_index,
+                  "cross_entropy: targets with this class count neither in the loss nor in its mean (default -100)");
+  sub->add_option("--class-weights", a.class_weights,
+                  "cross_entropy: one weight per class, from a safetensors file holding one 1-D tensor or a text "
+                  "file of numbers (F.cross_entropy's weight)");
   sub->add_option("--freeze", a.freeze,
                   "train no parameter matching this glob on state_dict names; without * ? [ a name or module "
                   "prefix (layer1 freezes layer1.0.conv1.weight) (repeatable)");
@@ -346,6 +394,16 @@ Result<TrainSetup> setUp(const TrainArgs& a, TrainingGraphKind kind, bool lookup
   TrainingConfig cfg;
   TrainingOptions& to = cfg.passes.training;
   to.loss = *parseLossKind(a.loss);
+  to.cross_entropy.label_smoothing = a.label_smoothing;
+  to.cross_entropy.ignore_index = a.ignore_index;
+  if (!a.class_weights.empty()) {
+    auto w = readClassWeights(a.class_weights);
+    if (!w) return w.error();
+    to.cross_entropy.class_weights = *w;
+    Tensor t(DType::F32, {static_cast<int64_t>(w->size())});
+    for (size_t k = 0; k < w->size(); ++k) t.set(static_cast<int64_t>(k), (*w)[k]);
+    model.weights[kClassWeightsInput] = std::move(t);
+  }
   if (auto it = first.find("target"); it != first.end()) to.target = it->second.type();
   if (!token_file.empty()) to.target = TensorType{DType::I64, types[0].shape};
   OptimizerOptions& o = to.optimizer;

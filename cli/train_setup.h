@@ -26,6 +26,9 @@ struct TrainArgs {
   int64_t seq_len = 0;  ///< token windows; 0: the model's input length
   int64_t batch = 0;    ///< synthetic/token batch size; 0: the model's
   std::string loss = "cross_entropy";
+  double label_smoothing = 0;     ///< --label-smoothing (cross_entropy)
+  int64_t ignore_index = -100;    ///< --ignore-index (cross_entropy)
+  std::string class_weights;      ///< --class-weights FILE (cross_entropy): one weight per class
   std::string optimizer = "adamw";
   double lr = 1e-3;
   double momentum = 0, dampening = 0;

@@ -27,6 +27,22 @@ struct Built {
   Value* accuracy = nullptr;
 };
 
+/// The lowering context core/import/decompositions.h needs, over the graph
+/// being built (nodes in the loss scope).
+struct GraphCx {
+  Graph& g;
+  Value* emit(std::string_view op, std::vector<Value*> inputs, AttrMap attrs = {}) {
+    return g.add(op, std::move(inputs), std::move(attrs), kScope);
+  }
+  Node* emitNode(std::string_view op, std::vector<Value*> inputs, AttrMap attrs = {}) {
+    return emit(op, std::move(inputs), std::move(attrs))->producer();
+  }
+  Value* scalar(double value, DType t) {
+    return emit("full", {}, {{"dtype", t}, {"shape", Shape{}}, {"value", value}});
+  }
+  Value* cast(Value* v, DType t) { return v->dtype() == t ? v : emit("cast", {v}, {{"dtype", t}}); }
+};
+
 Built crossEntropy(Graph& g, Value* logits, const TrainingOptions& opt) {
   const TensorType& lt = logits->type();
   if (!isFloating(lt.dtype)) fail("loss: cross_entropy needs floating logits, the model outputs " + lt.str());
@@ -54,13 +70,40 @@ Built crossEntropy(Graph& g, Value* logits, const TrainingOptions& opt) {
     x = g.add("reshape", {logits}, {{"shape", std::vector<int64_t>{-1, lt.shape.back()}}}, kScope);
     y = g.add("reshape", {t}, {{"shape", std::vector<int64_t>{-1}}}, kScope);
   }
-  Built b{g.add("cross_entropy", {x, y}, {}, kScope)};
-  // accuracy = mean(argmax(logits over classes) == target)
+  const CrossEntropyOptions& ce = opt.cross_entropy;
+  if (ce.label_smoothing < 0 || ce.label_smoothing > 1)
+    fail("loss: label smoothing must be in [0, 1], got " + std::to_string(ce.label_smoothing));
   int64_t class_dim = rank == 1 ? 0 : (last_dim ? static_cast<int64_t>(rank) - 1 : 1);
+  Built b;
+  if (ce.class_weights.empty()) {
+    AttrMap attrs;
+    if (ce.ignore_index != -100) attrs["ignore_index"] = ce.ignore_index;
+    if (ce.label_smoothing != 0) attrs["label_smoothing"] = ce.label_smoothing;
+    b.loss = g.add("cross_entropy", {x, y}, std::move(attrs), kScope);
+  } else {
+    const int64_t classes = lt.shape[static_cast<size_t>(class_dim)];
+    if (static_cast<int64_t>(ce.class_weights.size()) != classes)
+      fail("loss: " + std::to_string(ce.class_weights.size()) + " class weights for logits " + lt.str() + " with " +
+           std::to_string(classes) + " classes");
+    if (g.findInput(kClassWeightsInput)) fail(std::string("loss: the model already has an input ") + kClassWeightsInput);
+    Value* w = g.addInput(kClassWeightsInput, {DType::F32, {classes}}, ValueRole::Const);
+    GraphCx cx{g};
+    b.loss = decomp::weightedCrossEntropy(cx, x, y, w, "mean", ce.ignore_index, ce.label_smoothing);
+  }
+  // accuracy = mean(argmax(logits over classes) == target), over the targets
+  // that are not ignore_index when one is given.
   Value* pred = g.add("argmax", {logits}, {{"dim", class_dim}}, kScope);
   if (pred->dtype() != t->dtype()) pred = g.add("cast", {pred}, {{"dtype", t->dtype()}}, kScope);
   Value* hit = g.add("cast", {g.add("eq", {pred, t}, {}, kScope)}, {{"dtype", DType::F32}}, kScope);
-  b.accuracy = g.add("mean", {hit}, {}, kScope);
+  if (ce.ignore_index == -100) {
+    b.accuracy = g.add("mean", {hit}, {}, kScope);
+  } else {
+    Value* ignored = g.add("full", {}, {{"dtype", t->dtype()}, {"shape", Shape{}}, {"value", double(ce.ignore_index)}}, kScope);
+    Value* kept = g.add("cast", {g.add("ne", {t, ignored}, {}, kScope)}, {{"dtype", DType::F32}}, kScope);
+    Value* one = g.add("full", {}, {{"dtype", DType::F32}, {"shape", Shape{}}, {"value", 1.0}}, kScope);
+    Value* counted = g.add("maximum", {g.add("sum", {kept}, {}, kScope), one}, {}, kScope);
+    b.accuracy = g.add("div", {g.add("sum", {g.add("mul", {hit, kept}, {}, kScope)}, {}, kScope), counted}, {}, kScope);
+  }
   return b;
 }
 
@@ -71,21 +114,6 @@ Built mse(Graph& g, Value* pred, const TrainingOptions& opt) {
   Value* t = g.addInput("target", target, ValueRole::Data);
   return {g.add("mse_loss", {pred, t}, {}, kScope)};
 }
-
-/// The lowering context core/import/decompositions.h needs, over the graph
-/// being built (nodes in the loss scope).
-struct GraphCx {
-  Graph& g;
-  Value* emit(std::string_view op, std::vector<Value*> inputs, AttrMap attrs = {}) {
-    return g.add(op, std::move(inputs), std::move(attrs), kScope);
-  }
-  Node* emitNode(std::string_view op, std::vector<Value*> inputs, AttrMap attrs = {}) {
-    return emit(op, std::move(inputs), std::move(attrs))->producer();
-  }
-  Value* scalar(double value, DType t) {
-    return emit("full", {}, {{"dtype", t}, {"shape", Shape{}}, {"value", value}});
-  }
-};
 
 /// l1 / smooth_l1 (beta 1) / huber (delta 1) / bce (binary cross-entropy with
 /// logits): the mean over every element, against a float target of the
@@ -124,12 +152,19 @@ Result<PassResult> runLoss(Graph& g, PassContext& ctx) {
     Built b;
     switch (ctx.training.loss) {
       case LossKind::CrossEntropy: b = crossEntropy(g, pred, ctx.training); break;
-      case LossKind::Mse: b = mse(g, pred, ctx.training); break;
+      case LossKind::Mse:
+        if (!ctx.training.cross_entropy.isDefault()) fail("loss: cross-entropy options need --loss cross_entropy");
+        b = mse(g, pred, ctx.training);
+        break;
       case LossKind::L1:
       case LossKind::SmoothL1:
       case LossKind::Huber:
-      case LossKind::Bce: b = elementwiseLoss(g, pred, ctx.training.loss, ctx.training); break;
+      case LossKind::Bce:
+        if (!ctx.training.cross_entropy.isDefault()) fail("loss: cross-entropy options need --loss cross_entropy");
+        b = elementwiseLoss(g, pred, ctx.training.loss, ctx.training);
+        break;
       case LossKind::Model:
+        if (!ctx.training.cross_entropy.isDefault()) fail("loss: cross-entropy options need --loss cross_entropy");
         if (!pred->shape().empty() || !isFloating(pred->dtype()))
           fail("loss: --loss model needs the model's first output to be the 0-d loss, it is " + pred->type().str());
         b.loss = pred;

@@ -69,8 +69,22 @@ struct DataParallelOptions {
   int rank = 0;
 };
 
+/// cross_entropy's options (kiln train --label-smoothing, --ignore-index,
+/// --class-weights), with F.cross_entropy's meaning and defaults.
+struct CrossEntropyOptions {
+  double label_smoothing = 0.0;
+  int64_t ignore_index = -100;
+  /// One weight per class; empty: none. The loss pass reads them from the
+  /// Const input kClassWeightsInput, which the front end adds to the model's
+  /// weights (a pass has no tensor storage of its own).
+  std::vector<double> class_weights;
+  bool isDefault() const { return label_smoothing == 0.0 && ignore_index == -100 && class_weights.empty(); }
+};
+inline constexpr const char* kClassWeightsInput = "__const.loss.class_weights";
+
 struct TrainingOptions {
   LossKind loss = LossKind::CrossEntropy;
+  CrossEntropyOptions cross_entropy;
   /// Type of the `target` batch tensor (from the batch file); nullopt: the
   /// loss pass picks the natural one (see passes/loss.h).
   std::optional<TensorType> target;

@@ -203,8 +203,15 @@ Status TorchEagerTrainer::step(double lr) {
         // the logits' shape without its last dim (language models).
         auto ls = pred->sizes(), ts = target->sizes();
         bool classes_last = ls.size() >= 2 && ts.equals(ls.slice(0, ls.size() - 1));
-        loss = classes_last ? torch::nn::functional::cross_entropy(pred->reshape({-1, ls.back()}), target->reshape(-1))
-                            : torch::nn::functional::cross_entropy(*pred, *target);
+        const CrossEntropyOptions& ce = m.training.cross_entropy;
+        auto options = torch::nn::functional::CrossEntropyFuncOptions()
+                           .ignore_index(ce.ignore_index)
+                           .label_smoothing(ce.label_smoothing);
+        if (!ce.class_weights.empty())
+          options.weight(torch::tensor(ce.class_weights, torch::kFloat64).to(pred->scalar_type()));
+        loss = classes_last
+                   ? torch::nn::functional::cross_entropy(pred->reshape({-1, ls.back()}), target->reshape(-1), options)
+                   : torch::nn::functional::cross_entropy(*pred, *target, options);
         break;
       }
     }

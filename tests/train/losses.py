@@ -32,6 +32,11 @@ from torch.utils._pytree import tree_flatten
 
 KINDS = ("cross_entropy", "mse", "model", "l1", "smooth_l1", "huber", "bce")
 
+# F.cross_entropy's options for `kiln train --label-smoothing / --ignore-index
+# / --class-weights` (label_smoothing, ignore_index, weight); the parity
+# harness sets them for a run.
+CROSS_ENTROPY: dict = {}
+
 
 def flatten(out) -> List[torch.Tensor]:
     """A model's outputs as a flat list of tensors, in pytree order."""
@@ -73,9 +78,12 @@ def loss(kind: str, out, target: Optional[torch.Tensor]) -> torch.Tensor:
     if kind == "bce":
         return F.binary_cross_entropy_with_logits(pred, target)
     if kind == "cross_entropy":
+        opts = dict(CROSS_ENTROPY)
+        if opts.get("weight") is not None:
+            opts["weight"] = opts["weight"].to(pred.dtype)
         if classes_last(pred.shape, target.shape):
-            return F.cross_entropy(pred.reshape(-1, pred.shape[-1]), target.reshape(-1))
-        return F.cross_entropy(pred, target)
+            return F.cross_entropy(pred.reshape(-1, pred.shape[-1]), target.reshape(-1), **opts)
+        return F.cross_entropy(pred, target, **opts)
     raise ValueError(f"unknown loss {kind!r}; use one of {', '.join(KINDS)}")
 
 

@@ -227,21 +227,21 @@ def run_args(threads: int, device: str) -> List[str]:
     return (["--threads", str(threads)] if threads else []) + (["--device", device] if device != "cpu" else [])
 
 
-def kiln_grad(kiln, pt, batch, loss, work, threads, freeze=None, device="cpu") -> Dict[str, torch.Tensor]:
+def kiln_grad(kiln, pt, batch, loss, work, threads, freeze=None, device="cpu", extra=()) -> Dict[str, torch.Tensor]:
     out = os.path.join(work, "kiln.grads.safetensors")
     args = ["grad", pt, "--input-file", batch, "--loss", loss, "--output", out] + freeze_args(freeze)
-    args += run_args(threads, device)
+    args += run_args(threads, device) + list(extra)
     run_kiln(kiln, args)
     return st_io.load(out)
 
 
 def kiln_train(kiln, pt, batch, loss, cfg, steps, work, threads, freeze=None,
-               device="cpu") -> Tuple[List[float], Dict[str, torch.Tensor], List[float]]:
+               device="cpu", extra=()) -> Tuple[List[float], Dict[str, torch.Tensor], List[float]]:
     w = os.path.join(work, "kiln.weights.safetensors")
     log = os.path.join(work, "kiln.losses.jsonl")
     args = ["train", pt, "--input-file", batch, "--loss", loss] + cfg.cli_args() + [
         "--steps", str(steps), "--save-weights", w, "--log-file", log] + freeze_args(freeze)
-    args += run_args(threads, device)
+    args += run_args(threads, device) + list(extra)
     run_kiln(kiln, args)
     return ref.read_log(log), st_io.load(w), ref.read_log(log, "lr")
 
@@ -337,11 +337,13 @@ def candidate(args, cfg, pt, batch, loss, work, dtype) -> Tuple[List[float], Dic
         return res.losses, res.state, res.lrs
     model = pt[:-len(".pt")] + ".fx.json" if args.importer == "fx" else pt
     if cfg is None:
-        k_tensors = kiln_grad(args.kiln, model, batch, loss, work, args.threads, args.freeze, args.device)
+        k_tensors = kiln_grad(args.kiln, model, batch, loss, work, args.threads, args.freeze, args.device,
+                              args.kiln_extra)
         if "loss" not in k_tensors:
             raise Failure("kiln grad wrote no 'loss' tensor")
         return [float(k_tensors["loss"])], k_tensors, []
-    return kiln_train(args.kiln, model, batch, loss, cfg, args.steps, work, args.threads, args.freeze, args.device)
+    return kiln_train(args.kiln, model, batch, loss, cfg, args.steps, work, args.threads, args.freeze, args.device,
+                      args.kiln_extra)
 
 
 def on_device(args) -> str:
@@ -364,6 +366,37 @@ def self_check_perturbation(label, k_tensors, tol, masks, checks_of) -> bool:
     return caught
 
 
+def cross_entropy_options(args, pt: str, batch: str, work: str) -> str:
+    """--label-smoothing / --ignore-index / --class-weights: F.cross_entropy's
+    options for the reference, kiln's flags, and a batch whose every third
+    target is the ignored class; returns the batch to use."""
+    losses.CROSS_ENTROPY.clear()
+    args.kiln_extra = []
+    if args.label_smoothing:
+        losses.CROSS_ENTROPY["label_smoothing"] = args.label_smoothing
+        args.kiln_extra += ["--label-smoothing", repr(args.label_smoothing)]
+    if args.ignore_index is not None:
+        losses.CROSS_ENTROPY["ignore_index"] = args.ignore_index
+        args.kiln_extra += ["--ignore-index", str(args.ignore_index)]
+        b = st_io.load(batch)
+        b["target"].view(-1)[::3] = args.ignore_index
+        batch = os.path.join(work, "batch.ignore.safetensors")
+        st_io.save(batch, b)
+    if args.class_weights:
+        inputs, _ = ref.load_batch(batch, torch.float64)
+        with torch.no_grad():
+            pred = losses.prediction(ref.load_model(pt, torch.float64)(*inputs))
+        classes = pred.shape[-1] if pred.dim() == 3 else pred.shape[1]
+        g = torch.Generator().manual_seed(5)
+        w = torch.rand(classes, generator=g, dtype=torch.float64) + 0.5
+        path = os.path.join(work, "class_weights.txt")
+        with open(path, "w") as f:  # kiln reads them as float32, so the reference gets float32's values
+            f.write(" ".join(repr(float(v)) for v in w.float()))
+        losses.CROSS_ENTROPY["weight"] = w.float().double()
+        args.kiln_extra += ["--class-weights", path]
+    return batch
+
+
 def run_exact(args, cfg, loss, work) -> int:
     """--dtype float64: Kiln and PyTorch both in float64, where rounding
     noise (1e-16) cannot flip a ReLU kink, a max-pool choice or the sign of
@@ -377,6 +410,7 @@ def run_exact(args, cfg, loss, work) -> int:
     pt, batch = prepare(args.name, loss, args.cache_dir or work, "float64", args.importer == "fx")
     times["export"] = time.time() - t0
     f64 = torch.float64
+    batch = cross_entropy_options(args, pt, batch, work)
 
     t0 = time.time()
     if args.importer == "fx":
@@ -533,10 +567,19 @@ def main(argv=None) -> int:
     p.add_argument("--freeze", action="append", metavar="PATTERN",
                    help="kiln --freeze PATTERN against requires_grad=False on the same parameters "
                         "(repeatable; float64 only)")
+    p.add_argument("--label-smoothing", type=float, default=0.0,
+                   help="cross_entropy's label smoothing on both sides (kiln --label-smoothing; float64 only)")
+    p.add_argument("--ignore-index", type=int, help="cross_entropy's ignore_index on both sides; every third "
+                                                     "target of the batch becomes it (float64 only)")
+    p.add_argument("--class-weights", action="store_true",
+                   help="random class weights (seeded) for cross_entropy on both sides (float64 only)")
     p.add_argument("--verbose", "-v", action="store_true", help="a line per tensor, not only failures")
     args = p.parse_args(argv)
     if not args.self_check and not args.kiln:
         p.error("give --kiln PATH (or --self-check)")
+    args.kiln_extra = []
+    if (args.label_smoothing or args.ignore_index is not None or args.class_weights) and args.dtype != "float64":
+        p.error("--label-smoothing, --ignore-index and --class-weights are checked in float64 (--dtype float64)")
     modes = args.mode.split(",")
     for m in modes:
         if m not in MODES:
