@@ -325,16 +325,17 @@ class VideoNet(nn.Module):
     3x3x3 block with a residual, a (2+1)D pair (spatial 1x3x3, then
     temporal 3x1x1), average pooling, global pooling and a linear head."""
 
-    def __init__(self, classes: int = 5):
+    def __init__(self, classes: int = 5, width: int = 8):
         super().__init__()
-        self.stem = nn.Conv3d(3, 8, (3, 5, 5), stride=(1, 2, 2), padding=(1, 2, 2), bias=False)
-        self.bn = nn.BatchNorm3d(8)
+        w, w2 = width, width * 3 // 2
+        self.stem = nn.Conv3d(3, w, (3, 5, 5), stride=(1, 2, 2), padding=(1, 2, 2), bias=False)
+        self.bn = nn.BatchNorm3d(w)
         self.pool = nn.MaxPool3d((1, 3, 3), stride=(1, 2, 2), padding=(0, 1, 1))
-        self.block = nn.Sequential(nn.Conv3d(8, 8, 3, padding=1, groups=2), nn.BatchNorm3d(8), nn.ReLU())
-        self.spatial = nn.Conv3d(8, 12, (1, 3, 3), padding=(0, 1, 1))
-        self.temporal = nn.Conv3d(12, 12, (3, 1, 1), stride=(2, 1, 1), padding=(1, 0, 0))
+        self.block = nn.Sequential(nn.Conv3d(w, w, 3, padding=1, groups=2), nn.BatchNorm3d(w), nn.ReLU())
+        self.spatial = nn.Conv3d(w, w2, (1, 3, 3), padding=(0, 1, 1))
+        self.temporal = nn.Conv3d(w2, w2, (3, 1, 1), stride=(2, 1, 1), padding=(1, 0, 0))
         self.avg = nn.AvgPool3d(2, ceil_mode=True, count_include_pad=False)
-        self.head = nn.Linear(12, classes)
+        self.head = nn.Linear(w2, classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.pool(torch.relu(self.bn(self.stem(x))))
@@ -825,12 +826,15 @@ _REGISTRY: Dict[str, Tuple[Callable[[], nn.Module], tuple, Tuple[str, ...]]] = {
     "bat_cells_long": (lambda: CellLoopClassifier(vocab=10000, d=512, hidden=128, classes=20),
                        (_ints((32, 256), 10000),), ("trace",)),
     "bat_bert_base6": (BertClassifier, (_ints((8, 128), 30522),), ("trace",)),
+    # A 3-D convolutional video classifier: 16 frames of 112x112, width 64.
+    "bat_video": (lambda: VideoNet(classes=400, width=64), ((4, 3, 16, 112, 112),), ("trace",)),
     "bat_unet": (UNet, ((8, 3, 64, 64),), ("trace",)),
 }
 
 # Built on request only (export.py NAME), never by the test suites.
 BENCH_ONLY = {"gpt2_small", "gpt2_cls50k", "tv_resnet50", "bat_resnet50", "bat_vit_b16", "bat_gpt2_40m",
-              "bat_llama", "bat_lstm", "bat_cells", "bat_cells_long", "bat_bert_base6", "bat_unet"}
+              "bat_llama", "bat_lstm", "bat_cells", "bat_cells_long", "bat_bert_base6", "bat_unet",
+              "bat_video"}
 NAMES: List[str] = [n for n in _REGISTRY if n not in BENCH_ONLY]
 
 # Models whose forward is meant to run in train mode.
