@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -865,6 +866,79 @@ Value* einsum(Cx& cx, const std::string& equation, const std::vector<Value*>& op
   for (size_t i = 0; i < perm.size(); ++i) identity = identity && perm[i] == static_cast<int64_t>(i);
   if (!identity) acc = cx.emit("permute", {acc}, {{"dims", perm}});
   return expandedTo(cx, acc, full);
+}
+
+/// scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal, scale,
+/// enable_gqa), as F.scaled_dot_product_attention's documented math:
+/// softmax(q k^T * scale (+ a float mask, or -inf where a bool mask is
+/// false; a causal mask keeps j <= i)) v, with dropout on the weights. GQA:
+/// k and v heads (dim -3) repeated to q's.
+template <class Cx>
+Value* sdpa(Cx& cx, Value* q, Value* k, Value* v, Value* mask, double dropout_p, bool is_causal,
+            std::optional<double> scale, bool gqa = false) {
+  const DType t = q->dtype();
+  const int64_t r = q->type().rank();
+  if (r < 2 || k->type().rank() != r || v->type().rank() != r)
+    fail("scaled_dot_product_attention needs query, key and value of one rank >= 2, got " + q->type().str() + ", " +
+         k->type().str() + ", " + v->type().str());
+  if (gqa && r >= 3 && k->shape()[r - 3] != q->shape()[r - 3]) {
+    const int64_t hq = q->shape()[r - 3], hk = k->shape()[r - 3];
+    if (hk <= 0 || hq % hk) fail("enable_gqa: " + std::to_string(hq) + " query heads over " + std::to_string(hk) + " key heads");
+    std::vector<int64_t> idx;
+    for (int64_t h = 0; h < hq; ++h) idx.push_back(h / (hq / hk));
+    Value* rep = cx.constInput(Tensor::fromInt64s({hq}, idx));
+    k = cx.emit("index", {k, rep}, {{"dim", r - 3}});
+    v = cx.emit("index", {v, rep}, {{"dim", r - 3}});
+  }
+  const int64_t L = q->shape()[r - 2], S = k->shape()[r - 2], E = q->shape()[r - 1];
+  std::vector<int64_t> swap(static_cast<size_t>(r));
+  for (int64_t d = 0; d < r; ++d) swap[static_cast<size_t>(d)] = d;
+  std::swap(swap[static_cast<size_t>(r - 1)], swap[static_cast<size_t>(r - 2)]);
+  Value* kt = cx.emit("permute", {k}, {{"dims", swap}});
+  const double s = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(E));
+  Value* att = cx.emit("mul", {cx.emit("matmul", {q, kt}), cx.scalar(s, t)});
+  const double ninf = -std::numeric_limits<double>::infinity();
+  if (is_causal) {
+    Value* ones = cx.emit("full", {}, {{"shape", Shape{L, S}}, {"value", 1.0}, {"dtype", DType::Bool}});
+    Value* keep = cx.emit("tril", {ones}, {{"diagonal", int64_t{0}}});
+    att = cx.emit("where", {keep, att, cx.scalar(ninf, t)});
+  }
+  if (mask)
+    att = mask->dtype() == DType::Bool ? cx.emit("where", {mask, att, cx.scalar(ninf, t)})
+                                       : cx.emit("add", {att, castTo(cx, mask, t)});
+  att = cx.emit("softmax", {att}, {{"dim", r - 1}});
+  if (dropout_p > 0) att = cx.emitNode("dropout", {att}, {{"p", dropout_p}, {"training", int64_t{1}}})->output(0);
+  return cx.emit("matmul", {att, v});
+}
+
+/// rms_norm(x, normalized_shape, weight, eps) and rstd: x * rsqrt(mean(x^2)
+/// over the trailing normalized dims + eps) (* weight), computed in f32 for
+/// bf16/f16 input and cast back, as PyTorch's decomposition; eps unset: the
+/// dtype's machine epsilon (torch.finfo).
+template <class Cx>
+std::pair<Value*, Value*> rmsNorm(Cx& cx, Value* x, const std::vector<int64_t>& normalized, Value* weight,
+                                  std::optional<double> eps) {
+  const int64_t r = x->type().rank(), n = static_cast<int64_t>(normalized.size());
+  if (n == 0 || n > r) fail("rms_norm: normalized_shape has " + std::to_string(n) + " dims for " + x->type().str());
+  for (int64_t i = 0; i < n; ++i)
+    if (x->shape()[static_cast<size_t>(r - n + i)] != normalized[static_cast<size_t>(i)])
+      fail("rms_norm: normalized_shape does not match the trailing dims of " + x->type().str());
+  const DType in = x->dtype();
+  if (!isFloating(in)) fail("rms_norm needs a floating input, got " + x->type().str());
+  const DType t = isLowPrecisionFloat(in) ? DType::F32 : in;
+  const double e = eps ? *eps
+                       : in == DType::F64 ? 2.220446049250313e-16
+                       : in == DType::BF16 ? 0.0078125
+                       : in == DType::F16 ? 0.0009765625
+                                          : 1.1920928955078125e-07;
+  Value* xf = castTo(cx, x, t);
+  std::vector<int64_t> dims;
+  for (int64_t d = r - n; d < r; ++d) dims.push_back(d);
+  Value* ms = cx.emit("mean", {cx.emit("mul", {xf, xf})}, {{"dims", dims}, {"keepdim", int64_t{1}}});
+  Value* rstd = cx.emit("rsqrt", {cx.emit("add", {ms, cx.scalar(e, t)})});
+  Value* y = cx.emit("mul", {xf, rstd});
+  if (weight) y = cx.emit("mul", {y, castTo(cx, weight, t)});
+  return {castTo(cx, y, in), rstd};
 }
 
 }  // namespace kiln::decomp

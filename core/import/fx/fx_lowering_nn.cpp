@@ -194,6 +194,37 @@ FxValue lowerAdaptiveMaxPool(Lowering& cx, NodeArgs& a) {
                                                           "supported (Kiln's adaptive_max_pool2d returns values only)")});
 }
 
+/// PyTorch 2.x attention: scaled_dot_product_attention (enable_gqa from 2.5)
+/// and the fused kernels torch.export records in its place:
+/// _scaled_dot_product_flash_attention_for_cpu (attn_mask keyword),
+/// _scaled_dot_product_efficient_attention (attn_bias) and
+/// _scaled_dot_product_flash_attention; all the same math (the shared
+/// decomposition). Their extra results (logsumexp, RNG state, ...) are
+/// only for their own backward: missing here.
+FxValue lowerSdpa(Lowering& cx, NodeArgs& a) {
+  Value* mask = a.has("attn_mask") ? a.optTensor("attn_mask") : a.has("attn_bias") ? a.optTensor("attn_bias") : nullptr;
+  const double p = a.has("dropout_p") ? a.real("dropout_p") : 0.0;
+  const bool causal = a.has("is_causal") && a.flag("is_causal");
+  const bool gqa = a.has("enable_gqa") && a.flag("enable_gqa");
+  Value* y = decomp::sdpa(cx, a.tensor("query"), a.tensor("key"), a.tensor("value"), mask, p, causal,
+                          a.optReal("scale"), gqa);
+  if (a.kiln.empty()) return FxValue::of(y);
+  const int extra = a.kiln == "flash_cpu" ? 1 : a.kiln == "efficient" ? 3 : 8;
+  std::vector<FxValue> out{FxValue::of(y)};
+  for (int k = 0; k < extra; ++k)
+    out.push_back(FxValue::missing("the fused attention's auxiliary results (logsumexp, RNG state) are not computed"));
+  return FxValue::tuple(std::move(out));
+}
+
+/// rms_norm(input, normalized_shape, weight=None, eps=None) (PyTorch 2.4+) and
+/// _fused_rms_norm(input, normalized_shape, weight, eps) -> (output, rstd).
+FxValue lowerRmsNorm(Lowering& cx, NodeArgs& a) {
+  auto [y, rstd] = decomp::rmsNorm(cx, a.tensor("input"), a.ints("normalized_shape"), a.optTensor("weight"),
+                                   a.optReal("eps"));
+  if (a.kiln != "fused") return FxValue::of(y);
+  return FxValue::tuple({FxValue::of(y), FxValue::of(rstd)});
+}
+
 /// _softmax / _log_softmax(self, dim, half_to_float) and softmax.int / log_softmax.int(self, dim, dtype?).
 FxValue lowerSoftmax(Lowering& cx, NodeArgs& a) {
   Value* x = a.tensor("self");
@@ -282,6 +313,12 @@ constexpr FxRule kRules[] = {
     {"aten._native_batch_norm_legit_no_training.default", lowerBatchNorm},
     {"aten._native_batch_norm_legit_functional.default", lowerBatchNorm, "functional"},
     {"aten.native_layer_norm.default", lowerLayerNorm},
+    {"aten.rms_norm.default", lowerRmsNorm},
+    {"aten._fused_rms_norm.default", lowerRmsNorm, "fused"},
+    {"aten.scaled_dot_product_attention.default", lowerSdpa},
+    {"aten._scaled_dot_product_flash_attention_for_cpu.default", lowerSdpa, "flash_cpu"},
+    {"aten._scaled_dot_product_efficient_attention.default", lowerSdpa, "efficient"},
+    {"aten._scaled_dot_product_flash_attention.default", lowerSdpa, "flash"},
     {"aten.native_group_norm.default", lowerGroupNorm},
     {"aten.embedding.default", lowerEmbedding},
     {"aten.native_dropout.default", lowerNativeDropout},

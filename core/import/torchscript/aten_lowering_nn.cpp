@@ -371,27 +371,10 @@ Value* swapLast2(Lowering& cx, Value* v) {
 
 // scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0, is_causal=False, scale=None)
 Out lowerSdpa(Lowering& cx, Args& a) {
-  Value* q = a.tensor(0);
-  Value* k = a.tensor(1);
-  Value* v = a.tensor(2);
-  DType t = q->dtype();
-  int64_t L = q->shape()[q->shape().size() - 2], S = k->shape()[k->shape().size() - 2], E = q->shape().back();
-  double scale = a.given(6) ? a.real(6) : 1.0 / std::sqrt(static_cast<double>(E));
-  Value* att = cx.emit("mul", {cx.emit("matmul", {q, swapLast2(cx, k)}), cx.scalar(scale, t)});
-  const double ninf = -std::numeric_limits<double>::infinity();
-  if (a.given(5) && a.flag(5)) {
-    Value* keep = cx.emit("tril", {fullOf(cx, {L, S}, 1.0, DType::Bool)}, {{"diagonal", int64_t{0}}});
-    att = cx.emit("where", {keep, att, cx.scalar(ninf, t)});
-  }
-  if (a.given(3)) {
-    Value* m = a.tensor(3);
-    att = m->dtype() == DType::Bool ? cx.emit("where", {m, att, cx.scalar(ninf, t)})
-                                    : cx.emit("add", {att, cx.cast(m, t)});
-  }
-  att = cx.emit("softmax", {att}, {{"dim", att->type().rank() - 1}});
-  if (a.given(4) && a.real(4) > 0)
-    att = cx.emitNode("dropout", {att}, {{"p", a.real(4)}, {"training", int64_t{1}}})->output(0);
-  return single(cx, cx.emit("matmul", {att, v}));
+  std::optional<double> scale;
+  if (a.given(6)) scale = a.real(6);
+  return single(cx, decomp::sdpa(cx, a.tensor(0), a.tensor(1), a.tensor(2), a.given(3) ? a.tensor(3) : nullptr,
+                                 a.given(4) ? a.real(4) : 0.0, a.given(5) && a.flag(5), scale));
 }
 
 // ---- The inference fast paths of nn.MultiheadAttention / nn.TransformerEncoderLayer --------
