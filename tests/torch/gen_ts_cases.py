@@ -296,6 +296,10 @@ traced("pool3d", lambda x: (F.max_pool3d(x, 2), F.max_pool3d(x, 3, stride=2, pad
                             F.avg_pool3d(x, (3, 2, 2), ceil_mode=True), F.avg_pool3d(x, 2, divisor_override=3),
                             F.adaptive_avg_pool3d(x, (2, 3, 2)), F.adaptive_avg_pool3d(x, 1),
                             F.adaptive_max_pool3d(x, (3, 2, 4)), F.max_pool3d(x[0], 2)), VOL)
+traced("upsample3d", lambda x: (F.interpolate(x, scale_factor=2, mode="trilinear"),
+                                F.interpolate(x, size=(4, 9, 3), mode="trilinear", align_corners=True),
+                                F.interpolate(x, scale_factor=(1.5, 2, 0.5), mode="trilinear"),
+                                F.interpolate(x, scale_factor=2, mode="nearest"), F.interpolate(x, size=(3, 10, 7))), VOL)
 traced("conv_transpose_functional", lambda x, w: F.conv_transpose2d(x, w, stride=2, output_padding=1), IMG,
        randn(4, 2, 3, 3))
 def _bn_eval():

@@ -34,9 +34,11 @@ Resize resizeArgs(NodeArgs& a, const Shape& in, size_t spatial) {
         r.scales[k] = v.kind == FxArg::Kind::Float ? v.f : static_cast<double>(v.i);
       }
     }
-  } else {  // .default: scales_h / scales_w (2-d) or scales (1-d)
+  } else {  // .default: scales (1-d), scales_h / scales_w (2-d), scales_d / scales_h / scales_w (3-d)
     const char* names2[] = {"scales_h", "scales_w"};
-    for (size_t k = 0; k < spatial; ++k) r.scales[k] = a.optReal(spatial == 1 ? "scales" : names2[k]);
+    const char* names3[] = {"scales_d", "scales_h", "scales_w"};
+    for (size_t k = 0; k < spatial; ++k)
+      r.scales[k] = a.optReal(spatial == 1 ? "scales" : spatial == 2 ? names2[k] : names3[k]);
   }
   const char* size_arg = a.has("output_size") ? "output_size" : "size";
   if (a.given(size_arg)) {
@@ -60,17 +62,20 @@ Value* spatialInput(NodeArgs& a, size_t spatial) {
   return x;
 }
 
-/// upsample_nearest1d/2d: out[i] = in[min(floor(i * scale), in - 1)].
+/// 1, 2 or 3 spatial dims: the rule's "1d" / "2d" / "3d".
+size_t spatialDims(const NodeArgs& a) { return a.kiln == "1d" ? 1 : a.kiln == "3d" ? 3 : 2; }
+
+/// upsample_nearest1d/2d/3d: out[i] = in[min(floor(i * scale), in - 1)].
 FxValue lowerNearest(Lowering& cx, NodeArgs& a) {
-  const size_t spatial = a.kiln == "1d" ? 1 : 2;
+  const size_t spatial = spatialDims(a);
   Value* x = spatialInput(a, spatial);
   const Resize r = resizeArgs(a, x->shape(), spatial);
   return FxValue::of(decomp::upsampleNearest(cx, x, r.out, r.scales));
 }
 
-/// upsample_linear1d / upsample_bilinear2d: per dim, out = in[i0] * w0 + in[i1] * w1.
+/// upsample_linear1d / bilinear2d / trilinear3d: per dim, out = in[i0] * w0 + in[i1] * w1.
 FxValue lowerLinear(Lowering& cx, NodeArgs& a) {
-  const size_t spatial = a.kiln == "1d" ? 1 : 2;
+  const size_t spatial = spatialDims(a);
   Value* x = spatialInput(a, spatial);
   if (!isFloating(x->dtype())) a.fail("input", "linear upsampling needs a floating-point tensor, got " + x->type().str());
   const Resize r = resizeArgs(a, x->shape(), spatial);
@@ -98,6 +103,8 @@ constexpr FxRule kRules[] = {
     {"aten.upsample_nearest2d.default", lowerNearest, "2d"}, {"aten.upsample_nearest2d.vec", lowerNearest, "2d"},
     {"aten.upsample_linear1d.default", lowerLinear, "1d"},   {"aten.upsample_linear1d.vec", lowerLinear, "1d"},
     {"aten.upsample_bilinear2d.default", lowerLinear, "2d"}, {"aten.upsample_bilinear2d.vec", lowerLinear, "2d"},
+    {"aten.upsample_nearest3d.default", lowerNearest, "3d"}, {"aten.upsample_nearest3d.vec", lowerNearest, "3d"},
+    {"aten.upsample_trilinear3d.default", lowerLinear, "3d"}, {"aten.upsample_trilinear3d.vec", lowerLinear, "3d"},
     {"aten.upsample_bicubic2d.default", lowerCubic},         {"aten.upsample_bicubic2d.vec", lowerCubic},
 };
 

@@ -48,22 +48,25 @@ Resize resizeArgs(const Args& a, const Shape& in, size_t spatial, size_t scales_
   return r;
 }
 
-// upsample_nearest1d/2d: out[i] = in[min(floor(i * scale), in - 1)]
+/// 1, 2 or 3 spatial dims: the rule's "1d" / "2d" / "3d".
+size_t spatialDims(const Args& a) { return a.kiln_op == "1d" ? 1 : a.kiln_op == "3d" ? 3 : 2; }
+
+// upsample_nearest1d/2d/3d: out[i] = in[min(floor(i * scale), in - 1)]
 Out lowerNearest(Lowering& cx, Args& a) {
   Value* x = a.tensor(0);
-  size_t spatial = a.kiln_op == "1d" ? 1 : 2;
+  size_t spatial = spatialDims(a);
   if (x->type().rank() != static_cast<int64_t>(spatial) + 2)
     fail("expects a " + std::to_string(spatial + 2) + "-d input, got " + x->type().str());
   Resize r = resizeArgs(a, x->shape(), spatial, 2);
   return single(cx, decomp::upsampleNearest(cx, x, r.out, r.scales));
 }
 
-// upsample_linear1d / upsample_bilinear2d(input, output_size, align_corners, scales...):
+// upsample_linear1d / bilinear2d / trilinear3d(input, output_size, align_corners, scales...):
 // per dim, out = in[i0] * (1 - l) + in[i1] * l
 Out lowerLinear(Lowering& cx, Args& a) {
   Value* x = a.tensor(0);
   if (!isFloating(x->dtype())) fail("linear upsampling needs a floating-point input");
-  size_t spatial = a.kiln_op == "1d" ? 1 : 2;
+  size_t spatial = spatialDims(a);
   if (x->type().rank() != static_cast<int64_t>(spatial) + 2)
     fail("expects a " + std::to_string(spatial + 2) + "-d input, got " + x->type().str());
   Resize r = resizeArgs(a, x->shape(), spatial, 3);
@@ -88,6 +91,7 @@ const AtenRule kRules[] = {
     {"aten::upsample_nearest1d", lowerNearest, "1d"},      {"aten::upsample_nearest2d", lowerNearest, "2d"},
     {"aten::upsample_linear1d", lowerLinear, "1d"},        {"aten::upsample_bilinear2d", lowerLinear, "2d"},
     {"aten::upsample_bicubic2d", lowerCubic},
+    {"aten::upsample_nearest3d", lowerNearest, "3d"},      {"aten::upsample_trilinear3d", lowerLinear, "3d"},
     {"aten::pixel_shuffle", lowerPixelShuffle, "shuffle"}, {"aten::pixel_unshuffle", lowerPixelShuffle, "unshuffle"},
 };
 
