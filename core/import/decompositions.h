@@ -442,37 +442,16 @@ ValuesIndices kthvalue(Cx& cx, Value* x, int64_t k, int64_t dim, bool keepdim) {
   return {values, idx};
 }
 
-/// The broadcast of two shapes (NumPy rules), or a failure naming both.
-inline Shape broadcastPair(const Shape& a, const Shape& b) {
-  const size_t r = std::max(a.size(), b.size());
-  Shape out(r);
-  for (size_t i = 0; i < r; ++i) {
-    const int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
-    const int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
-    if (da != db && da != 1 && db != 1)
-      fail("index shapes " + TensorType{DType::I64, a}.str() + " and " + TensorType{DType::I64, b}.str() +
-           " do not broadcast");
-    out[i] = da == 1 ? db : da;
-  }
-  return out;
-}
-
 /// `v` broadcast to `s` unless it has that shape already.
 template <class Cx>
 Value* expandedTo(Cx& cx, Value* v, const Shape& s) {
   return v->shape() == s ? v : cx.emit("expand", {v}, {{"shape", s}});
 }
 
-/// `v` as `dtype` unless it is already.
-template <class Cx>
-Value* castTo(Cx& cx, Value* v, DType dtype) {
-  return v->dtype() == dtype ? v : cx.emit("cast", {v}, {{"dtype", dtype}});
-}
-
 /// Integer index `i` (i64) with negative entries counted from the end of a dim of `size`.
 template <class Cx>
 Value* wrapIndex(Cx& cx, Value* i, int64_t size) {
-  i = castTo(cx, i, DType::I64);
+  i = cx.cast(i, DType::I64);
   Value* neg = cx.emit("lt", {i, cx.scalar(0, DType::I64)});
   return cx.emit("where", {neg, cx.emit("add", {i, cx.scalar(static_cast<double>(size), DType::I64)}), i});
 }
@@ -506,7 +485,7 @@ AdvancedIndex advancedIndex(Cx& cx, Value* x, const std::vector<Value*>& indices
     if (!isIntegral(indices[k]->dtype()) || indices[k]->dtype() == DType::Bool)
       fail("index tensors must hold integers, got " + indices[k]->type().str());
     indexed.push_back(static_cast<int64_t>(k));
-    r.index_shape = first ? indices[k]->shape() : broadcastPair(r.index_shape, indices[k]->shape());
+    r.index_shape = first ? indices[k]->shape() : broadcastShapes(r.index_shape, indices[k]->shape());
     first = false;
   }
   if (indexed.empty()) fail("advanced indexing needs an index tensor");
@@ -565,6 +544,28 @@ Value* indexTensors(Cx& cx, Value* x, const std::vector<Value*>& indices) {
   return r.at == 0 ? g : cx.emit("permute", {g}, {{"dims", indexLayout(r, true)}});
 }
 
+/// x[indices] (aten::index): no index tensor is x, one is Kiln's `index`
+/// along its dim, several go through advancedIndex; a boolean mask gives a
+/// data-dependent shape and fails.
+template <class Cx>
+Value* indexWith(Cx& cx, Value* x, const std::vector<Value*>& indices) {
+  int64_t dim = -1, count = 0;
+  for (size_t k = 0; k < indices.size(); ++k) {
+    if (!indices[k]) continue;
+    if (indices[k]->dtype() == DType::Bool || indices[k]->dtype() == DType::U8)
+      fail("indexing with a boolean mask has a data-dependent shape; Kiln needs static shapes (x[mask] = v and "
+           "torch.where(mask, x, y) are static)");
+    if (!isIntegral(indices[k]->dtype())) fail("index tensors must hold integers, got " + indices[k]->type().str());
+    dim = static_cast<int64_t>(k);
+    ++count;
+  }
+  if (static_cast<int64_t>(indices.size()) > std::max<int64_t>(x->type().rank(), 1))
+    fail(std::to_string(indices.size()) + " indices for a tensor " + x->type().str());
+  if (count == 0) return x;
+  if (count == 1) return cx.emit("index", {x, indices[static_cast<size_t>(dim)]}, {{"dim", dim}});
+  return indexTensors(cx, x, indices);
+}
+
 /// x.index_put(indices, values, accumulate). A single boolean mask over
 /// x's leading dims (x[mask] = v, v one value or broadcast over the dims
 /// the mask leaves) is a where; integer index tensors go through
@@ -574,7 +575,7 @@ Value* indexTensors(Cx& cx, Value* x, const std::vector<Value*>& indices) {
 /// add up here).
 template <class Cx>
 Value* indexPut(Cx& cx, Value* x, const std::vector<Value*>& indices, Value* values, bool accumulate) {
-  values = castTo(cx, values, x->dtype());
+  values = cx.cast(values, x->dtype());
   const Shape& xs = x->shape();
   size_t masks = 0, tensors = 0;
   for (Value* i : indices)
@@ -582,7 +583,7 @@ Value* indexPut(Cx& cx, Value* x, const std::vector<Value*>& indices, Value* val
   if (masks) {
     if (tensors != 1 || !indices[0])
       fail("index_put with a boolean mask is supported as x[mask] = v with the mask alone over x's leading dims");
-    Value* mask = castTo(cx, indices[0], DType::Bool);
+    Value* mask = cx.cast(indices[0], DType::Bool);
     const Shape& ms = mask->shape();
     if (ms.size() > xs.size() || !std::equal(ms.begin(), ms.end(), xs.begin()))
       fail("the mask " + mask->type().str() + " does not match the leading dims of " + x->type().str());
@@ -653,19 +654,18 @@ Value* scatter(Cx& cx, Value* x, int64_t dim, Value* index, Value* src, double v
   if (!isFloating(x->dtype())) {
     // Kiln's scatter_add adds floats: integers go through f64 (exact below
     // 2^53), mean rounds down as PyTorch's integer division does.
-    Value* r = scatter(cx, castTo(cx, x, DType::F64), dim, index, src ? castTo(cx, src, DType::F64) : nullptr, value,
+    Value* r = scatter(cx, cx.cast(x, DType::F64), dim, index, src ? cx.cast(src, DType::F64) : nullptr, value,
                        reduce, include_self);
     if (reduce == "mean") r = cx.emit("floor", {r});
-    return castTo(cx, r, x->dtype());
+    return cx.cast(r, x->dtype());
   }
   const DType t = x->dtype();
   const int64_t d = normalizeAxis(dim, x->type().rank());
   if (!isIntegral(index->dtype()) || index->dtype() == DType::Bool)
     fail("scatter's index must hold integers, got " + index->type().str());
-  index = wrapIndex(cx, index, x->type().rank() == 0 ? 1 : x->shape()[d]);
   const bool plain = reduce.empty(), given_src = src != nullptr;
   if (!src) src = cx.emit("full", {}, {{"shape", index->shape()}, {"value", value}, {"dtype", t}});
-  src = castTo(cx, src, t);
+  src = cx.cast(src, t);
   auto sumInto = [&](Value* base, Value* what) { return cx.emit("scatter_add", {base, index, what}, {{"dim", d}}); };
   const bool sum = reduce == "sum" || reduce == "add";
   if (sum && include_self) return sumInto(x, src);
@@ -695,7 +695,7 @@ Value* oneHot(Cx& cx, Value* x, int64_t classes) {
   Shape s = x->shape();
   s.push_back(1);
   Value* r = cx.emit("arange", {}, {{"end", static_cast<double>(classes)}, {"dtype", x->dtype()}});
-  return castTo(cx, cx.emit("eq", {reshapedTo(cx, x, s), r}), DType::I64);
+  return cx.cast(cx.emit("eq", {reshapedTo(cx, x, s), r}), DType::I64);
 }
 
 /// take_along_dim(x, indices, dim): gather after broadcasting x and indices
@@ -713,11 +713,10 @@ Value* takeAlongDim(Cx& cx, Value* x, Value* idx, std::optional<int64_t> dim) {
   const int64_t d = normalizeAxis(*dim, x->type().rank());
   Shape xs = x->shape(), is = idx->shape();
   xs[d] = 1, is[d] = 1;
-  const Shape common = broadcastPair(xs, is);
+  const Shape common = broadcastShapes(xs, is);
   xs = common, is = common;
   xs[d] = x->shape()[d], is[d] = idx->shape()[d];
-  return cx.emit("gather", {expandedTo(cx, x, xs), wrapIndex(cx, expandedTo(cx, idx, is), x->shape()[d])},
-                 {{"dim", d}});
+  return cx.emit("gather", {expandedTo(cx, x, xs), expandedTo(cx, idx, is)}, {{"dim", d}});
 }
 
 /// torch.einsum(equation, operands): each operand's subscripts (with `...`
@@ -905,7 +904,7 @@ Value* sdpa(Cx& cx, Value* q, Value* k, Value* v, Value* mask, double dropout_p,
   }
   if (mask)
     att = mask->dtype() == DType::Bool ? cx.emit("where", {mask, att, cx.scalar(ninf, t)})
-                                       : cx.emit("add", {att, castTo(cx, mask, t)});
+                                       : cx.emit("add", {att, cx.cast(mask, t)});
   att = cx.emit("softmax", {att}, {{"dim", r - 1}});
   if (dropout_p > 0) att = cx.emitNode("dropout", {att}, {{"p", dropout_p}, {"training", int64_t{1}}})->output(0);
   return cx.emit("matmul", {att, v});
@@ -931,14 +930,14 @@ std::pair<Value*, Value*> rmsNorm(Cx& cx, Value* x, const std::vector<int64_t>& 
                        : in == DType::BF16 ? 0.0078125
                        : in == DType::F16 ? 0.0009765625
                                           : 1.1920928955078125e-07;
-  Value* xf = castTo(cx, x, t);
+  Value* xf = cx.cast(x, t);
   std::vector<int64_t> dims;
   for (int64_t d = r - n; d < r; ++d) dims.push_back(d);
   Value* ms = cx.emit("mean", {cx.emit("mul", {xf, xf})}, {{"dims", dims}, {"keepdim", int64_t{1}}});
   Value* rstd = cx.emit("rsqrt", {cx.emit("add", {ms, cx.scalar(e, t)})});
   Value* y = cx.emit("mul", {xf, rstd});
-  if (weight) y = cx.emit("mul", {y, castTo(cx, weight, t)});
-  return {castTo(cx, y, in), rstd};
+  if (weight) y = cx.emit("mul", {y, cx.cast(weight, t)});
+  return {cx.cast(y, in), rstd};
 }
 
 }  // namespace kiln::decomp

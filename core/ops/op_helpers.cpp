@@ -2,22 +2,37 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 namespace kiln {
 
 void opFail(const Node& n, const std::string& msg) { fail(n.describe() + ": " + msg); }
 
-Shape broadcastShapes(const Node& n, const Shape& a, const Shape& b) {
+namespace {
+/// The broadcast of a and b, or nullopt when they do not broadcast.
+std::optional<Shape> broadcastOf(const Shape& a, const Shape& b) {
   size_t r = std::max(a.size(), b.size());
   Shape out(r);
   for (size_t i = 0; i < r; ++i) {
     int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
     int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
-    if (da != db && da != 1 && db != 1)
-      opFail(n, "shapes " + shapeStr(a) + " and " + shapeStr(b) + " do not broadcast");
+    if (da != db && da != 1 && db != 1) return std::nullopt;
     out[i] = da == 1 ? db : da;
   }
   return out;
+}
+}  // namespace
+
+Shape broadcastShapes(const Node& n, const Shape& a, const Shape& b) {
+  auto s = broadcastOf(a, b);
+  if (!s) opFail(n, "shapes " + shapeStr(a) + " and " + shapeStr(b) + " do not broadcast");
+  return *s;
+}
+
+Shape broadcastShapes(const Shape& a, const Shape& b) {
+  auto s = broadcastOf(a, b);
+  if (!s) fail("shapes " + shapeStr(a) + " and " + shapeStr(b) + " do not broadcast");
+  return *s;
 }
 
 Shape resolveReshape(const Node& n, const Shape& in, const std::vector<int64_t>& spec) {

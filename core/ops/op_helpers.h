@@ -30,6 +30,8 @@ inline AttrSpec unsetAttr(std::string name, AttrKind k) {
 
 /// NumPy/PyTorch broadcast of two shapes; throws naming the node on mismatch.
 Shape broadcastShapes(const Node& n, const Shape& a, const Shape& b);
+/// The same without a node: the failure names the two shapes only.
+Shape broadcastShapes(const Shape& a, const Shape& b);
 /// Resolve a reshape target that may contain one -1 against `numel`.
 Shape resolveReshape(const Node& n, const Shape& in, const std::vector<int64_t>& spec);
 /// Resolve an expand target (-1 keeps the input size), checking broadcastability.

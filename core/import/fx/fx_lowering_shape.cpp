@@ -310,26 +310,11 @@ FxValue lowerUnbind(Lowering& cx, NodeArgs& a) {
   return FxValue::tuple(std::move(items));
 }
 
-/// index.Tensor(self, [None, ..., idx, None...]): one advanced index -> Kiln `index` along its dim.
 /// index.Tensor(self, indices): one index tensor along a dim, or several
 /// (advanced indexing, broadcast together); a boolean mask gives a
 /// data-dependent shape.
 FxValue lowerIndex(Lowering& cx, NodeArgs& a) {
-  Value* x = a.tensor("self");
-  auto indices = a.optTensors("indices");
-  int64_t dim = -1, count = 0;
-  for (size_t i = 0; i < indices.size(); ++i) {
-    if (!indices[i]) continue;
-    if (!isIntegral(indices[i]->dtype()) || indices[i]->dtype() == DType::Bool)
-      a.fail("indices", "only integer index tensors are supported (a boolean mask gives a data-dependent shape), got " +
-                            indices[i]->type().str());
-    dim = static_cast<int64_t>(i);
-    ++count;
-  }
-  if (count == 0) return FxValue::of(x);
-  if (dim >= x->type().rank()) a.fail("indices", "more indices than " + x->type().str() + " has dims");
-  if (count == 1) return FxValue::of(cx.emit("index", {x, indices[dim]}, {{"dim", dim}}));
-  return FxValue::of(decomp::indexTensors(cx, x, indices));
+  return FxValue::of(decomp::indexWith(cx, a.tensor("self"), a.optTensors("indices")));
 }
 
 /// index_put(self, indices, values, accumulate=False): x[idx] = v, x[i, j] += v, x[mask] = v.

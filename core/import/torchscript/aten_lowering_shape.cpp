@@ -390,19 +390,8 @@ std::vector<Value*> indexList(Lowering& cx, const SV& list) {
 // data-dependent shape.
 Out lowerIndex(Lowering& cx, Args& a) {
   Value* x = a.tensor(0);
-  const std::vector<Value*> idx = indexList(cx, a[1]);
-  int64_t dim = -1, count = 0;
-  for (size_t k = 0; k < idx.size(); ++k) {
-    if (!idx[k]) continue;
-    if (idx[k]->dtype() == DType::Bool || idx[k]->dtype() == DType::U8)
-      fail("indexing with a boolean mask has a data-dependent shape; Kiln needs static shapes (x[mask] = v and "
-           "torch.where(mask, x, y) are static)");
-    dim = static_cast<int64_t>(k);
-    ++count;
-  }
-  if (count == 0) return {a[0]};
-  if (count == 1) return single(cx, cx.emit("index", {x, indexTensor(cx, a[1].elems()[dim])}, {{"dim", dim}}));
-  return single(cx, decomp::indexTensors(cx, x, idx));
+  Value* y = decomp::indexWith(cx, x, indexList(cx, a[1]));
+  return y == x ? Out{a[0]} : single(cx, y);
 }
 
 // index_put(self, indices, values, accumulate=False) (index_put_ in place:
