@@ -9,7 +9,7 @@
 #include "passes/loss.h"
 
 #include "core/dtype.h"
-#include "core/import/decompositions.h"
+#include "core/import/decompositions/loss.h"
 
 namespace kiln {
 namespace {
@@ -27,7 +27,7 @@ struct Built {
   Value* accuracy = nullptr;
 };
 
-/// The lowering context core/import/decompositions.h needs, over the graph
+/// The lowering context core/import/decompositions/ needs, over the graph
 /// being built (nodes in the loss scope).
 struct GraphCx {
   Graph& g;

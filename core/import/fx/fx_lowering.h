@@ -52,7 +52,7 @@ class Lowering {
 
   /// A `full` of `shape` holding `value` as `dtype`.
   Value* full(double value, DType dtype, Shape shape = {});
-  /// A 0-d constant (core/import/decompositions.h's name for it).
+  /// A 0-d constant (core/import/decompositions/common.h's name for it).
   Value* scalar(double value, DType dtype) { return full(value, dtype); }
   /// `v` cast to `dtype` (no node when it already is).
   Value* cast(Value* v, DType dtype);

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "core/import/decompositions.h"
+#include "core/import/decompositions/math.h"
 #include "core/import/fx/fx_lowering.h"
 #include "core/result.h"
 

@@ -2,7 +2,7 @@
 // traces as addmm(bias, x, t(weight)) (or mm(x, t(weight)) without bias);
 // that pattern becomes linear(x, weight, bias), the form GEMM-with-epilogue
 // kernels want. Everything else is matmul plus the beta/alpha arithmetic.
-#include "core/import/decompositions.h"
+#include "core/import/decompositions/nn.h"
 #include "core/import/fx/fx_lowering.h"
 #include "core/result.h"
 

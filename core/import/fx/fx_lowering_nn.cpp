@@ -5,7 +5,8 @@
 // indices, layer-norm mean/rstd, nll total_weight) are FxValue::missing, so a
 // node that reads one fails with the reason; unused ones cost nothing.
 // BatchNorm in training reports its running-stat updates through cx.inplace.
-#include "core/import/decompositions_3d.h"
+#include "core/import/decompositions/conv3d.h"
+#include "core/import/decompositions/loss.h"
 #include "core/import/fx/fx_lowering.h"
 #include "core/ops/op_helpers.h"
 #include "core/result.h"

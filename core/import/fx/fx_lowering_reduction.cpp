@@ -2,7 +2,8 @@
 // (None or [] = all dims), var/std with Bessel correction, max/min with
 // indices, arg-reductions and cumsum. A `dtype` argument casts the input
 // first, as PyTorch does.
-#include "core/import/decompositions.h"
+#include "core/import/decompositions/index.h"
+#include "core/import/decompositions/math.h"
 #include "core/import/fx/fx_lowering.h"
 #include "core/result.h"
 

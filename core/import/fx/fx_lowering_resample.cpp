@@ -1,13 +1,13 @@
 // aten upsampling overloads -> Kiln `index` gathers with constant index
 // tables (and, for linear modes, a weighted sum of two gathers per dim),
-// emitted by core/import/decompositions.h as for the TorchScript importer:
+// emitted by core/import/decompositions/resample.h as for the TorchScript importer:
 // upsample_nearest1d/2d and upsample_linear1d/bilinear2d, both their .vec
 // overloads (output_size or scale_factors: what F.interpolate records) and
 // their .default ones (output_size plus optional scales); pixel_shuffle and
 // pixel_unshuffle.
 #include <cmath>
 
-#include "core/import/decompositions.h"
+#include "core/import/decompositions/resample.h"
 #include "core/import/fx/fx_lowering.h"
 #include "core/result.h"
 

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "core/import/decompositions.h"
+#include "core/import/decompositions/index.h"
 #include "core/import/fx/fx_lowering.h"
 #include "core/ops/op_helpers.h"
 #include "core/result.h"

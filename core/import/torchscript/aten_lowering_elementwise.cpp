@@ -4,7 +4,7 @@
 // cast to it, so Kiln's binary ops see two tensors of one dtype.
 #include <cmath>
 
-#include "core/import/decompositions.h"
+#include "core/import/decompositions/math.h"
 #include "core/import/torchscript/lowering.h"
 #include "core/result.h"
 

@@ -3,7 +3,7 @@
 // final mean or sum, following PyTorch's formulas (including its clamping of
 // log() at -100 in binary_cross_entropy and the stable form of the logits
 // variant). `reduction` arrives as PyTorch's enum: 0 none, 1 mean, 2 sum.
-#include "core/import/decompositions.h"
+#include "core/import/decompositions/loss.h"
 #include "core/import/torchscript/lowering.h"
 #include "core/result.h"
 

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <limits>
 
-#include "core/import/decompositions_3d.h"
+#include "core/import/decompositions/conv3d.h"
 #include "core/import/torchscript/lowering.h"
 #include "core/ops/op_helpers.h"
 #include "core/result.h"

@@ -4,7 +4,8 @@
 #include <cmath>
 #include <limits>
 
-#include "core/import/decompositions.h"
+#include "core/import/decompositions/index.h"
+#include "core/import/decompositions/math.h"
 #include "core/import/torchscript/lowering.h"
 #include "core/result.h"
 

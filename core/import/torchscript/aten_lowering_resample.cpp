@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/import/decompositions.h"
+#include "core/import/decompositions/resample.h"
 #include "core/import/torchscript/lowering.h"
 #include "core/result.h"
 

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <limits>
 
-#include "core/import/decompositions.h"
+#include "core/import/decompositions/index.h"
 #include "core/import/torchscript/lowering.h"
 #include "core/ops/op_helpers.h"
 #include "core/result.h"

@@ -1,5 +1,5 @@
 // 3-D convolution and pooling (video, volumetric models) through Kiln's 2-D
-// ops, shared by both importers (see decompositions.h for the Cx contract).
+// ops, shared by both importers (see common.h for the Cx contract).
 //
 // Pooling factors: the window of a 3-D pool is a box, so pooling over (H, W)
 // on x viewed as [N, C*D, H, W] and then over (D, Ho*Wo) on the result
@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "core/import/decompositions.h"
+#include "core/import/decompositions/nn.h"
 
 namespace kiln::decomp {
 
