@@ -93,12 +93,15 @@ def input_types_json(inputs) -> str:
 
 def export(name: str, formats: Sequence[str], out_dir: str, train: Optional[bool] = None,
            state_dict: bool = False, log=None, no_dropout: bool = False,
-           dtype: torch.dtype = torch.float32, batch: Optional[int] = None) -> Dict[str, float]:
+           dtype: torch.dtype = torch.float32, batch: Optional[int] = None,
+           inference: Optional[bool] = None) -> Dict[str, float]:
     """Export `name` in `formats` (subset of trace/script/fx) into out_dir.
     Returns seconds spent per step ("expected", "trace", "script", "fx", ...).
     no_dropout: zero every dropout probability first (zoo.zero_dropout).
     dtype: the floating-point type of the weights and inputs (traced with it).
-    batch: the example inputs' batch size instead of the zoo's."""
+    batch: the example inputs' batch size instead of the zoo's.
+    inference: export in eval mode under torch.no_grad() (default: the zoo's
+    INFERENCE_EXPORT models); False: the ordinary grad-enabled export."""
     if train is None:
         train = zoo.is_train(name)
     bad = [f for f in formats if f not in FORMATS]
@@ -136,9 +139,18 @@ def export(name: str, formats: Sequence[str], out_dir: str, train: Optional[bool
         st_io.save(prefix + ".state.safetensors", initial, meta)
         times["state"] = time.time() - t0
 
+    # Inference exports (zoo.INFERENCE_EXPORT): eval mode under no_grad, as
+    # users trace for inference; the reference outputs above are the same
+    # function (no dropout, no BatchNorm in those models).
+    if inference is None:
+        inference = name in zoo.INFERENCE_EXPORT
+    if inference:
+        meta["export"] = "inference (eval, torch.no_grad)"
     if "fx" in formats:
         t0 = time.time()
-        fx_dump.dump_fx(model, inputs, prefix, train=train)  # works on copies
+        doc = fx_dump.dump_fx(model, inputs, prefix, train=train and not inference, no_grad=inference)
+        if inference:
+            _require_fast_path(name, "FX dump", " ".join(doc["ops"]))
         times["fx"] = time.time() - t0
 
     if "script" in formats:
@@ -155,7 +167,10 @@ def export(name: str, formats: Sequence[str], out_dir: str, train: Optional[bool
             # running stats again), and on 1.13 it reports spurious "graphs
             # differed" errors for nn.MultiheadAttention users that differ only
             # in mangled class names. The test suite checks the outputs instead.
-            traced = torch.jit.trace(model, tuple(inputs), check_trace=False)
+            with torch.set_grad_enabled(not inference):
+                traced = torch.jit.trace(model.train(train and not inference), tuple(inputs), check_trace=False)
+        if inference:
+            _require_fast_path(name, "trace", str(traced.inlined_graph))
         if train:
             traced.load_state_dict(initial)  # undo the running-stat update of tracing
         torch.jit.save(traced, prefix + ".pt", _extra_files={"kiln_inputs.json": input_types_json(inputs)})
@@ -163,6 +178,18 @@ def export(name: str, formats: Sequence[str], out_dir: str, train: Optional[bool
     if log is not None:
         print(f"{name} [{mode}]: " + ", ".join(f"{k} {v:.2f}s" for k, v in times.items()), file=log)
     return times
+
+
+_FAST_PATH_OPS = ("_native_multi_head_attention", "_transformer_encoder_layer_fwd")
+
+
+def _require_fast_path(name: str, what: str, graph_text: str) -> None:
+    """An inference export must record the fused fast-path ops it exists to
+    test; if PyTorch stops taking the fast path, fail instead of testing the
+    ordinary ops under another name."""
+    if not any(op in graph_text for op in _FAST_PATH_OPS):
+        raise RuntimeError(f"{name}: the {what} exported under torch.no_grad() records none of "
+                           f"{', '.join(_FAST_PATH_OPS)}: PyTorch did not take its inference fast path")
 
 
 def parse_formats(name: str, requested: Sequence[str]) -> List[str]:

@@ -15,7 +15,9 @@ How the graph is made (works on torch 1.13 and 2.x):
      are ONE placeholder passed under all their keys. Parameters require
      grad during this step, so PyTorch takes the same "slow" paths as during
      training (nn.MultiheadAttention / TransformerEncoderLayer otherwise pick
-     fused inference kernels). Forward hooks record which module is running
+     fused inference kernels) -- unless no_grad asks for the capture an
+     inference user makes under torch.no_grad(), where those fused
+     fast-path ops are recorded as they are. Forward hooks record which module is running
      and a patched fx.Graph.create_node stamps every node with that scope and
      the user's source line.
   2. functionalize: the captured graph is re-traced through
@@ -453,12 +455,13 @@ def _dce(graph: torch.fx.Graph, keep=()) -> int:
     return removed
 
 
-def _capture(module, entries, inputs) -> torch.fx.GraphModule:
-    """Phases 1 and 2: make_fx capture, then a functionalizing re-trace."""
+def _capture(module, entries, inputs, no_grad: bool = False) -> torch.fx.GraphModule:
+    """Phases 1 and 2: make_fx capture (under torch.no_grad() with no_grad),
+    then a functionalizing re-trace."""
     fn = _state_fn(module, entries)
     with _Provenance(module) as prov:
-        with torch.enable_grad():
-            gm1 = make_fx(fn)(*_clone_state(entries, grad=True), *inputs)
+        with torch.set_grad_enabled(not no_grad):
+            gm1 = make_fx(fn)(*_clone_state(entries, grad=not no_grad), *inputs)
         _dce(gm1.graph)
         gm1.recompile()
 
@@ -569,8 +572,10 @@ def format_doc(doc: dict) -> str:
 # --------------------------------------------------------------------------
 
 
-def trace_fx(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor], train: bool = False):
-    """Capture `module` as a functional aten graph.
+def trace_fx(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor], train: bool = False,
+             no_grad: bool = False):
+    """Capture `module` as a functional aten graph (no_grad: as captured under
+    torch.no_grad(), with the inference fast paths).
 
     Returns (doc, weights, gm): the JSON document (without "weights_file"),
     the dict of tensors for the weights file, and the GraphModule."""
@@ -579,7 +584,7 @@ def trace_fx(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor], tr
     module.train(train)
     try:
         entries = collect_state(module)
-        gm = _capture(module, entries, inputs)
+        gm = _capture(module, entries, inputs, no_grad)
     finally:
         module.train(was_training)
     graph = gm.graph
@@ -706,9 +711,9 @@ def _check_close(what: str, got: Sequence[torch.Tensor], ref: Sequence[torch.Ten
 
 
 def dump_fx(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor], path_prefix: str,
-            train: bool = False) -> dict:
+            train: bool = False, no_grad: bool = False) -> dict:
     """Write PREFIX.fx.json and PREFIX.safetensors; returns the JSON document."""
-    doc, weights, _ = trace_fx(module, example_inputs, train)
+    doc, weights, _ = trace_fx(module, example_inputs, train, no_grad)
     base = os.path.basename(path_prefix)
     head = ("format", "version", "producer", "mode", "random")
     doc = {**{k: doc[k] for k in head}, "weights_file": base + ".safetensors",
@@ -736,7 +741,9 @@ def op_census(names: Sequence[str], modes: Sequence[str], log=sys.stderr) -> Tup
             t0 = time.time()
             model, inputs = zoo.build(name, train=(mode == "train"))
             try:
-                doc, _, _ = trace_fx(model, inputs, train=(mode == "train"))
+                # Inference exports: eval under no_grad (their fast paths), as exported.
+                doc, _, _ = trace_fx(model, inputs, train=(mode == "train"),
+                                     no_grad=(mode == "eval" and name in zoo.INFERENCE_EXPORT))
             except Exception as exc:  # report and go on: the census is a survey
                 failures.append((name, mode, f"{type(exc).__name__}: {str(exc).splitlines()[0]}"))
                 print(f"  {name} [{mode}] FAILED: {failures[-1][2]}", file=log)
@@ -804,7 +811,8 @@ def main(argv=None) -> int:
         p.error("give a MODEL or --op-census")
     model, inputs = zoo.build(args.model)
     train = args.train or zoo.is_train(args.model)
-    doc = dump_fx(model, inputs, os.path.join(args.out_dir, args.model), train=train)
+    doc = dump_fx(model, inputs, os.path.join(args.out_dir, args.model), train=train,
+                  no_grad=args.model in zoo.INFERENCE_EXPORT)
     print(f"{args.model}: {len(doc['nodes'])} nodes, {len(doc['placeholders'])} placeholders, "
           f"{len(doc['constants'])} constants, {len(doc['mutations'])} mutations")
     return 0

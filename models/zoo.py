@@ -492,7 +492,8 @@ class LstmClassifier(nn.Module):
 
 class BertLayer(nn.Module):
     """BERT's post-LayerNorm encoder layer: LN(x + attn(x)); LN(x + ffn(x)),
-    with full (unmasked) multi-head self-attention and erf GELU."""
+    with multi-head self-attention (keys where the padding mask is 0 get a
+    score of -10000, as BERT's) and erf GELU."""
 
     def __init__(self, d_model: int, n_head: int, d_ff: int, dropout: float):
         super().__init__()
@@ -506,14 +507,17 @@ class BertLayer(nn.Module):
         self.ffn_drop = nn.Dropout(dropout)
         self.ln_ffn = nn.LayerNorm(d_model, eps=1e-12)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, pad: Optional[torch.Tensor] = None) -> torch.Tensor:
         B, T, C = x.size()
         hd = C // self.n_head
         q, k, v = self.qkv(x).split(C, dim=2)
         q = q.view(B, T, self.n_head, hd).transpose(1, 2)
         k = k.view(B, T, self.n_head, hd).transpose(1, 2)
         v = v.view(B, T, self.n_head, hd).transpose(1, 2)
-        att = torch.softmax(torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(hd)), dim=-1)
+        scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
+        if pad is not None:  # [B, 1, 1, T]: True at padding keys
+            scores = scores.masked_fill(pad, -10000.0)
+        att = torch.softmax(scores, dim=-1)
         y = torch.matmul(self.attn_drop(att), v).transpose(1, 2).contiguous().view(B, T, C)
         x = self.ln_attn(x + self.attn_drop(self.attn_out(y)))
         return self.ln_ffn(x + self.ffn_drop(self.ffn_out(F.gelu(self.ffn_in(x)))))
@@ -521,27 +525,68 @@ class BertLayer(nn.Module):
 
 class BertClassifier(nn.Module):
     """BERT-style encoder for sequence classification (as transformers'
-    BertForSequenceClassification): token + position embeddings, LayerNorm,
-    post-LN layers, a tanh pooler on the first token and a linear head."""
+    BertForSequenceClassification): token + position (+ token type, with
+    type_vocab) embeddings, LayerNorm, post-LN layers that ignore the keys
+    where attention_mask is 0, a tanh pooler on the first token and a linear
+    head. forward(input_ids, token_type_ids=None, attention_mask=None)."""
 
     def __init__(self, vocab: int = 30522, n_ctx: int = 512, d_model: int = 768, n_head: int = 12,
-                 d_ff: int = 3072, n_layer: int = 6, n_classes: int = 2, dropout: float = 0.1):
+                 d_ff: int = 3072, n_layer: int = 6, n_classes: int = 2, dropout: float = 0.1,
+                 type_vocab: int = 0):
         super().__init__()
         self.word = nn.Embedding(vocab, d_model)
         self.pos = nn.Embedding(n_ctx, d_model)
+        self.token_type = nn.Embedding(type_vocab, d_model) if type_vocab > 0 else None
         self.ln_embed = nn.LayerNorm(d_model, eps=1e-12)
         self.drop = nn.Dropout(dropout)
         self.layers = nn.ModuleList([BertLayer(d_model, n_head, d_ff, dropout) for _ in range(n_layer)])
         self.pooler = nn.Linear(d_model, d_model)
         self.head = nn.Linear(d_model, n_classes)
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+    def forward(self, idx: torch.Tensor, token_type: Optional[torch.Tensor] = None,
+                attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         T = idx.size(1)
         pos = torch.arange(0, T, dtype=torch.long, device=idx.device).unsqueeze(0)
-        x = self.drop(self.ln_embed(self.word(idx) + self.pos(pos)))
+        x = self.word(idx) + self.pos(pos)
+        tt = self.token_type
+        if tt is not None and token_type is not None:
+            x = x + tt(token_type)
+        x = self.drop(self.ln_embed(x))
+        pad: Optional[torch.Tensor] = None
+        if attention_mask is not None:
+            pad = (attention_mask == 0).unsqueeze(1).unsqueeze(2)
         for layer in self.layers:
-            x = layer(x)
+            x = layer(x, pad)
         return self.head(torch.tanh(self.pooler(x[:, 0])))
+
+
+class SegNet(nn.Module):
+    """Semantic segmentation (FCN / DeepLab style): a stride-4 convolutional
+    encoder, a context block of a dilated 3x3 and a 1x1 branch concatenated
+    (ASPP-like), a per-pixel 1x1 classifier and bilinear upsampling back to
+    the input size. Trained with per-pixel cross-entropy over [N, C, H, W]
+    logits and [N, H, W] labels, usually with an ignored label (255)."""
+
+    def __init__(self, classes: int = 5, width: int = 16):
+        super().__init__()
+        w = width
+
+        def cbr(cin: int, cout: int, k: int, stride: int = 1, dilation: int = 1) -> nn.Sequential:
+            return nn.Sequential(nn.Conv2d(cin, cout, k, stride=stride, padding=dilation * (k // 2),
+                                           dilation=dilation, bias=False),
+                                 nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
+
+        self.encoder = nn.Sequential(cbr(3, w, 3, stride=2), cbr(w, 2 * w, 3, stride=2), cbr(2 * w, 2 * w, 3))
+        self.dilated = cbr(2 * w, 2 * w, 3, dilation=2)
+        self.pointwise = cbr(2 * w, 2 * w, 1)
+        self.project = cbr(4 * w, 2 * w, 1)
+        self.classifier = nn.Conv2d(2 * w, classes, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.encoder(x)
+        h = self.project(torch.cat([self.dilated(h), self.pointwise(h)], dim=1))
+        return F.interpolate(self.classifier(h), size=(x.shape[2], x.shape[3]), mode="bilinear",
+                             align_corners=False)
 
 
 class UNetResBlock(nn.Module):
@@ -800,6 +845,16 @@ _REGISTRY: Dict[str, Tuple[Callable[[], nn.Module], tuple, Tuple[str, ...]]] = {
     "tv_convnext_tiny": (lambda: _tv("convnext_tiny"), ((2, 3, 32, 32),), _TV),
     "tv_vit": (_tv_vit, ((2, 3, 32, 32),), _TV),
     "tv_swin_t": (lambda: _tv("swin_t"), ((2, 3, 64, 64),), _TV),
+    # tv_vit exported as inference users export: in eval mode under
+    # torch.no_grad(), where nn.MultiheadAttention records its fused fast-path
+    # op (_native_multi_head_attention); see INFERENCE_EXPORT.
+    "tv_vit_nograd": (_tv_vit, ((2, 3, 32, 32),), ("trace", "fx")),
+    # BERT-style encoder with token types and a padding mask (0/1 per token).
+    "bert_mini": (lambda: BertClassifier(vocab=128, n_ctx=32, d_model=32, n_head=4, d_ff=64, n_layer=2,
+                                         n_classes=3, type_vocab=2),
+                  (_ints((2, 16), 128), _ints((2, 16), 2), _ints((2, 16), 2)), _OWN),
+    # Segmentation: per-pixel logits [2, 5, 32, 32] for per-pixel cross-entropy.
+    "seg_mini": (SegNet, ((2, 3, 32, 32),), _OWN),
     # GPT-2 small's size (124M parameters, 12 layers, width 768, vocabulary
     # 50257, context 1024) for compile-time benchmarks; not in NAMES, so the
     # test suites never export its 500 MB of weights.
@@ -836,6 +891,13 @@ BENCH_ONLY = {"gpt2_small", "gpt2_cls50k", "tv_resnet50", "bat_resnet50", "bat_v
               "bat_llama", "bat_lstm", "bat_cells", "bat_cells_long", "bat_bert_base6", "bat_unet",
               "bat_video"}
 NAMES: List[str] = [n for n in _REGISTRY if n not in BENCH_ONLY]
+
+# Models exported as a user exports for inference: eval mode, under
+# torch.no_grad() (models/export.py, models/fx_dump.py), so that their
+# attention records PyTorch's fused inference fast-path ops. Without dropout
+# or BatchNorm, their eval and train forwards are the same function, so they
+# train like the others.
+INFERENCE_EXPORT = {"tv_vit_nograd"}
 
 # Models whose forward is meant to run in train mode.
 TRAIN_NAMES = {n for n in NAMES if n.endswith("_train")}

@@ -340,10 +340,18 @@ TEST(FxImport, SavedStatisticsAreRefusedOnlyWhenUsed) {
   expectError(importDoc(d, batchNormWeights()), "output 1 'getitem_1' cannot be used");
 }
 
-TEST(FxImport, TrainingRequestedForEvalDumpFails) {
+TEST(FxImport, EvalDumpTrainsUnlessItsBatchNormUsesRunningStatistics) {
   ImportOptions train;
   train.training = true;
-  expectError(importDoc(linearDoc(), linearWeights(), train), "traced in eval mode");
+  auto linear = importDoc(linearDoc(), linearWeights(), train);  // no mode-dependent op: trains as traced
+  ASSERT_TRUE(linear.ok()) << linear.error().message;
+  json bn = batchNormTrainDoc();
+  bn["mode"] = "eval";
+  bn["mutations"] = json::array();
+  bn["nodes"].erase(bn["nodes"].begin());  // no num_batches_tracked update
+  bn["nodes"][0]["args"][5] = false;
+  expectError(importDoc(bn, batchNormWeights(), train), "uses its running statistics");
+  ASSERT_TRUE(importDoc(bn, batchNormWeights()).ok());  // for inference it imports
 }
 
 TEST(FxImport, InputTypesMustMatchTheDump) {
@@ -506,9 +514,9 @@ TEST(FxImport, FullDtypeFollowsTheFillValue) {
 }
 
 TEST(FxImport, SupportedOpsCoverTheZooCensus) {
-  // Every overload in docs/fx-format.md's census of the zoo (torch 1.13, eval and train; 33 models).
+  // Every overload in docs/fx-format.md's census of the zoo (torch 1.13, eval and train; 36 models).
   const char* census[] = {
-      "aten._adaptive_avg_pool2d.default", "aten._reshape_alias.default", "aten._softmax.default",
+      "aten._adaptive_avg_pool2d.default", "aten._native_multi_head_attention.default", "aten._reshape_alias.default", "aten._softmax.default",
       "aten._to_copy.default", "aten._unsafe_view.default", "aten.add.Tensor", "aten.addmm.default",
       "aten.arange.default", "aten.arange.start", "aten.arange.start_step", "aten.as_strided.default",
       "aten.avg_pool2d.default", "aten.avg_pool3d.default", "aten.baddbmm.default", "aten.bernoulli_.float",
@@ -528,7 +536,7 @@ TEST(FxImport, SupportedOpsCoverTheZooCensus) {
       "aten.slice_scatter.default", "aten.split.Tensor", "aten.split_with_sizes.default", "aten.squeeze.dim",
       "aten.stack.default", "aten.sub.Tensor", "aten.sum.dim_IntList", "aten.t.default", "aten.tanh.default",
       "aten.topk.default", "aten.transpose.int", "aten.triu.default", "aten.unbind.int", "aten.unsafe_split.Tensor",
-      "aten.unsqueeze.default", "aten.upsample_nearest2d.vec", "aten.view.default", "aten.zeros.default",
+      "aten.unsqueeze.default", "aten.upsample_bilinear2d.vec", "aten.upsample_nearest2d.vec", "aten.view.default", "aten.zeros.default",
       "aten.zeros_like.default", "operator.getitem"};
   auto ops = fxSupportedOps();
   std::set<std::string> supported(ops.begin(), ops.end());

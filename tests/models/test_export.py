@@ -143,6 +143,8 @@ def describe(v):
         return {"dtype": _DTYPE_NAMES.get(v.dtype, str(v.dtype)), "shape": list(v.shape)}
     if isinstance(v, (list, tuple)):
         return {"items": [describe(x) for x in v]}
+    if v is None:  # an undefined tensor result (the fast path's weights with need_weights=False)
+        return None
     return "other"
 
 

@@ -614,7 +614,8 @@ def write_fx(case: Case, out_dir: str) -> str:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            fx_dump.dump_fx(build(case), case.inputs(), os.path.join(out_dir, case.name + "_fx"), train=case.train)
+            fx_dump.dump_fx(build(case), case.inputs(), os.path.join(out_dir, case.name + "_fx"), train=case.train,
+                            no_grad=case.no_grad)
         return ""
     except Exception as e:  # noqa: BLE001 -- recorded in the manifest, the C++ test reports it
         return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
@@ -622,8 +623,9 @@ def write_fx(case: Case, out_dir: str) -> str:
 
 def fx_form(case: Case) -> bool:
     """Whether a case gets an FX dump: each function case, each module once
-    (its trace variant), never the error cases."""
-    return not case.expect_error and case.fmt == "trace" and not case.no_grad
+    (its trace variant; captured under torch.no_grad() where the trace was),
+    never the error cases."""
+    return not case.expect_error and case.fmt == "trace"
 
 
 def write_extras(out_dir: str) -> None:

@@ -68,6 +68,7 @@ import make_batch  # noqa: E402
 import reference as ref  # noqa: E402
 import shadow  # noqa: E402
 import st_io  # noqa: E402
+import zoo  # noqa: E402
 
 GRAD_TOL = 1e-4
 TRAIN_TOL = 1e-3
@@ -174,10 +175,23 @@ def prepare(name: str, loss: str, cache: str, dtype: str = "float32", fx: bool =
             os.remove(stamp_file)
         export.export(name, ["trace", "fx"] if fx else ["trace"], d, train=True, no_dropout=True, dtype=getattr(torch, dtype),
                       batch=size)
+        if name in zoo.INFERENCE_EXPORT:  # PyTorch's reference: the ordinary trace (see reference_archive)
+            export.export(name, ["trace"], os.path.join(d, "reference"), train=True, no_dropout=True,
+                          dtype=getattr(torch, dtype), batch=size, inference=False)
         make_batch.make_batch(name, loss, batch, export_dir=d)
         with open(stamp_file, "w") as f:
             f.write(stamp)
     return pt, batch
+
+
+def reference_archive(pt: str) -> str:
+    """The archive PyTorch's side trains: `pt` itself, except for a model
+    exported for inference (zoo.INFERENCE_EXPORT), whose trace records fused
+    fast-path ops without a derivative in PyTorch; its reference is the
+    ordinary train-mode trace of the same module and weights, exported beside
+    it (reference/NAME.pt), while Kiln imports the inference trace."""
+    alt = os.path.join(os.path.dirname(pt), "reference", os.path.basename(pt))
+    return alt if os.path.exists(alt) else pt
 
 
 # --------------------------------------------------------------------------
@@ -331,7 +345,7 @@ def candidate(args, cfg, pt, batch, loss, work, dtype) -> Tuple[List[float], Dic
         if cfg is None:
             k_tensors = eager_grads(args.name, batch, loss, dtype)
             return [float(k_tensors.pop("loss"))], k_tensors, []
-        model = ref.load_model(pt, dtype)
+        model = ref.load_model(reference_archive(pt), dtype)
         inputs, target = ref.load_batch(batch, dtype)
         res = ref.train(model, channels_last(model, inputs), target, loss, cfg, args.steps)
         return res.losses, res.state, res.lrs
@@ -385,7 +399,7 @@ def cross_entropy_options(args, pt: str, batch: str, work: str) -> str:
     if args.class_weights:
         inputs, _ = ref.load_batch(batch, torch.float64)
         with torch.no_grad():
-            pred = losses.prediction(ref.load_model(pt, torch.float64)(*inputs))
+            pred = losses.prediction(ref.load_model(reference_archive(pt), torch.float64)(*inputs))
         classes = pred.shape[-1] if pred.dim() == 3 else pred.shape[1]
         g = torch.Generator().manual_seed(5)
         w = torch.rand(classes, generator=g, dtype=torch.float64) + 0.5
@@ -419,7 +433,7 @@ def run_exact(args, cfg, loss, work) -> int:
         # function by 5e-10 in float64 (Kiln reproduces each to 1e-15).
         model = eager_model(args.name, f64)
     else:
-        model = ref.load_model(pt, f64)
+        model = ref.load_model(reference_archive(pt), f64)
     inputs, target = ref.load_batch(batch, f64)
     frozen = ref.freeze(model, args.freeze) if args.freeze else []
     if cfg is None:
@@ -488,7 +502,7 @@ def run(args) -> int:
 
     t0 = time.time()
     ill = args.name in ILL_CONDITIONED
-    r = shadow.run(pt, batch, loss, cfg, args.steps, shadow.MASK_FACTOR * (10 if ill else 1))
+    r = shadow.run(reference_archive(pt), batch, loss, cfg, args.steps, shadow.MASK_FACTOR * (10 if ill else 1))
     times["torch"] = time.time() - t0
 
     t0 = time.time()
@@ -530,7 +544,7 @@ def run(args) -> int:
         if cfg is not None:
             # How sensitive the comparison is to the optimizer itself
             # (informational): train with twice the learning rate.
-            model = ref.load_model(pt)
+            model = ref.load_model(reference_archive(pt))
             inputs, target = ref.load_batch(batch)
             res = ref.train(model, inputs, target, loss, dataclasses.replace(cfg, lr=2 * cfg.lr), args.steps)
             missed = all(c.ok for c in tensor_checks(res.state))

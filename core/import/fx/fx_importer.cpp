@@ -63,9 +63,7 @@ class Importer {
   }
 
   Model run() {
-    if (options_.training && !doc_.train)
-      fail("this dump was traced in eval mode; to import it for training, re-export it in train mode "
-           "(models/export.py NAME --format fx --train)");
+    if (options_.training && !doc_.train) refuseEvalBatchNorm();
     addInputs();
     addAliases();
     for (const FxNode& n : doc_.nodes) lowerNode(n);
@@ -214,6 +212,18 @@ class Importer {
       if (options_.unsupported) return skip(n, e.what());
       fail(nodeContext(n) + ": " + e.what());
     }
+  }
+
+  /// An eval-mode dump trains as it was traced (no dropout; the inference
+  /// fast paths decomposed), as an eval-mode TorchScript archive does, except
+  /// where that would silently train something else than the module in
+  /// train mode: BatchNorm normalizing by its running statistics.
+  void refuseEvalBatchNorm() const {
+    for (const FxNode& n : doc_.nodes)
+      if (n.target.find("batch_norm") != std::string::npos)
+        fail("this dump was traced in eval mode, where BatchNorm (node " + quote(n.name) +
+             ") uses its running statistics; to train it, re-export it in train mode "
+             "(models/export.py NAME --format fx --train)");
   }
 
   /// The lowering must produce exactly the dtype/shape the dump recorded.

@@ -6,6 +6,7 @@
 // node that reads one fails with the reason; unused ones cost nothing.
 // BatchNorm in training reports its running-stat updates through cx.inplace.
 #include "core/import/decompositions/conv3d.h"
+#include "core/import/decompositions/fast_paths.h"
 #include "core/import/decompositions/loss.h"
 #include "core/import/fx/fx_lowering.h"
 #include "core/ops/op_helpers.h"
@@ -235,6 +236,32 @@ FxValue lowerSoftmax(Lowering& cx, NodeArgs& a) {
   return FxValue::of(cx.emit(a.kiln, {x}, {{"dim", normDim(a.integer("dim"), x->type().rank())}}));
 }
 
+/// _native_multi_head_attention(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias,
+/// proj_weight, proj_bias, mask=None, need_weights=True, average_attn_weights=True, mask_type=None)
+/// -> (out, weights): nn.MultiheadAttention's inference fast path (decompositions/fast_paths.h).
+FxValue lowerFastMha(Lowering& cx, NodeArgs& a) {
+  const int64_t heads = a.integer("num_head");
+  decomp::FastAttention r = decomp::fastAttention(
+      cx, a.tensor("query"), a.tensor("key"), a.tensor("value"), a.integer("embed_dim"), heads, a.tensor("qkv_weight"),
+      a.tensor("qkv_bias"), a.tensor("proj_weight"), a.tensor("proj_bias"), a.optTensor("mask"), a.optInt("mask_type"));
+  if (!a.flag("need_weights"))  // the op returns an undefined tensor (None in the dump)
+    return FxValue::tuple({FxValue::of(r.out), FxValue::missing("need_weights=False: no attention weights")});
+  Value* w = decomp::fastAttentionWeights(cx, r, heads, true, a.flag("average_attn_weights"));
+  return FxValue::tuple({FxValue::of(r.out), FxValue::of(w)});
+}
+
+/// _transformer_encoder_layer_fwd: nn.TransformerEncoderLayer's inference fast path.
+FxValue lowerFastEncoderLayer(Lowering& cx, NodeArgs& a) {
+  decomp::FastEncoderLayer p{a.integer("embed_dim"), a.integer("num_heads"), a.tensor("qkv_weight"),
+                             a.tensor("qkv_bias"), a.tensor("proj_weight"), a.tensor("proj_bias"),
+                             a.flag("use_gelu"), a.flag("norm_first"), a.real("eps"),
+                             a.tensor("norm_weight_1"), a.tensor("norm_bias_1"), a.tensor("norm_weight_2"),
+                             a.tensor("norm_bias_2"), a.tensor("ffn_weight_1"), a.tensor("ffn_bias_1"),
+                             a.tensor("ffn_weight_2"), a.tensor("ffn_bias_2"), a.optTensor("mask"),
+                             a.optInt("mask_type")};
+  return FxValue::of(decomp::fastEncoderLayer(cx, a.tensor("src"), p));
+}
+
 /// PyTorch's reduction enum (0 none, 1 mean, 2 sum) as Kiln's string.
 std::string reduction(NodeArgs& a) {
   switch (a.integer("reduction")) {
@@ -320,6 +347,8 @@ constexpr FxRule kRules[] = {
     {"aten._scaled_dot_product_flash_attention_for_cpu.default", lowerSdpa, "flash_cpu"},
     {"aten._scaled_dot_product_efficient_attention.default", lowerSdpa, "efficient"},
     {"aten._scaled_dot_product_flash_attention.default", lowerSdpa, "flash"},
+    {"aten._native_multi_head_attention.default", lowerFastMha},
+    {"aten._transformer_encoder_layer_fwd.default", lowerFastEncoderLayer},
     {"aten.native_group_norm.default", lowerGroupNorm},
     {"aten.embedding.default", lowerEmbedding},
     {"aten.native_dropout.default", lowerNativeDropout},

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "core/import/decompositions/conv3d.h"
+#include "core/import/decompositions/fast_paths.h"
 #include "core/import/torchscript/lowering.h"
 #include "core/ops/op_helpers.h"
 #include "core/result.h"
@@ -361,14 +362,6 @@ Out lowerSoftmax(Lowering& cx, Args& a) {
   return single(cx, cx.emit(a.kiln_op, {x}, {{"dim", d}}));
 }
 
-Value* swapLast2(Lowering& cx, Value* v) {
-  int64_t r = v->type().rank();
-  std::vector<int64_t> dims(static_cast<size_t>(r));
-  for (int64_t k = 0; k < r; ++k) dims[k] = k;
-  std::swap(dims[r - 1], dims[r - 2]);
-  return cx.emit("permute", {v}, {{"dims", dims}});
-}
-
 // scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0, is_causal=False, scale=None)
 Out lowerSdpa(Lowering& cx, Args& a) {
   std::optional<double> scale;
@@ -378,107 +371,30 @@ Out lowerSdpa(Lowering& cx, Args& a) {
 }
 
 // ---- The inference fast paths of nn.MultiheadAttention / nn.TransformerEncoderLayer --------
-// Traced under torch.no_grad(), both modules call one fused op; it is
-// decomposed here into the ops their ordinary path records, so such a trace
-// trains like any other.
-
-/// Rows [k * d, (k + 1) * d) of a packed in-projection weight or bias.
-Value* packedRows(Lowering& cx, Value* w, int64_t k, int64_t d) {
-  return cx.emit("slice", {w}, {{"dim", int64_t{0}}, {"start", k * d}, {"end", (k + 1) * d}, {"step", int64_t{1}}});
-}
-
-/// [B, L, D] -> [B, H, L, D / H].
-Value* splitHeads(Lowering& cx, Value* x, int64_t heads) {
-  const Shape& s = x->shape();
-  Value* r = reshapeTo(cx, x, {s[0], s[1], heads, s[2] / heads});
-  return cx.emit("permute", {r}, {{"dims", std::vector<int64_t>{0, 2, 1, 3}}});
-}
-
-struct FastAttention {
-  Value* out;     ///< [B, L, D], out-projected
-  Value* probs;   ///< [B, H, L, S], the attention weights
-};
-
-/// The fast path's attention: q, k, v [B, L|S, D] projected by the packed
-/// qkv_weight [3D, D] and qkv_bias [3D], q divided by sqrt(D / H) (as
-/// PyTorch's fused kernel does), a bool mask masking where true or a float
-/// mask added (mask_type 1: a [B, S] key padding mask), softmax, heads merged,
-/// out-projected.
-FastAttention fastAttention(Lowering& cx, Value* q, Value* k, Value* v, int64_t d, int64_t heads, Value* w_qkv,
-                            Value* b_qkv, Value* w_out, Value* b_out, Value* mask, std::optional<int64_t> mask_type) {
-  if (q->type().rank() != 3 || d % heads)
-    fail("the attention fast path expects [batch, length, embed_dim] inputs and heads dividing embed_dim, got " +
-         q->type().str() + " with " + std::to_string(heads) + " heads");
-  const DType t = q->dtype();
-  auto project = [&](Value* x, int64_t i) {
-    return splitHeads(cx, cx.emit("linear", {x, packedRows(cx, w_qkv, i, d), packedRows(cx, b_qkv, i, d)}), heads);
-  };
-  Value* qh = cx.emit("div", {project(q, 0), cx.scalar(std::sqrt(static_cast<double>(d / heads)), t)});
-  Value* kh = project(k, 1);
-  Value* vh = project(v, 2);
-  Value* scores = cx.emit("matmul", {qh, swapLast2(cx, kh)});
-  if (mask) {
-    if (mask->type().rank() == 2 && mask_type == 1) {  // key padding: [B, S] -> [B, 1, 1, S]
-      const Shape& m = mask->shape();
-      mask = reshapeTo(cx, mask, {m[0], 1, 1, m[1]});
-    }
-    scores = mask->dtype() == DType::Bool
-                 ? cx.emit("where", {mask, cx.scalar(-std::numeric_limits<double>::infinity(), t), scores})
-                 : cx.emit("add", {scores, cx.cast(mask, t)});
-  }
-  Value* probs = cx.emit("softmax", {scores}, {{"dim", int64_t{3}}});
-  Value* ctx = cx.emit("permute", {cx.emit("matmul", {probs, vh})}, {{"dims", std::vector<int64_t>{0, 2, 1, 3}}});
-  const Shape& qs = q->shape();
-  Value* out = cx.emit("linear", {reshapeTo(cx, ctx, {qs[0], qs[1], d}), w_out, b_out});
-  return {out, probs};
-}
+// Traced under torch.no_grad(), both modules call one fused op: the shared
+// decomposition (decompositions/fast_paths.h), as in the FX importer.
 
 // _native_multi_head_attention(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias,
 //     proj_weight, proj_bias, mask=None, need_weights=True, average_attn_weights=True, mask_type=None)
 //   -> (out, weights): weights averaged over heads [B, L, S], per head [B, H, L, S], or empty.
 Out lowerFastMha(Lowering& cx, Args& a) {
   const int64_t heads = a.integer(4);
-  FastAttention r = fastAttention(cx, a.tensor(0), a.tensor(1), a.tensor(2), a.integer(3), heads, a.tensor(5),
-                                  a.tensor(6), a.tensor(7), a.tensor(8), a.given(9) ? a.tensor(9) : nullptr,
-                                  a.optInt(12));
+  decomp::FastAttention r =
+      decomp::fastAttention(cx, a.tensor(0), a.tensor(1), a.tensor(2), a.integer(3), heads, a.tensor(5), a.tensor(6),
+                            a.tensor(7), a.tensor(8), a.given(9) ? a.tensor(9) : nullptr, a.optInt(12));
   const bool need = !a.given(10) || a.flag(10), average = !a.given(11) || a.flag(11);
-  Value* w = nullptr;
-  if (!need) {
-    w = fullOf(cx, {0}, 0.0, r.out->dtype());
-  } else if (average) {
-    Value* sum = cx.emit("sum", {r.probs}, {{"dims", std::vector<int64_t>{1}}, {"keepdim", int64_t{0}}});
-    w = cx.emit("div", {sum, cx.scalar(static_cast<double>(heads), sum->dtype())});
-  } else {
-    w = r.probs;
-  }
-  return {cx.fresh(r.out), cx.fresh(w)};
+  return {cx.fresh(r.out), cx.fresh(decomp::fastAttentionWeights(cx, r, heads, need, average))};
 }
 
 // _transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias,
 //     use_gelu, norm_first, eps, norm_weight_1, norm_bias_1, norm_weight_2, norm_bias_2,
 //     ffn_weight_1, ffn_bias_1, ffn_weight_2, ffn_bias_2, mask=None, mask_type=None)
-// = nn.TransformerEncoderLayer's eval forward: self-attention and feed-forward
-// blocks with residuals, layer norms before (norm_first) or after them, no dropout.
 Out lowerFastEncoderLayer(Lowering& cx, Args& a) {
-  Value* src = a.tensor(0);
-  const int64_t d = a.integer(1);
-  const double eps = a.real(9);
-  auto norm = [&](Value* x, size_t w) {
-    return cx.emit("layer_norm", {x, a.tensor(w), a.tensor(w + 1)},
-                   {{"normalized_shape", Shape{d}}, {"eps", eps}});
-  };
-  const bool norm_first = a.flag(8);
-  Value* x = norm_first ? norm(src, 10) : src;
-  x = fastAttention(cx, x, x, x, d, a.integer(2), a.tensor(3), a.tensor(4), a.tensor(5), a.tensor(6),
-                    a.given(18) ? a.tensor(18) : nullptr, a.optInt(19))
-          .out;
-  x = cx.emit("add", {src, x});
-  if (!norm_first) x = norm(x, 10);
-  Value* h = norm_first ? norm(x, 12) : x;
-  h = cx.emit("linear", {h, a.tensor(14), a.tensor(15)});
-  h = a.flag(7) ? cx.emit("gelu", {h}, {{"approximate", std::string("none")}}) : cx.emit("relu", {h});
-  h = cx.emit("add", {x, cx.emit("linear", {h, a.tensor(16), a.tensor(17)})});
-  return single(cx, norm_first ? h : norm(h, 12));
+  decomp::FastEncoderLayer p{a.integer(1), a.integer(2), a.tensor(3), a.tensor(4), a.tensor(5), a.tensor(6),
+                             a.flag(7), a.flag(8), a.real(9), a.tensor(10), a.tensor(11), a.tensor(12),
+                             a.tensor(13), a.tensor(14), a.tensor(15), a.tensor(16), a.tensor(17),
+                             a.given(18) ? a.tensor(18) : nullptr, a.optInt(19)};
+  return single(cx, decomp::fastEncoderLayer(cx, a.tensor(0), p));
 }
 
 // einsum(equation, tensors, *, path=None)
