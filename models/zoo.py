@@ -560,6 +560,29 @@ class BertClassifier(nn.Module):
         return self.head(torch.tanh(self.pooler(x[:, 0])))
 
 
+class BagClassifier(nn.Module):
+    """Bag-of-embeddings classifier (fastText / DLRM style) over token rows
+    [B, L]: a mean nn.EmbeddingBag over each row (padding id 0 ignored), a
+    max-pooled one, and a sum bag with learned per-position weights over
+    bags of different lengths (offsets a buffer, so read at run time);
+    concatenated into a two-layer MLP."""
+
+    def __init__(self, vocab: int = 64, d: int = 16, classes: int = 4, batch: int = 2, length: int = 8):
+        super().__init__()
+        self.words = nn.EmbeddingBag(vocab, d, mode="mean", padding_idx=0)
+        self.peaks = nn.EmbeddingBag(vocab, d, mode="max")
+        self.tags = nn.EmbeddingBag(vocab, d, mode="sum")
+        self.position_weight = nn.Parameter(torch.rand(batch * length))
+        # Bag b of the flattened tokens starts at offsets[b]: uneven lengths.
+        self.register_buffer("offsets", torch.tensor([0] + [length // 2 + length * b for b in range(1, batch)]))
+        self.mlp = nn.Sequential(nn.Linear(3 * d, 32), nn.ReLU(), nn.Linear(32, classes))
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        flat = tokens.reshape(-1)
+        tags = self.tags(flat, self.offsets, per_sample_weights=F.softplus(self.position_weight))
+        return self.mlp(torch.cat([self.words(tokens), self.peaks(tokens), tags], dim=1))
+
+
 class SegNet(nn.Module):
     """Semantic segmentation (FCN / DeepLab style): a stride-4 convolutional
     encoder, a context block of a dilated 3x3 and a 1x1 branch concatenated
@@ -853,6 +876,8 @@ _REGISTRY: Dict[str, Tuple[Callable[[], nn.Module], tuple, Tuple[str, ...]]] = {
     "bert_mini": (lambda: BertClassifier(vocab=128, n_ctx=32, d_model=32, n_head=4, d_ff=64, n_layer=2,
                                          n_classes=3, type_vocab=2),
                   (_ints((2, 16), 128), _ints((2, 16), 2), _ints((2, 16), 2)), _OWN),
+    # nn.EmbeddingBag (mean, max, weighted sum with offsets).
+    "bag_mini": (BagClassifier, (_ints((2, 8), 64),), _OWN),
     # Segmentation: per-pixel logits [2, 5, 32, 32] for per-pixel cross-entropy.
     "seg_mini": (SegNet, ((2, 3, 32, 32),), _OWN),
     # GPT-2 small's size (124M parameters, 12 layers, width 768, vocabulary
@@ -884,12 +909,16 @@ _REGISTRY: Dict[str, Tuple[Callable[[], nn.Module], tuple, Tuple[str, ...]]] = {
     # A 3-D convolutional video classifier: 16 frames of 112x112, width 64.
     "bat_video": (lambda: VideoNet(classes=400, width=64), ((4, 3, 16, 112, 112),), ("trace",)),
     "bat_unet": (UNet, ((8, 3, 64, 64),), ("trace",)),
+    # Bag-of-embeddings classifier at recommender size: three 100000 x 64
+    # EmbeddingBags, 512 rows of 32 tokens.
+    "bat_bag": (lambda: BagClassifier(vocab=100000, d=64, classes=2, batch=512, length=32),
+                (_ints((512, 32), 100000),), ("trace",)),
 }
 
 # Built on request only (export.py NAME), never by the test suites.
 BENCH_ONLY = {"gpt2_small", "gpt2_cls50k", "tv_resnet50", "bat_resnet50", "bat_vit_b16", "bat_gpt2_40m",
               "bat_llama", "bat_lstm", "bat_cells", "bat_cells_long", "bat_bert_base6", "bat_unet",
-              "bat_video"}
+              "bat_video", "bat_bag"}
 NAMES: List[str] = [n for n in _REGISTRY if n not in BENCH_ONLY]
 
 # Models exported as a user exports for inference: eval mode, under

@@ -514,9 +514,10 @@ TEST(FxImport, FullDtypeFollowsTheFillValue) {
 }
 
 TEST(FxImport, SupportedOpsCoverTheZooCensus) {
-  // Every overload in docs/fx-format.md's census of the zoo (torch 1.13, eval and train; 36 models).
+  // Every overload in docs/fx-format.md's census of the zoo (torch 1.13, eval and train; 37 models).
   const char* census[] = {
-      "aten._adaptive_avg_pool2d.default", "aten._native_multi_head_attention.default", "aten._reshape_alias.default", "aten._softmax.default",
+      "aten._adaptive_avg_pool2d.default", "aten._embedding_bag.default",
+      "aten._native_multi_head_attention.default", "aten._reshape_alias.default", "aten._softmax.default",
       "aten._to_copy.default", "aten._unsafe_view.default", "aten.add.Tensor", "aten.addmm.default",
       "aten.arange.default", "aten.arange.start", "aten.arange.start_step", "aten.as_strided.default",
       "aten.avg_pool2d.default", "aten.avg_pool3d.default", "aten.baddbmm.default", "aten.bernoulli_.float",
@@ -532,7 +533,7 @@ TEST(FxImport, SupportedOpsCoverTheZooCensus) {
       "aten.new_zeros.default", "aten.ones.default", "aten.permute.default", "aten.pow.Tensor_Scalar",
       "aten.pow.Tensor_Tensor", "aten.reciprocal.default", "aten.relu.default", "aten.repeat_interleave.Tensor",
       "aten.roll.default", "aten.rsqrt.default", "aten.scatter_add.default", "aten.scatter_reduce.two",
-      "aten.select.int", "aten.sigmoid.default", "aten.silu.default", "aten.sin.default", "aten.slice.Tensor",
+      "aten.select.int", "aten.sigmoid.default", "aten.softplus.default", "aten.silu.default", "aten.sin.default", "aten.slice.Tensor",
       "aten.slice_scatter.default", "aten.split.Tensor", "aten.split_with_sizes.default", "aten.squeeze.dim",
       "aten.stack.default", "aten.sub.Tensor", "aten.sum.dim_IntList", "aten.t.default", "aten.tanh.default",
       "aten.topk.default", "aten.transpose.int", "aten.triu.default", "aten.unbind.int", "aten.unsafe_split.Tensor",

@@ -317,6 +317,32 @@ module("group_norm", lambda: nn.GroupNorm(2, 4), IMG)
 module("instance_norm", lambda: nn.InstanceNorm2d(4), IMG)
 module("embedding", lambda: nn.Embedding(10, 4, padding_idx=0), randint(10, 2, 5))
 module("embedding_freq", lambda: nn.Embedding(10, 4, padding_idx=3, scale_grad_by_freq=True), randint(10, 2, 5))
+# embedding_bag: fixed-length bags (2-D input: reshaped, reduced over L), and
+# 1-D indices with offsets known at import (a constant) or at run time (an
+# input): empty bags, include_last_offset, per-sample weights, padding.
+class EmbeddingBags(nn.Module):
+    """Every mode, with and without a padding index, on one 2-D input."""
+
+    def __init__(self):
+        super().__init__()
+        self.bags = nn.ModuleList([nn.EmbeddingBag(12, 4, mode=m, padding_idx=p)
+                                   for m in ("sum", "mean", "max") for p in (None, 0)])
+
+    def forward(self, x):
+        return tuple(b(x) for b in self.bags)
+
+
+module("embedding_bag_2d", EmbeddingBags,
+       lambda g: torch.cat([torch.zeros(1, 5, dtype=torch.long), torch.randint(0, 12, (3, 5), generator=g)]),
+       fmts=("trace",))
+traced("embedding_bag_offsets",
+       lambda w, x, off, psw: (F.embedding_bag(x, w, off, mode="sum", per_sample_weights=psw),
+                               F.embedding_bag(x, w, off, mode="mean", padding_idx=2),
+                               F.embedding_bag(x, w, off, mode="max"),
+                               F.embedding_bag(x, w, torch.tensor([0, 4, 4, 9]), mode="mean"),
+                               F.embedding_bag(x, w, torch.tensor([0, 1, 6, 11]), mode="max", include_last_offset=True),
+                               F.embedding_bag(x, w, torch.tensor([0, 2, 11]), mode="sum", include_last_offset=True)),
+       randn(8, 3), randint(8, 11), lambda g: torch.tensor([0, 3, 3, 10]), randn(11))
 module("dropout_eval", lambda: nn.Sequential(nn.Dropout(0.3), nn.Dropout2d(0.2), nn.AlphaDropout(0.1)), IMG)
 module("dropout_train", lambda: nn.Sequential(nn.Dropout(0.3), nn.Dropout2d(0.2)), IMG, train=True, run=False)
 traced("pooling", lambda x: (F.max_pool2d(x, 2), F.max_pool2d(x, 3, 2, 1, ceil_mode=True), F.avg_pool2d(x, 2),

@@ -6,6 +6,7 @@
 // node that reads one fails with the reason; unused ones cost nothing.
 // BatchNorm in training reports its running-stat updates through cx.inplace.
 #include "core/import/decompositions/conv3d.h"
+#include "core/import/decompositions/embedding_bag.h"
 #include "core/import/decompositions/fast_paths.h"
 #include "core/import/decompositions/loss.h"
 #include "core/import/fx/fx_lowering.h"
@@ -121,6 +122,28 @@ FxValue lowerEmbedding(Lowering& cx, NodeArgs& a) {
   return FxValue::of(cx.emit("embedding", {a.tensor("weight"), a.tensor("indices")},
                              {{"padding_idx", a.integer("padding_idx")},
                               {"scale_grad_by_freq", int64_t{a.flag("scale_grad_by_freq")}}}));
+}
+
+/// _embedding_bag / _embedding_bag_forward_only(weight, indices, offsets, scale_grad_by_freq, mode,
+/// sparse, per_sample_weights, include_last_offset, padding_idx) -> (output, offset2bag, bag_size,
+/// max_indices): the shared decomposition; the other three results are not computed.
+FxValue lowerEmbeddingBag(Lowering& cx, NodeArgs& a) {
+  Value* weight = a.tensor("weight");
+  Value* offsets = a.tensor("offsets");
+  decomp::EmbeddingBagSpec s;
+  s.scale_grad_by_freq = a.flag("scale_grad_by_freq");
+  s.mode = a.integer("mode");
+  s.include_last_offset = a.flag("include_last_offset");
+  if (a.has("padding_idx")) {
+    const std::optional<int64_t> pad = a.optInt("padding_idx");
+    if (pad && *pad >= 0) s.padding_idx = *pad;
+    if (pad && *pad < -1) s.padding_idx = *pad + weight->shape()[0];
+  }
+  const std::optional<Tensor> known = cx.evaluate(offsets);
+  Value* y = decomp::embeddingBag(cx, weight, a.tensor("indices"), offsets, known ? &*known : nullptr,
+                                  a.optTensor("per_sample_weights"), s);
+  const char* why = "Kiln's embedding_bag computes only the bags (offset2bag, bag_size and max_indices are not)";
+  return FxValue::tuple({FxValue::of(y), FxValue::missing(why), FxValue::missing(why), FxValue::missing(why)});
 }
 
 /// native_dropout(input, p, train?) -> (output, keep-mask). train=None means training.
@@ -351,6 +374,10 @@ constexpr FxRule kRules[] = {
     {"aten._transformer_encoder_layer_fwd.default", lowerFastEncoderLayer},
     {"aten.native_group_norm.default", lowerGroupNorm},
     {"aten.embedding.default", lowerEmbedding},
+    {"aten._embedding_bag.default", lowerEmbeddingBag},
+    {"aten._embedding_bag_forward_only.default", lowerEmbeddingBag},
+    {"aten.embedding_bag.default", lowerEmbeddingBag},
+    {"aten.embedding_bag.padding_idx", lowerEmbeddingBag},
     {"aten.native_dropout.default", lowerNativeDropout},
     {"aten.max_pool2d_with_indices.default", lowerMaxPool, "with_indices"},
     {"aten.max_pool2d.default", lowerMaxPool},

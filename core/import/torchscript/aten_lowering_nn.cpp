@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "core/import/decompositions/conv3d.h"
+#include "core/import/decompositions/embedding_bag.h"
 #include "core/import/decompositions/fast_paths.h"
 #include "core/import/torchscript/lowering.h"
 #include "core/ops/op_helpers.h"
@@ -248,6 +249,25 @@ Out lowerEmbedding(Lowering& cx, Args& a) {
                             {{"padding_idx", pad}, {"scale_grad_by_freq", by_freq}}));
 }
 
+// embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights,
+//     include_last_offset[, padding_idx]) and _embedding_bag(...) -> (output, offset2bag, bag_size,
+//     max_indices): the shared decomposition; the other three results are not computed.
+Out lowerEmbeddingBag(Lowering& cx, Args& a) {
+  Value* weight = a.tensor(0);
+  decomp::EmbeddingBagSpec s;
+  s.scale_grad_by_freq = a.given(3) && a.flag(3);
+  s.mode = a.given(4) ? a.integer(4) : 0;
+  s.include_last_offset = a.given(7) && a.flag(7);
+  if (a.given(8)) {
+    int64_t pad = a.integer(8);
+    if (pad < -1) pad += weight->shape()[0];  // F.embedding_bag passes -1 for none
+    if (pad >= 0) s.padding_idx = pad;
+  }
+  const Tensor* known = a[2].kind == SV::Kind::Const ? &a[2].constant : nullptr;
+  Value* y = decomp::embeddingBag(cx, weight, a.tensor(1), a.tensor(2), known, a.given(6) ? a.tensor(6) : nullptr, s);
+  return {cx.fresh(y), SV::uninit(), SV::uninit(), SV::uninit()};  // using the others fails
+}
+
 // ---- Dropout -------------------------------------------------------------------------------
 
 // dropout / feature_dropout / alpha_dropout / feature_alpha_dropout(input, p, train)
@@ -433,6 +453,9 @@ const AtenRule kRules[] = {
     {"aten::layer_norm", lowerLayerNorm},
     {"aten::group_norm", lowerGroupNorm},
     {"aten::embedding", lowerEmbedding},
+    {"aten::embedding_bag", lowerEmbeddingBag},
+    {"aten::_embedding_bag", lowerEmbeddingBag},
+    {"aten::_embedding_bag_forward_only", lowerEmbeddingBag},
     // Dropout (identity unless training).
     {"aten::dropout", lowerDropout, "dropout"},
     {"aten::feature_dropout", lowerDropout, "feature"},
