@@ -429,8 +429,9 @@ class MoEMini(nn.Module):
 
 class RnnClassifier(nn.Module):
     """Recurrent text classifier: embedding, a 2-layer bidirectional LSTM
-    (batch_first, dropout between layers), a GRU and a tanh RNN over its
-    output, and a linear head on the mean over time plus the final states."""
+    (batch_first, dropout between layers), a GRU, a tanh RNN and a projected
+    LSTM (proj_size) over its output, and a linear head on the mean over
+    time plus the final states."""
 
     def __init__(self, vocab: int = 128, d: int = 16, hidden: int = 12, classes: int = 5, dropout: float = 0.1):
         super().__init__()
@@ -438,14 +439,16 @@ class RnnClassifier(nn.Module):
         self.lstm = nn.LSTM(d, hidden, num_layers=2, bidirectional=True, batch_first=True, dropout=dropout)
         self.gru = nn.GRU(2 * hidden, hidden, batch_first=True)
         self.rnn = nn.RNN(hidden, hidden, nonlinearity="tanh", batch_first=True)
-        self.head = nn.Linear(hidden + 4 * hidden, classes)
+        self.projected = nn.LSTM(hidden, hidden, proj_size=hidden // 2, batch_first=True)
+        self.head = nn.Linear(hidden // 2 + 4 * hidden, classes)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         y, (h, c) = self.lstm(self.embed(idx))
         z, _ = self.gru(y)
         r, _ = self.rnn(z)
+        p, _ = self.projected(r)
         states = torch.cat([h[-1], h[-2], c[-1], c[-2]], dim=-1)
-        return self.head(torch.cat([r.mean(dim=1), states], dim=-1))
+        return self.head(torch.cat([p.mean(dim=1), states], dim=-1))
 
 
 class CellLoopClassifier(nn.Module):

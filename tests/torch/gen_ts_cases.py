@@ -249,7 +249,19 @@ traced("repeat_interleave", lambda x: (x.repeat_interleave(2, dim=1), x.repeat_i
                                        x.repeat_interleave(torch.tensor([1, 0, 3]), dim=1),
                                        torch.repeat_interleave(torch.tensor([2, 1]))), X)
 traced("topk_sort", lambda x: (*x.topk(3), *x.topk(2, dim=0, largest=False), *torch.sort(x, dim=1),
-                                *x.sort(descending=True), x.argsort(dim=-1, descending=True), x.argsort(dim=0)),
+                                *x.sort(descending=True), x.argsort(dim=-1, descending=True), x.argsort(dim=0),
+                                torch.argsort(x, dim=0, descending=True, stable=True)),
+       randn(4, 6))
+def _zeroed_copy(x):
+    y = x.clone()
+    y.zero_()
+    return y
+
+
+traced("any_all_moments", lambda x: (torch.all(x > -1), torch.all(x > 0, dim=1), torch.any(x > 1),
+                                     torch.any(x > 1, dim=0, keepdim=True), *torch.var_mean(x, dim=1),
+                                     *torch.std_mean(x, dim=0, unbiased=False, keepdim=True), *torch.var_mean(x),
+                                     _zeroed_copy(x) + 1),
        randn(4, 6))
 traced("kthvalue", lambda x: (*x.kthvalue(2), *x.kthvalue(3, dim=0, keepdim=True), *torch.kthvalue(x, 6, 1)),
        randn(4, 6))
@@ -422,11 +434,40 @@ class LstmWithState(nn.Module):
         return self.lstm(x, (h, c))
 
 
+class LstmProjWithState(nn.Module):
+    """A projected LSTM (proj_size 2) without biases, given (h0, c0)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(4, 5, proj_size=2, bias=False)
+
+    def forward(self, x, h, c):
+        return self.lstm(x, (h, c))
+
+
+class PackedLstm(nn.Module):
+    """An LSTM over packed sequences (refused: the packed shape is data)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(4, 3, batch_first=True)
+
+    def forward(self, x, lengths):
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True)
+        y, _ = self.lstm(packed)
+        return nn.utils.rnn.pad_packed_sequence(y, batch_first=True)[0]
+
+
 # (A scripted bare RNN module has only its overloads forward__0/forward__1:
 # scripted RNNs are covered inside a model, models/zoo.py's rnn_mini.)
 module("lstm", lambda: nn.LSTM(4, 3, num_layers=2, bidirectional=True), randn(5, 2, 4), fmts=("trace",))
 module("lstm_state", LstmWithState, randn(5, 2, 4), randn(2, 2, 3), randn(2, 2, 3))
 module("lstm_unbatched_nobias", lambda: nn.LSTM(4, 3, bias=False), randn(5, 4), fmts=("trace",))
+module("lstm_proj", lambda: nn.LSTM(4, 5, num_layers=2, proj_size=3, bidirectional=True, batch_first=True),
+       randn(2, 5, 4), fmts=("trace",))
+module("lstm_proj_state_nobias", LstmProjWithState, randn(5, 2, 4), randn(1, 2, 2), randn(1, 2, 5), fmts=("trace",))
+module("lstm_packed", PackedLstm, randn(3, 5, 4), lambda g: torch.tensor([5, 3, 2]), fmts=("trace",),
+       expect_error="packed sequences (pack_padded_sequence) have a data-dependent shape")
 module("gru_batch_first", lambda: nn.GRU(4, 3, num_layers=2, batch_first=True, bidirectional=True), randn(2, 5, 4),
        fmts=("trace",))
 module("rnn_relu", lambda: nn.RNN(4, 3, num_layers=2, nonlinearity="relu"), randn(5, 2, 4), fmts=("trace",))

@@ -12,6 +12,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -24,6 +25,7 @@
 #include <torch/script.h>
 #include "backend/cpu/cpu_executor.h"
 #include "core/import/fx/fx_importer.h"
+#include "core/import/torchscript/lowering.h"
 #include "core/import/torchscript/torchscript_importer.h"
 #include "core/safetensors.h"
 #include "tests/torch/torch_compare.h"
@@ -299,6 +301,68 @@ TEST_P(FxImportCase, ImportsWhatTheTorchScriptImporterImports) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, FxImportCase, ::testing::ValuesIn(fxCaseNames()),
                          [](const auto& info) { return info.param; });
+
+// ---- The two importers' tables ----------------------------------------------------------------
+
+/// TorchScript ops with no FX overload for a reason other than PyTorch's
+/// dispatch (which the test asks PyTorch about).
+const std::map<std::string, std::string>& tsOnlyByDesign() {
+  static const std::map<std::string, std::string> ops = {
+      {"_pack_padded_sequence", "refused by the TorchScript importer too: packed sequences have a data-dependent shape"},
+      {"_index_put_impl", "the in-place index_put_ of a trace; FX graphs hold its functional index_put"},
+      {"copy_", "functionalization removes copies into graph tensors from FX graphs"},
+  };
+  return ops;
+}
+
+/// Every aten operator the TorchScript importer maps has its FX overloads
+/// mapped too, unless no FX graph can contain it: PyTorch decomposes it
+/// before make_fx records anything (CompositeImplicitAutograd for every
+/// overload), it exists only in TorchScript (aten::Int, aten::size), it is an
+/// in-place op whose functional form is mapped (relu_ -> relu), or
+/// tsOnlyByDesign() says why.
+TEST(ImporterTables, EveryTorchScriptOpIsMappedByTheFxImporter) {
+  if (!pythonHasTorch()) GTEST_SKIP() << kNoTorch;
+  std::set<std::string> fx_bases;  // aten.relu.default -> relu
+  for (const std::string& op : fxSupportedOps()) {
+    if (op.rfind("aten.", 0) != 0) continue;
+    const size_t dot = op.find('.', 5);
+    fx_bases.insert(op.substr(5, dot == std::string::npos ? std::string::npos : dot - 5));
+  }
+  std::vector<std::string> unmapped;
+  for (const std::string& name : ts::atenRuleNames()) {
+    ASSERT_EQ(name.rfind("aten::", 0), 0u) << name;
+    std::string base = name.substr(6);
+    if (fx_bases.count(base)) continue;
+    if (base.size() > 1 && base.back() == '_' && fx_bases.count(base.substr(0, base.size() - 1))) continue;
+    unmapped.push_back(base);
+  }
+  ASSERT_LT(unmapped.size(), 150u) << "the FX importer lost most of its table";
+  std::string cmd = std::string(KILN_PYTHON) + " " + KILN_SOURCE_DIR + "/tests/torch/aten_dispatch.py";
+  for (const std::string& b : unmapped) cmd += " " + b;
+  std::string out;
+  ASSERT_EQ(run(cmd, &out), 0) << cmd;
+  std::istringstream lines(out);
+  std::string name, kind;
+  size_t decomposed = 0, answered = 0;
+  while (lines >> name >> kind) {
+    ++answered;
+    if (kind == "composite" || kind == "jit_only") {
+      ++decomposed;
+      continue;
+    }
+    auto why = tsOnlyByDesign().find(name);
+    if (why != tsOnlyByDesign().end()) continue;
+    ADD_FAILURE() << "aten::" << name << " (" << kind
+                  << " in PyTorch's dispatcher) has a TorchScript lowering but no FX overload mapped";
+  }
+  EXPECT_EQ(answered, unmapped.size()) << out;
+  for (const auto& [op, why] : tsOnlyByDesign())
+    EXPECT_NE(std::find(unmapped.begin(), unmapped.end(), op), unmapped.end())
+        << op << " is mapped by both importers now: take it off tsOnlyByDesign() (" << why << ")";
+  RecordProperty("ts_ops", static_cast<int>(ts::atenRuleNames().size()));
+  RecordProperty("decomposed_before_fx", static_cast<int>(decomposed));
+}
 
 // ---- Structure --------------------------------------------------------------------------------
 

@@ -55,6 +55,12 @@ FxValue lowerFillScalar(Lowering& cx, NodeArgs& a) {
   return FxValue::of(cx.full(a.real("value"), x->dtype(), x->shape()));
 }
 
+/// zero(self): the functional form of zero_.
+FxValue lowerZero(Lowering& cx, NodeArgs& a) {
+  Value* x = a.tensor("self");
+  return FxValue::of(cx.full(0.0, x->dtype(), x->shape()));
+}
+
 /// fill.Tensor(self, value): `value` (0-d) broadcast to self's shape, in self's dtype.
 FxValue lowerFillTensor(Lowering& cx, NodeArgs& a) {
   Value* x = a.tensor("self");
@@ -98,6 +104,7 @@ constexpr FxRule kRules[] = {
     {"aten.scalar_tensor.default", lowerScalarTensor},
     {"aten.fill.Scalar", lowerFillScalar},
     {"aten.fill.Tensor", lowerFillTensor},
+    {"aten.zero.default", lowerZero},
     {"aten.arange.default", lowerArange},
     {"aten.arange.start", lowerArange},
     {"aten.arange.start_step", lowerArange},

@@ -50,6 +50,25 @@ Value* variance(Lowering& cx, NodeArgs& a) {
 FxValue lowerVar(Lowering& cx, NodeArgs& a) { return FxValue::of(variance(cx, a)); }
 FxValue lowerStd(Lowering& cx, NodeArgs& a) { return FxValue::of(cx.emit("sqrt", {variance(cx, a)})); }
 
+/// var_mean / std_mean(.correction) -> (var or std, mean) over the same dims.
+FxValue lowerVarMean(Lowering& cx, NodeArgs& a) {
+  Value* v = variance(cx, a);
+  if (a.kiln == "std") v = cx.emit("sqrt", {v});
+  Value* x = a.tensor("self");
+  Value* mean = cx.emit("mean", {x}, {{"dims", reduceDims(a, x)}, {"keepdim", int64_t{keepdim(a)}}});
+  return FxValue::tuple({FxValue::of(v), FxValue::of(mean)});
+}
+
+/// all / any(self[, dim, keepdim]): whether every / some element is non-zero (bool).
+FxValue lowerAllAny(Lowering& cx, NodeArgs& a) {
+  Value* x = a.tensor("self");
+  Value* nz = cx.cast(cx.emit("ne", {x, cx.full(0.0, x->dtype())}), DType::I64);
+  std::vector<int64_t> dims;
+  if (a.has("dim")) dims = {normDim(a.integer("dim"), x->type().rank())};
+  Value* r = cx.emit(a.kiln == "all" ? "amin" : "amax", {nz}, {{"dims", dims}, {"keepdim", int64_t{keepdim(a)}}});
+  return FxValue::of(cx.cast(r, DType::Bool));
+}
+
 /// argmax / argmin(self, dim=None, keepdim): None flattens first.
 Value* argReduce(Lowering& cx, std::string_view op, Value* x, std::optional<int64_t> dim, bool keep) {
   if (!dim) {
@@ -97,6 +116,15 @@ FxValue lowerSort(Lowering& cx, NodeArgs& a) {
   return pairOf(decomp::topk(cx, x, size, dim, a.flag("descending")));
 }
 
+/// argsort(.stable)(self, [stable,] dim, descending): sort's indices (Kiln's
+/// topk breaks ties by position, so every sort is stable).
+FxValue lowerArgsort(Lowering& cx, NodeArgs& a) {
+  Value* x = a.tensor("self");
+  const int64_t dim = a.integer("dim");
+  const int64_t size = x->type().rank() == 0 ? 1 : x->shape()[normDim(dim, x->type().rank())];
+  return FxValue::of(decomp::topk(cx, x, size, dim, a.flag("descending")).indices);
+}
+
 /// logsumexp(self, dim, keepdim).
 FxValue lowerLogsumexp(Lowering& cx, NodeArgs& a) {
   Value* x = input(cx, a);
@@ -139,6 +167,12 @@ constexpr FxRule kRules[] = {
     {"aten.std.default", lowerStd},
     {"aten.std.dim", lowerStd},
     {"aten.std.correction", lowerStd},
+    {"aten.var_mean.correction", lowerVarMean, "var"},
+    {"aten.std_mean.correction", lowerVarMean, "std"},
+    {"aten.all.default", lowerAllAny, "all"},
+    {"aten.all.dim", lowerAllAny, "all"},
+    {"aten.any.default", lowerAllAny, "any"},
+    {"aten.any.dim", lowerAllAny, "any"},
     {"aten.argmax.default", lowerArgReduce, "argmax"},
     {"aten.argmin.default", lowerArgReduce, "argmin"},
     {"aten.cumsum.default", lowerCumsum, "cumsum"},
@@ -151,6 +185,8 @@ constexpr FxRule kRules[] = {
     {"aten.kthvalue.default", lowerKthvalue},
     {"aten.sort.default", lowerSort},
     {"aten.sort.stable", lowerSort},
+    {"aten.argsort.default", lowerArgsort},
+    {"aten.argsort.stable", lowerArgsort},
 };
 
 }  // namespace

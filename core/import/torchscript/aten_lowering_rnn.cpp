@@ -9,10 +9,12 @@
 //   GRU:  r, z = sigmoid(x_r + h_r), sigmoid(x_z + h_z); n = tanh(x_n + r h_n);
 //         h' = n + z (h - n)   (PyTorch's gru_cell form)
 // Multi-layer, bidirectional (the reverse direction reads t = T-1 .. 0),
-// batch_first, unbatched inputs, dropout between layers in training. The
-// cells (nn.LSTMCell, nn.GRUCell, nn.RNNCell: lstm_cell, gru_cell,
-// rnn_tanh_cell, rnn_relu_cell) are one such step. Not supported: LSTM
-// projections (proj_size) and packed sequences.
+// batch_first, unbatched inputs, dropout between layers in training, LSTM
+// projections (proj_size: h' = (sigmoid(o) tanh(c')) W_hr^T). The cells
+// (nn.LSTMCell, nn.GRUCell, nn.RNNCell: lstm_cell, gru_cell, rnn_tanh_cell,
+// rnn_relu_cell) are one such step. Packed sequences
+// (pack_padded_sequence) are refused: their shape is the sum of the lengths,
+// known only from the data.
 #include "core/import/torchscript/lowering.h"
 #include "core/result.h"
 
@@ -51,6 +53,7 @@ Value* tanhOf(Lowering& cx, Value* v) { return cx.emit("tanh", {v}); }
 
 struct Weights {
   Value *w_ih, *w_hh, *b_ih = nullptr, *b_hh = nullptr;
+  Value* w_hr = nullptr;  ///< LSTM projection [P, H] (proj_size > 0)
 };
 
 /// One layer in one direction over x [T, B, in] from h0 (and c0) [B, H]:
@@ -78,6 +81,7 @@ void step(Lowering& cx, Cell cell, Value* xt, const Weights& w, Value*& h, Value
   if (cell == Cell::Lstm) {
     c = cx.emit("add", {cx.emit("mul", {sig(cx, g[1]), c}), cx.emit("mul", {sig(cx, g[0]), tanhOf(cx, g[2])})});
     h = cx.emit("mul", {sig(cx, g[3]), tanhOf(cx, c)});
+    if (w.w_hr) h = cx.emit("linear", {h, w.w_hr});
   } else {
     h = cell == Cell::RnnTanh ? tanhOf(cx, g[0]) : cx.emit("relu", {g[0]});
   }
@@ -133,10 +137,14 @@ Out lowerRnn(Lowering& cx, Args& a) {
   const bool biases = a.flag(3), train = a.flag(6), bidirectional = a.flag(7), batch_first = a.flag(8);
   const int64_t layers = a.integer(4), dirs = bidirectional ? 2 : 1;
   const double dropout = a.real(5);
-  const size_t per = biases ? 4 : 2;
-  if (params.size() != per * static_cast<size_t>(layers * dirs))
+  // Per layer and direction: w_ih, w_hh[, b_ih, b_hh][, w_hr] (an LSTM's
+  // projection, proj_size > 0), in nn.LSTM's _flat_weights order.
+  const size_t cells = static_cast<size_t>(layers * dirs);
+  const bool projected = cell == Cell::Lstm && cells > 0 && params.size() == ((biases ? 4 : 2) + 1) * cells;
+  const size_t per = (biases ? 4 : 2) + (projected ? 1 : 0);
+  if (params.size() != per * cells)
     fail(std::string(a.kiln_op) + ": " + std::to_string(params.size()) + " weights for " + std::to_string(layers) +
-         " layers x " + std::to_string(dirs) + " directions (LSTM projections, proj_size > 0, are not supported)");
+         " layers x " + std::to_string(dirs) + " directions");
   if (!isFloating(x->dtype())) fail(std::string(a.kiln_op) + " needs a floating-point input, got " + x->type().str());
   const bool unbatched = x->type().rank() == 2;
   if (x->type().rank() != 3 && !unbatched)
@@ -154,6 +162,7 @@ Out lowerRnn(Lowering& cx, Args& a) {
       const size_t at = per * static_cast<size_t>(l * dirs + d);
       Weights w{params[at], params[at + 1]};
       if (biases) w.b_ih = params[at + 2], w.b_hh = params[at + 3];
+      if (projected) w.w_hr = params[at + per - 1];
       const int64_t idx = l * dirs + d;
       Value* h0 = cx.emit("select", {hx[0]}, {{"dim", int64_t{0}}, {"index", idx}});
       Value* c0 = cell == Cell::Lstm ? cx.emit("select", {hx[1]}, {{"dim", int64_t{0}}, {"index", idx}}) : nullptr;
@@ -183,6 +192,12 @@ Out lowerRnn(Lowering& cx, Args& a) {
 // lstm_cell(input, hx[h, c], w_ih, w_hh, b_ih=None, b_hh=None) -> (h', c')
 // gru_cell / rnn_tanh_cell / rnn_relu_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None) -> h'
 // (nn.LSTMCell, nn.GRUCell, nn.RNNCell: one step, the loop is the model's).
+// _pack_padded_sequence(input, lengths, batch_first) -> (data, batch_sizes)
+Out refusePacked(Lowering&, Args&) {
+  fail("packed sequences (pack_padded_sequence) have a data-dependent shape (the sum of the lengths); Kiln needs "
+       "static shapes: run the recurrent layer on the padded batch and mask the padded steps instead");
+}
+
 Out lowerCell(Lowering& cx, Args& a) {
   const Cell cell = cellOf(a.kiln_op);
   Value* x = a.tensor(0);
@@ -219,6 +234,7 @@ const AtenRule kRules[] = {
     {"aten::gru_cell", lowerCell, "gru_cell"},
     {"aten::rnn_tanh_cell", lowerCell, "rnn_tanh_cell"},
     {"aten::rnn_relu_cell", lowerCell, "rnn_relu_cell"},
+    {"aten::_pack_padded_sequence", refusePacked},
 };
 
 }  // namespace
