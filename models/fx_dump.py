@@ -144,6 +144,8 @@ def target_name(target) -> str:
     if target is operator.getitem:
         return "operator.getitem"
     mod = getattr(target, "__module__", None) or ""
+    if mod == "_operator":  # Python arithmetic on symbolic sizes (PyTorch 2.x dynamic shapes)
+        mod = "operator"
     return f"{mod}.{getattr(target, '__name__', str(target))}".lstrip(".")
 
 
@@ -188,6 +190,10 @@ def describe(v) -> Any:
         return {"items": [describe(x) for x in v]}
     if v is None:
         return None
+    # Symbolic sizes of PyTorch 2.x dynamic-shape graphs (absent in 1.13).
+    for sym, kind in (("SymBool", "bool"), ("SymInt", "int"), ("SymFloat", "float")):
+        if hasattr(torch, sym) and isinstance(v, getattr(torch, sym)):
+            return {"scalar": kind}
     if isinstance(v, bool):
         return {"scalar": "bool"}
     if isinstance(v, int):

@@ -354,6 +354,25 @@ TEST(FxImport, EvalDumpTrainsUnlessItsBatchNormUsesRunningStatistics) {
   ASSERT_TRUE(importDoc(bn, batchNormWeights()).ok());  // for inference it imports
 }
 
+TEST(FxImport, SymbolicSizesAreNumbersKnownAtImport) {
+  // Python's floor division and modulo round toward -inf: -7 // 2 = -4, -7 % 2 = 1.
+  json sym = {{"scalar", "int"}};
+  json d = withNodes({node("q", "operator.floordiv", {-7, 2}, sym), node("r", "_operator.mod", {-7, 2}, sym),
+                      node("rows", "operator.add", {nodeRef("q"), 6}, sym),
+                      node("cols", "operator.mul", {nodeRef("r"), 4}, sym),
+                      node("v", "aten.view.default", {nodeRef("arg2_1"), {nodeRef("rows"), nodeRef("cols")}},
+                           tensorVal("f32", {2, 4}))},
+                     {nodeRef("v")});
+  auto m = importDoc(d);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  EXPECT_EQ(m->graph.outputs()[0].value->shape(), (Shape{2, 4}));
+  // A number where a tensor is needed, and arithmetic on a tensor, fail clearly.
+  d["outputs"] = json::array({nodeRef("rows")});
+  expectError(importDoc(d), "is a number (a size), not a tensor");
+  d = withNodes({node("bad", "operator.mul", {nodeRef("arg2_1"), 2}, sym)}, {nodeRef("arg2_1")});
+  expectError(importDoc(d), "works on sizes only");
+}
+
 TEST(FxImport, InputTypesMustMatchTheDump) {
   ImportOptions o;
   o.input_types = {{DType::F32, {2, 4}}};

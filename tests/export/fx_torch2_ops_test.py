@@ -3,7 +3,10 @@
 never records: scaled_dot_product_attention (with enable_gqa), the fused
 attention kernels torch.export writes in its place
 (_scaled_dot_product_flash_attention_for_cpu, _scaled_dot_product_efficient_
-attention, _scaled_dot_product_flash_attention), rms_norm and _fused_rms_norm.
+attention, _scaled_dot_product_flash_attention), rms_norm and _fused_rms_norm;
+and the symbolic sizes of a dynamic-shape graph (sym_size.int, sym_numel,
+sym_stride, Python arithmetic on them as operator.* / torch.sym_float nodes,
+_assert_scalar), which Kiln's static shapes turn into numbers.
 
     fx_torch2_ops_test.py --kiln build/kiln --work-dir DIR
 
@@ -145,6 +148,78 @@ def run_case(kiln, work, name, target, inputs, args, kwargs, expected, tol):
     return ok
 
 
+def symbolic_document(x):
+    """A dynamic-shape graph as torch.export writes it for
+    y = x.view(x.size(0) * x.size(1) // 2, 2) / float(x.numel()) * x.stride(0),
+    asserting x.stride(0) == x.size(1)."""
+    def node(name, target, args, val):
+        return {"name": name, "target": target, "args": args, "kwargs": {}, "val": val, "scope": "", "source": ""}
+    ref = lambda n: {"node": n}  # noqa: E731
+    sym = {"scalar": "int"}
+    n = x.numel()
+    out = {"dtype": DT[x.dtype], "shape": [n // 2, 2]}
+    t = {"name": "self", "type": "Tensor"}
+    ops = {"aten.sym_size.int": [t, {"name": "dim", "type": "int"}],
+           "aten.sym_numel.default": [t],
+           "aten.sym_stride.int": [t, {"name": "dim", "type": "int"}],
+           "aten.view.default": [t, {"name": "size", "type": "List[int]"}],
+           "aten.div.Tensor": [t, {"name": "other", "type": "Tensor"}],
+           "aten.mul.Tensor": [t, {"name": "other", "type": "Tensor"}],
+           "aten._assert_scalar.default": [{"name": "self", "type": "Scalar"}, {"name": "assert_msg", "type": "str"}]}
+    nodes = [node("s0", "aten.sym_size.int", [ref("arg0_1"), 0], sym),
+             node("s1", "aten.sym_size.int", [ref("arg0_1"), 1], sym),
+             node("prod", "operator.mul", [ref("s0"), ref("s1")], sym),
+             node("half", "operator.floordiv", [ref("prod"), 2], sym),
+             node("v", "aten.view.default", [ref("arg0_1"), [ref("half"), 2]], out),
+             node("numel", "aten.sym_numel.default", [ref("arg0_1")], sym),
+             node("fnumel", "torch.sym_float", [ref("numel")], {"scalar": "float"}),
+             node("d", "aten.div.Tensor", [ref("v"), ref("fnumel")], out),
+             node("st", "aten.sym_stride.int", [ref("arg0_1"), 0], sym),
+             node("same", "operator.eq", [ref("st"), ref("s1")], {"scalar": "bool"}),
+             node("check", "aten._assert_scalar.default", [ref("same"), "stride(0) == size(1)"], None),
+             node("y", "aten.mul.Tensor", [ref("d"), ref("st")], out)]
+    return {"format": "kiln-fx", "version": 1, "mode": "eval", "weights_file": "empty.safetensors",
+            "placeholders": [{"name": "arg0_1", "kind": "input", "key": "input0", "index": 0, "dtype": DT[x.dtype],
+                              "shape": list(x.shape)}],
+            "constants": [], "aliases": {}, "mutations": [], "nodes": nodes, "outputs": [ref("y")],
+            "ops": {k: {"schema": k, "args": v, "returns": ["Tensor"]} for k, v in ops.items()}}
+
+
+def run_symbolic_case(kiln, work, x) -> bool:
+    d = os.path.join(work, "symbolic_sizes")
+    os.makedirs(d, exist_ok=True)
+    st_io.save(os.path.join(d, "empty.safetensors"), {})
+    path = os.path.join(d, "op.fx.json")
+    with open(path, "w") as f:
+        json.dump(symbolic_document(x), f)
+    st_io.save(os.path.join(d, "in.safetensors"), {"input0": x})
+    p = subprocess.run([kiln, "run", path, "--input-file", os.path.join(d, "in.safetensors"), "--output-file",
+                        os.path.join(d, "out.safetensors")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode != 0:
+        print(f"FAIL symbolic_sizes: kiln run exited {p.returncode}: {p.stdout.strip()}")
+        return False
+    expected = x.view(x.size(0) * x.size(1) // 2, 2) / float(x.numel()) * x.stride(0)
+    got = st_io.load(os.path.join(d, "out.safetensors"))["output0"]
+    worst = ((got - expected).abs().max() / expected.abs().max()).item() if got.shape == expected.shape else math.inf
+    ok = worst <= 1e-6
+    print(f"{'ok  ' if ok else 'FAIL'} symbolic_sizes: sym_size/sym_numel/sym_stride + operator.* worst relative "
+          f"error {worst:.2e} (tol 1e-6)")
+    # The assertion holds for a contiguous [4, 6] input; a document asserting
+    # the opposite must be refused in one line naming the assertion.
+    doc = symbolic_document(x)
+    doc["nodes"][9]["target"] = "operator.ne"
+    bad = os.path.join(d, "bad.fx.json")
+    with open(bad, "w") as f:
+        json.dump(doc, f)
+    p = subprocess.run([kiln, "run", bad, "--input-file", os.path.join(d, "in.safetensors"), "--output-file",
+                        os.path.join(d, "bad_out.safetensors")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True)
+    refused = p.returncode != 0 and "stride(0) == size(1)" in p.stdout and len(p.stdout.strip().splitlines()) == 1
+    print(f"{'ok  ' if refused else 'FAIL'} symbolic_sizes_failed_assert: "
+          f"{'refused in one line' if refused else 'not refused: ' + p.stdout.strip()}")
+    return ok and refused
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--kiln", required=True)
@@ -189,7 +264,8 @@ def main(argv=None) -> int:
         args = [{"node": f"arg{int(x)}_1"} if isinstance(x, InputRef) else x for x in args]
         kwargs = {k: ({"node": f"arg{int(x)}_1"} if isinstance(x, InputRef) else x) for k, x in kwargs.items()}
         failed += not run_case(a.kiln, a.work_dir, name, target, inputs, args, kwargs, expected, tol)
-    print(f"{len(cases) - failed} of {len(cases)} cases passed")
+    failed += not run_symbolic_case(a.kiln, a.work_dir, r(4, 6))
+    print(f"{len(cases) + 1 - failed} of {len(cases) + 1} cases passed")
     return 1 if failed else 0
 
 

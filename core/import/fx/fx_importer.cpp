@@ -185,8 +185,9 @@ class Importer {
       skipped_.insert(n.name);
       return;
     }
-    const FxRule* rule = n.target == "operator.getitem" ? nullptr : findFxRule(n.target);
-    if (!rule && n.target != "operator.getitem") {
+    const bool arithmetic = isPythonArithmetic(n.target), builtin = arithmetic || n.target == "operator.getitem";
+    const FxRule* rule = builtin ? nullptr : findFxRule(n.target);
+    if (!rule && !builtin) {
       if (!options_.unsupported) fail(unsupportedMessage(n));
       const std::string msg = unsupportedMessage(n), head = "unsupported op " + escaped(n.target) + " " + location(n);
       return skip(n, "no lowering" + msg.substr(head.size()));
@@ -197,11 +198,12 @@ class Importer {
     try {
       FxValue v;
       if (!rule) {
-        v = getitem(n);
+        v = arithmetic ? lowerPythonArithmetic(cx_, n) : getitem(n);
       } else {
         auto schema = doc_.ops.find(n.target);
         if (schema == doc_.ops.end()) fail("the dump has no schema for it in \"ops\"");
-        NodeArgs args(cx_, n, schema->second, rule->kiln);
+        const std::optional<FxNode> sized = withKnownNumbers(cx_, n);  // symbolic sizes as numbers
+        NodeArgs args(cx_, sized ? *sized : n, schema->second, rule->kiln);
         v = rule->fn(cx_, args);
       }
       checkVal(n.val, v, "");
@@ -230,6 +232,11 @@ class Importer {
   void checkVal(const FxVal& val, const FxValue& v, const std::string& item) {
     if (!v.unavailable.empty()) return;  // not computed; a use fails with the reason
     std::string what = item.empty() ? "" : "result " + item + ": ";
+    if (v.number) {  // a symbolic size: the dump records a number ({"scalar": ...}) or a SymInt
+      if (val.kind == FxVal::Kind::Tensor || val.kind == FxVal::Kind::Items)
+        fail(what + "the dump records " + val.describe() + ", but Kiln computed a number");
+      return;
+    }
     if (val.kind == FxVal::Kind::Items) {
       if (!v.is_tuple || v.items.size() != val.items.size())
         fail(what + "the dump records " + val.describe() + ", Kiln produced " +
@@ -251,6 +258,7 @@ class Importer {
   Value* tensorNamed(const std::string& name, const std::string& what) {
     const FxValue& v = cx_.lookup(name);
     if (!v.unavailable.empty()) fail(what + " " + quote(name) + " cannot be used: " + v.unavailable);
+    if (v.number) fail(what + " " + quote(name) + " is a number (a size), not a tensor");
     if (!v.tensor) fail(what + " " + quote(name) + " is a tuple, not a tensor");
     return v.tensor;
   }
@@ -387,6 +395,7 @@ Result<Model> importFx(const std::string& path, const ImportOptions& options) {
 std::vector<std::string> fxSupportedOps() {
   auto ops = fx::fxRuleTargets();
   ops.push_back("operator.getitem");
+  for (std::string& t : fx::pythonArithmeticTargets()) ops.push_back(std::move(t));
   std::sort(ops.begin(), ops.end());
   return ops;
 }

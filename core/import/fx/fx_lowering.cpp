@@ -132,7 +132,7 @@ const std::map<std::string_view, const FxRule*>& ruleIndex() {
   static const auto* index = [] {
     auto* m = new std::map<std::string_view, const FxRule*>();
     for (auto family : {elementwiseRules(), shapeRules(), factoryRules(), reductionRules(), linalgRules(), nnRules(),
-                        resampleRules()})
+                        resampleRules(), symbolicRules()})
       for (const FxRule& r : family) m->emplace(r.target, &r);
     return m;
   }();

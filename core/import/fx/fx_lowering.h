@@ -19,18 +19,21 @@
 
 namespace kiln::fx {
 
-/// What one FX node produced: a tensor, a tuple/list of FxValues, or an
-/// output Kiln does not compute (then `unavailable` says why, and any use of
-/// it fails with that reason).
+/// What one FX node produced: a tensor, a tuple/list of FxValues, a number
+/// known at import (a symbolic size of a PyTorch 2.x dump: an Int, Float or
+/// Bool FxArg), or an output Kiln does not compute (then `unavailable` says
+/// why, and any use of it fails with that reason).
 struct FxValue {
   Value* tensor = nullptr;
   bool is_tuple = false;
   std::vector<FxValue> items;
   std::string unavailable;
+  std::optional<FxArg> number;
 
-  static FxValue of(Value* v) { return {v, false, {}, {}}; }
-  static FxValue tuple(std::vector<FxValue> items) { return {nullptr, true, std::move(items), {}}; }
-  static FxValue missing(std::string why) { return {nullptr, false, {}, std::move(why)}; }
+  static FxValue of(Value* v) { return {v, false, {}, {}, {}}; }
+  static FxValue tuple(std::vector<FxValue> items) { return {nullptr, true, std::move(items), {}, {}}; }
+  static FxValue missing(std::string why) { return {nullptr, false, {}, std::move(why), {}}; }
+  static FxValue known(FxArg n) { return {nullptr, false, {}, {}, std::move(n)}; }
 };
 
 /// State of one import.
@@ -121,5 +124,20 @@ std::span<const FxRule> reductionRules();
 std::span<const FxRule> linalgRules();
 std::span<const FxRule> nnRules();
 std::span<const FxRule> resampleRules();
+
+// Symbolic sizes (fx_symbolic.cpp). A PyTorch 2.x dump with dynamic shapes
+// reads sizes with aten.sym_size.int / sym_numel / sym_stride and computes
+// with Python arithmetic on them (operator.mul, operator.floordiv, ...);
+// Kiln's shapes are static, so each is a number known at import, and node
+// references to such numbers are replaced by the numbers before a rule reads
+// its arguments.
+std::span<const FxRule> symbolicRules();
+/// Python-level targets on numbers (operator.*, math.ceil, torch.sym_*), which have no schema.
+bool isPythonArithmetic(std::string_view target);
+std::vector<std::string> pythonArithmeticTargets();
+FxValue lowerPythonArithmetic(const Lowering& cx, const FxNode& n);
+/// `n` with every reference to a node that produced a known number replaced
+/// by that number; nullopt when it has none.
+std::optional<FxNode> withKnownNumbers(const Lowering& cx, const FxNode& n);
 
 }  // namespace kiln::fx
