@@ -566,23 +566,25 @@ class BertClassifier(nn.Module):
 class BagClassifier(nn.Module):
     """Bag-of-embeddings classifier (fastText / DLRM style) over token rows
     [B, L]: a mean nn.EmbeddingBag over each row (padding id 0 ignored), a
-    max-pooled one, and a sum bag with learned per-position weights over
-    bags of different lengths (offsets a buffer, so read at run time);
-    concatenated into a two-layer MLP."""
+    max-pooled one, and a sum bag with learned per-token weights over two
+    bags of different lengths per row (a quarter and the rest: offsets made
+    from the shape); concatenated into a two-layer MLP."""
 
-    def __init__(self, vocab: int = 64, d: int = 16, classes: int = 4, batch: int = 2, length: int = 8):
+    def __init__(self, vocab: int = 64, d: int = 16, classes: int = 4):
         super().__init__()
         self.words = nn.EmbeddingBag(vocab, d, mode="mean", padding_idx=0)
         self.peaks = nn.EmbeddingBag(vocab, d, mode="max")
         self.tags = nn.EmbeddingBag(vocab, d, mode="sum")
-        self.position_weight = nn.Parameter(torch.rand(batch * length))
-        # Bag b of the flattened tokens starts at offsets[b]: uneven lengths.
-        self.register_buffer("offsets", torch.tensor([0] + [length // 2 + length * b for b in range(1, batch)]))
-        self.mlp = nn.Sequential(nn.Linear(3 * d, 32), nn.ReLU(), nn.Linear(32, classes))
+        self.token_weight = nn.Embedding(vocab, 1)
+        self.mlp = nn.Sequential(nn.Linear(4 * d, 32), nn.ReLU(), nn.Linear(32, classes))
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        B, L = tokens.size()
         flat = tokens.reshape(-1)
-        tags = self.tags(flat, self.offsets, per_sample_weights=F.softplus(self.position_weight))
+        rows = torch.arange(B, device=tokens.device) * L
+        offsets = torch.stack([rows, rows + L // 4], dim=1).reshape(-1)
+        weights = F.softplus(self.token_weight(flat).squeeze(-1))
+        tags = self.tags(flat, offsets, per_sample_weights=weights).reshape(B, -1)
         return self.mlp(torch.cat([self.words(tokens), self.peaks(tokens), tags], dim=1))
 
 
@@ -914,7 +916,7 @@ _REGISTRY: Dict[str, Tuple[Callable[[], nn.Module], tuple, Tuple[str, ...]]] = {
     "bat_unet": (UNet, ((8, 3, 64, 64),), ("trace",)),
     # Bag-of-embeddings classifier at recommender size: three 100000 x 64
     # EmbeddingBags, 512 rows of 32 tokens.
-    "bat_bag": (lambda: BagClassifier(vocab=100000, d=64, classes=2, batch=512, length=32),
+    "bat_bag": (lambda: BagClassifier(vocab=100000, d=64, classes=2),
                 (_ints((512, 32), 100000),), ("trace",)),
 }
 

@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "train"))
 
 BATCHNORM = {"cnn_bn", "cnn_bn_train", "resnet_mini", "tv_resnet18", "tv_vgg11_bn", "tv_densenet121", "tv_googlenet",
              "tv_inception_v3", "tv_mobilenet_v2", "tv_mobilenet_v3_small", "tv_shufflenet_v2_x0_5", "tv_mnasnet0_5",
-             "tv_efficientnet_b0", "tv_regnet_y_400mf", "video_mini", "audio_mini"}
+             "tv_efficientnet_b0", "tv_regnet_y_400mf", "video_mini", "audio_mini", "seg_mini"}
 # Models whose embeddings stay row-sparse under plain SGD (dp_parity's
 # plain_sgd; without clipping, squeezenet's plain SGD diverges, loss 2.3 ->
 # 16.9 at step 2, and amplifies float32 rounding past 1e-5).
