@@ -62,7 +62,7 @@ Result<std::vector<double>> readClassWeights(const std::string& path) {
 
 Status validate(const TrainArgs& a) {
   auto bad = [](const std::string& m) { return Status(Error{m}); };
-  if (!parseLossKind(a.loss)) return bad("unknown loss '" + a.loss + "'; use cross_entropy, mse, l1, smooth_l1, huber, bce or model");
+  if (!parseLossKind(a.loss)) return bad("unknown loss '" + a.loss + "'; use cross_entropy, mse, l1, smooth_l1, huber, bce, kl_div or model");
   if (!parseOptimizerKind(a.optimizer)) return bad("unknown optimizer '" + a.optimizer + "'; use sgd, adam or adamw");
   if (a.loss != "cross_entropy" && (a.label_smoothing != 0 || a.ignore_index != -100 || !a.class_weights.empty()))
     return bad("--label-smoothing, --ignore-index and --class-weights need --loss cross_entropy");
@@ -162,7 +162,8 @@ void addTrainOptions(CLI::App* sub, TrainArgs& a, bool with_optimizer) {
                   "data input type for synthetic batches, e.g. 8x32 or i64[2,16]");
   sub->add_option("--loss", a.loss,
                   "cross_entropy (class-index target), mse, l1, smooth_l1, huber, bce (with logits; targets in "
-                  "[0, 1]), or model (output 0 is the loss)");
+                  "[0, 1]), kl_div (target: a distribution over the last dim; distillation), or model (output 0 "
+                  "is the loss)");
   sub->add_option("--label-smoothing", a.label_smoothing,
                   "cross_entropy: mix the target with a uniform distribution over the classes (F.cross_entropy's "
                   "label_smoothing, default 0)");
@@ -526,7 +527,10 @@ Result<TrainSetup> setUp(const TrainArgs& a, TrainingGraphKind kind, bool lookup
     for (const Value* v : setup.session->batchInputs()) {
       TensorType whole = v->type();
       if (!whole.shape.empty()) whole.shape[0] *= ranks;
-      specs.push_back({v->name(), whole, syntheticHigh(v)});
+      SyntheticSpec spec{v->name(), whole, syntheticHigh(v)};
+      if (v->name() == "target" && a.loss == "bce") spec.floats = SyntheticSpec::Floats::Unit;
+      if (v->name() == "target" && a.loss == "kl_div") spec.floats = SyntheticSpec::Floats::Distribution;
+      specs.push_back(std::move(spec));
     }
     setup.batches = shardedSource(syntheticSource(std::move(specs), a.seed), rank, ranks);
     setup.batch_where = "synthetic batch";

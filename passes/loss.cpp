@@ -133,6 +133,26 @@ Built elementwiseLoss(Graph& g, Value* pred, LossKind kind, const TrainingOption
   return {decomp::reduceLoss(cx, v, "mean")};
 }
 
+/// kl_div: F.kl_div(F.log_softmax(output, -1), target, reduction="batchmean"),
+/// the distillation loss: the target is a distribution over the output's
+/// last dim (a teacher's softmax), of the output's type; the sum over all
+/// elements divided by the batch (dim 0).
+Built klDivLoss(Graph& g, Value* pred, const TrainingOptions& opt) {
+  if (!isFloating(pred->dtype()) || pred->type().rank() < 1)
+    fail("loss: kl_div needs a floating prediction with a class dim, got " + pred->type().str());
+  TensorType target = opt.target.value_or(pred->type());
+  if (target != pred->type())
+    fail("loss: kl_div needs a target distribution of the model output's type " + pred->type().str() + ", got " +
+         target.str());
+  Value* t = g.addInput("target", target, ValueRole::Data);
+  GraphCx cx{g};
+  const int64_t last = pred->type().rank() - 1;
+  Value* logp = g.add("log_softmax", {pred}, {{"dim", last}}, kScope);
+  Value* sum = decomp::reduceLoss(cx, decomp::klDiv(cx, logp, t, false), "sum");
+  const double batch = static_cast<double>(pred->type().rank() > 0 ? pred->shape()[0] : 1);
+  return {g.add("div", {sum, cx.scalar(batch, pred->dtype())}, {}, kScope)};
+}
+
 }  // namespace
 
 Result<PassResult> runLoss(Graph& g, PassContext& ctx) {
@@ -162,6 +182,10 @@ Result<PassResult> runLoss(Graph& g, PassContext& ctx) {
       case LossKind::Bce:
         if (!ctx.training.cross_entropy.isDefault()) fail("loss: cross-entropy options need --loss cross_entropy");
         b = elementwiseLoss(g, pred, ctx.training.loss, ctx.training);
+        break;
+      case LossKind::KlDiv:
+        if (!ctx.training.cross_entropy.isDefault()) fail("loss: cross-entropy options need --loss cross_entropy");
+        b = klDivLoss(g, pred, ctx.training);
         break;
       case LossKind::Model:
         if (!ctx.training.cross_entropy.isDefault()) fail("loss: cross-entropy options need --loss cross_entropy");

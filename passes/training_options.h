@@ -13,7 +13,7 @@
 
 namespace kiln {
 
-enum class LossKind { CrossEntropy, Mse, Model, L1, SmoothL1, Huber, Bce };
+enum class LossKind { CrossEntropy, Mse, Model, L1, SmoothL1, Huber, Bce, KlDiv };
 enum class OptimizerKind { Sgd, Adam, AdamW };
 
 std::optional<LossKind> parseLossKind(std::string_view s);

@@ -198,6 +198,10 @@ Status TorchEagerTrainer::step(double lr) {
       case LossKind::SmoothL1: loss = torch::smooth_l1_loss(*pred, *target); break;
       case LossKind::Huber: loss = torch::huber_loss(*pred, *target); break;
       case LossKind::Bce: loss = torch::binary_cross_entropy_with_logits(*pred, *target); break;
+      case LossKind::KlDiv:
+        loss = torch::nn::functional::kl_div(torch::log_softmax(*pred, -1), *target,
+                                             torch::nn::functional::KLDivFuncOptions().reduction(torch::kBatchMean));
+        break;
       case LossKind::CrossEntropy: {
         // The layout rule of passes/loss.h: classes last when the target is
         // the logits' shape without its last dim (language models).

@@ -1,6 +1,7 @@
 #include "core/data/batch_source.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -86,9 +87,23 @@ class Synthetic : public BatchSource {
     TensorMap out;
     for (const SyntheticSpec& s : specs_) {
       Tensor t(s.type);
-      if (isFloating(s.type.dtype)) {
-        std::normal_distribution<double> d(0, 1);
+      if (isFloating(s.type.dtype) && s.floats == SyntheticSpec::Floats::Unit) {
+        std::uniform_real_distribution<double> d(0, 1);
         for (int64_t i = 0; i < t.numel(); ++i) t.set(i, d(rng));
+      } else if (isFloating(s.type.dtype)) {
+        std::normal_distribution<double> d(0, 1);
+        std::vector<double> v(static_cast<size_t>(t.numel()));
+        for (double& x : v) x = d(rng);
+        if (s.floats == SyntheticSpec::Floats::Distribution && !s.type.shape.empty() && s.type.shape.back() > 0) {
+          const size_t row = static_cast<size_t>(s.type.shape.back());
+          for (size_t r = 0; r < v.size(); r += row) {  // softmax of each last-dim row
+            double m = v[r], sum = 0;
+            for (size_t k = 1; k < row; ++k) m = std::max(m, v[r + k]);
+            for (size_t k = 0; k < row; ++k) sum += (v[r + k] = std::exp(v[r + k] - m));
+            for (size_t k = 0; k < row; ++k) v[r + k] /= sum;
+          }
+        }
+        for (int64_t i = 0; i < t.numel(); ++i) t.set(i, v[static_cast<size_t>(i)]);
       } else {
         std::uniform_int_distribution<int64_t> d(0, std::max<int64_t>(s.high, 1) - 1);
         for (int64_t i = 0; i < t.numel(); ++i) t.set(i, static_cast<double>(d(rng)));

@@ -38,12 +38,15 @@ Result<std::unique_ptr<BatchSource>> safetensorsDirSource(const std::string& dir
 Result<std::unique_ptr<BatchSource>> tokenFileSource(const std::string& path, const std::string& token_type,
                                                      int64_t batch, int64_t seq_len);
 
-/// What a synthetic batch tensor looks like: floats are N(0, 1); integers
-/// are uniform in [0, high).
+/// What a synthetic batch tensor looks like: floats are N(0, 1) (or, for
+/// targets that must be probabilities, U[0, 1) or a softmax of N(0, 1) over
+/// the last dim); integers are uniform in [0, high).
 struct SyntheticSpec {
+  enum class Floats { Normal, Unit, Distribution };
   std::string name;
   TensorType type;
   int64_t high = 2;
+  Floats floats = Floats::Normal;
 };
 
 /// Random batches drawn from (seed, step).

@@ -402,6 +402,10 @@ traced("bicubic", lambda x: (F.interpolate(x, scale_factor=2, mode="bicubic"),
                              F.interpolate(x, size=(5, 13), mode="bicubic", align_corners=True),
                              F.interpolate(x, scale_factor=1.5, mode="bicubic"),
                              F.interpolate(x, size=(3, 4), mode="bicubic")), IMG)
+traced("area", lambda s, x, v: (F.interpolate(s, size=3, mode="area"), F.interpolate(x, size=(3, 5), mode="area"),
+                                F.interpolate(x, scale_factor=0.5, mode="area"),
+                                F.interpolate(v, size=(2, 3, 3), mode="area")),
+       randn(2, 3, 7), IMG, randn(1, 2, 4, 5, 6))
 module("upsample", lambda: nn.Sequential(nn.Upsample(scale_factor=2, mode="nearest"),
                                          nn.Upsample(size=(9, 20), mode="bilinear")), IMG)
 module("mha", lambda: nn.MultiheadAttention(8, 2, batch_first=True), randn(2, 5, 8), randn(2, 6, 8), randn(2, 6, 8))

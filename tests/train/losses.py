@@ -16,6 +16,9 @@ Kinds (the `--loss` option):
                  the same target; F.l1_loss, F.smooth_l1_loss, F.huber_loss (mean).
   bce            target: floats in [0, 1], the prediction's shape;
                  F.binary_cross_entropy_with_logits (mean).
+  kl_div         target: a distribution over the prediction's last dim (a
+                 teacher's softmax); F.kl_div(F.log_softmax(pred, -1),
+                 target, reduction="batchmean") (distillation).
   model          no target; the model's first output is the 0-d loss.
 
 The prediction is the model's first output (outputs flattened in pytree
@@ -30,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils._pytree import tree_flatten
 
-KINDS = ("cross_entropy", "mse", "model", "l1", "smooth_l1", "huber", "bce")
+KINDS = ("cross_entropy", "mse", "model", "l1", "smooth_l1", "huber", "bce", "kl_div")
 
 # F.cross_entropy's options for `kiln train --label-smoothing / --ignore-index
 # / --class-weights` (label_smoothing, ignore_index, weight); the parity
@@ -77,6 +80,8 @@ def loss(kind: str, out, target: Optional[torch.Tensor]) -> torch.Tensor:
         return F.huber_loss(pred, target)
     if kind == "bce":
         return F.binary_cross_entropy_with_logits(pred, target)
+    if kind == "kl_div":
+        return F.kl_div(F.log_softmax(pred, -1), target, reduction="batchmean")
     if kind == "cross_entropy":
         opts = dict(CROSS_ENTROPY)
         if opts.get("weight") is not None:
@@ -100,6 +105,8 @@ def make_target(kind: str, pred: torch.Tensor, seed: int = 0) -> Optional[torch.
         return torch.randn(pred.shape, generator=g, dtype=torch.float32).to(pred.dtype)
     if kind == "bce":
         return torch.rand(pred.shape, generator=g, dtype=torch.float32).to(pred.dtype)
+    if kind == "kl_div":  # a teacher's distribution over the last dim
+        return torch.softmax(2 * torch.randn(pred.shape, generator=g, dtype=torch.float32), -1).to(pred.dtype)
     if kind == "cross_entropy":
         shape = list(pred.shape)
         if len(shape) < 2:
