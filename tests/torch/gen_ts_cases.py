@@ -424,6 +424,30 @@ module("fast_encoder_layer_norm_first", lambda: nn.TransformerEncoderLayer(8, 2,
                                                                            batch_first=True, norm_first=True),
        randn(2, 6, 8), fmts=("trace",), no_grad=True)
 
+class DecoderOnlyStep(nn.Module):
+    """torch.ops.aten._transformer_decoder_only_layer_fwd: a prompt pass that
+    returns the keys and values, then one incremental step over that cache."""
+
+    def __init__(self, norm_first: bool):
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True, norm_first=norm_first)
+        self.norm_first = norm_first
+
+    def forward(self, prompt, token):
+        m = self.layer
+        w = (m.self_attn.in_proj_weight, m.self_attn.in_proj_bias, m.self_attn.out_proj.weight,
+             m.self_attn.out_proj.bias, False, self.norm_first, m.norm1.eps, m.norm1.weight, m.norm1.bias,
+             m.norm2.weight, m.norm2.bias, m.linear1.weight, m.linear1.bias, m.linear2.weight, m.linear2.bias)
+        out, k, v = torch.ops.aten._transformer_decoder_only_layer_fwd(prompt, 8, 2, *w)
+        step, k2, v2 = torch.ops.aten._transformer_decoder_only_layer_fwd(token, 8, 2, *w, None, k, v)
+        return out, step, k2, v2
+
+
+module("decoder_only_step", lambda: DecoderOnlyStep(False), randn(2, 5, 8), randn(2, 1, 8), fmts=("trace",),
+       no_grad=True)
+module("decoder_only_step_two", lambda: DecoderOnlyStep(False), randn(2, 4, 8), randn(2, 2, 8), fmts=("trace",),
+       no_grad=True)  # (PyTorch's kernel has no norm_first)
+
 # ---- Recurrent layers (unrolled on import) ----------------------------------------------
 
 

@@ -1,6 +1,7 @@
 // Shared decompositions (see common.h): the inference fast paths of
 // nn.MultiheadAttention (_native_multi_head_attention) and
-// nn.TransformerEncoderLayer (_transformer_encoder_layer_fwd). Traced or
+// nn.TransformerEncoderLayer (_transformer_encoder_layer_fwd), and the
+// incremental decoder step _transformer_decoder_only_layer_fwd. Traced or
 // captured under torch.no_grad() in eval mode, both modules call one fused op;
 // it decomposes into the ops their ordinary path records, so such a model
 // imports, runs and trains like one exported with grad enabled.
@@ -33,16 +34,20 @@ Value* splitHeads(Cx& cx, Value* x, int64_t heads) {
 struct FastAttention {
   Value* out;    ///< [B, L, D], out-projected
   Value* probs;  ///< [B, H, L, S], the attention weights
+  Value* keys;   ///< [B, H, S, D / H], the projected keys (after any cached prefix)
+  Value* values;  ///< [B, H, S, D / H]
 };
 
 /// The fast path's attention: q, k, v [B, L|S, D] projected by the packed
 /// qkv_weight [3D, D] and qkv_bias [3D], q divided by sqrt(D / H) (as
 /// PyTorch's fused kernel does), a bool mask masking where true or a float
 /// mask added (mask_type 1: a [B, S] key padding mask), softmax, heads merged,
-/// out-projected.
+/// out-projected. Cached keys and values [B, H, S0, D / H] (incremental
+/// decoding) go before the new ones.
 template <class Cx>
 FastAttention fastAttention(Cx& cx, Value* q, Value* k, Value* v, int64_t d, int64_t heads, Value* w_qkv,
-                            Value* b_qkv, Value* w_out, Value* b_out, Value* mask, std::optional<int64_t> mask_type) {
+                            Value* b_qkv, Value* w_out, Value* b_out, Value* mask, std::optional<int64_t> mask_type,
+                            Value* cached_keys = nullptr, Value* cached_values = nullptr) {
   if (q->type().rank() != 3 || heads <= 0 || d % heads || q->shape()[2] != d)
     fail("the attention fast path expects [batch, length, embed_dim] inputs and heads dividing embed_dim, got " +
          q->type().str() + " with " + std::to_string(heads) + " heads");
@@ -53,6 +58,16 @@ FastAttention fastAttention(Cx& cx, Value* q, Value* k, Value* v, int64_t d, int
   Value* qh = cx.emit("div", {project(q, 0), cx.scalar(std::sqrt(static_cast<double>(d / heads)), t)});
   Value* kh = project(k, 1);
   Value* vh = project(v, 2);
+  auto prefixed = [&](Value* cache, Value* x) {
+    if (!cache) return x;
+    const Shape& c = cache->shape();
+    if (c.size() != 4 || c[0] != x->shape()[0] || c[1] != heads || c[3] != d / heads)
+      fail("the attention fast path's cached keys/values are " + cache->type().str() + ", expected [" +
+           std::to_string(x->shape()[0]) + ", " + std::to_string(heads) + ", S, " + std::to_string(d / heads) + "]");
+    return cx.emit("cat", {cx.cast(cache, x->dtype()), x}, {{"dim", int64_t{2}}});
+  };
+  kh = prefixed(cached_keys, kh);
+  vh = prefixed(cached_values, vh);
   Value* kt = cx.emit("permute", {kh}, {{"dims", std::vector<int64_t>{0, 1, 3, 2}}});
   Value* scores = cx.emit("matmul", {qh, kt});
   if (mask) {
@@ -68,7 +83,7 @@ FastAttention fastAttention(Cx& cx, Value* q, Value* k, Value* v, int64_t d, int
   Value* ctx = cx.emit("permute", {cx.emit("matmul", {probs, vh})}, {{"dims", std::vector<int64_t>{0, 2, 1, 3}}});
   const Shape& qs = q->shape();
   Value* out = cx.emit("linear", {reshapedTo(cx, ctx, {qs[0], qs[1], d}), w_out, b_out});
-  return {out, probs};
+  return {out, probs, kh, vh};
 }
 
 /// The attention weights _native_multi_head_attention returns beside its
@@ -94,22 +109,34 @@ struct FastEncoderLayer {
   std::optional<int64_t> mask_type;
 };
 
+/// The encoder layer's result, and the keys and values its attention used.
+struct FastLayerOut {
+  Value* out;
+  Value* keys;
+  Value* values;
+};
+
 /// nn.TransformerEncoderLayer's eval forward: self-attention and feed-forward
-/// blocks with residuals, layer norms before (norm_first) or after them, no dropout.
+/// blocks with residuals, layer norms before (norm_first) or after them, no
+/// dropout. With cached keys and values, _transformer_decoder_only_layer_fwd's
+/// incremental step: the new positions attend to the cache and themselves
+/// (no causal mask: as PyTorch's kernel, the cache holds only the past).
 template <class Cx>
-Value* fastEncoderLayer(Cx& cx, Value* src, const FastEncoderLayer& p) {
+FastLayerOut fastLayer(Cx& cx, Value* src, const FastEncoderLayer& p, Value* cached_keys = nullptr,
+                       Value* cached_values = nullptr) {
   auto norm = [&](Value* x, Value* w, Value* b) {
     return cx.emit("layer_norm", {x, w, b}, {{"normalized_shape", Shape{p.d}}, {"eps", p.eps}});
   };
   Value* x = p.norm_first ? norm(src, p.norm1_w, p.norm1_b) : src;
-  x = fastAttention(cx, x, x, x, p.d, p.heads, p.w_qkv, p.b_qkv, p.w_proj, p.b_proj, p.mask, p.mask_type).out;
-  x = cx.emit("add", {src, x});
+  FastAttention att = fastAttention(cx, x, x, x, p.d, p.heads, p.w_qkv, p.b_qkv, p.w_proj, p.b_proj, p.mask,
+                                    p.mask_type, cached_keys, cached_values);
+  x = cx.emit("add", {src, att.out});
   if (!p.norm_first) x = norm(x, p.norm1_w, p.norm1_b);
   Value* h = p.norm_first ? norm(x, p.norm2_w, p.norm2_b) : x;
   h = cx.emit("linear", {h, p.ffn1_w, p.ffn1_b});
   h = p.use_gelu ? cx.emit("gelu", {h}, {{"approximate", std::string("none")}}) : cx.emit("relu", {h});
   h = cx.emit("add", {x, cx.emit("linear", {h, p.ffn2_w, p.ffn2_b})});
-  return p.norm_first ? h : norm(h, p.norm2_w, p.norm2_b);
+  return {p.norm_first ? h : norm(h, p.norm2_w, p.norm2_b), att.keys, att.values};
 }
 
 }  // namespace kiln::decomp

@@ -273,16 +273,25 @@ FxValue lowerFastMha(Lowering& cx, NodeArgs& a) {
   return FxValue::tuple({FxValue::of(r.out), FxValue::of(w)});
 }
 
-/// _transformer_encoder_layer_fwd: nn.TransformerEncoderLayer's inference fast path.
+/// _transformer_encoder_layer_fwd: nn.TransformerEncoderLayer's inference fast path;
+/// _transformer_decoder_only_layer_fwd (variant "decoder_only"): one incremental
+/// decoding step over cached keys and values -> (out, keys, values).
 FxValue lowerFastEncoderLayer(Lowering& cx, NodeArgs& a) {
+  const bool decoder = a.kiln == "decoder_only";
+  if (decoder && a.given("mask"))
+    a.fail("mask", "_transformer_decoder_only_layer_fwd with a mask is not supported (PyTorch's CPU kernel refuses "
+                   "it too)");
   decomp::FastEncoderLayer p{a.integer("embed_dim"), a.integer("num_heads"), a.tensor("qkv_weight"),
                              a.tensor("qkv_bias"), a.tensor("proj_weight"), a.tensor("proj_bias"),
                              a.flag("use_gelu"), a.flag("norm_first"), a.real("eps"),
                              a.tensor("norm_weight_1"), a.tensor("norm_bias_1"), a.tensor("norm_weight_2"),
                              a.tensor("norm_bias_2"), a.tensor("ffn_weight_1"), a.tensor("ffn_bias_1"),
-                             a.tensor("ffn_weight_2"), a.tensor("ffn_bias_2"), a.optTensor("mask"),
-                             a.optInt("mask_type")};
-  return FxValue::of(decomp::fastEncoderLayer(cx, a.tensor("src"), p));
+                             a.tensor("ffn_weight_2"), a.tensor("ffn_bias_2"), decoder ? nullptr : a.optTensor("mask"),
+                             decoder ? std::nullopt : a.optInt("mask_type")};
+  decomp::FastLayerOut r = decomp::fastLayer(cx, a.tensor("src"), p, decoder ? a.optTensor("incr_key") : nullptr,
+                                             decoder ? a.optTensor("incr_value") : nullptr);
+  if (!decoder) return FxValue::of(r.out);
+  return FxValue::tuple({FxValue::of(r.out), FxValue::of(r.keys), FxValue::of(r.values)});
 }
 
 /// PyTorch's reduction enum (0 none, 1 mean, 2 sum) as Kiln's string.
@@ -372,6 +381,7 @@ constexpr FxRule kRules[] = {
     {"aten._scaled_dot_product_flash_attention.default", lowerSdpa, "flash"},
     {"aten._native_multi_head_attention.default", lowerFastMha},
     {"aten._transformer_encoder_layer_fwd.default", lowerFastEncoderLayer},
+    {"aten._transformer_decoder_only_layer_fwd.default", lowerFastEncoderLayer, "decoder_only"},
     {"aten.native_group_norm.default", lowerGroupNorm},
     {"aten.embedding.default", lowerEmbedding},
     {"aten._embedding_bag.default", lowerEmbeddingBag},

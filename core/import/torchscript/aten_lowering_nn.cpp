@@ -409,12 +409,21 @@ Out lowerFastMha(Lowering& cx, Args& a) {
 // _transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias,
 //     use_gelu, norm_first, eps, norm_weight_1, norm_bias_1, norm_weight_2, norm_bias_2,
 //     ffn_weight_1, ffn_bias_1, ffn_weight_2, ffn_bias_2, mask=None, mask_type=None)
+// _transformer_decoder_only_layer_fwd(the same 18, mask=None, incr_key=None, incr_value=None)
+//     -> (out, keys, values): one incremental decoding step over cached keys and values.
 Out lowerFastEncoderLayer(Lowering& cx, Args& a) {
+  const bool decoder = a.kiln_op == "decoder_only";
+  if (decoder && a.given(18))
+    fail("_transformer_decoder_only_layer_fwd with a mask is not supported (PyTorch's CPU kernel refuses it too)");
   decomp::FastEncoderLayer p{a.integer(1), a.integer(2), a.tensor(3), a.tensor(4), a.tensor(5), a.tensor(6),
                              a.flag(7), a.flag(8), a.real(9), a.tensor(10), a.tensor(11), a.tensor(12),
                              a.tensor(13), a.tensor(14), a.tensor(15), a.tensor(16), a.tensor(17),
-                             a.given(18) ? a.tensor(18) : nullptr, a.optInt(19)};
-  return single(cx, decomp::fastEncoderLayer(cx, a.tensor(0), p));
+                             !decoder && a.given(18) ? a.tensor(18) : nullptr,
+                             decoder ? std::nullopt : a.optInt(19)};
+  decomp::FastLayerOut r = decomp::fastLayer(cx, a.tensor(0), p, decoder && a.given(19) ? a.tensor(19) : nullptr,
+                                             decoder && a.given(20) ? a.tensor(20) : nullptr);
+  if (!decoder) return single(cx, r.out);
+  return {cx.fresh(r.out), cx.fresh(r.keys), cx.fresh(r.values)};
 }
 
 // einsum(equation, tensors, *, path=None)
@@ -485,6 +494,7 @@ const AtenRule kRules[] = {
     {"aten::scaled_dot_product_attention", lowerSdpa},
     {"aten::_native_multi_head_attention", lowerFastMha},
     {"aten::_transformer_encoder_layer_fwd", lowerFastEncoderLayer},
+    {"aten::_transformer_decoder_only_layer_fwd", lowerFastEncoderLayer, "decoder_only"},
 };
 
 }  // namespace
