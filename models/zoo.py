@@ -368,7 +368,7 @@ class GraphConvNet(nn.Module):
     """Message passing over a fixed graph (the GNN family, written with plain
     indexing as torch_geometric's layers are): node features gathered at the
     edges' sources, messages summed into their targets (index_put_ with
-    accumulate) and averaged (scatter_reduce mean), a learned edge weight per
+    accumulate), averaged and max-pooled (scatter_reduce mean, amax), a learned edge weight per
     node pair read with two index tensors, edge scores scattered back
     (scatter_add), a class per node."""
 
@@ -380,7 +380,7 @@ class GraphConvNet(nn.Module):
         self.edge_weight = nn.Parameter(torch.rand(nodes, nodes, generator=g))
         self.lin1 = nn.Linear(feat, hidden)
         self.msg = nn.Linear(hidden, hidden)
-        self.lin2 = nn.Linear(2 * hidden, hidden)
+        self.lin2 = nn.Linear(3 * hidden, hidden)
         self.head = nn.Linear(hidden, classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -390,7 +390,8 @@ class GraphConvNet(nn.Module):
         total = torch.zeros_like(h).index_put_((self.dst,), m, accumulate=True)
         targets = self.dst.unsqueeze(-1).expand_as(m)
         mean = torch.zeros_like(h).scatter_reduce(0, targets, m, "mean", include_self=False)
-        h2 = torch.relu(self.lin2(torch.cat([total, mean], -1))) + h
+        peak = torch.zeros_like(h).scatter_reduce(0, targets, m, "amax", include_self=False)
+        h2 = torch.relu(self.lin2(torch.cat([total, mean, peak], -1))) + h
         score = (h2[self.src] * h2[self.dst]).sum(-1, keepdim=True)
         return self.head(h2.scatter_add(0, targets, score * h2[self.src]))
 

@@ -10,6 +10,7 @@
 // its contributions in index order on one thread (threads split the
 // positions that can never collide), and half types accumulate in float.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "backend/cpu/cpu_loops.h"
@@ -213,6 +214,70 @@ void indexAddKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
 /// are unused). Positions that differ outside `dim` never collide, so the
 /// walk runs over the index shape with `dim` collapsed and each run loops
 /// over `dim` in order.
+/// scatter_reduce (prod, amax, amin): like scatter_add, combining instead of
+/// adding; without include_self the first contribution to a position
+/// replaces base's value. amax/amin propagate NaN, as PyTorch's do.
+void scatterReduceKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
+  const Tensor &base = in[0], &src = in[2];
+  const Tensor idx = asDType(in[1], DType::I64);
+  const int64_t axis = normalizeAxis(n.i("dim"), base.rank());
+  const int64_t size = base.rank() == 0 ? 1 : base.shape()[axis];
+  const int64_t* pi = idx.data<int64_t>();
+  for (int64_t j = 0, cnt = idx.numel(); j < cnt; ++j)
+    if (pi[j] < 0 || pi[j] >= size) indexOutOfRange(n, pi[j], axis, size);
+  Tensor& o = allocOutput(n, out, 0);
+  std::memcpy(o.raw(), base.raw(), static_cast<size_t>(o.numel()) * dtypeSize(o.dtype()));
+  if (idx.numel() == 0) return;
+  const std::string& reduce = n.s("reduce");
+  const int kind = reduce == "prod" ? 0 : reduce == "amax" ? 1 : 2;
+  const bool include_self = n.i("include_self") != 0;
+  std::vector<uint8_t> seen(include_self ? 0 : static_cast<size_t>(o.numel()), 0);
+
+  Shape walk = idx.shape(), ist = contiguousStrides(idx.shape()), sst = contiguousStrides(src.shape()),
+        ost = contiguousStrides(base.shape());
+  int64_t m = 1, i_ax = 0, s_ax = 0, o_ax = 0;
+  if (base.rank() > 0) {
+    m = walk[axis];
+    i_ax = ist[axis], s_ax = sst[axis], o_ax = ost[axis];
+    walk[axis] = 1;
+    ist[axis] = sst[axis] = ost[axis] = 0;
+  }
+  uint8_t* first = seen.empty() ? nullptr : seen.data();
+  dispatchFloating(o.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    T* dst = o.data<T>();
+    const T* s = src.data<T>();
+    // Threads own distinct output rows (the walk's other coordinates), as in scatter_add.
+    forEachStrided<3>(
+        walk, {ist, sst, ost},
+        [=](const int64_t* off, const int64_t* st, int64_t cnt) {
+          for (int64_t i = 0; i < cnt; ++i) {
+            const int64_t io = off[0] + i * st[0], so = off[1] + i * st[1], oo = off[2] + i * st[2];
+            for (int64_t j = 0; j < m; ++j) {
+              const int64_t at = oo + pi[io + j * i_ax] * o_ax;
+              const C v = C(s[so + j * s_ax]);
+              if (first && !first[at]) {
+                first[at] = 1;
+                dst[at] = T(v);
+                continue;
+              }
+              const C w = C(dst[at]);
+              C r;
+              if (kind == 0)
+                r = w * v;
+              else if (std::isnan(static_cast<double>(w)) || std::isnan(static_cast<double>(v)))
+                r = std::isnan(static_cast<double>(w)) ? w : v;
+              else
+                r = kind == 1 ? std::max(w, v) : std::min(w, v);
+              dst[at] = T(r);
+            }
+          }
+        },
+        std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(m, 1)));
+  });
+}
+
 void scatterAddKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
   const Tensor &base = in[0], &src = in[2];
   const Tensor idx = asDType(in[1], DType::I64);
@@ -270,6 +335,7 @@ void registerCpuShapeGradKernels(KernelRegistry& r) {
   add(r, "pad_backward", padBackwardKernel);
   add(r, "index_add", indexAddKernel);
   add(r, "scatter_add", scatterAddKernel);
+  add(r, "scatter_reduce", scatterReduceKernel);
 }
 
 }  // namespace kiln

@@ -2,6 +2,7 @@
 // cumsum, cumprod and topk (core/ops/reduction.cpp):
 //   index gather                 gathers, indices checked on the device
 //   index_add scatter_add        base plus src at the indices
+//   scatter_reduce               prod / amax / amin at the indices (scatter_add's walk)
 //   cumsum                       inclusive scan per row
 //   cumprod                      one thread per row, the CPU's loop
 //   topk                         each element's rank in its row (how many
@@ -248,6 +249,95 @@ void scatterAddKernelFn(const Node& n, Ins in, Outs out, CudaContext& ctx) {
   checkLaunch("cuda.scatter_add", ctx.node);
 }
 
+/// scatter_reduce (prod, amax, amin): scatter_add's walk, one thread per
+/// position combining in the CPU's order. Without include_self, a first
+/// pass sets every element the thread will reach to the reduction's
+/// identity (1, -inf, +inf), which the first contribution then replaces
+/// exactly, as the CPU's first-touch rule does. amax/amin propagate NaN.
+template <class T, int kKind>
+__global__ void __launch_bounds__(kThreads)
+    scatterReduceKernel(T* out, const T* src, const void* idx, DType idt, ScatterGeometry g, int64_t n,
+                        bool include_self, int* flag, uint64_t node) {
+  using C = decltype(ld(T{}));
+  for (int64_t t = firstIndex(); t < n; t += gridStride()) {
+    int64_t rem = t, io = 0, so = 0, oo = 0;
+#pragma unroll
+    for (int d = kMaxDims - 1; d >= 0; --d) {
+      if (d >= g.rank) continue;
+      const int64_t c = rem % g.size[d];
+      rem /= g.size[d];
+      io += c * g.idx_stride[d];
+      so += c * g.src_stride[d];
+      oo += c * g.out_stride[d];
+    }
+    if (!include_self) {
+      const C identity = kKind == 0 ? C(1) : kKind == 1 ? C(-INFINITY) : C(INFINITY);
+      for (int64_t j = 0; j < g.m; ++j) {
+        const int64_t v = loadIndex(idx, idt, io + j * g.idx_axis);
+        if (v >= 0 && v < g.axis_size) out[oo + v * g.out_axis] = st<T>(identity);
+      }
+    }
+    for (int64_t j = 0; j < g.m; ++j) {
+      const int64_t v = loadIndex(idx, idt, io + j * g.idx_axis);
+      if (v < 0 || v >= g.axis_size) {
+        raiseError(flag, node);
+        continue;
+      }
+      T& w = out[oo + v * g.out_axis];
+      const C a = ld(w), b = ld(src[so + j * g.src_axis]);
+      C r;
+      if (kKind == 0)
+        r = a * b;
+      else if (isnan(static_cast<double>(a)) || isnan(static_cast<double>(b)))
+        r = isnan(static_cast<double>(a)) ? a : b;
+      else
+        r = kKind == 1 ? (a > b ? a : b) : (a < b ? a : b);
+      w = st<T>(r);
+    }
+  }
+}
+
+void scatterReduceKernelFn(const Node& n, Ins in, Outs out, CudaContext& ctx) {
+  const DeviceTensor &base = in[0], &idx = in[1], &src = in[2];
+  const auto rank = static_cast<int64_t>(base.shape().size());
+  const int64_t axis = normalizeAxis(n.i("dim"), rank);
+  copyBase(out[0], base, ctx);
+  if (idx.numel() == 0) return;
+  ScatterGeometry g;
+  g.rank = static_cast<int>(rank);
+  const Shape ist = contiguousStrides(idx.shape()), sst = contiguousStrides(src.shape()),
+              ost = contiguousStrides(base.shape());
+  for (int64_t d = 0; d < rank; ++d) {
+    const bool along = d == axis;
+    g.size[d] = along ? 1 : idx.shape()[d];
+    g.idx_stride[d] = along ? 0 : ist[d];
+    g.src_stride[d] = along ? 0 : sst[d];
+    g.out_stride[d] = along ? 0 : ost[d];
+  }
+  if (rank > 0) {
+    g.m = idx.shape()[axis];
+    g.idx_axis = ist[axis], g.src_axis = sst[axis], g.out_axis = ost[axis];
+    g.axis_size = base.shape()[axis];
+  }
+  const int64_t positions = g.m > 0 ? idx.numel() / g.m : 0;
+  if (positions == 0) return;
+  const std::string& reduce = n.s("reduce");
+  const int kind = reduce == "prod" ? 0 : reduce == "amax" ? 1 : 2;
+  const bool include_self = n.i("include_self") != 0;
+  dispatchFloating(out[0].dtype(), "scatter_reduce", [&](auto tag) {
+    using T = decltype(tag);
+    auto launch = [&](auto kernel) {
+      kernel<<<gridFor(positions, kThreads), kThreads, 0, ctx.stream>>>(
+          static_cast<T*>(out[0].data), static_cast<const T*>(src.data), idx.data, idx.dtype(), g, positions,
+          include_self, ctx.error_flag, ctx.node_index);
+    };
+    if (kind == 0) launch(scatterReduceKernel<T, 0>);
+    else if (kind == 1) launch(scatterReduceKernel<T, 1>);
+    else launch(scatterReduceKernel<T, 2>);
+  });
+  checkLaunch("cuda.scatter_reduce", ctx.node);
+}
+
 // ---- cumsum ------------------------------------------------------------------------
 
 /// Accumulator: double for floating inputs, int64 for integers and bool.
@@ -439,6 +529,7 @@ void registerCudaIndexKernels(CudaKernelRegistry& r) {
   r.add(ownCudaKernel("gather", gatherKernelFn, nullptr, ranksFit));
   r.add(ownCudaKernel("index_add", indexAddKernelFn));
   r.add(ownCudaKernel("scatter_add", scatterAddKernelFn, nullptr, ranksFit));
+  r.add(ownCudaKernel("scatter_reduce", scatterReduceKernelFn, nullptr, ranksFit));
   r.add(ownCudaKernel("cumsum", cumsumKernelFn));
   r.add(ownCudaKernel("cumprod", cumprodKernelFn));
   r.add(ownCudaKernel("topk", topkKernelFn));

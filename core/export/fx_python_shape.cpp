@@ -149,6 +149,14 @@ void emitScatterAdd(Emitter& e, const Node& n) {
   e.setOut(n, 0, e.call("aten.scatter_add.default", {e.in(n, 0), pyInt(n.i("dim")), longIndex(e, n, 1), e.in(n, 2)}));
 }
 
+/// scatter_reduce: aten.scatter_reduce.two with the same reduce and include_self.
+void emitScatterReduce(Emitter& e, const Node& n) {
+  e.setOut(n, 0,
+           e.call("aten.scatter_reduce.two",
+                  {e.in(n, 0), pyInt(n.i("dim")), longIndex(e, n, 1), e.in(n, 2), pyStr(n.s("reduce"))},
+                  {"include_self=" + pyBool(n.i("include_self") != 0)}));
+}
+
 // ---- pad ----------------------------------------------------------------------------
 
 /// The input coordinate each output coordinate of one padded axis reads:
@@ -252,6 +260,7 @@ void addShapeEmitters(EmitTable& t) {
   t["pad_backward"] = emitPadBackward;
   t["index_add"] = emitIndexAdd;
   t["scatter_add"] = emitScatterAdd;
+  t["scatter_reduce"] = emitScatterReduce;
 }
 
 }  // namespace kiln::fx

@@ -137,6 +137,17 @@ std::vector<TensorType> inferScatterAdd(const Node& n) {
   return {base};
 }
 
+/// scatter_reduce: base's type; index and src of one shape (the importers
+/// cut src to index's extent), no larger than base outside dim.
+std::vector<TensorType> inferScatterReduce(const Node& n) {
+  const std::vector<TensorType> out = inferScatterAdd(n);
+  if (n.input(1)->shape() != n.input(2)->shape())
+    opFail(n, "index " + n.input(1)->type().str() + " and src " + n.input(2)->type().str() + " must have one shape");
+  if (const std::string& r = n.s("reduce"); r != "prod" && r != "amax" && r != "amin")
+    opFail(n, "reduce must be \"prod\", \"amax\" or \"amin\", got \"" + r + "\"");
+  return out;
+}
+
 Cost moveCost(const Node& n) {
   return {0, ioBytes(n)};
 }
@@ -284,6 +295,66 @@ void triangularGrad(GradContext& c) {
   c.setGrad(0, c.op(c.node().op(), {c.grad()}, {{"diagonal", c.node().i("diagonal")}}));
 }
 
+/// scatter_reduce (prod, amax, amin), as PyTorch's scatter_reduce_backward.
+/// prod: the product of every other factor of an element's group, without
+/// dividing by zeros: with Z the group's zero count (self included when
+/// include_self) and P the product of its non-zero factors, a non-zero
+/// element gets (g * result) / x (PyTorch's order), a zero element P * g when
+/// it is the group's only zero, else 0. amax/amin: the gradient split evenly
+/// between self (when equal to the result, counted as PyTorch does even
+/// when not included) and the src elements equal to the result. Without
+/// include_self, self's gradient is zero where src was scattered.
+void scatterReduceGrad(GradContext& c) {
+  const Node& n = c.node();
+  const AttrMap dim{{"dim", n.i("dim")}};
+  const std::string& reduce = n.s("reduce");
+  const bool include_self = n.i("include_self") != 0;
+  Value *self = c.in(0), *index = c.in(1), *src = c.in(2), *r = c.out(), *g = c.grad();
+  const DType t = g->dtype();
+  auto gather = [&](Value* v) { return c.op("gather", {v, index}, dim); };
+  auto asT = [&](Value* b) { return c.op("cast", {b}, {{"dtype", t}}); };
+  auto zerosOf = [&](Value* like) { return c.fill({t, like->shape()}, 0.0); };
+  Value* touched = nullptr;  // where src was scattered (without include_self)
+  if (!include_self && c.needs(0)) {
+    Value* hits = c.op("scatter_add", {zerosOf(self), index, c.fill({t, src->shape()}, 1.0)}, dim);
+    touched = c.op("gt", {hits, c.scalar(0, t)});
+  }
+  if (reduce == "prod") {
+    Value* zero_t = c.scalar(0, t);
+    Value* self_zero = c.op("eq", {self, zero_t});
+    Value* src_zero = c.op("eq", {src, zero_t});
+    Value* one = c.scalar(1, t);
+    Value* P = c.op("scatter_reduce", {c.op("where", {self_zero, one, self}), index, c.op("where", {src_zero, one, src})},
+                    {{"dim", n.i("dim")}, {"reduce", std::string("prod")}, {"include_self", n.i("include_self")}});
+    Value* Z = c.op("scatter_add", {include_self ? asT(self_zero) : zerosOf(self), index, asT(src_zero)}, dim);
+    Value* single = c.op("eq", {Z, one});
+    Value* gr = c.op("mul", {g, r});
+    Value* gP = c.op("mul", {g, P});
+    if (c.needs(2)) {
+      Value* at_zero = c.op("where", {gather(single), gather(gP), zero_t});
+      Value* safe = c.op("where", {src_zero, one, src});
+      c.setGrad(2, c.op("where", {src_zero, at_zero, c.op("div", {gather(gr), safe})}));
+    }
+    if (c.needs(0)) {
+      if (include_self) {
+        Value* at_zero = c.op("where", {single, gP, zero_t});
+        Value* safe = c.op("where", {self_zero, one, self});
+        c.setGrad(0, c.op("where", {self_zero, at_zero, c.op("div", {gr, safe})}));
+      } else {
+        c.setGrad(0, c.op("where", {touched, zero_t, g}));
+      }
+    }
+    return;
+  }
+  Value* self_is = asT(c.op("eq", {self, r}));
+  Value* src_is = asT(c.op("eq", {src, gather(r)}));
+  Value* count = c.op("scatter_add", {self_is, index, src_is}, dim);
+  Value* share = c.op("div", {g, count});
+  if (c.needs(2)) c.setGrad(2, c.op("mul", {src_is, gather(share)}));
+  if (c.needs(0))
+    c.setGrad(0, include_self ? c.op("mul", {self_is, share}) : c.op("where", {touched, c.scalar(0, t), g}));
+}
+
 // ---- rules of the backward ops (their adjoints are the forward ops) -----------
 
 void sliceBackwardGrad(GradContext& c) {
@@ -366,6 +437,15 @@ void registerShapeGrads(OpTable& t) {
          {reqAttr("dim", AttrKind::Int)},
          inferScatterAdd,
          accumulateCost});
+  t.add({"scatter_reduce",
+         "torch.scatter_reduce with reduce prod, amax or amin: src combined into base at index along dim "
+         "(include_self: base takes part; otherwise the scattered positions hold only src's result)",
+         3,
+         3,
+         0,
+         {reqAttr("dim", AttrKind::Int), reqAttr("reduce", AttrKind::String), optAttr("include_self", int64_t{1})},
+         inferScatterReduce,
+         accumulateCost});
 
   t.setGrad("reshape", reshapeGrad);
   t.setGrad("permute", permuteGrad);
@@ -390,6 +470,7 @@ void registerShapeGrads(OpTable& t) {
   t.setGrad("pad_backward", padBackwardGrad);
   t.setGrad("index_add", indexAddGrad);
   t.setGrad("scatter_add", scatterAddGrad);
+  t.setGrad("scatter_reduce", scatterReduceGrad);
 }
 
 }  // namespace kiln

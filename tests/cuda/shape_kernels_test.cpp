@@ -360,6 +360,23 @@ TEST(CudaShape, ScatterAdd) {
     }
 }
 
+TEST(CudaShape, ScatterReduce) {
+  KILN_REQUIRE_GPU();
+  for (const std::string& t : kFloatTypes)
+    for (const char* reduce : {"prod", "amax", "amin"})
+      for (const char* self : {"1", "0"}) {
+        SCOPED_TRACE(t + " " + reduce + " include_self " + self);
+        const std::string attrs = std::string(" {dim=1, reduce=\"") + reduce + "\", include_self=" + self + "}";
+        // Products of a few factors only: the rounding stays within tolFor.
+        expectMatchesCpu(graph({"%b: " + t + "[4,6]", "%i: i64[4,3]", "%s: " + t + "[4,3]"},
+                               "scatter_reduce(%b, %i, %s)" + attrs, {t + "[4,6]"}),
+                         {.tol = tolFor(t), .int_bound = 6});
+        expectMatchesCpu(graph({"%b: " + t + "[300,64]", "%i: i64[300,40]", "%s: " + t + "[300,40]"},
+                               "scatter_reduce(%b, %i, %s)" + attrs, {t + "[300,64]"}),
+                         {.tol = tolFor(t), .int_bound = 64});
+      }
+}
+
 TEST(CudaShape, IndexAdd) {
   KILN_REQUIRE_GPU();
   for (const std::string& t : kFloatTypes)
@@ -483,7 +500,7 @@ TEST(CudaShape, EveryOpIsRegistered) {
   const CudaKernelRegistry& reg = CudaKernelRegistry::get();
   for (const char* op :
        {"reshape", "permute", "expand", "slice", "slice_backward", "select", "select_backward", "cat", "split", "flip",
-        "roll", "repeat", "pad", "pad_backward", "index", "gather", "scatter_add", "index_add", "cumsum", "cumprod", "topk"}) {
+        "roll", "repeat", "pad", "pad_backward", "index", "gather", "scatter_add", "scatter_reduce", "index_add", "cumsum", "cumprod", "topk"}) {
     const CudaKernelDef* k = reg.byName(op, std::string("cuda.") + op);
     ASSERT_NE(k, nullptr) << op;
     EXPECT_EQ(k->dialect, "cuda") << op;

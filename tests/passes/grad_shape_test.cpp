@@ -173,6 +173,13 @@ TEST(GradShape, BackwardOpsDifferentiate) {
                          .attrs = {{"dim", int64_t{0}}},
                          .inputs = {f64({3, 3}), {DType::I64, {2, 2}}, f64({3, 3})},
                          .fixed = {{1, Tensor::fromInt64s({2, 2}, {2, 0, 2, 2})}}}));
+  for (const char* reduce : {"prod", "amax", "amin"})
+    for (int64_t self : {0, 1})
+      EXPECT_TRUE(checkGrad({.op = "scatter_reduce",
+                             .attrs = {{"dim", int64_t{1}}, {"reduce", std::string(reduce)}, {"include_self", self}},
+                             .inputs = {f64({2, 3}), {DType::I64, {2, 4}}, f64({2, 4})},
+                             .fixed = {{1, Tensor::fromInt64s({2, 4}, {2, 0, 2, 2, 1, 1, 0, 2})}}}))
+          << reduce << " include_self " << self;
 }
 
 // ---- f32 gradients against PyTorch 1.13 autograd --------------------------------

@@ -226,6 +226,17 @@ traced("scatter", lambda x, i, s: (x.scatter(1, i[:, :1], s),
                                    x.scatter_reduce(1, i, s, "mean"), x.scatter_reduce(1, i, s, "mean", include_self=False),
                                    x.clone().scatter_(1, torch.tensor([[4, 0, 1], [1, 3, 2], [0, 2, 4]]), s)),
        randn(3, 5), lambda g: torch.tensor([[0, 1, 4], [2, 2, 0], [4, 3, 3]]), randn(3, 4))
+traced("scatter_prod_max", lambda x, i, s: (x.scatter(1, i, s, reduce="multiply"), x.scatter(1, i, 2.0, reduce="multiply"),
+                                            x.scatter_reduce(1, i, s, "prod"),
+                                            x.scatter_reduce(1, i, s, "prod", include_self=False),
+                                            x.scatter_reduce(1, i, s, "amax"),
+                                            x.scatter_reduce(1, i, s, "amax", include_self=False),
+                                            x.scatter_reduce(0, i[:2] % 3, s, "amin"),
+                                            x.scatter_reduce(0, i[:2] % 3, s, "amin", include_self=False)),
+       randn(3, 5), lambda g: torch.tensor([[0, 1, 4], [2, 2, 0], [4, 3, 3]]), randn(3, 4))
+traced("scatter_int_amax", lambda x, i, s: (x.scatter_reduce(1, i, s, "amax", include_self=False),
+                                            x.scatter_reduce(1, i, s, "prod")),
+       randint(9, 3, 5), lambda g: torch.tensor([[0, 1, 4], [2, 2, 0], [4, 3, 3]]), randint(9, 3, 3))
 traced("scatter_int_mean", lambda x, i, s: x.scatter_reduce(1, i, s, "mean", include_self=False),
        randint(9, 3, 5), lambda g: torch.tensor([[0, 1, 4], [2, 2, 0], [4, 3, 3]]), randint(9, 3, 3))
 traced("take_along_dim", lambda x, i: (torch.take_along_dim(x, i, 1), torch.take_along_dim(x, i.view(-1)),

@@ -764,6 +764,15 @@ TEST(GradKernelsShape, LayoutOps) {
   });
 }
 
+GradCase scatterReduce(const char* reduce, bool include_self) {
+  const std::string r = reduce;
+  return {"scatter_reduce",
+          {{"dim", I{1}}, {"reduce", r}, {"include_self", I{include_self}}},
+          {param({4, 5}, 0.5, 2), indices({4, 6}, 5), param({4, 6}, 0.5, 2)},
+          [r, include_self](const Ts& x) { return torch::scatter_reduce(x[0], 1, x[1], x[2], r, include_self); },
+          r + (include_self ? ", with self" : ", without self")};
+}
+
 TEST(GradKernelsShape, IndexingOps) {
   checkAll({
       {"index",
@@ -793,6 +802,28 @@ TEST(GradKernelsShape, IndexingOps) {
        {{"dim", I{1}}},
        {param({4, 5}), indices({3, 3}, 5), param({3, 3})},
        [](const Ts& x) { return torch::scatter_add(x[0], 1, x[1], x[2]); }},
+      // scatter_reduce prod / amax / amin, with and without self: forward and
+      // PyTorch's scatter_reduce_backward (ties split, zeros without division).
+      scatterReduce("amax", true),
+      scatterReduce("amax", false),
+      scatterReduce("amin", true),
+      scatterReduce("amin", false),
+      scatterReduce("prod", true),
+      scatterReduce("prod", false),
+      // Zeros in a product: a lone zero gets the product of the others, two
+      // zeros in one group give zero gradients; self zero too. Ties in amax.
+      {"scatter_reduce",
+       {{"dim", I{0}}, {"reduce", std::string("prod")}, {"include_self", I{1}}},
+       {fixed(torch::tensor({2.0, 0.0, 3.0, 1.5})), fixed(torch::tensor({1, 1, 0, 2, 2, 3})),
+        fixed(torch::tensor({3.0, 0.5, 4.0, 0.0, 0.0, 0.0}))},
+       [](const Ts& x) { return torch::scatter_reduce(x[0], 0, x[1], x[2], "prod", true); },
+       "zeros"},
+      {"scatter_reduce",
+       {{"dim", I{0}}, {"reduce", std::string("amax")}, {"include_self", I{0}}},
+       {fixed(torch::tensor({1.0, 5.0, 0.0})), fixed(torch::tensor({1, 1, 1, 0})),
+        fixed(torch::tensor({5.0, 2.0, 5.0, -1.0}))},
+       [](const Ts& x) { return torch::scatter_reduce(x[0], 0, x[1], x[2], "amax", false); },
+       "ties"},
   });
 }
 

@@ -247,8 +247,9 @@ Value* indexPut(Cx& cx, Value* x, const std::vector<Value*>& indices, Value* val
 /// zeros at the indices (scatter_add, adjoint of gather), then combined with
 /// x. Plain scatter replaces the elements an index hits (duplicate indices,
 /// unspecified in PyTorch, add up here). `src` is a tensor, or null with a
-/// scalar `value`. reduce: "" (replace), "sum"/"add", "mean"; "prod"/
-/// "multiply", "amax", "amin" fail.
+/// scalar `value`. reduce: "" (replace), "sum"/"add", "mean", and
+/// "prod"/"multiply", "amax", "amin" through Kiln's scatter_reduce (src cut
+/// to index's extent, the part PyTorch reads).
 template <class Cx>
 Value* scatter(Cx& cx, Value* x, int64_t dim, Value* index, Value* src, double value, const std::string& reduce,
                bool include_self = true) {
@@ -267,6 +268,14 @@ Value* scatter(Cx& cx, Value* x, int64_t dim, Value* index, Value* src, double v
   const bool plain = reduce.empty(), given_src = src != nullptr;
   if (!src) src = cx.emit("full", {}, {{"shape", index->shape()}, {"value", value}, {"dtype", t}});
   src = cx.cast(src, t);
+  if (reduce == "prod" || reduce == "multiply" || reduce == "amax" || reduce == "amin") {
+    for (int64_t k = 0; k < src->type().rank(); ++k)
+      if (src->shape()[k] > index->shape()[k])
+        src = cx.emit("slice", {src}, {{"dim", k}, {"start", int64_t{0}}, {"end", index->shape()[k]}, {"step", int64_t{1}}});
+    return cx.emit("scatter_reduce", {x, index, src},
+                   {{"dim", d}, {"reduce", std::string(reduce == "multiply" ? "prod" : reduce)},
+                    {"include_self", int64_t{include_self}}});
+  }
   auto sumInto = [&](Value* base, Value* what) { return cx.emit("scatter_add", {base, index, what}, {{"dim", d}}); };
   const bool sum = reduce == "sum" || reduce == "add";
   if (sum && include_self) return sumInto(x, src);
@@ -285,7 +294,7 @@ Value* scatter(Cx& cx, Value* x, int64_t dim, Value* index, Value* src, double v
     Value* mean = cx.emit("div", {total, n});
     return include_self ? mean : cx.emit("where", {hit, mean, x});
   }
-  fail("scatter with reduce=" + reduce + " is not supported (sum, add and mean are)");
+  fail("scatter with reduce=" + reduce + " is not supported (sum, add, mean, prod, multiply, amax and amin are)");
 }
 
 /// one_hot(x, num_classes): [*, num_classes] i64, 1 where the class is x's value.
