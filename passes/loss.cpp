@@ -149,8 +149,7 @@ Built klDivLoss(Graph& g, Value* pred, const TrainingOptions& opt) {
   const int64_t last = pred->type().rank() - 1;
   Value* logp = g.add("log_softmax", {pred}, {{"dim", last}}, kScope);
   Value* sum = decomp::reduceLoss(cx, decomp::klDiv(cx, logp, t, false), "sum");
-  const double batch = static_cast<double>(pred->type().rank() > 0 ? pred->shape()[0] : 1);
-  return {g.add("div", {sum, cx.scalar(batch, pred->dtype())}, {}, kScope)};
+  return {g.add("div", {sum, cx.scalar(static_cast<double>(pred->shape()[0]), pred->dtype())}, {}, kScope)};
 }
 
 }  // namespace
