@@ -23,6 +23,7 @@
 #include <unordered_map>
 
 #include "backend/cpu/build_once_cache.h"
+#include "backend/cpu/cpu_loops.h"
 #include "backend/cpu/dnnl_common.h"
 #include "backend/cpu/float_kernel.h"
 #include "core/ops/op_helpers.h"
@@ -113,15 +114,20 @@ const DnnlGemm* gemmFor(const GemmProblem& p) {
   });
 }
 
-bool allBf16Inputs(const Node& n) {
+bool allBf16Inputs(const Node& n, const Value* except = nullptr) {
   for (Value* v : n.inputs())
-    if (v->dtype() != DType::BF16) return false;
+    if (v != except && v->dtype() != DType::BF16) return false;
   return true;
 }
 
+/// The linear's GEMM: with a residual epilogue its own bf16 result (the
+/// residual, bf16 or f32, is added afterwards, as the separate add would).
 std::optional<GemmProblem> linearProblem(const Node& n) {
-  if (!allBf16Inputs(n) || (n.s("activation") != "none" && n.s("activation") != "relu")) return std::nullopt;
-  auto dst_t = dnnlDataType(n.output()->dtype());
+  const Value* residual = linearResidual(n);
+  if (!allBf16Inputs(n, residual) || (n.s("activation") != "none" && n.s("activation") != "relu"))
+    return std::nullopt;
+  if (residual && residual->dtype() != DType::BF16 && residual->dtype() != DType::F32) return std::nullopt;
+  auto dst_t = residual ? std::optional(memory::data_type::bf16) : dnnlDataType(n.output()->dtype());
   if (!dst_t) return std::nullopt;
   const int64_t k = n.input(1)->shape()[1], p = n.input(1)->shape()[0];
   const int64_t m = n.output()->type().numel() / std::max<int64_t>(p, 1);
@@ -133,7 +139,7 @@ std::optional<GemmProblem> linearProblem(const Node& n) {
   g.wei_transposed = true;
   g.src_t = g.wei_t = g.bias_t = memory::data_type::bf16;
   g.dst_t = *dst_t;
-  g.bias = n.numInputs() == 3;
+  g.bias = linearBias(n) != nullptr;
   g.relu = n.s("activation") == "relu";
   return g;
 }
@@ -213,10 +219,51 @@ void runGemm(const Node& n, const GemmProblem& p, std::span<const Tensor> in, st
   s.wait();
 }
 
+/// The residual epilogue: the GEMM's bf16 result (rounded by oneDNN, as the
+/// separate linear's; staged when the output is amp's f32 stream) plus the
+/// residual, added in f32 chunk by chunk and written in the output's dtype.
+/// (Row panels of the GEMM, to add while its result is in cache, measured
+/// no faster: oneDNN's per-call overhead ate the saved memory traffic.)
+void linearResidualKernel(const Node& n, const GemmProblem& p, std::span<const Tensor> in, std::span<Tensor> out) {
+  const Tensor& res = in[in.size() - 1];
+  Tensor& y = allocOutput(n, out, 0);
+  const DnnlGemm* g = gemmFor(p);
+  if (!g) opFail(n, "oneDNN has no matmul for this configuration");
+  const int64_t count = p.dst[0] * p.dst[1];
+  const bool bf16_out = y.dtype() == DType::BF16;
+  std::vector<uint16_t> staging(bf16_out ? 0 : static_cast<size_t>(count));
+  uint16_t* dst = bf16_out ? static_cast<uint16_t*>(y.raw()) : staging.data();
+  auto& eng = dnnlEngine();
+  DnnlWorkspace ws({g->scratch.get_size()});
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(g->src, eng, const_cast<void*>(in[0].raw()))},
+                                       {DNNL_ARG_WEIGHTS, memory(g->wei, eng, const_cast<void*>(in[1].raw()))},
+                                       {DNNL_ARG_DST, memory(g->dst, eng, dst)},
+                                       {DNNL_ARG_SCRATCHPAD, memory(g->scratch, eng, ws.part(0))}};
+  if (p.bias) args.emplace(DNNL_ARG_BIAS, memory(g->bias, eng, const_cast<void*>(in[2].raw())));
+  dnnl::stream s(eng);
+  g->prim.execute(s, args);
+  s.wait();
+  if (res.dtype() == DType::BF16) {
+    const auto* r = static_cast<const uint16_t*>(res.raw());
+    parallelFor(count, kParallelGrain, [=](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) dst[i] = floatToBf16(bf16ToFloat(dst[i]) + bf16ToFloat(r[i]));
+    });
+  } else {
+    const float* r = res.data<float>();
+    float* o = y.data<float>();
+    parallelFor(count, kParallelGrain, [=](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) o[i] = bf16ToFloat(dst[i]) + r[i];
+    });
+  }
+}
+
 void linearKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
   auto p = linearProblem(n);
   if (!p) opFail(n, "not a bf16 linear oneDNN runs");
-  runGemm(n, *p, in, out);
+  if (linearResidual(n))
+    linearResidualKernel(n, *p, in, out);
+  else
+    runGemm(n, *p, in, out);
 }
 
 void matmulKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {

@@ -212,9 +212,12 @@ GemmPlan planProduct(const Node& n) {
                     gemm && n.i("trans_b") != 0);
 }
 
-/// The strided launches' batch count and folded M fit cuBLAS's int.
+/// The strided launches' batch count and folded M fit cuBLAS's int. The
+/// CPU's residual epilogue (passes/fuse.cpp, CPU executors only) has no
+/// CUDA kernel.
 bool planFits(const Node& n) {
   if (n.op() == "linear") {
+    if (n.i("residual") != 0) return false;
     const Shape& x = n.input(0)->shape();
     return numelOf(Shape(x.begin(), x.end() - 1)) <= INT32_MAX;
   }

@@ -57,13 +57,17 @@ void emitGemm(Emitter& e, const Node& n) {
   e.setOut(n, 0, e.call("aten.matmul.default", {operand(0, "trans_a"), operand(1, "trans_b")}));
 }
 
+/// linear and its epilogues: activation, then the residual add (which
+/// promotes a bf16 GEMM to an f32 residual's dtype, as Kiln's epilogue does).
 void emitLinear(Emitter& e, const Node& n) {
-  std::string y = e.call("aten.linear.default", {e.in(n, 0), e.in(n, 1), optionalIn(e, n, 2)});
+  const Value* bias = linearBias(n);
+  std::string y = e.call("aten.linear.default", {e.in(n, 0), e.in(n, 1), bias ? e.in(n, 2) : "None"});
   const std::string& act = n.s("activation");
   if (act == "relu")
     y = e.call("aten.relu.default", {y});
   else if (act != "none")
     refuse(n, "unknown activation epilogue '" + act + "'");
+  if (linearResidual(n)) y = e.call("aten.add.Tensor", {y, e.in(n, n.numInputs() - 1)});
   e.setOut(n, 0, y);
 }
 

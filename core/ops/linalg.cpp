@@ -9,11 +9,12 @@
 namespace kiln {
 namespace {
 
-void requireFloat(const Node& n) {
+/// Floating inputs of one dtype (`except`, linear's residual, is checked by its rule).
+void requireFloat(const Node& n, const Value* except = nullptr) {
   for (Value* v : n.inputs())
     if (!isFloating(v->dtype())) opFail(n, "needs floating-point inputs, got " + v->type().str());
   for (Value* v : n.inputs())
-    if (v->dtype() != n.input(0)->dtype())
+    if (v != except && v->dtype() != n.input(0)->dtype())
       opFail(n, "inputs have different dtypes: " + n.input(0)->type().str() + " and " + v->type().str());
 }
 
@@ -72,18 +73,29 @@ Cost matmulCost(const Node& n) {
 }
 
 std::vector<TensorType> inferLinear(const Node& n) {
-  requireFloat(n);
+  requireFloat(n, n.i("residual") != 0 && n.numInputs() > 2 ? linearResidual(n) : nullptr);
   const Shape& x = n.input(0)->shape();
   const Shape& w = n.input(1)->shape();
   if (w.size() != 2 || x.empty() || x.back() != w[1])
     opFail(n, "input " + n.input(0)->type().str() + " does not match weight " + n.input(1)->type().str());
   if (const std::string& a = n.s("activation"); a != "none" && a != "relu")
     opFail(n, "activation must be \"none\" or \"relu\" (the fused epilogues), got \"" + a + "\"");
-  if (n.numInputs() == 3 && n.input(2)->shape() != Shape{w[0]})
-    opFail(n, "bias " + n.input(2)->type().str() + " does not match weight " + n.input(1)->type().str());
+  const Value* residual = n.i("residual") != 0 ? (n.numInputs() > 2 ? linearResidual(n) : nullptr) : nullptr;
+  if (n.i("residual") != 0 && !residual) opFail(n, "residual=1 needs the residual as the last input");
+  if (!residual && n.numInputs() > 3) opFail(n, "4 inputs need residual=1 (x, weight, bias, residual)");
+  const Value* bias = linearBias(n);
+  if (bias && bias->shape() != Shape{w[0]})
+    opFail(n, "bias " + bias->type().str() + " does not match weight " + n.input(1)->type().str());
   Shape out = x;
   out.back() = w[0];
-  return {{n.input(0)->dtype(), out}};
+  if (!residual) return {{n.input(0)->dtype(), out}};
+  // The epilogue adds the residual in the add's type: the GEMM's own dtype,
+  // or f32 for a bf16/f16 GEMM added to an f32 stream (amp's residuals).
+  const DType r = residual->dtype(), t = n.input(0)->dtype();
+  if (residual->shape() != out || !(r == t || (r == DType::F32 && isLowPrecisionFloat(t))))
+    opFail(n, "residual " + residual->type().str() + " must be the output's shape " + shapeStr(out) +
+                  ", in its dtype " + std::string(dtypeName(t)) + (isLowPrecisionFloat(t) ? " or f32" : ""));
+  return {{r, out}};
 }
 
 Cost linearCost(const Node& n) {
@@ -97,11 +109,12 @@ void registerLinalgOps(OpTable& t) {
   t.add({"matmul", "torch.matmul (batched, broadcasting)", 2, 2, 0, {}, inferMatmul, matmulCost});
   t.add({"gemm", "op(a) @ op(b) of matrices (batch dims broadcast), op(x) = x^T where trans_a / trans_b is 1", 2, 2,
          0, {optAttr("trans_a", int64_t{0}), optAttr("trans_b", int64_t{0})}, inferGemm, gemmCost});
-  // `activation` is an epilogue the fuse pass sets (relu(linear(...)) ->
-  // linear {activation="relu"}): applied to the GEMM's output in the same
-  // kernel, before it leaves the cache.
-  t.add({"linear", "x @ weight^T + bias (bias optional), then the activation epilogue", 2, 3, 0,
-         {optAttr("activation", std::string("none"))}, inferLinear, linearCost});
+  // `activation` and `residual` are epilogues the fuse pass sets
+  // (relu(linear(...)) -> linear {activation="relu"}; add(linear(...), r) ->
+  // linear(..., r) {residual=1}): applied to the GEMM's output in the same
+  // kernel, in one chunked pass instead of a node of their own.
+  t.add({"linear", "x @ weight^T + bias (bias optional), then the activation and residual epilogues", 2, 4, 0,
+         {optAttr("activation", std::string("none")), optAttr("residual", int64_t{0})}, inferLinear, linearCost});
 }
 
 }  // namespace kiln

@@ -122,8 +122,8 @@ void matmulGrad(GradContext& c) {
 }
 
 void linearGrad(GradContext& c) {
-  if (c.node().s("activation") != "none")
-    opFail(c.node(), "a linear with a fused activation has no gradient rule: the fuse pass runs after autodiff");
+  if (c.node().s("activation") != "none" || c.node().i("residual") != 0)
+    opFail(c.node(), "a linear with a fused epilogue has no gradient rule: the fuse pass runs after autodiff");
   Value *x = c.in(0), *w = c.in(1), *g = c.grad();
   if (c.needs(0)) c.setGrad(0, c.op("matmul", {g, w}));
   if (c.needs(1)) {

@@ -25,6 +25,16 @@ inline AttrSpec unsetAttr(std::string name, AttrKind k) {
   return {std::move(name), k, std::nullopt, true};
 }
 
+/// linear's optional inputs: x, weight[, bias][, residual] -- the residual
+/// (the fuse pass's epilogue: y = activation(x W^T + b) + residual) is the
+/// last input when the `residual` attribute is 1.
+inline Value* linearResidual(const Node& n) {
+  return n.i("residual") != 0 ? n.input(n.numInputs() - 1) : nullptr;
+}
+inline Value* linearBias(const Node& n) {
+  return n.numInputs() - (n.i("residual") != 0 ? 1 : 0) == 3 ? n.input(2) : nullptr;
+}
+
 /// Throws KilnException "<op @scope>: <msg>".
 [[noreturn]] void opFail(const Node& n, const std::string& msg);
 

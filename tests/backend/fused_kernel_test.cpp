@@ -251,6 +251,43 @@ TEST(FusedKernel, LinearReluEpilogueMatchesLinearThenRelu) {
   }
 }
 
+/// The residual epilogue: linear(x, W, b, r) {residual=1} against linear then
+/// add, bit for bit: f32 (BLAS), bf16 with a bf16 residual and bf16 with
+/// amp's f32 residual (oneDNN's bf16 GEMM where the CPU has one, else the
+/// f32 fallback), row panels of several sizes.
+TEST(FusedKernel, LinearResidualEpilogueMatchesLinearThenAdd) {
+  struct Case {
+    const char *x, *r;
+  };
+  for (Case c : {Case{"f32", "f32"}, Case{"bf16", "bf16"}, Case{"bf16", "f32"}})
+    for (auto [m, k, p] : {std::array<int64_t, 3>{8, 32, 64}, {3000, 48, 64}, {777, 300, 130}}) {
+      SCOPED_TRACE(std::string(c.x) + " + " + c.r + " m=" + std::to_string(m) + " k=" + std::to_string(k) +
+                   " p=" + std::to_string(p));
+      auto ty = [](const char* t, std::initializer_list<int64_t> d) {
+        std::string s;
+        for (int64_t v : d) s += (s.empty() ? "" : ",") + std::to_string(v);
+        return std::string(t) + "[" + s + "]";
+      };
+      const std::string text = "graph g(%x: " + ty(c.x, {m, k}) + " data, %w: " + ty(c.x, {p, k}) + " param, %b: " +
+                               ty(c.x, {p}) + " param, %r: " + ty(c.r, {m, p}) + " data) {\n  %0 = linear(%x, %w, %b) : " +
+                               ty(c.x, {m, p}) + "\n  %1 = add(%0, %r) : " + ty(c.r, {m, p}) +
+                               "\n  return %1 \"out\"\n}\n";
+      auto g = parseGraph(text);
+      ASSERT_TRUE(g) << g.error().message;
+      std::mt19937 rng(static_cast<unsigned>(m + p));
+      std::uniform_real_distribution<double> dist(-1, 1);
+      const TensorMap in = randomInputs(*g, rng, dist);
+      auto want = run(*g, in);
+      PassContext ctx;
+      auto r = runFuse(*g, ctx);
+      ASSERT_TRUE(r);
+      ASSERT_EQ(r->statistics.at("epilogues"), 1) << printGraph(*g);
+      ASSERT_EQ(g->numNodes(), 1u) << printGraph(*g);
+      expectSameBits(run(*g, in), want);
+    }
+}
+
+
 std::string typeStr(const char* t, const Shape& s) {
   return std::string(t) + shapeStr(s);
 }
