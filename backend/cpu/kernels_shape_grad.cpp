@@ -214,10 +214,12 @@ void indexAddKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
 /// are unused). Positions that differ outside `dim` never collide, so the
 /// walk runs over the index shape with `dim` collapsed and each run loops
 /// over `dim` in order.
-/// scatter_reduce (prod, amax, amin): like scatter_add, combining instead of
-/// adding; without include_self the first contribution to a position
-/// replaces base's value. amax/amin propagate NaN, as PyTorch's do.
-void scatterReduceKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
+/// What scatter_add and scatter_reduce share: the indices checked, base
+/// copied to the output, then every contribution src[j] handed, in index
+/// order, to `combine(dst, at, value)` (value in the compute type). Threads
+/// own distinct output rows: positions that differ outside dim never collide.
+template <class Combine>
+void scatterWalk(const Node& n, Inputs in, Outputs out, Combine combine) {
   const Tensor &base = in[0], &src = in[2];
   const Tensor idx = asDType(in[1], DType::I64);
   const int64_t axis = normalizeAxis(n.i("dim"), base.rank());
@@ -228,10 +230,6 @@ void scatterReduceKernel(const Node& n, Inputs in, Outputs out, KernelContext&) 
   Tensor& o = allocOutput(n, out, 0);
   std::memcpy(o.raw(), base.raw(), static_cast<size_t>(o.numel()) * dtypeSize(o.dtype()));
   if (idx.numel() == 0) return;
-  const std::string& reduce = n.s("reduce");
-  const int kind = reduce == "prod" ? 0 : reduce == "amax" ? 1 : 2;
-  const bool include_self = n.i("include_self") != 0;
-  std::vector<uint8_t> seen(include_self ? 0 : static_cast<size_t>(o.numel()), 0);
 
   Shape walk = idx.shape(), ist = contiguousStrides(idx.shape()), sst = contiguousStrides(src.shape()),
         ost = contiguousStrides(base.shape());
@@ -242,80 +240,55 @@ void scatterReduceKernel(const Node& n, Inputs in, Outputs out, KernelContext&) 
     walk[axis] = 1;
     ist[axis] = sst[axis] = ost[axis] = 0;
   }
-  uint8_t* first = seen.empty() ? nullptr : seen.data();
   dispatchFloating(o.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
     T* dst = o.data<T>();
     const T* s = src.data<T>();
-    // Threads own distinct output rows (the walk's other coordinates), as in scatter_add.
     forEachStrided<3>(
         walk, {ist, sst, ost},
         [=](const int64_t* off, const int64_t* st, int64_t cnt) {
           for (int64_t i = 0; i < cnt; ++i) {
             const int64_t io = off[0] + i * st[0], so = off[1] + i * st[1], oo = off[2] + i * st[2];
-            for (int64_t j = 0; j < m; ++j) {
-              const int64_t at = oo + pi[io + j * i_ax] * o_ax;
-              const C v = C(s[so + j * s_ax]);
-              if (first && !first[at]) {
-                first[at] = 1;
-                dst[at] = T(v);
-                continue;
-              }
-              const C w = C(dst[at]);
-              C r;
-              if (kind == 0)
-                r = w * v;
-              else if (std::isnan(static_cast<double>(w)) || std::isnan(static_cast<double>(v)))
-                r = std::isnan(static_cast<double>(w)) ? w : v;
-              else
-                r = kind == 1 ? std::max(w, v) : std::min(w, v);
-              dst[at] = T(r);
-            }
+            for (int64_t j = 0; j < m; ++j) combine(dst, oo + pi[io + j * i_ax] * o_ax, C(s[so + j * s_ax]));
           }
         },
         std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(m, 1)));
   });
 }
 
-void scatterAddKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
-  const Tensor &base = in[0], &src = in[2];
-  const Tensor idx = asDType(in[1], DType::I64);
-  const int64_t axis = normalizeAxis(n.i("dim"), base.rank());
-  const int64_t size = base.rank() == 0 ? 1 : base.shape()[axis];
-  const int64_t* pi = idx.data<int64_t>();
-  for (int64_t j = 0, cnt = idx.numel(); j < cnt; ++j)
-    if (pi[j] < 0 || pi[j] >= size) indexOutOfRange(n, pi[j], axis, size);
-  Tensor& o = allocOutput(n, out, 0);
-  std::memcpy(o.raw(), base.raw(), static_cast<size_t>(o.numel()) * dtypeSize(o.dtype()));
-  if (idx.numel() == 0) return;
+/// scatter_reduce (prod, amax, amin): scatter_add's walk, combining instead
+/// of adding; without include_self the first contribution to a position
+/// replaces base's value. amax/amin propagate NaN, as PyTorch's do.
+void scatterReduceKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
+  const std::string& reduce = n.s("reduce");
+  const int kind = reduce == "prod" ? 0 : reduce == "amax" ? 1 : 2;
+  std::vector<uint8_t> seen(n.i("include_self") != 0 ? 0 : static_cast<size_t>(n.output()->type().numel()), 0);
+  uint8_t* first = seen.empty() ? nullptr : seen.data();
+  scatterWalk(n, in, out, [=](auto* dst, int64_t at, auto v) {
+    using T = std::remove_reference_t<decltype(*dst)>;
+    using C = decltype(v);
+    if (first && !first[at]) {
+      first[at] = 1;
+      dst[at] = T(v);
+      return;
+    }
+    const C w = C(dst[at]);
+    C r;
+    if (kind == 0)
+      r = w * v;
+    else if (std::isnan(static_cast<double>(w)) || std::isnan(static_cast<double>(v)))
+      r = std::isnan(static_cast<double>(w)) ? w : v;
+    else
+      r = kind == 1 ? std::max(w, v) : std::min(w, v);
+    dst[at] = T(r);
+  });
+}
 
-  Shape walk = idx.shape(), ist = contiguousStrides(idx.shape()), sst = contiguousStrides(src.shape()),
-        ost = contiguousStrides(base.shape());
-  int64_t m = 1, i_ax = 0, s_ax = 0, o_ax = 0;
-  if (base.rank() > 0) {
-    m = walk[axis];
-    i_ax = ist[axis], s_ax = sst[axis], o_ax = ost[axis];
-    walk[axis] = 1;
-    ist[axis] = sst[axis] = ost[axis] = 0;
-  }
-  dispatchFloating(o.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using C = compute_t<T>;
-    T* dst = o.data<T>();
-    const T* s = src.data<T>();
-    forEachStrided<3>(
-        walk, {ist, sst, ost},
-        [=](const int64_t* off, const int64_t* st, int64_t cnt) {
-          for (int64_t i = 0; i < cnt; ++i) {
-            const int64_t io = off[0] + i * st[0], so = off[1] + i * st[1], oo = off[2] + i * st[2];
-            for (int64_t j = 0; j < m; ++j) {
-              T& w = dst[oo + pi[io + j * i_ax] * o_ax];
-              w = T(C(w) + C(s[so + j * s_ax]));
-            }
-          }
-        },
-        std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(m, 1)));
+void scatterAddKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
+  scatterWalk(n, in, out, [](auto* dst, int64_t at, auto v) {
+    using T = std::remove_reference_t<decltype(*dst)>;
+    dst[at] = T(decltype(v)(dst[at]) + v);
   });
 }
 

@@ -187,41 +187,28 @@ struct ScatterGeometry {
   int64_t m = 1, idx_axis = 0, src_axis = 0, out_axis = 0, axis_size = 1;
 };
 
-/// torch.scatter_add: positions that differ outside dim never collide, so
-/// one thread per position loops over dim in order (deterministic, the
-/// CPU's order and rounding).
-template <class T>
-__global__ void __launch_bounds__(kThreads) scatterAddKernel(T* out, const T* src, const void* idx, DType idt,
-                                                             ScatterGeometry g, int64_t n, int* flag, uint64_t node) {
-  for (int64_t t = firstIndex(); t < n; t += gridStride()) {
-    int64_t rem = t, io = 0, so = 0, oo = 0;
+/// Where walk position t starts in index, src and out.
+struct ScatterOffsets {
+  int64_t io, so, oo;
+};
+__device__ __forceinline__ ScatterOffsets scatterOffsets(const ScatterGeometry& g, int64_t t) {
+  int64_t rem = t, io = 0, so = 0, oo = 0;
 #pragma unroll
-    for (int d = kMaxDims - 1; d >= 0; --d) {
-      if (d >= g.rank) continue;
-      const int64_t c = rem % g.size[d];
-      rem /= g.size[d];
-      io += c * g.idx_stride[d];
-      so += c * g.src_stride[d];
-      oo += c * g.out_stride[d];
-    }
-    for (int64_t j = 0; j < g.m; ++j) {
-      const int64_t v = loadIndex(idx, idt, io + j * g.idx_axis);
-      if (v < 0 || v >= g.axis_size) {
-        raiseError(flag, node);
-        continue;
-      }
-      T& w = out[oo + v * g.out_axis];
-      w = st<T>(ld(w) + ld(src[so + j * g.src_axis]));
-    }
+  for (int d = kMaxDims - 1; d >= 0; --d) {
+    if (d >= g.rank) continue;
+    const int64_t c = rem % g.size[d];
+    rem /= g.size[d];
+    io += c * g.idx_stride[d];
+    so += c * g.src_stride[d];
+    oo += c * g.out_stride[d];
   }
+  return {io, so, oo};
 }
 
-void scatterAddKernelFn(const Node& n, Ins in, Outs out, CudaContext& ctx) {
-  const DeviceTensor &base = in[0], &idx = in[1], &src = in[2];
+/// The walk of scatter_add / scatter_reduce along `axis` of base.
+ScatterGeometry scatterGeometry(const DeviceTensor& base, const DeviceTensor& idx, const DeviceTensor& src,
+                                int64_t axis) {
   const auto rank = static_cast<int64_t>(base.shape().size());
-  const int64_t axis = normalizeAxis(n.i("dim"), rank);
-  copyBase(out[0], base, ctx);
-  if (idx.numel() == 0) return;
   ScatterGeometry g;
   g.rank = static_cast<int>(rank);
   const Shape ist = contiguousStrides(idx.shape()), sst = contiguousStrides(src.shape()),
@@ -238,7 +225,44 @@ void scatterAddKernelFn(const Node& n, Ins in, Outs out, CudaContext& ctx) {
     g.idx_axis = ist[axis], g.src_axis = sst[axis], g.out_axis = ost[axis];
     g.axis_size = base.shape()[axis];
   }
-  const int64_t positions = g.m > 0 ? idx.numel() / g.m : 0;
+  return g;
+}
+
+/// scatter_add / scatter_reduce's start: base copied to the output, the
+/// walk's geometry; returns the number of walk positions (0: nothing to do).
+int64_t scatterSetup(const Node& n, Ins in, Outs out, CudaContext& ctx, ScatterGeometry& g) {
+  const DeviceTensor &base = in[0], &idx = in[1];
+  copyBase(out[0], base, ctx);
+  if (idx.numel() == 0) return 0;
+  g = scatterGeometry(base, idx, in[2], normalizeAxis(n.i("dim"), static_cast<int64_t>(base.shape().size())));
+  return g.m > 0 ? idx.numel() / g.m : 0;
+}
+
+/// torch.scatter_add: positions that differ outside dim never collide, so
+/// one thread per position loops over dim in order (deterministic, the
+/// CPU's order and rounding).
+template <class T>
+__global__ void __launch_bounds__(kThreads) scatterAddKernel(T* out, const T* src, const void* idx, DType idt,
+                                                             ScatterGeometry g, int64_t n, int* flag, uint64_t node) {
+  for (int64_t t = firstIndex(); t < n; t += gridStride()) {
+    const ScatterOffsets at = scatterOffsets(g, t);
+    const int64_t io = at.io, so = at.so, oo = at.oo;
+    for (int64_t j = 0; j < g.m; ++j) {
+      const int64_t v = loadIndex(idx, idt, io + j * g.idx_axis);
+      if (v < 0 || v >= g.axis_size) {
+        raiseError(flag, node);
+        continue;
+      }
+      T& w = out[oo + v * g.out_axis];
+      w = st<T>(ld(w) + ld(src[so + j * g.src_axis]));
+    }
+  }
+}
+
+void scatterAddKernelFn(const Node& n, Ins in, Outs out, CudaContext& ctx) {
+  const DeviceTensor &idx = in[1], &src = in[2];
+  ScatterGeometry g;
+  const int64_t positions = scatterSetup(n, in, out, ctx, g);
   if (positions == 0) return;
   dispatchFloating(out[0].dtype(), "scatter_add", [&](auto tag) {
     using T = decltype(tag);
@@ -260,16 +284,8 @@ __global__ void __launch_bounds__(kThreads)
                         bool include_self, int* flag, uint64_t node) {
   using C = decltype(ld(T{}));
   for (int64_t t = firstIndex(); t < n; t += gridStride()) {
-    int64_t rem = t, io = 0, so = 0, oo = 0;
-#pragma unroll
-    for (int d = kMaxDims - 1; d >= 0; --d) {
-      if (d >= g.rank) continue;
-      const int64_t c = rem % g.size[d];
-      rem /= g.size[d];
-      io += c * g.idx_stride[d];
-      so += c * g.src_stride[d];
-      oo += c * g.out_stride[d];
-    }
+    const ScatterOffsets at = scatterOffsets(g, t);
+    const int64_t io = at.io, so = at.so, oo = at.oo;
     if (!include_self) {
       const C identity = kKind == 0 ? C(1) : kKind == 1 ? C(-INFINITY) : C(INFINITY);
       for (int64_t j = 0; j < g.m; ++j) {
@@ -298,28 +314,9 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 void scatterReduceKernelFn(const Node& n, Ins in, Outs out, CudaContext& ctx) {
-  const DeviceTensor &base = in[0], &idx = in[1], &src = in[2];
-  const auto rank = static_cast<int64_t>(base.shape().size());
-  const int64_t axis = normalizeAxis(n.i("dim"), rank);
-  copyBase(out[0], base, ctx);
-  if (idx.numel() == 0) return;
+  const DeviceTensor &idx = in[1], &src = in[2];
   ScatterGeometry g;
-  g.rank = static_cast<int>(rank);
-  const Shape ist = contiguousStrides(idx.shape()), sst = contiguousStrides(src.shape()),
-              ost = contiguousStrides(base.shape());
-  for (int64_t d = 0; d < rank; ++d) {
-    const bool along = d == axis;
-    g.size[d] = along ? 1 : idx.shape()[d];
-    g.idx_stride[d] = along ? 0 : ist[d];
-    g.src_stride[d] = along ? 0 : sst[d];
-    g.out_stride[d] = along ? 0 : ost[d];
-  }
-  if (rank > 0) {
-    g.m = idx.shape()[axis];
-    g.idx_axis = ist[axis], g.src_axis = sst[axis], g.out_axis = ost[axis];
-    g.axis_size = base.shape()[axis];
-  }
-  const int64_t positions = g.m > 0 ? idx.numel() / g.m : 0;
+  const int64_t positions = scatterSetup(n, in, out, ctx, g);
   if (positions == 0) return;
   const std::string& reduce = n.s("reduce");
   const int kind = reduce == "prod" ? 0 : reduce == "amax" ? 1 : 2;

@@ -213,16 +213,19 @@ TEST(FusedKernel, BroadcastRunOperandsMatchTheOneOpKernels) {
     }
 }
 
-/// The GEMM epilogue: linear {activation="relu"} (row panels, each
-/// activated in cache) against linear followed by relu.
+/// "f32[2,3]" for the text IR.
+std::string irType(const char* dtype, std::initializer_list<int64_t> dims) {
+  std::string s;
+  for (int64_t v : dims) s += (s.empty() ? "" : ",") + std::to_string(v);
+  return std::string(dtype) + "[" + s + "]";
+}
+
+/// The GEMM epilogue: linear {activation="relu"} (applied in one pass over
+/// the GEMM's output) against linear followed by relu.
 TEST(FusedKernel, LinearReluEpilogueMatchesLinearThenRelu) {
   for (auto [m, k, p] : {std::array<int64_t, 3>{8, 32, 64}, {3000, 48, 64}, {777, 300, 130}}) {
     SCOPED_TRACE("m=" + std::to_string(m) + " k=" + std::to_string(k) + " p=" + std::to_string(p));
-    auto dims = [](std::initializer_list<int64_t> d) {
-      std::string s;
-      for (int64_t v : d) s += (s.empty() ? "" : ",") + std::to_string(v);
-      return "f32[" + s + "]";
-    };
+    auto dims = [](std::initializer_list<int64_t> d) { return irType("f32", d); };
     const std::string text = "graph g(%x: " + dims({m, k}) + " data, %w: " + dims({p, k}) + " param, %b: " + dims({p}) +
                              " param) {\n  %0 = linear(%x, %w, %b) : " + dims({m, p}) +
                              "\n  %1 = relu(%0) : " + dims({m, p}) + "\n  return %1 \"out\"\n}\n";
@@ -239,9 +242,8 @@ TEST(FusedKernel, LinearReluEpilogueMatchesLinearThenRelu) {
     ASSERT_EQ(g->numNodes(), 1u) << printGraph(*g);
     auto got = run(*g, in);
     ASSERT_EQ(got.size(), 1u);
-    // Bit for bit with OpenBLAS here (a row panel's dot products run in the
-    // same order as the whole GEMM's); 1e-6 leaves a BLAS that partitions
-    // differently by M room without hiding a wrong epilogue.
+    // Bit for bit with OpenBLAS here; 1e-6 leaves a BLAS that partitions
+    // differently room without hiding a wrong epilogue.
     double worst = 0, scale = 0;
     for (int64_t i = 0; i < want[0].numel(); ++i) {
       worst = std::max(worst, std::abs(got[0].at(i) - want[0].at(i)));
@@ -263,11 +265,7 @@ TEST(FusedKernel, LinearResidualEpilogueMatchesLinearThenAdd) {
     for (auto [m, k, p] : {std::array<int64_t, 3>{8, 32, 64}, {3000, 48, 64}, {777, 300, 130}}) {
       SCOPED_TRACE(std::string(c.x) + " + " + c.r + " m=" + std::to_string(m) + " k=" + std::to_string(k) +
                    " p=" + std::to_string(p));
-      auto ty = [](const char* t, std::initializer_list<int64_t> d) {
-        std::string s;
-        for (int64_t v : d) s += (s.empty() ? "" : ",") + std::to_string(v);
-        return std::string(t) + "[" + s + "]";
-      };
+      auto ty = irType;
       const std::string text = "graph g(%x: " + ty(c.x, {m, k}) + " data, %w: " + ty(c.x, {p, k}) + " param, %b: " +
                                ty(c.x, {p}) + " param, %r: " + ty(c.r, {m, p}) + " data) {\n  %0 = linear(%x, %w, %b) : " +
                                ty(c.x, {m, p}) + "\n  %1 = add(%0, %r) : " + ty(c.r, {m, p}) +
