@@ -220,6 +220,24 @@ std::string irType(const char* dtype, std::initializer_list<int64_t> dims) {
   return std::string(dtype) + "[" + s + "]";
 }
 
+/// `text` (a linear and the op its epilogue takes in) run as written and
+/// after `fuse`, which must fold the pair into one node, on the same random
+/// inputs: the outputs before (`want`) and after (`got`).
+void runUnfusedAndFused(const std::string& text, unsigned seed, std::vector<Tensor>& want, std::vector<Tensor>& got) {
+  auto g = parseGraph(text);
+  ASSERT_TRUE(g) << g.error().message;
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> dist(-1, 1);
+  const TensorMap in = randomInputs(*g, rng, dist);
+  want = run(*g, in);
+  PassContext ctx;
+  auto r = runFuse(*g, ctx);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->statistics.at("epilogues"), 1) << printGraph(*g);
+  ASSERT_EQ(g->numNodes(), 1u) << printGraph(*g);
+  got = run(*g, in);
+}
+
 /// The GEMM epilogue: linear {activation="relu"} (applied in one pass over
 /// the GEMM's output) against linear followed by relu.
 TEST(FusedKernel, LinearReluEpilogueMatchesLinearThenRelu) {
@@ -229,18 +247,8 @@ TEST(FusedKernel, LinearReluEpilogueMatchesLinearThenRelu) {
     const std::string text = "graph g(%x: " + dims({m, k}) + " data, %w: " + dims({p, k}) + " param, %b: " + dims({p}) +
                              " param) {\n  %0 = linear(%x, %w, %b) : " + dims({m, p}) +
                              "\n  %1 = relu(%0) : " + dims({m, p}) + "\n  return %1 \"out\"\n}\n";
-    auto g = parseGraph(text);
-    ASSERT_TRUE(g) << g.error().message;
-    std::mt19937 rng(static_cast<unsigned>(m));
-    std::uniform_real_distribution<double> dist(-1, 1);
-    const TensorMap in = randomInputs(*g, rng, dist);
-    auto want = run(*g, in);
-    PassContext ctx;
-    auto r = runFuse(*g, ctx);
-    ASSERT_TRUE(r);
-    ASSERT_EQ(r->statistics.at("epilogues"), 1) << printGraph(*g);
-    ASSERT_EQ(g->numNodes(), 1u) << printGraph(*g);
-    auto got = run(*g, in);
+    std::vector<Tensor> want, got;
+    ASSERT_NO_FATAL_FAILURE(runUnfusedAndFused(text, static_cast<unsigned>(m), want, got));
     ASSERT_EQ(got.size(), 1u);
     // Bit for bit with OpenBLAS here; 1e-6 leaves a BLAS that partitions
     // differently room without hiding a wrong epilogue.
@@ -256,7 +264,7 @@ TEST(FusedKernel, LinearReluEpilogueMatchesLinearThenRelu) {
 /// The residual epilogue: linear(x, W, b, r) {residual=1} against linear then
 /// add, bit for bit: f32 (BLAS), bf16 with a bf16 residual and bf16 with
 /// amp's f32 residual (oneDNN's bf16 GEMM where the CPU has one, else the
-/// f32 fallback), row panels of several sizes.
+/// f32 fallback), several shapes.
 TEST(FusedKernel, LinearResidualEpilogueMatchesLinearThenAdd) {
   struct Case {
     const char *x, *r;
@@ -270,18 +278,9 @@ TEST(FusedKernel, LinearResidualEpilogueMatchesLinearThenAdd) {
                                ty(c.x, {p}) + " param, %r: " + ty(c.r, {m, p}) + " data) {\n  %0 = linear(%x, %w, %b) : " +
                                ty(c.x, {m, p}) + "\n  %1 = add(%0, %r) : " + ty(c.r, {m, p}) +
                                "\n  return %1 \"out\"\n}\n";
-      auto g = parseGraph(text);
-      ASSERT_TRUE(g) << g.error().message;
-      std::mt19937 rng(static_cast<unsigned>(m + p));
-      std::uniform_real_distribution<double> dist(-1, 1);
-      const TensorMap in = randomInputs(*g, rng, dist);
-      auto want = run(*g, in);
-      PassContext ctx;
-      auto r = runFuse(*g, ctx);
-      ASSERT_TRUE(r);
-      ASSERT_EQ(r->statistics.at("epilogues"), 1) << printGraph(*g);
-      ASSERT_EQ(g->numNodes(), 1u) << printGraph(*g);
-      expectSameBits(run(*g, in), want);
+      std::vector<Tensor> want, got;
+      ASSERT_NO_FATAL_FAILURE(runUnfusedAndFused(text, static_cast<unsigned>(m + p), want, got));
+      expectSameBits(got, want);
     }
 }
 
