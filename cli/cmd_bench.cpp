@@ -21,11 +21,12 @@
 
 #include "cli/commands.h"
 #include "cli/heap_meter.h"
-#include "cli/train_setup.h"
+#include "driver/compile.h"
 #include "core/file_io.h"
 
 #ifdef KILN_HAVE_TORCH
 #include "backend/aten/torch_plugin.h"
+#include "driver/messages.h"
 #endif
 
 namespace kiln::cli {
@@ -38,7 +39,7 @@ std::string fixed(double v, int prec) {
 }
 
 struct BenchCmd {
-  TrainArgs train;
+  CompileOptions train;
   std::string compare;
   std::string json;
   int64_t warmup = 3;
@@ -132,7 +133,7 @@ int bench(const BenchCmd& c) {
   if (c.train.lr_schedule != "constant" && !c.compare.empty())
     return reportError(Error{"--compare torch runs a constant learning rate; drop --lr-schedule"});
 
-  TrainArgs args = c.train;
+  CompileOptions args = c.train;
   // One thread count for both sides: Kiln's executor and libtorch both set
   // the process's OpenMP pool.
   const int threads = args.threads > 0 ? args.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -147,7 +148,7 @@ int bench(const BenchCmd& c) {
   SideStats kiln_stats, torch_stats;
   int64_t h0 = heapInUse();
   auto t0 = std::chrono::steady_clock::now();
-  auto setup = setUpTraining(args, TrainingGraphKind::Step);
+  auto setup = compileStep(args, TrainingGraphKind::Step);
   if (!setup) return reportError(setup.error(), args.verbose);
   kiln_stats.setup_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   kiln_stats.resident = heapInUse() - h0;
@@ -296,7 +297,7 @@ void addBenchCommand(CLI::App& app) {
   c->train.steps = 20;
   CLI::App* sub = app.add_subcommand(
       "bench", "time the compiled training step, optionally against libtorch eager on the same model and batches");
-  addTrainOptions(sub, c->train, true);
+  addCompileOptions(sub, c->train, true);
   sub->add_option("--compare", c->compare, "baseline to run alternately in the same process: torch (libtorch eager)");
   sub->add_option("--warmup", c->warmup, "unmeasured steps first (default 3)");
   sub->add_option("--profile", c->profile,

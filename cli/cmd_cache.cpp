@@ -8,9 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cache/compile_cache.h"
-#include "cli/cli_common.h"
+#include "driver/model_args.h"
 #include "cli/commands.h"
 #include "core/file_io.h"
+#include "driver/messages.h"
 
 namespace kiln::cli {
 namespace {

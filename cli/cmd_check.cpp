@@ -7,8 +7,9 @@
 #include <map>
 #include <memory>
 
-#include "cli/cli_common.h"
+#include "driver/model_args.h"
 #include "cli/commands.h"
+#include "driver/messages.h"
 
 namespace kiln::cli {
 namespace {

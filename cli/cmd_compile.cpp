@@ -11,14 +11,15 @@
 #include <memory>
 
 #include "cli/commands.h"
-#include "cli/report.h"
-#include "cli/train_setup.h"
+#include "driver/report.h"
+#include "driver/compile.h"
+#include "driver/messages.h"
 
 namespace kiln::cli {
 namespace {
 
 struct CompileCmd {
-  TrainArgs train;
+  CompileOptions train;
   std::string report;
 };
 
@@ -27,9 +28,9 @@ int compile(const CompileCmd& c) {
   const auto t0 = Clock::now();
   if (!c.report.empty())
     if (Status s = checkReportPath(c.report); !s) return reportError(s.error());  // before minutes of compiling
-  TrainArgs args = c.train;
+  CompileOptions args = c.train;
   args.compile_only = true;
-  auto setup = setUpTraining(args, TrainingGraphKind::Step);
+  auto setup = compileStep(args, TrainingGraphKind::Step);
   if (!setup) return reportError(setup.error(), c.train.verbose);
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   const TrainingSession& s = *setup->session;
@@ -65,7 +66,7 @@ void addCompileCommand(CLI::App& app) {
   auto c = std::make_shared<CompileCmd>();
   CLI::App* sub = app.add_subcommand(
       "compile", "build the training step and bind kernels without training; print the pass table, write a report");
-  addTrainOptions(sub, c->train, true);
+  addCompileOptions(sub, c->train, true);
   CLI::Option* report =
       sub->add_option("--report", c->report, "write the compile report (JSON, docs/report-schema.md) here");
   sub->add_flag("--report-pass-ir", c->train.keep_pass_ir,

@@ -9,9 +9,9 @@
 
 #include "backend/kernel.h"
 #include "backend/training_session.h"
-#include "cli/cli_common.h"
+#include "driver/model_args.h"
 #include "cli/commands.h"
-#include "cli/train_setup.h"
+#include "driver/compile.h"
 #include "core/export/fx_python.h"
 #include "core/file_io.h"
 #include "core/graph_dot.h"
@@ -19,12 +19,13 @@
 #include "core/graphviz/render.h"
 #include "core/op_table.h"
 #include "core/text_ir.h"
+#include "driver/messages.h"
 
 namespace kiln::cli {
 namespace {
 
 struct ExportCmd {
-  TrainArgs train;
+  CompileOptions train;
   std::string graph = "forward";
   std::string format = "text";
   std::string out;
@@ -58,9 +59,9 @@ int exportGraph(const ExportCmd& c) {
     if (!model) return reportError(model.error());
     return write(model->graph, model->weights);
   }
-  TrainArgs args = c.train;
+  CompileOptions args = c.train;
   args.compile_only = true;
-  auto setup = setUpTraining(args, c.graph == "step" ? TrainingGraphKind::Step : TrainingGraphKind::Gradients);
+  auto setup = compileStep(args, c.graph == "step" ? TrainingGraphKind::Step : TrainingGraphKind::Gradients);
   if (!setup) return reportError(setup.error(), c.train.verbose);
   const Graph& g = setup->session->graph();
   if (c.format != "fx" || !hasConstInputs(g)) return write(g, {});
@@ -98,7 +99,7 @@ void addExportCommand(CLI::App& app) {
   auto c = std::make_shared<ExportCmd>();
   CLI::App* sub = app.add_subcommand(
       "export", "write a model's graph, or its optimized training step, as JSON, text IR, Graphviz DOT or SVG");
-  addTrainOptions(sub, c->train, true);
+  addCompileOptions(sub, c->train, true);
   sub->add_flag("--train", c->train.model.train, "--graph forward: import in training mode");
   sub->add_option("--graph", c->graph,
                   "forward (the imported model, default), step (the optimized training step, as kiln compile "

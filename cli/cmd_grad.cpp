@@ -6,23 +6,24 @@
 #include <iostream>
 
 #include "cli/commands.h"
-#include "cli/ranks.h"
-#include "cli/train_setup.h"
+#include "driver/ranks.h"
+#include "driver/compile.h"
 #include "core/safetensors.h"
+#include "driver/messages.h"
 
 namespace kiln::cli {
 namespace {
 
 struct GradCmd {
-  TrainArgs train;
+  CompileOptions train;
   std::string output;
 };
 
 int grad(const GradCmd& c) {
   if (shouldLaunch(c.train)) return launchRanks(c.train);
-  TrainArgs args = c.train;
+  CompileOptions args = c.train;
   if (Status st = joinRanks(args); !st) return reportError(st.error());
-  auto setup = setUpTraining(args, TrainingGraphKind::Gradients);
+  auto setup = compileStep(args, TrainingGraphKind::Gradients);
   if (!setup) return reportError(setup.error(), c.train.verbose);
   TrainingSession& s = *setup->session;
   auto batch = setup->batches->batch(0);
@@ -46,7 +47,7 @@ int grad(const GradCmd& c) {
 void addGradCommand(CLI::App& app) {
   auto c = std::make_shared<GradCmd>();
   CLI::App* sub = app.add_subcommand("grad", "compute the loss and every parameter's gradient once (no update)");
-  addTrainOptions(sub, c->train, false);
+  addCompileOptions(sub, c->train, false);
   sub->add_option("--output,-o", c->output, "where to write the gradients (safetensors)")->required();
   sub->callback([c] {
     int rc = grad(*c);

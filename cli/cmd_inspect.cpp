@@ -3,21 +3,15 @@
 #include <map>
 #include <memory>
 
-#include "cli/cli_common.h"
+#include "driver/model_args.h"
 #include "cli/commands.h"
 #include "core/graph_hash.h"
 #include "core/op_table.h"
 #include "core/text_ir.h"
+#include "driver/messages.h"
 
 namespace kiln::cli {
 namespace {
-
-void addModelOptions(CLI::App* sub, ModelArgs& a) {
-  sub->add_option("model", a.path, "TorchScript archive (.pt) or FX dump (.fx.json)")->required();
-  sub->add_option("--input-shape", a.input_shapes, "data input type, e.g. 1x3x64x64 or i64[2,16] (repeat per input)");
-  sub->add_option("--input-file", a.input_file, "safetensors with input0, input1, ... (their types are used)");
-  sub->add_flag("--train", a.train, "import in training mode");
-}
 
 int inspect(const ModelArgs& args, bool ir) {
   auto model = loadAndVerify(args);
@@ -82,15 +76,12 @@ void addInspectCommand(CLI::App& app) {
   auto args = std::make_shared<ModelArgs>();
   auto ir = std::make_shared<bool>(false);
   CLI::App* sub = app.add_subcommand("inspect", "show a model's inputs, parameters, ops and flops");
-  addModelOptions(sub, *args);
+  addModelOptionsTo(sub, *args);
   sub->add_flag("--ir", *ir, "also print the text IR");
   sub->callback([args, ir] {
     int rc = inspect(*args, *ir);
     if (rc) throw CLI::RuntimeError(rc);
   });
 }
-
-// Shared with the other commands that take a model.
-void addModelOptionsTo(CLI::App* sub, ModelArgs& a) { addModelOptions(sub, a); }
 
 }  // namespace kiln::cli

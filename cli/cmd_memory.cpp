@@ -9,16 +9,17 @@
 #include <memory>
 
 #include "cli/commands.h"
-#include "cli/memory_report.h"
-#include "cli/report.h"
-#include "cli/train_setup.h"
+#include "driver/memory_report.h"
+#include "driver/report.h"
+#include "driver/compile.h"
 #include "core/file_io.h"
+#include "driver/messages.h"
 
 namespace kiln::cli {
 namespace {
 
 struct MemoryCmd {
-  TrainArgs train;
+  CompileOptions train;
   size_t top = 10;
   size_t width = 64;
   std::string json;
@@ -27,9 +28,9 @@ struct MemoryCmd {
 int memory(const MemoryCmd& c) {
   if (!c.json.empty())
     if (Status s = checkReportPath(c.json); !s) return reportError(s.error());
-  TrainArgs args = c.train;
+  CompileOptions args = c.train;
   args.compile_only = true;  // the memory plan needs no weights
-  auto setup = setUpTraining(args, TrainingGraphKind::Step);
+  auto setup = compileStep(args, TrainingGraphKind::Step);
   if (!setup) return reportError(setup.error(), c.train.verbose);
   const Graph& g = setup->session->graph();
   const MemoryPlan& plan = setup->session->memoryPlan();  // what the CPU executor runs
@@ -49,7 +50,7 @@ void addMemoryCommand(CLI::App& app) {
   auto c = std::make_shared<MemoryCmd>();
   CLI::App* sub = app.add_subcommand(
       "memory", "build the training step and print its memory: peak, planned arena, largest tensors, timeline");
-  addTrainOptions(sub, c->train, true);
+  addCompileOptions(sub, c->train, true);
   sub->add_option("--top", c->top, "how many of the largest tensors alive at the peak to list (default 10)");
   sub->add_option("--width", c->width, "sparkline width in characters (default 64)")->check(CLI::Range(1, 1000));
   sub->add_option("--json", c->json, "write the memory timeline (the report's `memory` object) here");

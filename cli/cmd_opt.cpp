@@ -7,14 +7,16 @@
 #include <iostream>
 #include <memory>
 
-#include "cli/cli_common.h"
+#include "driver/model_args.h"
 #include "cli/commands.h"
-#include "cli/pass_flags.h"
+#include "driver/pass_flags.h"
 #include "core/file_io.h"
 #include "core/graph_json.h"
 #include "core/text_ir.h"
 #include "core/verifier.h"
 #include "passes/freeze.h"
+#include "driver/messages.h"
+#include "driver/byte_size.h"
 
 namespace kiln::cli {
 namespace {

@@ -6,9 +6,10 @@
 #include <memory>
 
 #include "backend/cpu/cpu_executor.h"
-#include "cli/cli_common.h"
+#include "driver/model_args.h"
 #include "cli/commands.h"
 #include "core/safetensors.h"
+#include "driver/messages.h"
 
 namespace kiln::cli {
 

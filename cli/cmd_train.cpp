@@ -15,19 +15,20 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/comm_report.h"
+#include "driver/comm_report.h"
 #include "cli/commands.h"
-#include "cli/ranks.h"
-#include "cli/report.h"
-#include "cli/train_setup.h"
+#include "driver/ranks.h"
+#include "driver/report.h"
+#include "driver/compile.h"
 #include "core/op_table.h"
 #include "core/safetensors.h"
+#include "driver/messages.h"
 
 namespace kiln::cli {
 namespace {
 
 struct TrainCmd {
-  TrainArgs train;
+  CompileOptions train;
   std::string save_weights, log_file, checkpoint, resume, report, trace;
   int64_t trace_steps = 3;
   int64_t checkpoint_every = 0;
@@ -51,7 +52,7 @@ int train(const TrainCmd& c) {
     if (Status st = checkReportPath(c.report); !st) return reportError(st.error());
   if (c.trace_steps < 1) return reportError(Error{"--trace-steps must be at least 1"});
   std::unique_ptr<TraceRecorder> trace;
-  TrainArgs args = c.train;
+  CompileOptions args = c.train;
   if (Status st = joinRanks(args); !st) return reportError(st.error());
   // Rank 0 speaks for a data-parallel run: it prints and writes the files.
   const bool lead = isLeadRank(args);
@@ -62,7 +63,7 @@ int train(const TrainCmd& c) {
     args.trace = trace.get();
   }
   const auto t_start = std::chrono::steady_clock::now();
-  auto setup = setUpTraining(args, TrainingGraphKind::Step);
+  auto setup = compileStep(args, TrainingGraphKind::Step);
   if (!setup) return reportError(setup.error(), c.train.verbose);
   const double compile_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
@@ -211,7 +212,7 @@ int train(const TrainCmd& c) {
 void addTrainCommand(CLI::App& app) {
   auto c = std::make_shared<TrainCmd>();
   CLI::App* sub = app.add_subcommand("train", "train a model: forward, loss, backward and optimizer as one graph");
-  addTrainOptions(sub, c->train, true);
+  addCompileOptions(sub, c->train, true);
   sub->add_option("--save-weights", c->save_weights, "write the trained state_dict (safetensors) here");
   sub->add_option("--log-file", c->log_file, "write one JSON object per logged step here (JSON lines)");
   sub->add_option("--log-every", c->log_every, "read the loss back every K steps (default 1)");
@@ -242,7 +243,7 @@ void addCommCommand(CLI::App& app) {
   c->train.nproc = 2;
   CLI::App* sub = app.add_subcommand(
       "comm", "train a few data-parallel steps and print what each gradient bucket's collective moved and hid");
-  addTrainOptions(sub, c->train, true);
+  addCompileOptions(sub, c->train, true);
   sub->get_option("--steps")->description("steps to train and measure (default 3)");
   sub->get_option("--nproc")->description("ranks to start (default 2)");
   sub->add_option("--report", c->report, "also write the report with every step's collectives (JSON)");

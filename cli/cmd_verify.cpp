@@ -3,13 +3,14 @@
 #include <iostream>
 #include <memory>
 
-#include "cli/cli_common.h"
+#include "driver/model_args.h"
 #include "cli/commands.h"
 #include "core/file_io.h"
 #include "core/graph_hash.h"
 #include "core/graph_json.h"
 #include "core/text_ir.h"
 #include "core/verifier.h"
+#include "driver/messages.h"
 
 namespace kiln::cli {
 namespace {

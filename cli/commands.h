@@ -3,7 +3,12 @@
 
 #include <CLI/CLI.hpp>
 
+namespace kiln::driver {}
+
 namespace kiln::cli {
+
+// The commands are front ends over driver/: flag binding and printing.
+using namespace kiln::driver;
 
 void addInspectCommand(CLI::App& app);
 void addCheckCommand(CLI::App& app);

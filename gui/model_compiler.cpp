@@ -2,14 +2,14 @@
 
 #include <chrono>
 
-#include "cli/report.h"
-#include "cli/train_setup.h"
+#include "driver/report.h"
+#include "driver/compile.h"
 
 namespace kiln::studio {
 
 Result<nlohmann::json> compileModelReport(const std::string& path, const CompileProgress& progress) {
   const auto t0 = std::chrono::steady_clock::now();
-  cli::TrainArgs args;
+  driver::CompileOptions args;
   args.model.path = path;
   args.compile_only = true;
   args.keep_pass_ir = true;  // implies no compile-cache read: a cached step has no pass IR
@@ -21,12 +21,12 @@ Result<nlohmann::json> compileModelReport(const std::string& path, const Compile
     if (progress && !progress(percent, stage)) cancelled = true;
     return !cancelled;
   };
-  auto setup = cli::setUpTraining(args, TrainingGraphKind::Step);
+  auto setup = driver::compileStep(args, TrainingGraphKind::Step);
   if (!setup) return Error{cancelled ? "cancelled" : setup.error().message};
   if (progress) progress(95, "writing the report");
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   // ordered_json keeps the CLI's key order; the document reads plain json.
-  return nlohmann::json(cli::buildReport("compile", args, *setup, ms));
+  return nlohmann::json(driver::buildReport("compile", args, *setup, ms));
 }
 
 }  // namespace kiln::studio

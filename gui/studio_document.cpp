@@ -6,7 +6,7 @@
 namespace kiln::studio {
 
 namespace {
-constexpr int kKnownReportVersion = 1;  // cli/report.h kReportVersion
+constexpr int kKnownReportVersion = 1;  // driver/report.h kReportVersion
 }
 
 Result<std::shared_ptr<StudioDocument>> StudioDocument::open(const std::string& path) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The compile cache end to end (backend/cache/compile_cache.h, cli/step_cache.h):
+# The compile cache end to end (backend/cache/compile_cache.h, driver/step_cache.h):
 # a second kiln compile is a hit that binds the same graph, kernels and
 # memory plan; kiln train from a hit computes the same losses bit for bit as
 # --no-cache; a corrupt, truncated or foreign entry is reported once,

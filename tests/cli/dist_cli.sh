@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Data-parallel runs from the command line (cli/ranks.h): ranks started by an
+# Data-parallel runs from the command line (driver/ranks.h): ranks started by an
 # external launcher (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) train like
 # `--nproc 2`; a rank that never arrives and a rank that dies make the
 # others fail with a clear error within the timeout instead of hanging; bad

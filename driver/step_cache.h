@@ -16,15 +16,15 @@
 
 #include "backend/cache/compile_cache.h"
 #include "backend/training_session.h"
-#include "cli/train_setup.h"
+#include "driver/compile.h"
 
-namespace kiln::cli {
+namespace kiln::driver {
 
 /// Everything the step depends on, as canonical JSON text; `first_batch` is
 /// the batch read from --input-file / --data, whose tensors' names and types
 /// (inputs and target) shape the step (empty when the model's declared
 /// shapes or --input-shape decide them).
-Result<std::string> stepCacheKeyMaterial(const TrainArgs& a, TrainingGraphKind kind, const TensorMap& first_batch);
+Result<std::string> stepCacheKeyMaterial(const CompileOptions& a, TrainingGraphKind kind, const TensorMap& first_batch);
 /// The key: XXH3-128 of the material, 32 hex digits.
 std::string stepCacheKey(const std::string& material);
 
@@ -44,4 +44,4 @@ Result<CachedStep> decodeStep(const std::string& payload);
 /// Whether the session bound from a cached step chose what the entry says.
 Status checkBinding(const TrainingSession& s, const CachedStep& cached);
 
-}  // namespace kiln::cli
+}  // namespace kiln::driver

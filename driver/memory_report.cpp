@@ -1,11 +1,12 @@
-#include "cli/memory_report.h"
+#include "driver/memory_report.h"
 
 #include <algorithm>
 #include <iomanip>
 
-#include "cli/cli_common.h"
+#include "driver/model_args.h"
+#include "driver/messages.h"
 
-namespace kiln::cli {
+namespace kiln::driver {
 namespace {
 
 const char* kindOf(const BufferLife& b) {
@@ -100,4 +101,4 @@ void printMemorySummary(std::ostream& os, const MemoryPlan& p, size_t top, size_
   }
 }
 
-}  // namespace kiln::cli
+}  // namespace kiln::driver

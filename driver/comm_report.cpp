@@ -1,12 +1,13 @@
-#include "cli/comm_report.h"
+#include "driver/comm_report.h"
 
 #include <algorithm>
 #include <iomanip>
 #include <sstream>
 
-#include "cli/cli_common.h"
+#include "driver/model_args.h"
+#include "driver/messages.h"
 
-namespace kiln::cli {
+namespace kiln::driver {
 namespace {
 
 std::string ms(double v) {
@@ -118,4 +119,4 @@ void printCommTable(std::ostream& out, int ranks, const std::string& backend, co
         << " of " << humanCount(static_cast<double>(s.denseBytes()), "B") << " dense\n";
 }
 
-}  // namespace kiln::cli
+}  // namespace kiln::driver

@@ -1,4 +1,4 @@
-#include "cli/ranks.h"
+#include "driver/ranks.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -18,9 +18,10 @@
 #include <thread>
 #include <vector>
 
-#include "cli/cli_common.h"
+#include "driver/model_args.h"
+#include "driver/messages.h"
 
-namespace kiln::cli {
+namespace kiln::driver {
 namespace {
 
 /// This process's arguments as it was started (argv without argv[0]).
@@ -71,7 +72,7 @@ std::string describeStatus(int status) {
 
 /// The environment's communication options (commOptionsFromEnv), with
 /// --comm-timeout over KILN_COMM_TIMEOUT.
-Result<CommOptions> commOptions(const TrainArgs& a) {
+Result<CommOptions> commOptions(const CompileOptions& a) {
   auto opts = commOptionsFromEnv();
   if (opts && a.comm_timeout > 0)
     opts->timeout = std::chrono::milliseconds(static_cast<int64_t>(a.comm_timeout * 1000));
@@ -80,11 +81,11 @@ Result<CommOptions> commOptions(const TrainArgs& a) {
 
 }  // namespace
 
-bool shouldLaunch(const TrainArgs& a) {
+bool shouldLaunch(const CompileOptions& a) {
   return a.nproc > 1 && !std::getenv("RANK");
 }
 
-int launchRanks(const TrainArgs& a) {
+int launchRanks(const CompileOptions& a) {
   auto opts = commOptions(a);  // a malformed KILN_COMM_TIMEOUT fails here, not in N ranks
   if (!opts) return reportError(opts.error());
   auto port = freePort();
@@ -166,7 +167,7 @@ int launchRanks(const TrainArgs& a) {
   return code;
 }
 
-Status joinRanks(TrainArgs& a) {
+Status joinRanks(CompileOptions& a) {
   auto opts = commOptions(a);
   if (!opts) return opts.error();
   if (opts->world_size <= 1) return {};
@@ -184,4 +185,4 @@ Status joinRanks(TrainArgs& a) {
   return {};
 }
 
-}  // namespace kiln::cli
+}  // namespace kiln::driver

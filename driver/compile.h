@@ -1,6 +1,7 @@
-// What `kiln train` and `kiln grad` share: their options, importing the model
-// with the batch's shapes, building the TrainingSession, and choosing the
-// batch source (--input-file, --data, or synthetic batches).
+// Compiling a model into a bound training step, for every front end (the
+// kiln commands, kiln-studio): the options, importing the model with the
+// batch's shapes, the compile cache, building the TrainingSession, and
+// choosing the batch source (--input-file, --data, or synthetic batches).
 #pragma once
 
 #include <functional>
@@ -11,15 +12,15 @@
 #include <CLI/CLI.hpp>
 
 #include "backend/training_session.h"
-#include "cli/cli_common.h"
-#include "cli/pass_flags.h"
+#include "driver/model_args.h"
+#include "driver/pass_flags.h"
 #include "core/data/batch_source.h"
 #include "core/data/prefetch_source.h"
 #include "core/trace.h"
 
-namespace kiln::cli {
+namespace kiln::driver {
 
-struct TrainArgs {
+struct CompileOptions {
   ModelArgs model;   ///< model.input_file doubles as the fixed batch file
   std::string data;  ///< directory of safetensors batches, or a token file
   std::string token_type = "u16";
@@ -64,7 +65,7 @@ struct TrainArgs {
   int prefetch = 2;  ///< --prefetch: batches read ahead on their own thread (0: read in the step's thread)
   /// Where the prefetch thread's data-loading slices go (kiln train --trace).
   TraceRecorder* trace = nullptr;
-  // Data parallel (cli/ranks.h, passes/data_parallel.h).
+  // Data parallel (driver/ranks.h, passes/data_parallel.h).
   int nproc = 0;                          ///< --nproc: start this many ranks (0, 1: one process)
   std::string bucket_size = "25MiB";      ///< --bucket-size: gradient bytes per allreduce
   std::vector<std::string> sparse_grads;  ///< --sparse-grads: block-sparse allreduce for these gradients
@@ -85,10 +86,10 @@ struct CacheUse {
 };
 
 /// Register the shared options on a subcommand.
-void addTrainOptions(CLI::App* sub, TrainArgs& a, bool with_optimizer);
+void addCompileOptions(CLI::App* sub, CompileOptions& a, bool with_optimizer);
 
 /// A session plus where its batches come from.
-struct TrainSetup {
+struct BoundStep {
   std::unique_ptr<TrainingSession> session;
   std::unique_ptr<BatchSource> batches;
   std::string batch_where;  ///< for error messages ("batch.safetensors", "step 3 of data/")
@@ -99,6 +100,6 @@ struct TrainSetup {
 
 /// Validate the options, import the model, build the session and the batch
 /// source, and check the first batch. Errors are one line.
-Result<TrainSetup> setUpTraining(const TrainArgs& a, TrainingGraphKind kind);
+Result<BoundStep> compileStep(const CompileOptions& a, TrainingGraphKind kind);
 
-}  // namespace kiln::cli
+}  // namespace kiln::driver

@@ -1,4 +1,4 @@
-#include "cli/train_setup.h"
+#include "driver/compile.h"
 
 #include <algorithm>
 #include <chrono>
@@ -11,14 +11,15 @@
 
 #include "backend/comm/collective_engine.h"
 #include "backend/cpu/cpu_features.h"
-#include "cli/step_cache.h"
+#include "driver/step_cache.h"
 #include "core/data/shard_source.h"
 #include "core/import/loader/load_model.h"
 #include "core/safetensors.h"
 #include "core/verifier.h"
 #include "passes/freeze.h"
+#include "driver/byte_size.h"
 
-namespace kiln::cli {
+namespace kiln::driver {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -60,7 +61,7 @@ Result<std::vector<double>> readClassWeights(const std::string& path) {
   return w;
 }
 
-Status validate(const TrainArgs& a) {
+Status validate(const CompileOptions& a) {
   auto bad = [](const std::string& m) { return Status(Error{m}); };
   if (!parseLossKind(a.loss)) return bad("unknown loss '" + a.loss + "'; use cross_entropy, mse, l1, smooth_l1, huber, bce, kl_div or model");
   if (!parseOptimizerKind(a.optimizer)) return bad("unknown optimizer '" + a.optimizer + "'; use sgd, adam or adamw");
@@ -104,7 +105,7 @@ Status validate(const TrainArgs& a) {
   return {};
 }
 
-Result<Model> importWith(const TrainArgs& a, std::vector<TensorType> types) {
+Result<Model> importWith(const CompileOptions& a, std::vector<TensorType> types) {
   ImportOptions opts;
   opts.training = true;
   opts.input_types = std::move(types);
@@ -116,7 +117,7 @@ Result<Model> importWith(const TrainArgs& a, std::vector<TensorType> types) {
 }
 
 /// Data input types from --input-shape, else what the archive records.
-Result<std::vector<TensorType>> declaredTypes(const TrainArgs& a) {
+Result<std::vector<TensorType>> declaredTypes(const CompileOptions& a) {
   std::vector<TensorType> types;
   ModelArgs m = a.model;
   m.input_file.clear();
@@ -153,7 +154,7 @@ int64_t syntheticHigh(const Value* v) {
 
 }  // namespace
 
-void addTrainOptions(CLI::App* sub, TrainArgs& a, bool with_optimizer) {
+void addCompileOptions(CLI::App* sub, CompileOptions& a, bool with_optimizer) {
   sub->add_option("model", a.model.path, "TorchScript archive (.pt, traced in train mode) or FX dump (.fx.json)")
       ->required();
   sub->add_option("--input-file", a.model.input_file,
@@ -243,12 +244,12 @@ namespace {
 /// Whether this run reads and writes the compile cache: not with --no-cache,
 /// nor when the user asked to watch the passes run (IR printing, dumps,
 /// the report's pass IR).
-bool cacheEnabled(const TrainArgs& a) {
+bool cacheEnabled(const CompileOptions& a) {
   const PassFlags& f = a.pass_flags;
   return !a.no_cache && !a.keep_pass_ir && f.print_ir_after.empty() && !f.print_ir_after_change && f.dump_dir.empty();
 }
 
-void warnOnce(TrainSetup& setup, const std::string& problem) {
+void warnOnce(BoundStep& setup, const std::string& problem) {
   if (!setup.cache.problem.empty()) return;
   setup.cache.problem = problem;
   std::cerr << "kiln: warning: " << problem << "\n";
@@ -262,11 +263,11 @@ std::vector<TensorType> modelInputTypes(const Graph& g) {
   return out;
 }
 
-Result<TrainSetup> setUp(const TrainArgs& a, TrainingGraphKind kind, bool lookup, std::string problem) {
+Result<BoundStep> setUp(const CompileOptions& a, TrainingGraphKind kind, bool lookup, std::string problem) {
   if (Status s = validate(a); !s) return s.error();
   auto pipeline = checkPassFlags(a.pass_flags);  // before the import: a typo fails fast
   if (!pipeline) return pipeline.error();
-  TrainSetup setup;
+  BoundStep setup;
   setup.cache.problem = std::move(problem);
   auto t0 = Clock::now();
 
@@ -545,8 +546,8 @@ Result<TrainSetup> setUp(const TrainArgs& a, TrainingGraphKind kind, bool lookup
 
 }  // namespace
 
-Result<TrainSetup> setUpTraining(const TrainArgs& a, TrainingGraphKind kind) {
+Result<BoundStep> compileStep(const CompileOptions& a, TrainingGraphKind kind) {
   return setUp(a, kind, true, {});
 }
 
-}  // namespace kiln::cli
+}  // namespace kiln::driver

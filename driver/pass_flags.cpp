@@ -1,6 +1,6 @@
-#include "cli/pass_flags.h"
+#include "driver/pass_flags.h"
 
-namespace kiln::cli {
+namespace kiln::driver {
 
 CLI::Option* addPassFlags(CLI::App* sub, PassFlags& f, const std::string& passes_help) {
   CLI::Option* passes = sub->add_option("--passes", f.passes, passes_help);
@@ -29,4 +29,4 @@ PassManagerOptions passManagerOptions(const PassFlags& f, std::ostream* out) {
           .out = out};
 }
 
-}  // namespace kiln::cli
+}  // namespace kiln::driver

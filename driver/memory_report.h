@@ -10,7 +10,7 @@
 
 #include "passes/memory_plan.h"
 
-namespace kiln::cli {
+namespace kiln::driver {
 
 /// The report's `memory` object (docs/report-schema.md).
 nlohmann::ordered_json memoryJson(const MemoryPlan& plan);
@@ -23,4 +23,4 @@ void printMemorySummary(std::ostream& os, const MemoryPlan& plan, size_t top = 1
 /// maximum over its share of nodes.
 std::string sparkline(const std::vector<uint64_t>& values, size_t width);
 
-}  // namespace kiln::cli
+}  // namespace kiln::driver

@@ -12,7 +12,7 @@
 #include "core/result.h"
 #include "passes/pass_manager.h"
 
-namespace kiln::cli {
+namespace kiln::driver {
 
 struct PassFlags {
   std::string passes;                       ///< "a,b,c"
@@ -32,4 +32,4 @@ Result<std::vector<const PassInfo*>> checkPassFlags(const PassFlags& f);
 /// The PassManager options the switches ask for, IR printed to `out`.
 PassManagerOptions passManagerOptions(const PassFlags& f, std::ostream* out);
 
-}  // namespace kiln::cli
+}  // namespace kiln::driver

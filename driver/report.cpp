@@ -1,7 +1,7 @@
 // The compile report (docs/report-schema.md): what was compiled, with which
 // training options, what every pass did, which kernel runs each node, and
 // what compiling cost.
-#include "cli/report.h"
+#include "driver/report.h"
 
 #include "core/text_ir.h"
 
@@ -15,12 +15,13 @@
 #include <ostream>
 #include <sstream>
 
-#include "cli/memory_report.h"
+#include "driver/memory_report.h"
 #include "core/file_io.h"
 #include "core/graph_cost.h"
 #include "core/graph_hash.h"
+#include "driver/messages.h"
 
-namespace kiln::cli {
+namespace kiln::driver {
 namespace {
 
 /// Counters are doubles; whole ones go out as JSON integers.
@@ -63,7 +64,7 @@ Status checkReportPath(const std::string& path) {
   return {};
 }
 
-nlohmann::ordered_json buildReport(const std::string& command, const TrainArgs& a, const TrainSetup& setup,
+nlohmann::ordered_json buildReport(const std::string& command, const CompileOptions& a, const BoundStep& setup,
                                    double compile_ms) {
   const TrainingSession& s = *setup.session;
   const TrainingOptions& to = s.config().passes.training;
@@ -218,4 +219,4 @@ void printPassTable(std::ostream& out, const std::vector<PassTraceEntry>& trace)
   }
 }
 
-}  // namespace kiln::cli
+}  // namespace kiln::driver

@@ -1,4 +1,4 @@
-#include "cli/step_cache.h"
+#include "driver/step_cache.h"
 
 #include "backend/aten/torch_plugin.h"
 #include "backend/comm/collective_engine.h"
@@ -14,7 +14,7 @@
 #include "core/graph_hash.h"
 #include "core/text_ir.h"
 
-namespace kiln::cli {
+namespace kiln::driver {
 namespace fs = std::filesystem;
 namespace {
 
@@ -87,7 +87,7 @@ std::vector<PassTraceEntry> traceFrom(const nlohmann::json& j) {
 
 }  // namespace
 
-Result<std::string> stepCacheKeyMaterial(const TrainArgs& a, TrainingGraphKind kind, const TensorMap& first_batch) {
+Result<std::string> stepCacheKeyMaterial(const CompileOptions& a, TrainingGraphKind kind, const TensorMap& first_batch) {
   auto model = fileFingerprint(a.model.path);
   if (!model) return model.error();
   nlohmann::ordered_json j;
@@ -227,4 +227,4 @@ Status checkBinding(const TrainingSession& s, const CachedStep& cached) {
   return {};
 }
 
-}  // namespace kiln::cli
+}  // namespace kiln::driver

@@ -9,10 +9,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/train_setup.h"
+#include "driver/compile.h"
 #include "core/result.h"
 
-namespace kiln::cli {
+namespace kiln::driver {
 
 /// Version of the report schema; bump on any change a reader must know of
 /// (docs/report-schema.md says what counts).
@@ -36,7 +36,7 @@ Status checkReportPath(const std::string& path);
 /// The report of a compiled training step. `command` is "compile" or
 /// "train"; `compile_ms` is the wall time from the start of the command to
 /// the bound kernels (import included).
-nlohmann::ordered_json buildReport(const std::string& command, const TrainArgs& a, const TrainSetup& setup,
+nlohmann::ordered_json buildReport(const std::string& command, const CompileOptions& a, const BoundStep& setup,
                                    double compile_ms);
 
 /// Add the trained steps (train only).
@@ -53,4 +53,4 @@ Status writeReport(const std::string& path, const nlohmann::ordered_json& report
 /// and each pass's statistics.
 void printPassTable(std::ostream& out, const std::vector<PassTraceEntry>& trace);
 
-}  // namespace kiln::cli
+}  // namespace kiln::driver

@@ -11,7 +11,7 @@
 
 #include "backend/comm/collective_engine.h"
 
-namespace kiln::cli {
+namespace kiln::driver {
 
 /// The collectives of one step (rank 0's view: its bytes sent).
 struct CommStep {
@@ -36,4 +36,4 @@ void addCommunication(nlohmann::ordered_json& report, int ranks, const std::stri
 /// then a line per step (comm time, exposed time, overlap).
 void printCommTable(std::ostream& out, int ranks, const std::string& backend, const std::vector<CommStep>& steps);
 
-}  // namespace kiln::cli
+}  // namespace kiln::driver

@@ -16,27 +16,27 @@
 #include <memory>
 
 #include "backend/comm/collective_engine.h"
-#include "cli/train_setup.h"
+#include "driver/compile.h"
 
-namespace kiln::cli {
+namespace kiln::driver {
 
 /// Whether this process should act as the launcher: --nproc > 1 and not
 /// itself a rank (no RANK in the environment).
-bool shouldLaunch(const TrainArgs& a);
+bool shouldLaunch(const CompileOptions& a);
 
 /// Start a.nproc ranks of this process's command line and wait for them;
 /// returns the exit code (0 when every rank succeeded).
-int launchRanks(const TrainArgs& a);
+int launchRanks(const CompileOptions& a);
 
 /// When the environment makes this process a rank of several (RANK,
 /// WORLD_SIZE > 1), connect to the others and set a.collectives; errors from
 /// then on name the rank. Nothing to do for a single process.
-Status joinRanks(TrainArgs& a);
+Status joinRanks(CompileOptions& a);
 
 /// Whether this process writes outputs and prints progress: rank 0, or a
 /// single process.
-inline bool isLeadRank(const TrainArgs& a) {
+inline bool isLeadRank(const CompileOptions& a) {
   return !a.collectives || a.collectives->rank() == 0;
 }
 
-}  // namespace kiln::cli
+}  // namespace kiln::driver
