@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "driver/option_table.h"
 #include "cli/heap_meter.h"
 #include "driver/compile.h"
 #include "core/file_io.h"
@@ -297,7 +298,7 @@ void addBenchCommand(CLI::App& app) {
   c->train.steps = 20;
   CLI::App* sub = app.add_subcommand(
       "bench", "time the compiled training step, optionally against libtorch eager on the same model and batches");
-  addCompileOptions(sub, c->train, true);
+  addOptions(sub, c->train, kBench);
   sub->add_option("--compare", c->compare, "baseline to run alternately in the same process: torch (libtorch eager)");
   sub->add_option("--warmup", c->warmup, "unmeasured steps first (default 3)");
   sub->add_option("--profile", c->profile,

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "driver/option_table.h"
 #include "driver/report.h"
 #include "driver/compile.h"
 #include "driver/messages.h"
@@ -66,13 +67,10 @@ void addCompileCommand(CLI::App& app) {
   auto c = std::make_shared<CompileCmd>();
   CLI::App* sub = app.add_subcommand(
       "compile", "build the training step and bind kernels without training; print the pass table, write a report");
-  addCompileOptions(sub, c->train, true);
+  addOptions(sub, c->train, kCompile);
   CLI::Option* report =
       sub->add_option("--report", c->report, "write the compile report (JSON, docs/report-schema.md) here");
-  sub->add_flag("--report-pass-ir", c->train.keep_pass_ir,
-                "also keep the text IR after every pass that changed the graph in the report (kiln-studio's "
-                "passes view diffs them); compiles even when the cache has the step")
-      ->needs(report);
+  sub->get_option("--report-pass-ir")->needs(report);
   sub->callback([c] {
     int rc = compile(*c);
     if (rc) throw CLI::RuntimeError(rc);

@@ -11,6 +11,7 @@
 #include "backend/training_session.h"
 #include "driver/model_args.h"
 #include "cli/commands.h"
+#include "driver/option_table.h"
 #include "driver/compile.h"
 #include "core/export/fx_python.h"
 #include "core/file_io.h"
@@ -99,8 +100,7 @@ void addExportCommand(CLI::App& app) {
   auto c = std::make_shared<ExportCmd>();
   CLI::App* sub = app.add_subcommand(
       "export", "write a model's graph, or its optimized training step, as JSON, text IR, Graphviz DOT or SVG");
-  addCompileOptions(sub, c->train, true);
-  sub->add_flag("--train", c->train.model.train, "--graph forward: import in training mode");
+  addOptions(sub, c->train, kExport);
   sub->add_option("--graph", c->graph,
                   "forward (the imported model, default), step (the optimized training step, as kiln compile "
                   "builds it from the training options) or gradients (as kiln grad)")

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "driver/option_table.h"
 #include "driver/ranks.h"
 #include "driver/compile.h"
 #include "core/safetensors.h"
@@ -47,7 +48,7 @@ int grad(const GradCmd& c) {
 void addGradCommand(CLI::App& app) {
   auto c = std::make_shared<GradCmd>();
   CLI::App* sub = app.add_subcommand("grad", "compute the loss and every parameter's gradient once (no update)");
-  addCompileOptions(sub, c->train, false);
+  addOptions(sub, c->train, kGrad);
   sub->add_option("--output,-o", c->output, "where to write the gradients (safetensors)")->required();
   sub->callback([c] {
     int rc = grad(*c);

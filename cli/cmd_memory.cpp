@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "driver/option_table.h"
 #include "driver/memory_report.h"
 #include "driver/report.h"
 #include "driver/compile.h"
@@ -50,7 +51,7 @@ void addMemoryCommand(CLI::App& app) {
   auto c = std::make_shared<MemoryCmd>();
   CLI::App* sub = app.add_subcommand(
       "memory", "build the training step and print its memory: peak, planned arena, largest tensors, timeline");
-  addCompileOptions(sub, c->train, true);
+  addOptions(sub, c->train, kMemory);
   sub->add_option("--top", c->top, "how many of the largest tensors alive at the peak to list (default 10)");
   sub->add_option("--width", c->width, "sparkline width in characters (default 64)")->check(CLI::Range(1, 1000));
   sub->add_option("--json", c->json, "write the memory timeline (the report's `memory` object) here");

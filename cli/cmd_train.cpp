@@ -17,6 +17,7 @@
 
 #include "driver/comm_report.h"
 #include "cli/commands.h"
+#include "driver/option_table.h"
 #include "driver/ranks.h"
 #include "driver/report.h"
 #include "driver/compile.h"
@@ -212,7 +213,7 @@ int train(const TrainCmd& c) {
 void addTrainCommand(CLI::App& app) {
   auto c = std::make_shared<TrainCmd>();
   CLI::App* sub = app.add_subcommand("train", "train a model: forward, loss, backward and optimizer as one graph");
-  addCompileOptions(sub, c->train, true);
+  addOptions(sub, c->train, kTrain);
   sub->add_option("--save-weights", c->save_weights, "write the trained state_dict (safetensors) here");
   sub->add_option("--log-file", c->log_file, "write one JSON object per logged step here (JSON lines)");
   sub->add_option("--log-every", c->log_every, "read the loss back every K steps (default 1)");
@@ -226,10 +227,7 @@ void addTrainCommand(CLI::App& app) {
   CLI::Option* report = sub->add_option("--report", c->report,
                                         "write the compile report plus every step's loss and time (JSON, "
                                         "docs/report-schema.md); reads the loss back every step");
-  sub->add_flag("--report-pass-ir", c->train.keep_pass_ir,
-                "also keep the text IR after every pass that changed the graph in the report (kiln-studio's "
-                "passes view diffs them)")
-      ->needs(report);
+  sub->get_option("--report-pass-ir")->needs(report);
   sub->callback([c] {
     int rc = train(*c);
     if (rc) throw CLI::RuntimeError(rc);
@@ -243,7 +241,7 @@ void addCommCommand(CLI::App& app) {
   c->train.nproc = 2;
   CLI::App* sub = app.add_subcommand(
       "comm", "train a few data-parallel steps and print what each gradient bucket's collective moved and hid");
-  addCompileOptions(sub, c->train, true);
+  addOptions(sub, c->train, kComm);
   sub->get_option("--steps")->description("steps to train and measure (default 3)");
   sub->get_option("--nproc")->description("ranks to start (default 2)");
   sub->add_option("--report", c->report, "also write the report with every step's collectives (JSON)");

@@ -26,5 +26,6 @@ void addCompileCommand(CLI::App& app);
 void addBenchCommand(CLI::App& app);
 void addMemoryCommand(CLI::App& app);
 void addCacheCommand(CLI::App& app);
+void addOptionsCommand(CLI::App& app);
 
 }  // namespace kiln::cli

@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
   kiln::cli::addBenchCommand(app);
   kiln::cli::addMemoryCommand(app);
   kiln::cli::addCacheCommand(app);
+  kiln::cli::addOptionsCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

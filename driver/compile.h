@@ -9,73 +9,14 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-
 #include "backend/training_session.h"
-#include "driver/model_args.h"
-#include "driver/pass_flags.h"
+#include "driver/compile_options.h"
 #include "core/data/batch_source.h"
 #include "core/data/prefetch_source.h"
 #include "core/trace.h"
 
 namespace kiln::driver {
 
-struct CompileOptions {
-  ModelArgs model;   ///< model.input_file doubles as the fixed batch file
-  std::string data;  ///< directory of safetensors batches, or a token file
-  std::string token_type = "u16";
-  int64_t seq_len = 0;  ///< token windows; 0: the model's input length
-  int64_t batch = 0;    ///< synthetic/token batch size; 0: the model's
-  std::string loss = "cross_entropy";
-  double label_smoothing = 0;     ///< --label-smoothing (cross_entropy)
-  int64_t ignore_index = -100;    ///< --ignore-index (cross_entropy)
-  std::string class_weights;      ///< --class-weights FILE (cross_entropy): one weight per class
-  std::string optimizer = "adamw";
-  double lr = 1e-3;
-  double momentum = 0, dampening = 0;
-  bool nesterov = false;
-  std::optional<double> weight_decay;
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
-  double clip_grad_norm = 0;
-  std::string lr_schedule = "constant";
-  int64_t warmup_steps = 0;
-  double min_lr = 0;
-  std::vector<std::string> freeze;  ///< --freeze patterns (passes/freeze.h)
-  std::string amp = "none";         ///< --amp: none, bf16 or fp16 (passes/amp.h)
-  std::string memory_budget;        ///< --memory-budget: peak bytes for remat ("2GiB"); empty: none
-  int64_t steps = 10;
-  uint64_t seed = 0;
-  int threads = 0;
-  std::string device = "cpu";  ///< --device: cpu or cuda
-  std::string dialects;        ///< --dialects: kernel dialects, best first; empty: all, by priority
-  bool autotune = false;       ///< --autotune: time the applicable kernels, keep the fastest
-  bool serial_nodes = false;   ///< --serial-nodes: one node at a time, threads only inside ops
-  bool verbose = false;
-  PassFlags pass_flags;   ///< --passes (instead of the default pipeline), IR printing, dumps
-  bool no_cache = false;  ///< --no-cache: neither read nor write the compile cache
-  /// --report-pass-ir: keep every pass's IR for the report (compiles even
-  /// when the cache has the step: a cached step has no pass IR).
-  bool keep_pass_ir = false;
-  /// Told each pass's turn; false cancels (PassManagerOptions::progress).
-  std::function<bool(size_t index, size_t count, const std::string& pass)> pass_progress;
-  std::string cache_dir;  ///< --cache-dir (default: CompileCache::defaultDir())
-  /// kiln compile / memory: build and bind the step only; on a cache hit the
-  /// model is not even imported.
-  bool compile_only = false;
-  int prefetch = 2;  ///< --prefetch: batches read ahead on their own thread (0: read in the step's thread)
-  /// Where the prefetch thread's data-loading slices go (kiln train --trace).
-  TraceRecorder* trace = nullptr;
-  // Data parallel (driver/ranks.h, passes/data_parallel.h).
-  int nproc = 0;                          ///< --nproc: start this many ranks (0, 1: one process)
-  std::string bucket_size = "25MiB";      ///< --bucket-size: gradient bytes per allreduce
-  std::vector<std::string> sparse_grads;  ///< --sparse-grads: block-sparse allreduce for these gradients
-  bool dense_embeddings = false;          ///< --dense-embeddings: no automatic sparse embedding gradients
-  double comm_timeout = 0;                ///< --comm-timeout seconds (0: $KILN_COMM_TIMEOUT, else 60)
-  int zero = 0;                           ///< --zero: ZeRO stage (1: optimizer state sharded over the ranks)
-  /// This process's rank of a data-parallel run (joinRanks); nullptr: one process.
-  std::shared_ptr<CollectiveEngine> collectives;
-  int local_rank = 0;  ///< this rank among its machine's (CommOptions::local_rank)
-};
 
 /// What the compile cache did for this run (the report's `cache` object).
 struct CacheUse {
@@ -84,9 +25,6 @@ struct CacheUse {
   std::string problem;  ///< the corrupt or stale entry's story, when there was one
   double load_ms = 0;   ///< reading and decoding the entry
 };
-
-/// Register the shared options on a subcommand.
-void addCompileOptions(CLI::App* sub, CompileOptions& a, bool with_optimizer);
 
 /// A session plus where its batches come from.
 struct BoundStep {

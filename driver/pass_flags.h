@@ -1,13 +1,12 @@
-// The PassManager's command-line switches, shared by kiln train, kiln grad
-// and kiln opt: --passes, --print-ir-after, --print-ir-after-change,
-// --verify-each, --dump-dir.
+// The PassManager's switches (--passes, --print-ir-after,
+// --print-ir-after-change, --verify-each, --dump-dir; their flags are rows
+// of the option table): checking them and the PassManager options they ask
+// for.
 #pragma once
 
 #include <iosfwd>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "core/result.h"
 #include "passes/pass_manager.h"
@@ -22,8 +21,6 @@ struct PassFlags {
   std::string dump_dir;
 };
 
-/// Register the switches on `sub`; `passes_help` describes --passes there.
-CLI::Option* addPassFlags(CLI::App* sub, PassFlags& f, const std::string& passes_help);
 
 /// Check every pass name up front (one-line errors listing the known
 /// passes) and return the --passes pipeline, empty when not given.

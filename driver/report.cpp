@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "driver/memory_report.h"
+#include "driver/option_table.h"
 #include "core/file_io.h"
 #include "core/graph_cost.h"
 #include "core/graph_hash.h"
@@ -85,6 +86,8 @@ nlohmann::ordered_json buildReport(const std::string& command, const CompileOpti
     }
   j["model"] = {{"path", a.model.path}, {"format", modelFormat(a.model.path)}, {"param_tensors", tensors},
                 {"params", params},     {"param_bytes", param_bytes},          {"trainable_params", trainable}};
+
+  j["options"] = optionsJson(a);
 
   const OptimizerOptions& o = to.optimizer;
   nlohmann::ordered_json batch = nlohmann::ordered_json::array();

@@ -13,6 +13,7 @@
 #include "core/file_fingerprint.h"
 #include "core/graph_hash.h"
 #include "core/text_ir.h"
+#include "driver/option_table.h"
 
 namespace kiln::driver {
 namespace fs = std::filesystem;
@@ -88,8 +89,11 @@ std::vector<PassTraceEntry> traceFrom(const nlohmann::json& j) {
 }  // namespace
 
 Result<std::string> stepCacheKeyMaterial(const CompileOptions& a, TrainingGraphKind kind, const TensorMap& first_batch) {
-  auto model = fileFingerprint(a.model.path);
-  if (!model) return model.error();
+  const int ranks = a.collectives ? a.collectives->size() : a.compile_only ? a.nproc : 1;
+  // Every option that changes the compiled step, by the option table's
+  // declaration (the model's and the class weights' files by fingerprint).
+  auto options = compiledOptionsJson(a, ranks);
+  if (!options) return options.error();
   nlohmann::ordered_json j;
   j["kiln"] = std::string(KILN_VERSION) + " " + buildId();
   j["target"] = cpuTarget();
@@ -99,8 +103,10 @@ Result<std::string> stepCacheKeyMaterial(const CompileOptions& a, TrainingGraphK
     j["device_target"] = (*backend)->target();
   }
   j["graph"] = kind == TrainingGraphKind::Step ? "step" : "gradients";
-  j["model"] = *model;
-  // An FX dump's weights file (its shapes; its values change nothing compiled).
+  j["options"] = std::move(*options);
+  // What the options imply beyond their values: an FX dump's weights file
+  // (its shapes; its values change nothing compiled), the batch's types,
+  // whether --data is a token file, and the ranks.
   if (const std::string p = a.model.path; p.size() > 8 && p.ends_with(".fx.json")) {
     const std::string weights = p.substr(0, p.size() - 8) + ".safetensors";
     if (fs::exists(weights)) {
@@ -112,45 +118,9 @@ Result<std::string> stepCacheKeyMaterial(const CompileOptions& a, TrainingGraphK
   nlohmann::ordered_json types = nlohmann::ordered_json::object();
   for (const auto& [name, t] : first_batch) types[name] = t.type().str();
   j["batch_types"] = types;
-  j["input_shapes"] = a.model.input_shapes;
   j["token_data"] = !a.data.empty() && !fs::is_directory(a.data);
-  j["batch"] = a.batch;
-  j["seq_len"] = a.seq_len;
-  j["loss"] = a.loss;
-  if (a.label_smoothing != 0 || a.ignore_index != -100 || !a.class_weights.empty()) {
-    nlohmann::ordered_json ce = {{"label_smoothing", a.label_smoothing}, {"ignore_index", a.ignore_index}};
-    if (!a.class_weights.empty()) {  // the weights' bytes: the graph has one input per class
-      auto w = fileFingerprint(a.class_weights);
-      if (!w) return w.error();
-      ce["class_weights"] = *w;
-    }
-    j["cross_entropy"] = ce;
-  }
-  j["optimizer"] = {{"kind", a.optimizer},
-                    {"momentum", a.momentum},
-                    {"dampening", a.dampening},
-                    {"nesterov", a.nesterov},
-                    {"weight_decay", a.weight_decay ? *a.weight_decay : -1.0},
-                    {"beta1", a.beta1},
-                    {"beta2", a.beta2},
-                    {"eps", a.eps},
-                    {"clip_grad_norm", a.clip_grad_norm}};
-  j["freeze"] = a.freeze;
-  const int ranks = a.collectives ? a.collectives->size() : a.compile_only ? a.nproc : 1;
-  if (ranks > 1)  // the graph holds the buckets' allreduces
-    j["data_parallel"] = {{"world_size", ranks},
-                          {"bucket_size", a.bucket_size},
-                          {"sparse_grads", a.sparse_grads},
-                          {"dense_embeddings", a.dense_embeddings},
-                          {"zero", a.zero},
-                          // a ZeRO-1 graph is one rank's
-                          {"rank", a.zero && a.collectives ? a.collectives->rank() : 0}};
-  j["amp"] = a.amp;
-  j["memory_budget"] = a.memory_budget;
-  j["passes"] = a.pass_flags.passes;
-  j["device"] = a.device;
-  j["dialects"] = a.dialects;
-  j["autotune"] = a.autotune;
+  if (ranks > 1)  // the graph holds the buckets' allreduces; a ZeRO-1 graph is one rank's
+    j["data_parallel"] = {{"world_size", ranks}, {"rank", a.zero && a.collectives ? a.collectives->rank() : 0}};
   return j.dump();
 }
 

@@ -6,10 +6,14 @@
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QFutureWatcher>
+#include <QInputDialog>
+#include <QLineEdit>
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QPointer>
 #include <QProgressDialog>
+#include <QPushButton>
+#include <QRegularExpression>
 #include <QSaveFile>
 #include <QSettings>
 #include <QStatusBar>
@@ -18,6 +22,7 @@
 
 #include "core/file_io.h"
 #include "core/graph_dot.h"
+#include "driver/option_table.h"
 #include "gui/export_view.h"
 #include "gui/model_compiler.h"
 #include "gui/training_run.h"
@@ -68,7 +73,7 @@ void MainWindow::buildMenus() {
     const QString path = QFileDialog::getOpenFileName(this, "Open a report or a model", QString(),
                                                       "Reports and models (*.json *.pt *.fx.json);;All files (*)");
     QString error;
-    if (!path.isEmpty() && !openPath(path, &error)) QMessageBox::warning(this, "kiln-studio", error);
+    if (!path.isEmpty() && !openPath(path, &error, true)) QMessageBox::warning(this, "kiln-studio", error);
   });
   recent_ = file->addMenu("Open &recent");
   rebuildRecentMenu();
@@ -110,10 +115,14 @@ void MainWindow::buildMenus() {
                     [this, i] { tabs_->setCurrentIndex(i); });
 }
 
-bool MainWindow::openPath(const QString& path, QString* error) {
+bool MainWindow::openPath(const QString& path, QString* error, bool ask) {
   Result<std::shared_ptr<StudioDocument>> doc = Error{""};
   if (!path.endsWith(".json") || path.endsWith(".fx.json")) {
     doc = compileModel(path);
+    // A plain torch.jit.trace(...).save() archive: its input shapes, then again.
+    while (!doc && ask && doc.error().message.find("does not record input shapes") != std::string::npos &&
+           askForInputs(path))
+      doc = compileModel(path);
   } else {
     doc = StudioDocument::open(path.toStdString());
   }
@@ -128,6 +137,39 @@ bool MainWindow::openPath(const QString& path, QString* error) {
   return true;
 }
 
+bool MainWindow::askForInputs(const QString& path) {
+  QMessageBox box(QMessageBox::Question, "kiln-studio",
+                  QFileInfo(path).fileName() +
+                      " does not record the shapes of its inputs. Give them, or a batch file (safetensors with "
+                      "input0, input1, ...) to take them from.",
+                  QMessageBox::Cancel, this);
+  QPushButton* shapes = box.addButton("Input &shapes...", QMessageBox::AcceptRole);
+  QPushButton* batch = box.addButton("&Batch file...", QMessageBox::AcceptRole);
+  box.exec();
+  if (box.clickedButton() == shapes) {
+    bool ok = false;
+    const QString text = QInputDialog::getText(
+        this, "kiln-studio", "Input shapes, one per input, separated by spaces (e.g. 8x3x224x224 or i64[4,256]):",
+        QLineEdit::Normal, QString::fromStdString(options_.model.input_shapes.empty() ? "" : options_.model.input_shapes[0]),
+        &ok);
+    if (!ok || text.trimmed().isEmpty()) return false;
+    options_.model.input_shapes.clear();
+    for (const QString& s : text.split(QRegularExpression("[\\s;]+"), Qt::SkipEmptyParts))
+      options_.model.input_shapes.push_back(s.toStdString());
+    options_.model.input_file.clear();
+    return true;
+  }
+  if (box.clickedButton() == batch) {
+    const QString file = QFileDialog::getOpenFileName(this, "A batch of " + QFileInfo(path).fileName(), QString(),
+                                                      "Batches (*.safetensors);;All files (*)");
+    if (file.isEmpty()) return false;
+    options_.model.input_file = file.toStdString();
+    options_.model.input_shapes.clear();
+    return true;
+  }
+  return false;
+}
+
 Result<std::shared_ptr<StudioDocument>> MainWindow::compileModel(const QString& path) {
   // The same step kiln compile builds, on a worker thread, every pass's IR
   // kept; the dialog follows the passes and Cancel stops at the next one.
@@ -137,12 +179,14 @@ Result<std::shared_ptr<StudioDocument>> MainWindow::compileModel(const QString& 
   std::atomic<bool> cancel{false};
   QObject::connect(&progress, &QProgressDialog::canceled, [&] { cancel = true; });
   const std::string model = path.toStdString();
+  driver::CompileOptions options = options_;
+  options.model.path = model;
   QFutureWatcher<Result<nlohmann::json>> watcher;
   QEventLoop loop;
   QObject::connect(&watcher, &QFutureWatcherBase::finished, &loop, &QEventLoop::quit);
   QPointer<QProgressDialog> dialog(&progress);
-  watcher.setFuture(QtConcurrent::run([model, &cancel, dialog]() -> Result<nlohmann::json> {
-    return compileModelReport(model, [&cancel, dialog](int percent, const std::string& stage) {
+  watcher.setFuture(QtConcurrent::run([options, &cancel, dialog]() -> Result<nlohmann::json> {
+    return compileModelReport(options, [&cancel, dialog](int percent, const std::string& stage) {
       QMetaObject::invokeMethod(
           qApp,
           [dialog, percent, text = QString::fromStdString(stage)] {
@@ -170,7 +214,16 @@ bool MainWindow::measure(QString* error) {
     if (error) *error = "open a model or a report first: measuring trains the model it names";
     return false;
   }
-  auto doc = measureTraining(this, model, {});
+  // The options the open report was compiled with (its `options`), else kiln-studio's own.
+  driver::CompileOptions options = options_;
+  if (auto it = doc_->report().find("options"); it != doc_->report().end()) {
+    options = {};
+    if (Status st = driver::optionsFromJson(*it, options); !st) {
+      if (error) *error = QString::fromStdString(doc_->path() + ": " + st.error().message);
+      return false;
+    }
+  }
+  auto doc = measureTraining(this, model, {}, options);
   if (!doc) {
     if (error) *error = QString::fromStdString(doc.error().message);
     return false;
@@ -246,7 +299,7 @@ void MainWindow::rebuildRecentMenu() {
   for (const QString& p : recent)
     recent_->addAction(p, this, [this, p] {
       QString error;
-      if (!openPath(p, &error)) QMessageBox::warning(this, "kiln-studio", error);
+      if (!openPath(p, &error, true)) QMessageBox::warning(this, "kiln-studio", error);
     });
   recent_->setEnabled(!recent.isEmpty());
 }

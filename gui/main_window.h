@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "driver/compile_options.h"
 #include "gui/studio_document.h"
 #include "gui/views/view.h"
 
@@ -21,13 +22,19 @@ class MainWindow : public QMainWindow {
   explicit MainWindow(QWidget* parent = nullptr);
   ~MainWindow() override;
 
+  /// The options models are compiled and measured with (kiln compile's,
+  /// from kiln-studio's command line).
+  void setCompileOptions(driver::CompileOptions options) { options_ = std::move(options); }
   /// Open a report (.json); a model (.pt, .fx.json) is compiled first, in
   /// this process on a worker thread, as kiln compile --report
-  /// --report-pass-ir would (a progress dialog with Cancel). Returns false
-  /// with `error` set when it cannot.
-  bool openPath(const QString& path, QString* error = nullptr);
+  /// --report-pass-ir would with the compile options (a progress dialog
+  /// with Cancel). With `ask`, an archive that records no input shapes
+  /// makes it ask for them or for a batch file, and try again. Returns
+  /// false with `error` set when it cannot.
+  bool openPath(const QString& path, QString* error = nullptr, bool ask = false);
   /// Train the open document's model a few steps on 2 ranks (kiln train
-  /// --nproc 2 --report) and show that report: measured kernel times and
+  /// --nproc 2 --report, with the options its report was compiled with, or
+  /// the compile options) and show that report: measured kernel times and
   /// the communication fill in. False with `error` set when it cannot.
   bool measure(QString* error = nullptr);
   void setDocument(std::shared_ptr<const StudioDocument> doc);
@@ -48,6 +55,9 @@ class MainWindow : public QMainWindow {
 
  private:
   Result<std::shared_ptr<StudioDocument>> compileModel(const QString& path);
+  /// Ask for the input shapes or a batch file of `path`, which records
+  /// none; false when the user cancels.
+  bool askForInputs(const QString& path);
   void buildMenus();
   void rememberRecent(const QString& path);
   void rebuildRecentMenu();
@@ -57,6 +67,7 @@ class MainWindow : public QMainWindow {
   GraphView* graph_ = nullptr;
   QMenu* recent_ = nullptr;
   std::shared_ptr<const StudioDocument> doc_;
+  driver::CompileOptions options_;
 };
 
 }  // namespace kiln::studio

@@ -7,10 +7,9 @@
 
 namespace kiln::studio {
 
-Result<nlohmann::json> compileModelReport(const std::string& path, const CompileProgress& progress) {
+Result<nlohmann::json> compileModelReport(driver::CompileOptions args, const CompileProgress& progress) {
   const auto t0 = std::chrono::steady_clock::now();
-  driver::CompileOptions args;
-  args.model.path = path;
+  const std::string& path = args.model.path;
   args.compile_only = true;
   args.keep_pass_ir = true;  // implies no compile-cache read: a cached step has no pass IR
   bool cancelled = false;

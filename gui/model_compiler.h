@@ -1,6 +1,7 @@
-// Compiling a model inside kiln-studio: the step `kiln compile` builds (same
-// options, default pipeline), with every pass's IR kept for the passes view,
-// turned into the report `kiln compile --report --report-pass-ir` writes.
+// Compiling a model inside kiln-studio: the step `kiln compile` builds (the
+// same options, from the same option table), with every pass's IR kept for
+// the passes view, turned into the report `kiln compile --report
+// --report-pass-ir` writes.
 // It runs on a worker thread; progress comes back through a callback that
 // can cancel between passes.
 #pragma once
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/result.h"
+#include "driver/compile_options.h"
 
 namespace kiln::studio {
 
@@ -19,9 +21,10 @@ namespace kiln::studio {
 /// boundary (the import itself cannot stop).
 using CompileProgress = std::function<bool(int percent, const std::string& stage)>;
 
-/// Compile the model at `path` (.pt or .fx.json) for the CPU and return its
-/// report. Errors are the one line kiln compile prints; "cancelled" when
+/// Compile the model `options.model.path` names (.pt or .fx.json) with
+/// `options` (kiln compile's, from kiln-studio's command line) and return
+/// its report. Errors are the one line kiln compile prints; "cancelled" when
 /// `progress` said stop. Safe to call from any thread.
-Result<nlohmann::json> compileModelReport(const std::string& path, const CompileProgress& progress);
+Result<nlohmann::json> compileModelReport(driver::CompileOptions options, const CompileProgress& progress);
 
 }  // namespace kiln::studio

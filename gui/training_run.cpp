@@ -7,6 +7,8 @@
 #include <QStandardPaths>
 #include <QTemporaryDir>
 
+#include "driver/option_table.h"
+
 namespace kiln::studio {
 
 QString kilnExecutable() {
@@ -16,7 +18,8 @@ QString kilnExecutable() {
   return QStandardPaths::findExecutable("kiln");
 }
 
-Result<std::shared_ptr<StudioDocument>> measureTraining(QWidget* parent, const QString& model, TrainingRun run) {
+Result<std::shared_ptr<StudioDocument>> measureTraining(QWidget* parent, const QString& model, TrainingRun run,
+                                                        driver::CompileOptions options) {
   const QString kiln = kilnExecutable();
   if (kiln.isEmpty())
     return Error{"cannot find the kiln executable to train " + model.toStdString() + " (put it on PATH)"};
@@ -30,8 +33,15 @@ Result<std::shared_ptr<StudioDocument>> measureTraining(QWidget* parent, const Q
   progress.setMinimumDuration(300);
   QProcess p;
   p.setProcessChannelMode(QProcess::MergedChannels);
-  p.start(kiln, {"train", model, "--nproc", QString::number(run.ranks), "--steps", QString::number(run.steps),
-                 "--report", report, "--report-pass-ir"});
+  QStringList args = {"train", model, "--nproc", QString::number(run.ranks), "--steps", QString::number(run.steps),
+                      "--report", report, "--report-pass-ir"};
+  // The run's own settings above win over the ones these options carry.
+  const driver::CompileOptions defaults;
+  options.nproc = defaults.nproc;
+  options.steps = defaults.steps;
+  options.keep_pass_ir = defaults.keep_pass_ir;
+  for (const std::string& word : driver::toArguments(options, driver::kTrain)) args << QString::fromStdString(word);
+  p.start(kiln, args);
   QString last;
   while (!p.waitForFinished(100)) {
     if (p.state() == QProcess::NotRunning) break;

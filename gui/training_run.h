@@ -1,8 +1,9 @@
 // Measuring a model in kiln-studio: the views that need a step to have run
 // (kernel times, communication) are filled by training the model a few
 // steps on a few ranks with the kiln executable (`kiln train --nproc R
-// --steps S --report R.json --report-pass-ir`; data parallelism needs
-// processes of their own), with a progress dialog whose Cancel stops it.
+// --steps S --report R.json --report-pass-ir` and the model's compile
+// options; data parallelism needs processes of their own), with a progress
+// dialog whose Cancel stops it.
 #pragma once
 
 #include <QString>
@@ -10,6 +11,7 @@
 #include <memory>
 
 #include "core/result.h"
+#include "driver/compile_options.h"
 #include "gui/studio_document.h"
 
 namespace kiln::studio {
@@ -23,8 +25,10 @@ struct TrainingRun {
 /// tree), or on PATH; empty when none.
 QString kilnExecutable();
 
-/// Train `model` as `run` says and open the report it writes. Errors are
-/// kiln's last line, or "... was cancelled".
-Result<std::shared_ptr<StudioDocument>> measureTraining(QWidget* parent, const QString& model, TrainingRun run);
+/// Train `model` as `run` says, with `options` (the rest of kiln train's
+/// options), and open the report it writes. Errors are kiln's last line,
+/// or "... was cancelled".
+Result<std::shared_ptr<StudioDocument>> measureTraining(QWidget* parent, const QString& model, TrainingRun run,
+                                                        driver::CompileOptions options);
 
 }  // namespace kiln::studio

@@ -46,4 +46,20 @@ for args in "$W/missing.pt|missing.pt: no such file" "|--screenshot needs a repo
   else ok "'$a': $out"; fi
 done
 
+# A plain torch.jit.trace(...).save() archive records no input shapes: the
+# error names the flags, which kiln-studio takes as kiln compile does.
+/usr/bin/python3 -c "
+import torch, sys
+m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(8 * 14 * 14, 10))
+torch.jit.trace(m, torch.randn(2, 3, 16, 16)).save(sys.argv[1])" "$W/plain.pt" || fail "could not trace plain.pt"
+"$STUDIO" "$W/plain.pt" --screenshot "$W/plain.png" >"$W/out.txt" 2>&1 && fail "plain.pt without shapes: exit 0"
+grep -q "kiln-studio: error: .*--input-shape" "$W/out.txt" || fail "plain.pt without shapes: $(cat "$W/out.txt")"
+[ -e "$W/plain.png" ] && fail "plain.pt without shapes left plain.png"
+out=$("$STUDIO" "$W/plain.pt" --input-shape 2x3x16x16 --amp bf16 --loss mse --view passes --pass amp \
+      --screenshot "$W/plain.png" 2>&1) || fail "plain.pt --input-shape 2x3x16x16 --amp bf16 exited $?: $out"
+[ -s "$W/plain.png" ] || fail "plain.pt with --input-shape: no screenshot"
+out=$("$STUDIO" "$W/plain.pt" --input-shape 2x3x16x16 --amp int3 --screenshot "$W/bad.png" 2>&1)
+[ $? != 0 ] && [[ "$out" == *"unknown --amp 'int3'"* ]] && [ ! -e "$W/bad.png" ] || fail "--amp int3: '$out'"
+ok "kiln-studio takes kiln compile's options (--input-shape, --amp, --loss; a bad value is one line)"
+
 [ $fails -eq 0 ] && echo "all kiln-studio command-line checks passed" || { echo "$fails failed"; exit 1; }

@@ -24,6 +24,7 @@
 #include "gui/views/graph_view.h"
 #include "gui/views/passes_view.h"
 
+namespace driver = kiln::driver;
 using kiln::studio::GraphView;
 using kiln::studio::MainWindow;
 using kiln::studio::NodeChange;
@@ -199,6 +200,36 @@ class StudioTest : public QObject {
     QVERIFY(!w.openPath(env("KILN_STUDIO_MODEL") + ".missing.pt", &error));
     QVERIFY2(error.contains(".missing.pt"), qPrintable(error));
     QCOMPARE(w.document(), doc);
+  }
+
+  void compileOptionsReachTheStepAndTheMeasuredRun() {
+    // kiln-studio MODEL --amp bf16 --loss mse --optimizer sgd: the step it
+    // compiles, and the kiln train that Measure starts, use those options.
+    MainWindow w;
+    driver::CompileOptions options;
+    options.amp = "bf16";
+    options.loss = "mse";
+    options.optimizer = "sgd";
+    options.momentum = 0.9;
+    w.setCompileOptions(options);
+    QString error;
+    QVERIFY2(w.openPath(env("KILN_STUDIO_MODEL"), &error), qPrintable(error));
+    for (auto doc : {w.document(), std::shared_ptr<const StudioDocument>()}) {
+      if (!doc) {  // second round: the measured run's report
+        QVERIFY2(w.measure(&error), qPrintable(error));
+        doc = w.document();
+        QCOMPARE(QString::fromStdString(doc->command()), QString("train"));
+      }
+      const nlohmann::json& r = doc->report();
+      QCOMPARE(QString::fromStdString(r["options"]["amp"].get<std::string>()), QString("bf16"));
+      QCOMPARE(QString::fromStdString(r["training"]["loss"].get<std::string>()), QString("mse"));
+      QCOMPARE(QString::fromStdString(r["training"]["optimizer"].get<std::string>()), QString("sgd"));
+      QCOMPARE(r["options"]["momentum"].get<double>(), 0.9);
+      bool amp_changed = false;
+      for (const auto& p : r["passes"])
+        if (p["name"] == "amp") amp_changed = p["changed"].get<bool>();
+      QVERIFY(amp_changed);
+    }
   }
 
   void aMeasuredModelFillsAllFiveViews() {

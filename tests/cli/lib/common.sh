@@ -1,6 +1,6 @@
 # Sourced by the CLI tests (tests/cli/*.sh, usage: TEST.sh KILN WORKDIR):
 # the kiln binary, a fresh work directory, Debian's Python (torch 1.13; KILN_PYTHON overrides), the
-# source root, and ok/fail reporting; `finish NAME` prints the summary and
+# source root, and ok/fail reporting; the caller prints the summary and
 # sets the exit status.
 set -u
 KILN=$1

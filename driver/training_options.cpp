@@ -1,0 +1,128 @@
+#include "driver/training_options.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "backend/lr_schedule.h"
+#include "core/safetensors.h"
+#include "driver/byte_size.h"
+
+namespace kiln::driver {
+namespace {
+
+/// --class-weights FILE: a safetensors file holding one 1-D tensor, or a
+/// text file of numbers (whitespace or commas between them).
+Result<std::vector<double>> readClassWeights(const std::string& path) {
+  const std::string what = "--class-weights " + path;
+  std::vector<double> w;
+  if (path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0) {
+    auto file = readSafetensors(path);
+    if (!file) return Error{what + ": " + file.error().message};
+    if (file->tensors.size() != 1 || file->tensors.begin()->second.rank() != 1)
+      return Error{what + ": expected one 1-D tensor of class weights, the file holds " +
+                   std::to_string(file->tensors.size()) + " tensors"};
+    const Tensor& t = file->tensors.begin()->second;
+    for (int64_t k = 0; k < t.numel(); ++k) w.push_back(t.at(k));
+  } else {
+    std::ifstream in(path);
+    if (!in) return Error{what + ": cannot read the file"};
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (char& c : text)
+      if (c == ',') c = ' ';
+    std::istringstream words(text);
+    std::string word;
+    while (words >> word) {
+      char* end = nullptr;
+      const double v = std::strtod(word.c_str(), &end);
+      if (end == word.c_str() || *end) return Error{what + ": '" + word + "' is not a number"};
+      w.push_back(v);
+    }
+  }
+  if (w.empty()) return Error{what + ": no weights in the file"};
+  for (double v : w)
+    if (!std::isfinite(v) || v < 0) return Error{what + ": weights must be finite and >= 0, got " + std::to_string(v)};
+  return w;
+}
+
+}  // namespace
+
+Status validateOptions(const CompileOptions& a) {
+  auto bad = [](const std::string& m) { return Status(Error{m}); };
+  if (!parseLossKind(a.loss)) return bad("unknown loss '" + a.loss + "'; use cross_entropy, mse, l1, smooth_l1, huber, bce, kl_div or model");
+  if (!parseOptimizerKind(a.optimizer)) return bad("unknown optimizer '" + a.optimizer + "'; use sgd, adam or adamw");
+  if (a.loss != "cross_entropy" && (a.label_smoothing != 0 || a.ignore_index != -100 || !a.class_weights.empty()))
+    return bad("--label-smoothing, --ignore-index and --class-weights need --loss cross_entropy");
+  if (!(a.label_smoothing >= 0 && a.label_smoothing <= 1))
+    return bad("--label-smoothing must be in [0, 1], got " + std::to_string(a.label_smoothing));
+  if (!parseAmpMode(a.amp)) return bad("unknown --amp '" + a.amp + "'; use none, bf16 or fp16");
+  if (!parseLrScheduleKind(a.lr_schedule))
+    return bad("unknown learning-rate schedule '" + a.lr_schedule + "'; use constant or warmup_cosine");
+  auto nonneg = [&](double v, const char* what) -> Status {
+    if (!std::isfinite(v) || v < 0)
+      return bad(std::string(what) + " must be a finite number >= 0, got " + std::to_string(v));
+    return {};
+  };
+  for (auto [v, what] : {std::pair{a.lr, "--lr"},
+                         {a.momentum, "--momentum"},
+                         {a.dampening, "--dampening"},
+                         {a.eps, "--eps"},
+                         {a.clip_grad_norm, "--clip-grad-norm"},
+                         {a.min_lr, "--min-lr"},
+                         {a.weight_decay.value_or(0), "--weight-decay"}})
+    if (Status s = nonneg(v, what); !s) return s;
+  if (!(a.beta1 >= 0 && a.beta1 < 1) || !(a.beta2 >= 0 && a.beta2 < 1))
+    return bad("--beta1 and --beta2 must be in [0, 1)");
+  if (a.nesterov && (a.momentum <= 0 || a.dampening != 0))
+    return bad("--nesterov needs --momentum > 0 and --dampening 0 (as torch.optim.SGD)");
+  if (a.steps < 0 || a.warmup_steps < 0 || a.batch < 0 || a.seq_len < 0 || a.prefetch < 0)
+    return bad("--steps, --warmup-steps, --batch, --seq-len and --prefetch must be >= 0");
+  if (!a.model.input_file.empty() && !a.data.empty()) return bad("give either --input-file or --data, not both");
+  if (!a.memory_budget.empty())
+    if (auto b = parseByteSize(a.memory_budget); !b) return bad("--memory-budget: " + b.error().message);
+  if (a.nproc < 0) return bad("--nproc must be >= 1");
+  if (auto b = parseByteSize(a.bucket_size); !b) return bad("--bucket-size: " + b.error().message);
+  if (a.comm_timeout < 0 || !std::isfinite(a.comm_timeout)) return bad("--comm-timeout must be > 0 seconds");
+  if (a.zero != 0 && a.zero != 1) return bad("--zero must be 0 or 1 (stage 1 shards the optimizer state)");
+  if (a.zero == 1 && a.amp == "fp16")
+    return bad(
+        "--zero 1 with --amp fp16 is not supported (its loss scaling checks every gradient for overflow on "
+        "one rank); use --amp bf16");
+  return {};
+}
+
+Result<TrainingOptions> trainingOptions(const CompileOptions& a, int ranks, int rank) {
+  TrainingOptions to;
+  to.loss = *parseLossKind(a.loss);
+  to.cross_entropy.label_smoothing = a.label_smoothing;
+  to.cross_entropy.ignore_index = a.ignore_index;
+  if (!a.class_weights.empty()) {
+    auto w = readClassWeights(a.class_weights);
+    if (!w) return w.error();
+    to.cross_entropy.class_weights = std::move(*w);
+  }
+  OptimizerOptions& o = to.optimizer;
+  o.kind = *parseOptimizerKind(a.optimizer);
+  o.beta1 = a.beta1;
+  o.beta2 = a.beta2;
+  o.eps = a.eps;
+  o.momentum = a.momentum;
+  o.dampening = a.dampening;
+  o.nesterov = a.nesterov;
+  o.weight_decay = a.weight_decay;
+  o.clip_grad_norm = a.clip_grad_norm;
+  to.amp.mode = *parseAmpMode(a.amp);
+  if (!a.memory_budget.empty()) to.memory_budget = *parseByteSize(a.memory_budget);
+  if (ranks > 1) {
+    DataParallelOptions& dp = to.data_parallel;
+    dp.world_size = ranks;
+    dp.bucket_bytes = *parseByteSize(a.bucket_size);
+    dp.sparse_patterns = a.sparse_grads;
+    dp.sparse_embeddings = !a.dense_embeddings;
+    dp.zero_stage = a.zero;
+    dp.rank = rank;
+  }
+  return to;
+}
+
+}  // namespace kiln::driver
