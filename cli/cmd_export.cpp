@@ -13,11 +13,8 @@
 #include "cli/commands.h"
 #include "driver/option_table.h"
 #include "driver/compile.h"
-#include "core/export/fx_python.h"
+#include "driver/export_graph.h"
 #include "core/file_io.h"
-#include "core/graph_dot.h"
-#include "core/graph_json.h"
-#include "core/graphviz/render.h"
 #include "core/op_table.h"
 #include "core/text_ir.h"
 #include "driver/messages.h"
@@ -32,44 +29,26 @@ struct ExportCmd {
   std::string out;
 };
 
-Result<std::string> formatGraph(const Graph& g, const std::string& format, const TensorMap& consts) {
-  if (format == "json") return graphToJsonText(g);
-  if (format == "text") return printGraph(g);
-  if (format == "dot") return graphToDot(g);
-  if (format == "fx") return graphToFxPython(g, consts);
-  return renderDot(graphToDot(g), "svg");
-}
-
-bool hasConstInputs(const Graph& g) {
-  for (const Value* v : g.inputs())
-    if (v->role() == ValueRole::Const) return true;
-  return false;
-}
-
 int exportGraph(const ExportCmd& c) {
-  auto write = [&](const Graph& g, const TensorMap& weights) {
-    auto text = formatGraph(g, c.format, weights);
-    if (!text) return reportError(text.error());
-    if (Status s = writeFileAtomic(c.out, *text); !s) return reportError(s.error());
-    std::cout << "wrote the " << c.graph << " graph (" << g.numNodes() << " nodes) as " << c.format << " to " << c.out
-              << "\n";
-    return 0;
-  };
+  size_t nodes = 0;
+  Status written;
   if (c.graph == "forward") {
     auto model = loadAndVerify(c.train.model);
     if (!model) return reportError(model.error());
-    return write(model->graph, model->weights);
+    auto text = formatGraph(model->graph, c.format, model->weights);
+    written = text ? writeFileAtomic(c.out, *text) : Status(text.error());
+    nodes = model->graph.numNodes();
+  } else {
+    CompileOptions args = c.train;
+    args.compile_only = true;
+    auto setup = compileStep(args, c.graph == "step" ? TrainingGraphKind::Step : TrainingGraphKind::Gradients);
+    if (!setup) return reportError(setup.error(), c.train.verbose);
+    written = exportStepGraph(setup->session->graph(), c.train.model, c.format, c.out);
+    nodes = setup->session->graph().numNodes();
   }
-  CompileOptions args = c.train;
-  args.compile_only = true;
-  auto setup = compileStep(args, c.graph == "step" ? TrainingGraphKind::Step : TrainingGraphKind::Gradients);
-  if (!setup) return reportError(setup.error(), c.train.verbose);
-  const Graph& g = setup->session->graph();
-  if (c.format != "fx" || !hasConstInputs(g)) return write(g, {});
-  // The fx file carries the trace's constants; a compile-only session keeps no weights.
-  auto model = loadAndVerify(c.train.model);
-  if (!model) return reportError(model.error());
-  return write(g, model->weights);
+  if (!written) return reportError(written.error());
+  std::cout << "wrote the " << c.graph << " graph (" << nodes << " nodes) as " << c.format << " to " << c.out << "\n";
+  return 0;
 }
 
 int listOps() {

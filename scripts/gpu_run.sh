@@ -119,7 +119,7 @@ phase_build() {
     echo "cudnn: $CUDNN_ROOT_DIR"; echo "nccl: $NCCL_ROOT_DIR"; } >"$OUTDIR/machine.txt" 2>&1
   cat "$OUTDIR/machine.txt"
   echo "== configure and build (build-gpu/)"
-  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_WITH_CUDA=ON -DKILN_WITH_GUI=OFF \
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_WITH_CUDA=ON -DKILN_WITH_GUI=OFF -DKILN_WITH_PYTHON=OFF \
     -DKILN_CUDA_ARCHITECTURES=90 -DCUDNN_ROOT="$CUDNN_ROOT_DIR" -DNCCL_ROOT="$NCCL_ROOT_DIR" \
     -DCMAKE_PREFIX_PATH="$DEPS/root/usr;$MULTIARCH/cmake;$TORCH_PREFIX" \
     -DCMAKE_INCLUDE_PATH="$DEPS/root/usr/include;$DEPS/root/usr/include/x86_64-linux-gnu/openblas-pthread" \
