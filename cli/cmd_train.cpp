@@ -20,6 +20,7 @@
 #include "driver/option_table.h"
 #include "driver/ranks.h"
 #include "driver/report.h"
+#include "driver/trainer.h"
 #include "driver/compile.h"
 #include "core/op_table.h"
 #include "core/safetensors.h"
@@ -42,6 +43,51 @@ std::string fmt(double v, int prec = 4) {
   s << std::setprecision(prec) << v;
   return s.str();
 }
+
+/// kiln train's observer: the log file's JSON lines and the progress line
+/// on a terminal (which asks for the loss about five times a second).
+class ProgressPrinter : public TrainObserver {
+  using Clock = std::chrono::steady_clock;
+
+ public:
+  ProgressPrinter(bool tty, int64_t steps, int64_t start, std::ofstream* log)
+      : tty_(tty), steps_(steps), start_(start), log_(log), t0_(Clock::now()), last_print_(t0_) {}
+
+  bool wantsLoss(int64_t step) override {
+    print_now_ = tty_ && (std::chrono::duration<double>(Clock::now() - last_print_).count() > 0.2 || step + 1 == steps_);
+    return print_now_;
+  }
+
+  Status onStep(const StepRecord& r, bool, bool logged, const std::map<std::string, double>& metrics) override {
+    if (logged && log_) {
+      nlohmann::json j{{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}};
+      for (const auto& [k, v] : metrics) j[k] = v;
+      *log_ << j.dump() << "\n";
+      log_->flush();
+    }
+    if (print_now_) {
+      const auto now = Clock::now();
+      const double secs = std::chrono::duration<double>(now - t0_).count();
+      std::fprintf(stderr, "\rstep %lld/%lld  loss %.4f", static_cast<long long>(r.step + 1),
+                   static_cast<long long>(steps_), r.loss);
+      if (auto it = metrics.find("accuracy"); it != metrics.end()) std::fprintf(stderr, "  accuracy %.3f", it->second);
+      std::fprintf(stderr, "  %.1f steps/s   ", static_cast<double>(r.step + 1 - start_) / std::max(secs, 1e-9));
+      last_print_ = now;
+    }
+    return {};
+  }
+
+  void finish() {
+    if (tty_ && steps_ > start_) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  bool tty_;
+  bool print_now_ = false;  ///< this step's progress line is due (decided before it read the loss)
+  int64_t steps_, start_;
+  std::ofstream* log_;
+  Clock::time_point t0_, last_print_;
+};
 
 int train(const TrainCmd& c) {
   if (shouldLaunch(c.train)) return launchRanks(c.train);
@@ -74,7 +120,6 @@ int train(const TrainCmd& c) {
   }
   const int64_t start = s.stepsDone();
   const int64_t steps = c.train.steps;
-  s.setTrace(trace.get());
 
   std::ostream& out = lead ? std::cout : nullStream();
   out << "kiln train " << c.train.model.path << ": " << setup->num_params << " trainable parameters, step graph "
@@ -113,75 +158,29 @@ int train(const TrainCmd& c) {
     log.open(c.log_file, c.resume.empty() ? std::ios::trunc : std::ios::app);
     if (!log) return reportError(Error{c.log_file + ": cannot open the log file for writing"});
   }
-  const bool tty = lead && ::isatty(STDERR_FILENO);
-  using Clock = std::chrono::steady_clock;
-  auto t0 = Clock::now(), last_print = t0;
-  double last_loss = NAN;
-  std::vector<StepRecord> steps_done;  // for --report
-  std::vector<CommStep> comm_steps;    // data parallel: each step's collectives
-  std::map<std::string, double> last_metrics;
-  int64_t profiled_steps = 0;
-  for (int64_t i = start; i < steps; ++i) {
-    if (trace && i - start == c.trace_steps) trace->stop();  // a few steps are enough to see where time goes
-    TraceScope step_slice(trace.get(), "step " + std::to_string(i), "step");
-    auto batch = setup->batches->batch(i);
-    if (!batch) return reportError(batch.error());
-    if (i > 0 && setup->batch_where != c.train.model.input_file)
-      if (Status st = s.checkBatch(*batch, setup->batch_where + " (step " + std::to_string(i) + ")"); !st)
-        return reportError(st.error());
-    double lr = s.nextLr();
-    auto step_t0 = Clock::now();
-    if (Status st = s.step(*batch); !st) return reportError(st.error(), c.train.verbose);
-    const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - step_t0).count();
-    if (args.collectives) comm_steps.push_back({i, step_ms, args.collectives->takeRecords()});
-    // --report: time every node of the steps after the first (which pays
-    // for first-touch allocation and warm-up), for the kernels' measured_ms.
-    if (!c.report.empty() && lead && s.cpuExecutor()) {
-      if (i == start)
-        s.cpuExecutor()->setProfiling(true);
-      else
-        ++profiled_steps;
-    }
-    bool log_now = (i - start) % c.log_every == 0 || i + 1 == steps;
-    auto now = Clock::now();
-    bool print_now = tty && (std::chrono::duration<double>(now - last_print).count() > 0.2 || i + 1 == steps);
-    if (log_now || print_now || !c.report.empty()) {  // the only reads of device values
-      auto loss = s.readLoss();
-      if (!loss) return reportError(loss.error());
-      last_loss = *loss;
-      last_metrics = s.readMetrics();
-      if (!std::isfinite(last_loss)) std::cerr << "kiln: warning: loss is " << last_loss << " at step " << i << "\n";
-    }
-    if (!c.report.empty()) steps_done.push_back({i, last_loss, step_ms, lr});
-    if (log_now && log) {
-      nlohmann::json j{{"step", i}, {"loss", last_loss}, {"lr", lr}};
-      for (const auto& [k, v] : last_metrics) j[k] = v;
-      log << j.dump() << "\n";
-      log.flush();
-    }
-    if (print_now) {
-      double secs = std::chrono::duration<double>(now - t0).count();
-      std::fprintf(stderr, "\rstep %lld/%lld  loss %.4f", static_cast<long long>(i + 1), static_cast<long long>(steps),
-                   last_loss);
-      if (last_metrics.count("accuracy")) std::fprintf(stderr, "  accuracy %.3f", last_metrics["accuracy"]);
-      std::fprintf(stderr, "  %.1f steps/s   ", static_cast<double>(i + 1 - start) / std::max(secs, 1e-9));
-      last_print = now;
-    }
-    if (c.checkpoint_every > 0 && (i + 1) % c.checkpoint_every == 0 && i + 1 != steps)  // rank 0 writes
-      if (Status st = s.saveCheckpoint(c.checkpoint); !st) return reportError(st.error());
-  }
-  if (tty && steps > start) std::fprintf(stderr, "\n");
-  double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  ProgressPrinter progress(lead && ::isatty(STDERR_FILENO), steps, start, log.is_open() ? &log : nullptr);
+  TrainLoopOptions loop;
+  loop.steps = steps;
+  loop.log_every = c.log_every;
+  loop.record_steps = !c.report.empty();
+  loop.profile_nodes = !c.report.empty() && lead;
+  loop.checkpoint_dir = c.checkpoint;
+  loop.checkpoint_every = c.checkpoint_every;
+  loop.trace = trace.get();
+  loop.trace_steps = c.trace_steps;
+  auto run = runTraining(*setup, loop, progress);
+  if (!run) return reportError(run.error(), c.train.verbose);
+  progress.finish();
+  const double secs = run->seconds;
+  const double last_loss = run->last_loss;
+  const auto& last_metrics = run->last_metrics;
 
   if (!c.checkpoint.empty())  // every rank: ZeRO-1 gathers the optimizer state; rank 0 writes
     if (Status st = s.saveCheckpoint(c.checkpoint); !st) return reportError(st.error());
   if (!lead) return 0;
   if (!c.report.empty()) {
     auto report = buildReport("train", c.train, *setup, compile_ms);
-    addSteps(report, steps_done);
-    if (profiled_steps > 0) addNodeTimes(report, s.cpuExecutor()->nodeMillis(), profiled_steps);
-    if (args.collectives)
-      addCommunication(report, args.collectives->size(), args.collectives->communicator().backend(), comm_steps);
+    addTrainingResult(report, *setup, *run);
     if (Status st = writeReport(c.report, report); !st) return reportError(st.error());
   }
   if (!c.save_weights.empty())
@@ -201,7 +200,7 @@ int train(const TrainCmd& c) {
   }
   std::cout << "\n";
   if (c.comm_table && args.collectives)
-    printCommTable(std::cout, args.collectives->size(), args.collectives->communicator().backend(), comm_steps);
+    printCommTable(std::cout, args.collectives->size(), args.collectives->communicator().backend(), run->comm);
   if (!c.save_weights.empty()) std::cout << "wrote weights to " << c.save_weights << "\n";
   if (!c.report.empty()) std::cout << "wrote report to " << c.report << "\n";
   if (!c.checkpoint.empty()) std::cout << "wrote checkpoint (step " << s.stepsDone() << ") to " << c.checkpoint << "\n";

@@ -125,6 +125,7 @@ Result<BoundStep> setUp(const CompileOptions& a, TrainingGraphKind kind, bool lo
       return Error{a.model.input_file + ": holds no tensor named input0 (inputs are keyed input0, input1, ...)"};
     setup.batches = fixedBatchSource(first, a.model.input_file);
     setup.batch_where = a.model.input_file;
+    setup.fixed_batch = true;
     types_from_batch = true;
   } else if (!a.data.empty() && std::filesystem::is_directory(a.data)) {
     auto src = safetensorsDirSource(a.data);

@@ -31,6 +31,7 @@ struct BoundStep {
   std::unique_ptr<TrainingSession> session;
   std::unique_ptr<BatchSource> batches;
   std::string batch_where;  ///< for error messages ("batch.safetensors", "step 3 of data/")
+  bool fixed_batch = false;  ///< --input-file: the same batch every step (checked once)
   size_t num_params = 0;    ///< trainable parameter elements
   double import_ms = 0, compile_ms = 0;
   CacheUse cache;

@@ -26,10 +26,14 @@ int main(int argc, char** argv) {
       "a report (kiln compile/train --report R.json) or a model (.pt, .fx.json), compiled with the options below");
   std::string view = "graph", pass, screenshot;
   bool measure = false;
+  int measure_ranks = 2;
   CLI::Option* view_opt = cli.add_option("--view", view, "the view to show: graph, passes, memory, kernels, comm");
   cli.add_flag("--measure", measure,
                "also train the model 5 steps on 2 ranks (kiln train --nproc 2 --report) so the kernel times and the "
                "communication fill in");
+  cli.add_option("--measure-ranks", measure_ranks,
+                 "--measure on this many ranks (default 2; 1 trains in this process, without communication)")
+      ->check(CLI::Range(1, 64));
   CLI::Option* pass_opt =
       cli.add_option("--pass", pass, "in the passes view, show this pass before and after (default: the first that changed)");
   CLI::Option* shot_opt = cli.add_option(
@@ -52,7 +56,7 @@ int main(int argc, char** argv) {
   if (!path.isEmpty()) {
     QString error;
     if (!window.openPath(path, &error)) return fail(error);
-    if (measure && !window.measure(&error)) return fail(error);
+    if (measure && !window.measure(&error, measure_ranks)) return fail(error);
   }
   if (*pass_opt) {
     const QString name = QString::fromStdString(pass);

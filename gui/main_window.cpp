@@ -98,6 +98,10 @@ void MainWindow::buildMenus() {
     QString error;
     if (!measure(&error)) QMessageBox::warning(this, "kiln-studio", error);
   });
+  run->addAction("Measure &in this process: train 5 steps, 1 rank", QKeySequence("Ctrl+Shift+R"), this, [this] {
+    QString error;
+    if (!measure(&error, 1)) QMessageBox::warning(this, "kiln-studio", error);
+  });
   QMenu* view = menuBar()->addMenu("&View");
   view->addAction("&Find in graph", QKeySequence::Find, this, [this] {
     showView("graph");
@@ -208,7 +212,7 @@ Result<std::shared_ptr<StudioDocument>> MainWindow::compileModel(const QString& 
   return StudioDocument::fromReport(std::move(*report), model);
 }
 
-bool MainWindow::measure(QString* error) {
+bool MainWindow::measure(QString* error, int ranks) {
   const QString model = doc_ ? QString::fromStdString(doc_->modelPath()) : QString();
   if (model.isEmpty()) {
     if (error) *error = "open a model or a report first: measuring trains the model it names";
@@ -223,13 +227,18 @@ bool MainWindow::measure(QString* error) {
       return false;
     }
   }
-  auto doc = measureTraining(this, model, {}, options);
+  const TrainingRun run{ranks, 5};
+  auto doc = measureTraining(this, model, run, options);
   if (!doc) {
     if (error) *error = QString::fromStdString(doc.error().message);
     return false;
   }
   setDocument(*doc);
-  statusBar()->showMessage("trained " + model + " for 5 steps on 2 ranks: kernel times and communication measured");
+  statusBar()->showMessage(run.ranks > 1 ? QString("trained %1 for %2 steps on %3 ranks: kernel times and communication "
+                                                   "measured").arg(model).arg(run.steps).arg(run.ranks)
+                                         : QString("trained %1 for %2 steps in this process: kernel times measured")
+                                               .arg(model)
+                                               .arg(run.steps));
   return true;
 }
 

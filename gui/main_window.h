@@ -32,11 +32,12 @@ class MainWindow : public QMainWindow {
   /// makes it ask for them or for a batch file, and try again. Returns
   /// false with `error` set when it cannot.
   bool openPath(const QString& path, QString* error = nullptr, bool ask = false);
-  /// Train the open document's model a few steps on 2 ranks (kiln train
-  /// --nproc 2 --report, with the options its report was compiled with, or
-  /// the compile options) and show that report: measured kernel times and
-  /// the communication fill in. False with `error` set when it cannot.
-  bool measure(QString* error = nullptr);
+  /// Train the open document's model a few steps on `ranks` ranks (kiln
+  /// train --nproc R --report; one rank trains in this process), with the
+  /// options its report was compiled with, or the compile options, and show
+  /// that report: measured kernel times (and with several ranks the
+  /// communication) fill in. False with `error` set when it cannot.
+  bool measure(QString* error = nullptr, int ranks = 2);
   void setDocument(std::shared_ptr<const StudioDocument> doc);
   std::shared_ptr<const StudioDocument> document() const { return doc_; }
 

@@ -6,8 +6,16 @@
 #include <QProgressDialog>
 #include <QStandardPaths>
 #include <QTemporaryDir>
+#include <QTimer>
+#include <QFutureWatcher>
+#include <QEventLoop>
+#include <QtConcurrent/QtConcurrent>
+#include <atomic>
+#include <chrono>
 
 #include "driver/option_table.h"
+#include "driver/report.h"
+#include "driver/trainer.h"
 
 namespace kiln::studio {
 
@@ -18,8 +26,77 @@ QString kilnExecutable() {
   return QStandardPaths::findExecutable("kiln");
 }
 
+namespace {
+
+/// The worker thread's view of the progress dialog: the step reached, and Cancel.
+class MeasureObserver : public driver::TrainObserver {
+ public:
+  explicit MeasureObserver(std::atomic<bool>& cancel, std::atomic<int64_t>& done) : cancel_(cancel), done_(done) {}
+  Status onStep(const driver::StepRecord& r, bool, bool, const std::map<std::string, double>&) override {
+    done_ = r.step + 1;
+    return {};
+  }
+  bool keepGoing() override { return !cancel_; }
+
+ private:
+  std::atomic<bool>& cancel_;
+  std::atomic<int64_t>& done_;
+};
+
+/// One rank: compile and train in this process, on a worker thread.
+Result<std::shared_ptr<StudioDocument>> measureInProcess(QWidget* parent, const QString& model, TrainingRun run,
+                                                         driver::CompileOptions options) {
+  options.model.path = model.toStdString();
+  options.steps = run.steps;
+  options.keep_pass_ir = true;
+  options.nproc = 0;
+  QProgressDialog progress(
+      QString("Training %1 for %2 steps in this process...").arg(QFileInfo(model).fileName()).arg(run.steps),
+      "Cancel", 0, run.steps, parent);
+  progress.setWindowModality(Qt::WindowModal);
+  progress.setMinimumDuration(300);
+  std::atomic<bool> cancel{false};
+  std::atomic<int64_t> done{0};
+  QFutureWatcher<Result<nlohmann::json>> watcher;
+  QEventLoop loop;
+  QObject::connect(&watcher, &QFutureWatcherBase::finished, &loop, &QEventLoop::quit);
+  QObject::connect(&progress, &QProgressDialog::canceled, [&] { cancel = true; });
+  QTimer tick;
+  QObject::connect(&tick, &QTimer::timeout, [&] { progress.setValue(int(done.load())); });
+  tick.start(100);
+  watcher.setFuture(QtConcurrent::run([options, run, &cancel, &done]() -> Result<nlohmann::json> {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto step = driver::compileStep(options, TrainingGraphKind::Step);
+    if (!step) return step.error();
+    const double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    driver::TrainLoopOptions o;
+    o.steps = run.steps;
+    o.record_steps = true;
+    o.profile_nodes = true;
+    MeasureObserver observer(cancel, done);
+    auto result = driver::runTraining(*step, o, observer);
+    if (!result) return result.error();
+    if (result->stopped) return Error{"cancelled"};
+    auto report = driver::buildReport("train", options, *step, compile_ms);
+    driver::addTrainingResult(report, *step, *result);
+    return nlohmann::json(report);
+  }));
+  if (!watcher.isFinished()) loop.exec();
+  tick.stop();
+  progress.reset();
+  Result<nlohmann::json> report = watcher.result();
+  if (!report) {
+    if (report.error().message == "cancelled") return Error{"training " + options.model.path + " was cancelled"};
+    return report.error();
+  }
+  return StudioDocument::fromReport(std::move(*report), options.model.path);
+}
+
+}  // namespace
+
 Result<std::shared_ptr<StudioDocument>> measureTraining(QWidget* parent, const QString& model, TrainingRun run,
                                                         driver::CompileOptions options) {
+  if (run.ranks <= 1) return measureInProcess(parent, model, run, std::move(options));
   const QString kiln = kilnExecutable();
   if (kiln.isEmpty())
     return Error{"cannot find the kiln executable to train " + model.toStdString() + " (put it on PATH)"};

@@ -26,8 +26,10 @@ struct TrainingRun {
 QString kilnExecutable();
 
 /// Train `model` as `run` says, with `options` (the rest of kiln train's
-/// options), and open the report it writes. Errors are kiln's last line,
-/// or "... was cancelled".
+/// options), and open the report it writes. One rank trains in this
+/// process (driver::runTraining on a worker thread); more start `kiln
+/// train --nproc`, since data-parallel ranks are processes. Errors are
+/// kiln's one line, or "... was cancelled".
 Result<std::shared_ptr<StudioDocument>> measureTraining(QWidget* parent, const QString& model, TrainingRun run,
                                                         driver::CompileOptions options);
 

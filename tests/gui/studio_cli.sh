@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # kiln-studio's command line, headless: a model opened, measured and
-# rendered (--measure --view --screenshot, PNG and SVG), a pass chosen with
+# rendered (--measure on 2 ranks and in this process, --view --screenshot,
+# PNG and SVG), a pass chosen with
 # --pass, and one-line errors with exit 1 and no file for an unknown view,
 # an unknown pass, a missing model and --screenshot without a file to open.
 # usage: studio_cli.sh KILN_STUDIO WORKDIR MODEL.pt
@@ -18,6 +19,11 @@ out=$("$STUDIO" "$MODEL" --measure --view comm --screenshot "$W/comm.png" 2>&1) 
 [[ "$out" == *"wrote the comm view to $W/comm.png"* ]] || fail "--measure: $out"
 [ "$(head -c 8 "$W/comm.png" | od -An -tx1 | tr -d ' ')" = 89504e470d0a1a0a ] || fail "comm.png is not a PNG"
 ok "a model measured and its comm view saved as PNG"
+
+out=$("$STUDIO" "$MODEL" --measure --measure-ranks 1 --view kernels --screenshot "$W/kernels.png" 2>&1) ||
+  fail "--measure-ranks 1 exited $?: $out"
+[[ "$out" == *"wrote the kernels view to $W/kernels.png"* ]] || fail "--measure-ranks 1: $out"
+ok "a model measured in this process (one rank) and its kernels view saved"
 
 out=$("$STUDIO" "$MODEL" --view passes --pass fuse --screenshot "$W/passes.svg" 2>&1) || fail "--pass exited $?: $out"
 grep -q "<svg" "$W/passes.svg" || fail "passes.svg is not SVG"

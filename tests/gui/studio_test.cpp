@@ -232,6 +232,22 @@ class StudioTest : public QObject {
     }
   }
 
+  void aModelMeasuredInThisProcess() {
+    // Run > Measure in this process: driver::runTraining on a worker thread.
+    MainWindow w;
+    QString error;
+    QVERIFY2(w.openPath(env("KILN_STUDIO_MODEL"), &error), qPrintable(error));
+    QVERIFY2(w.measure(&error, 1), qPrintable(error));
+    auto doc = w.document();
+    QCOMPARE(QString::fromStdString(doc->command()), QString("train"));
+    const nlohmann::json& r = doc->report();
+    QCOMPARE(int(r["steps"].size()), 5);
+    QVERIFY(r["steps"][4]["loss"].get<double>() > 0);
+    QVERIFY(r["kernels"][0].contains("measured_ms"));
+    QVERIFY(!r.contains("communication"));
+    QVERIFY(doc->hasPassIr());
+  }
+
   void aMeasuredModelFillsAllFiveViews() {
     // What a new user does: open a bundled model, Run > Measure.
     MainWindow w;

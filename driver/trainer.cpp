@@ -1,0 +1,73 @@
+#include "driver/trainer.h"
+
+#include <chrono>
+#include <iostream>
+
+#include "backend/comm/collective_engine.h"
+
+namespace kiln::driver {
+
+Result<TrainLoopResult> runTraining(BoundStep& step, const TrainLoopOptions& o, TrainObserver& observer) {
+  using Clock = std::chrono::steady_clock;
+  TrainingSession& s = *step.session;
+  CollectiveEngine* collectives = s.config().collectives.get();
+  TrainLoopResult r;
+  r.first_step = s.stepsDone();
+  s.setTrace(o.trace);
+  const auto t0 = Clock::now();
+  for (int64_t i = r.first_step; i < o.steps; ++i) {
+    if (!observer.keepGoing()) {
+      r.stopped = true;
+      break;
+    }
+    if (o.trace && i - r.first_step == o.trace_steps) o.trace->stop();  // a few steps show where time goes
+    TraceScope step_slice(o.trace, "step " + std::to_string(i), "step");
+    auto batch = step.batches->batch(i);
+    if (!batch) return batch.error();
+    if (i > 0 && !step.fixed_batch)  // the first batch was checked when compiling
+      if (Status st = s.checkBatch(*batch, step.batch_where + " (step " + std::to_string(i) + ")"); !st)
+        return st.error();
+    const double lr = s.nextLr();
+    const auto step_t0 = Clock::now();
+    if (Status st = s.step(*batch); !st) return st.error();
+    const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - step_t0).count();
+    if (collectives) r.comm.push_back({i, step_ms, collectives->takeRecords()});
+    // Node times of the steps after the first, which pays for first-touch
+    // allocation and warm-up.
+    if (o.profile_nodes && s.cpuExecutor()) {
+      if (i == r.first_step)
+        s.cpuExecutor()->setProfiling(true);
+      else
+        ++r.profiled_steps;
+    }
+    const bool logged = (i - r.first_step) % o.log_every == 0 || i + 1 == o.steps;
+    const bool wanted = observer.wantsLoss(i);  // asked every step: the observer decides its own output
+    const bool read = logged || o.record_steps || wanted;
+    if (read) {  // the only reads of device values
+      auto loss = s.readLoss();
+      if (!loss) return loss.error();
+      r.last_loss = *loss;
+      r.last_metrics = s.readMetrics();
+      if (!std::isfinite(r.last_loss)) std::cerr << "kiln: warning: loss is " << r.last_loss << " at step " << i << "\n";
+    }
+    const StepRecord record{i, r.last_loss, step_ms, lr};
+    if (o.record_steps) r.records.push_back(record);
+    ++r.steps_run;
+    if (Status st = observer.onStep(record, read, logged, r.last_metrics); !st) return st.error();
+    if (o.checkpoint_every > 0 && (i + 1) % o.checkpoint_every == 0 && i + 1 != o.steps)  // rank 0 writes
+      if (Status st = s.saveCheckpoint(o.checkpoint_dir); !st) return st.error();
+  }
+  r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return r;
+}
+
+void addTrainingResult(nlohmann::ordered_json& report, const BoundStep& step, const TrainLoopResult& result) {
+  const TrainingSession& s = *step.session;
+  addSteps(report, result.records);
+  if (result.profiled_steps > 0 && s.cpuExecutor())
+    addNodeTimes(report, s.cpuExecutor()->nodeMillis(), result.profiled_steps);
+  if (CollectiveEngine* c = s.config().collectives.get())
+    addCommunication(report, c->size(), c->communicator().backend(), result.comm);
+}
+
+}  // namespace kiln::driver
