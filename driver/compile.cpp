@@ -14,6 +14,7 @@
 #include "driver/step_cache.h"
 #include "core/data/shard_source.h"
 #include "core/import/loader/load_model.h"
+#include "core/import/recorded_inputs.h"
 #include "core/safetensors.h"
 #include "core/verifier.h"
 #include "passes/freeze.h"
@@ -38,15 +39,18 @@ Result<Model> importWith(const CompileOptions& a, std::vector<TensorType> types)
   return model;
 }
 
-/// Data input types from --input-shape, else what the archive records.
-Result<std::vector<TensorType>> declaredTypes(const CompileOptions& a) {
-  std::vector<TensorType> types;
+/// The model imported with the data input types of --input-shape, else
+/// with those the archive records.
+Result<Model> importDeclared(const CompileOptions& a) {
   ModelArgs m = a.model;
   m.input_file.clear();
   m.train = true;
-  auto model = loadAndVerify(m);
-  if (!model) return model.error();
-  for (const Value* v : model->graph.inputs())
+  return loadAndVerify(m);
+}
+
+std::vector<TensorType> dataTypes(const Graph& g) {
+  std::vector<TensorType> types;
+  for (const Value* v : g.inputs())
     if (v->role() == ValueRole::Data) types.push_back(v->type());
   return types;
 }
@@ -183,13 +187,28 @@ Result<BoundStep> setUp(const CompileOptions& a, TrainingGraphKind kind, bool lo
   }
 
   // 3. Types of synthetic and token batches: the compiled step's, else the model's.
+  std::optional<Model> declared_model;  // imported for its declared types: reused if they stay
   if (!types_from_batch) {
     if (cached) {
       types = modelInputTypes(cached->step.graph);
     } else {
-      auto declared = declaredTypes(a);
-      if (!declared) return declared.error();
-      types = std::move(*declared);
+      // --input-shape, else what the file records (read without importing
+      // it), else what an import finds: the model is imported once, with the
+      // final shapes, unless only an import can tell the recorded ones.
+      auto recorded = a.model.input_shapes.empty() ? recordedInputTypes(a.model.path) : std::nullopt;
+      if (!a.model.input_shapes.empty()) {
+        auto parsed = parseInputShapes(a.model.input_shapes);
+        if (!parsed) return parsed.error();
+        types = std::move(*parsed);
+      } else if (recorded) {
+        types = std::move(*recorded);
+      } else {
+        auto declared = importDeclared(a);
+        if (!declared) return declared.error();
+        ++setup.imports;
+        types = dataTypes(declared->graph);
+        declared_model = std::move(*declared);
+      }
       if (types.empty()) return Error{a.model.path + ": the model has no data inputs to feed"};
       if (a.batch > 0)
         for (auto& t : types)
@@ -219,9 +238,13 @@ Result<BoundStep> setUp(const CompileOptions& a, TrainingGraphKind kind, bool lo
   // 4. The model: its weights (not needed to only compile from the cache).
   Model model;
   model.source = a.model.path;
-  if (!(cached && a.compile_only)) {
+  if (declared_model && dataTypes(declared_model->graph) == types) {
+    model = std::move(*declared_model);  // no --batch, --seq-len or ranks changed the shapes: no second import
+    model.source = a.model.path;
+  } else if (!(cached && a.compile_only)) {
     auto m = importWith(a, types);
     if (!m) return m.error();
+    ++setup.imports;
     model = std::move(*m);
   }
   setup.import_ms = msSince(t0);

@@ -34,6 +34,11 @@ struct BoundStep {
   bool fixed_batch = false;  ///< --input-file: the same batch every step (checked once)
   size_t num_params = 0;    ///< trainable parameter elements
   double import_ms = 0, compile_ms = 0;
+  /// Times the model file was imported: 0 (a compile-cache hit of kiln
+  /// compile), 1, or 2 when the file's input types could only be learnt by
+  /// importing it (no kiln_inputs.json record) and --batch, --seq-len or
+  /// the ranks change them.
+  int imports = 0;
   CacheUse cache;
 };
 

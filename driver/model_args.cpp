@@ -36,15 +36,23 @@ Result<std::vector<Tensor>> readInputs(const std::string& path) {
   return inputs;
 }
 
+Result<std::vector<TensorType>> parseInputShapes(const std::vector<std::string>& shapes) {
+  std::vector<TensorType> types;
+  for (const auto& s : shapes) {
+    auto t = parseShapeArg(s);
+    if (!t.ok()) return t.error();
+    types.push_back(*t);
+  }
+  return types;
+}
+
 Result<Model> loadAndVerify(const ModelArgs& args, std::vector<UnsupportedOp>* unsupported) {
   ImportOptions opts;
   opts.training = args.train;
   opts.unsupported = unsupported;
-  for (const auto& s : args.input_shapes) {
-    auto t = parseShapeArg(s);
-    if (!t.ok()) return t.error();
-    opts.input_types.push_back(*t);
-  }
+  auto types = parseInputShapes(args.input_shapes);
+  if (!types) return types.error();
+  opts.input_types = std::move(*types);
   if (!args.input_file.empty() && opts.input_types.empty()) {
     auto inputs = readInputs(args.input_file);
     if (!inputs.ok()) return inputs.error();

@@ -26,6 +26,8 @@ struct ModelArgs {
 
 /// Data tensors input0, input1, ... from a safetensors file, in order.
 Result<std::vector<Tensor>> readInputs(const std::string& path);
+/// --input-shape values ("1x3x64x64", "i64[2,16]") as types.
+Result<std::vector<TensorType>> parseInputShapes(const std::vector<std::string>& shapes);
 /// The model of `args`, imported (TorchScript or FX) and verified.
 /// `unsupported`: kiln check's list (ImportOptions::unsupported).
 Result<Model> loadAndVerify(const ModelArgs& args, std::vector<UnsupportedOp>* unsupported = nullptr);

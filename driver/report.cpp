@@ -176,6 +176,7 @@ nlohmann::ordered_json buildReport(const std::string& command, const CompileOpti
                 {"load_millis", c.load_ms}, {"problem", c.problem}};
   j["compile"] = {{"millis", compile_ms},
                   {"import_millis", setup.import_ms},
+                  {"imports", setup.imports},
                   {"passes_millis", c.status == "hit" ? 0.0 : pass_ms},
                   {"build_millis", setup.compile_ms},
                   {"peak_rss_bytes", peakRssBytes()}};

@@ -2,12 +2,11 @@
 
 #include "core/file_io.h"
 #include "core/text_ir.h"
+#include "driver/report.h"
+#include "driver/report_schema.h"
 
 namespace kiln::studio {
 
-namespace {
-constexpr int kKnownReportVersion = 1;  // driver/report.h kReportVersion
-}
 
 Result<std::shared_ptr<StudioDocument>> StudioDocument::open(const std::string& path) {
   auto text = readFile(path);
@@ -28,9 +27,12 @@ Result<std::shared_ptr<StudioDocument>> StudioDocument::fromReport(nlohmann::jso
   const nlohmann::json& r = doc->report_;
   if (!r.is_object() || r.value("schema", "") != "kiln-report")
     return Error{path + ": not a kiln report (no \"schema\": \"kiln-report\"; write one with kiln compile --report)"};
-  if (r.value("version", 0) > kKnownReportVersion)
+  if (r.value("version", 0) > driver::kReportVersion)
     return Error{path + ": report version " + std::to_string(r.value("version", 0)) + " is newer than this " +
-                 "kiln-studio reads (" + std::to_string(kKnownReportVersion) + ")"};
+                 "kiln-studio reads (" + std::to_string(driver::kReportVersion) + ")"};
+  // Every key the views read, with its type: a renamed or retyped key is an
+  // error naming it, not a view that shows 0.
+  if (Status st = driver::checkReport(r); !st) return Error{path + ": " + st.error().message};
   if (r.contains("graph") && r["graph"].contains("ir") && r["graph"]["ir"].is_string()) {
     auto g = parseGraph(r["graph"]["ir"].get<std::string>(), path + " (graph.ir)");
     if (!g) return Error{path + ": graph.ir: " + g.error().message};

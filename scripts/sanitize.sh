@@ -11,7 +11,7 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${KILN_ASAN_BUILD_DIR:-$root/build-asan}"
-filter="${KILN_SANITIZE_FILTER:-*Safetensors*:*TextIr*:*FxImport*:*Json*:*Verifier*:*Hash*:*Ir*:Autodiff*:Training*:ZeroDim*:ExecutorArena*:MemoryPlan*:FusedKernel*:Schedule*:SplitUpdates*:CompileCache*:FileFingerprint*:TileGemm*}"
+filter="${KILN_SANITIZE_FILTER:-*Safetensors*:*TextIr*:*FxImport*:*Json*:*Verifier*:*Hash*:*Ir*:Autodiff*:Training*:ZeroDim*:ExecutorArena*:MemoryPlan*:FusedKernel*:Schedule*:SplitUpdates*:CompileCache*:FileFingerprint*:TileGemm*:RecordedInputs*}"
 
 source "$root/scripts/lib/unit_test_build.sh"
 # -O0: ASan and UBSan see every access as written (nothing optimized away),

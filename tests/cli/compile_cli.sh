@@ -4,7 +4,7 @@
 # the default pipeline, flops > 0, --freeze removes nodes and flops (and a
 # frozen parameter keeps its value through kiln train), kiln train --report
 # adds the steps, --dump-dir, and one-line errors with no file left behind
-# for bad input. kiln memory prints the peak, the arena and the tensors at
+# for bad input, the model imported once. kiln memory prints the peak, the arena and the tensors at
 # the peak, and its JSON is the report's memory object.
 # usage: compile_cli.sh KILN WORKDIR
 source "$(dirname "$0")/lib/common.sh"
@@ -24,6 +24,21 @@ for want in "pass" "changed" "flops" "est. peak" "total compile" "peak RSS" "fre
   [[ "$out" == *"$want"* ]] || fail "kiln compile output lacks '$want': $out"
 done
 ok "kiln compile prints the pass table"
+
+# The model is imported once, with the final shapes: the input types it
+# records are read from the archive without importing it, also when --batch
+# or the ranks change them.
+"$KILN" compile "$M" --no-cache --report "$W/once.json" >/dev/null 2>&1 || fail "kiln compile --no-cache exited $?"
+"$KILN" compile "$M" --no-cache --batch 4 --report "$W/batch4.json" >/dev/null 2>&1 || fail "kiln compile --batch 4 exited $?"
+"$KILN" compile "$M" --no-cache --nproc 2 --report "$W/ranks2.json" >/dev/null 2>&1 || fail "kiln compile --nproc 2 exited $?"
+imports() { "$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['compile']['imports'])" "$1"; }
+batch() { "$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['training']['batch'][0]['type'])" "$1"; }
+for r in once batch4 ranks2; do
+  [ "$(imports "$W/$r.json")" = 1 ] || fail "$r: kiln compile imported the model $(imports "$W/$r.json") times, want 1"
+done
+[ "$(batch "$W/batch4.json")" = "f32[4,3,32,32]" ] || fail "--batch 4: input0 is $(batch "$W/batch4.json")"
+[ "$(batch "$W/ranks2.json")" = "f32[1,3,32,32]" ] || fail "--nproc 2: input0 is $(batch "$W/ranks2.json")"
+ok "the model is imported once, also with --batch 4 and --nproc 2"
 
 "$KILN" compile "$M" --freeze layer1 --freeze conv1 --report "$W/frozen.json" >/dev/null 2>&1 ||
   fail "kiln compile --freeze exited $?"

@@ -11,6 +11,7 @@
 
 #include "backend/training_session.h"
 #include "core/data/batch_source.h"
+#include "driver/report_schema.h"
 #include "driver/trainer.h"
 #include "tests/backend/random_inputs.h"
 
@@ -155,6 +156,34 @@ TEST(Trainer, AnObserversErrorStopsTheRunWithIt) {
   ASSERT_FALSE(run.ok());
   EXPECT_EQ(run.error().message, "the log disk is full");
   EXPECT_EQ(step.session->stepsDone(), 2);
+}
+
+TEST(Trainer, TheReportOfATrainedStepMeetsTheSchemaKilnStudioReads) {
+  BoundStep step = tinyStep();
+  Recorder r;
+  TrainLoopOptions o;
+  o.steps = 3;
+  o.record_steps = true;
+  o.profile_nodes = true;
+  auto run = runTraining(step, o, r);
+  ASSERT_TRUE(run.ok());
+  CompileOptions options;
+  options.model.path = "tiny.fx.json";
+  auto report = buildReport("train", options, step, 1.0);
+  addTrainingResult(report, step, *run);
+  const nlohmann::json j = report;
+  Status st = checkReport(j);
+  EXPECT_TRUE(st.ok()) << st.error().message;
+  EXPECT_EQ(j.at("steps").size(), 3u);
+  EXPECT_TRUE(j.at("kernels").at(0).contains("measured_ms"));
+  nlohmann::json renamed = j;
+  renamed["steps"][1].erase("loss");
+  st = checkReport(renamed);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error().message, "report version 1: steps[1].loss: missing");
+  nlohmann::json newer = j;
+  newer["version"] = 2;
+  EXPECT_FALSE(checkReport(newer).ok());
 }
 
 }  // namespace

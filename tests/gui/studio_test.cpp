@@ -370,6 +370,31 @@ class StudioTest : public QObject {
     QVERIFY2(error.contains("not JSON") && error.contains(junk), qPrintable(error));
     QVERIFY(!w.openPath(other, &error));
     QVERIFY2(error.contains("not a kiln report"), qPrintable(error));
+    // A key renamed or retyped by one side: an error naming it and the version.
+    nlohmann::json good;
+    {
+      QFile r(env("KILN_STUDIO_COMPILE_REPORT"));
+      QVERIFY(r.open(QIODevice::ReadOnly));
+      good = nlohmann::json::parse(r.readAll().toStdString());
+    }
+    auto broken = [&](const char* name, auto&& mutate) {
+      nlohmann::json j = good;
+      mutate(j);
+      const QString p = dir.filePath(name);
+      QFile out(p);
+      if (!out.open(QIODevice::WriteOnly)) return p;
+      out.write(QByteArray::fromStdString(j.dump()));
+      return p;
+    };
+    const QString renamed = broken("renamed.json", [](nlohmann::json& j) {
+      j["memory"]["peak"] = j["memory"]["peak_bytes"];
+      j["memory"].erase("peak_bytes");
+    });
+    QVERIFY(!w.openPath(renamed, &error));
+    QVERIFY2(error.contains("report version 1: memory.peak_bytes: missing"), qPrintable(error));
+    const QString retyped = broken("retyped.json", [](nlohmann::json& j) { j["passes"][2]["millis"] = "fast"; });
+    QVERIFY(!w.openPath(retyped, &error));
+    QVERIFY2(error.contains("passes[2].millis: expected a number, got a string"), qPrintable(error));
     QVERIFY(!w.openPath(dir.filePath("missing.json"), &error));
     QVERIFY2(error.contains("missing.json"), qPrintable(error));
     QVERIFY(!w.document());  // nothing was opened
