@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/kernel_selection.h"
+#include "backend/step_executor.h"
 #include "core/plugin_loader.h"
 #include "core/result.h"
 #include "core/tensor.h"
@@ -36,9 +37,8 @@ struct DeviceRunnerOptions {
   std::string nccl_id;
 };
 
-class DeviceStepRunner {
+class DeviceStepRunner : public StepExecutor {
  public:
-  virtual ~DeviceStepRunner() = default;
   /// Upload a persistent input once (set-up; synchronizes).
   virtual Status setState(const std::string& name, const Tensor& t) = 0;
   /// Stage the per-step inputs (batch, learning rate) of the next run.
@@ -47,17 +47,11 @@ class DeviceStepRunner {
   virtual Status run() = 0;
   /// Synchronize and read an output or a state input by name.
   virtual Result<Tensor> read(const std::string& name) = 0;
-  virtual const std::vector<KernelChoice>& kernelChoices() const = 0;
-  virtual const MemoryPlan& memoryPlan() const = 0;
-  /// "NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB)".
-  virtual std::string deviceName() const = 0;
   /// Profiling (`kiln bench --profile`): while on, each run() enqueues the
   /// step node by node (no captured graph) with an event before every node,
   /// and waits for the step's end; nodeMillis() then holds each node's
-  /// device time summed over the profiled runs, indexed as kernelChoices().
-  /// Off: the captured graph again, and nodeMillis() empty.
-  virtual Status setProfiling(bool on) = 0;
-  virtual const std::vector<double>& nodeMillis() const = 0;
+  /// device time. Off: the captured graph again.
+  bool profilingChangesRuns() const override { return true; }
 };
 
 /// What the CUDA plugin offers.

@@ -112,11 +112,15 @@ class TrainingSession {
   }
   const std::vector<PassTraceEntry>& passTrace() const { return trace_; }
   /// The kernel bound to each node of graph(), in node order (for reports).
-  const std::vector<KernelChoice>& kernelChoices() const {
-    return device_ ? device_->kernelChoices() : exec_->kernelChoices();
-  }
+  const std::vector<KernelChoice>& kernelChoices() const { return executor().kernelChoices(); }
   /// The memory plan the executor runs (its arena).
-  const MemoryPlan& memoryPlan() const { return device_ ? device_->memoryPlan() : exec_->memoryPlan(); }
+  const MemoryPlan& memoryPlan() const { return executor().memoryPlan(); }
+  /// The executor of the step, whichever device it runs on: its kernels,
+  /// plan, device name, profiling and stages.
+  const StepExecutor& executor() const {
+    return device_ ? static_cast<const StepExecutor&>(*device_) : static_cast<const StepExecutor&>(*exec_);
+  }
+  StepExecutor& executor() { return device_ ? static_cast<StepExecutor&>(*device_) : static_cast<StepExecutor&>(*exec_); }
   const TrainingConfig& config() const { return config_; }
   /// The CPU executor; nullptr when the session runs on a device.
   CpuExecutor* cpuExecutor() { return exec_.get(); }

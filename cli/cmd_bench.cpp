@@ -191,7 +191,8 @@ int bench(const BenchCmd& c) {
     auto batch = setup->batches->batch(i);
     if (!batch) return reportError(batch.error());
     const bool record = i >= c.warmup;
-    if (i == c.warmup && c.profile > 0 && s.cpuExecutor()) s.cpuExecutor()->setProfiling(true);
+    if (i == c.warmup && c.profile > 0 && !s.executor().profilingChangesRuns())
+      if (Status p = s.executor().setProfiling(true); !p) return reportError(p.error());
     const double lr = s.nextLr();
     Status st = kiln_stats.timed(record, [&]() -> Status {
       if (Status r = s.step(*batch); !r) return r;
@@ -264,13 +265,13 @@ int bench(const BenchCmd& c) {
     j["kiln"]["first_loss"] = kiln_first;
     j["torch"]["first_loss"] = torch_first;
   }
-  if (c.profile > 0 && s.cpuExecutor()) {
-    j["profile"] = printProfile(s.kernelChoices(), s.cpuExecutor()->nodeMillis(), args.steps, c.profile);
+  if (c.profile > 0 && !s.executor().profilingChangesRuns()) {
+    j["profile"] = printProfile(s.kernelChoices(), s.executor().nodeMillis(), args.steps, c.profile);
   } else if (c.profile > 0) {
     // On a device, profiled steps run node by node with an event before
     // each node (no captured graph) and wait for their end, so they follow
     // the measured steps instead of being among them.
-    if (Status p = s.deviceRunner()->setProfiling(true); !p) return reportError(p.error());
+    if (Status p = s.executor().setProfiling(true); !p) return reportError(p.error());
     const int64_t profiled = std::min<int64_t>(args.steps, 3);
     for (int64_t k = 0; k < profiled; ++k) {
       auto batch = setup->batches->batch(total + k);
@@ -279,7 +280,7 @@ int bench(const BenchCmd& c) {
       if (Status r = s.step(*batch); !r) return reportError(r.error(), args.verbose);
       if (auto l = s.readLoss(); !l) return reportError(l.error(), args.verbose);
     }
-    j["profile"] = printProfile(s.kernelChoices(), s.deviceRunner()->nodeMillis(), profiled, c.profile);
+    j["profile"] = printProfile(s.kernelChoices(), s.executor().nodeMillis(), profiled, c.profile);
     std::cout << "  (device time from each node's start event to the next node's, over " << profiled
               << " extra steps enqueued node by node)\n";
   }

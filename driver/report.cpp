@@ -137,8 +137,7 @@ nlohmann::ordered_json buildReport(const std::string& command, const CompileOpti
 
   j["memory"] = memoryJson(s.memoryPlan());  // the plan the executor runs
 
-  static const NodeStages kNoStages;
-  const NodeStages& stages = s.cpuExecutor() ? s.cpuExecutor()->stages() : kNoStages;
+  const NodeStages& stages = s.executor().stages();
   std::vector<size_t> stage_of(s.kernelChoices().size());
   size_t shared = 0, beside = 0, widest = 0;
   for (size_t k = 0; k < stages.size(); ++k) {
@@ -164,8 +163,8 @@ nlohmann::ordered_json buildReport(const std::string& command, const CompileOpti
   }
   j["kernels"] = kernels;
   j["kernel_selection"] = {{"dialects", s.config().kernels.dialects.str()}, {"autotune", s.config().kernels.autotune}};
-  j["device"] = s.deviceRunner() ? s.deviceRunner()->deviceName() : std::string("cpu");
-  j["execution"] = {{"threads", s.cpuExecutor() ? s.cpuExecutor()->threads() : 0},
+  j["device"] = s.executor().deviceName();
+  j["execution"] = {{"threads", s.executor().threads()},
                     {"concurrent_nodes", s.config().concurrent_nodes},
                     {"stages", stages.size()},
                     {"shared_stages", shared},

@@ -34,11 +34,13 @@ Result<TrainLoopResult> runTraining(BoundStep& step, const TrainLoopOptions& o, 
     if (collectives) r.comm.push_back({i, step_ms, collectives->takeRecords()});
     // Node times of the steps after the first, which pays for first-touch
     // allocation and warm-up.
-    if (o.profile_nodes && s.cpuExecutor()) {
-      if (i == r.first_step)
-        s.cpuExecutor()->setProfiling(true);
-      else
+    // Not where profiled runs run otherwise (a device's node by node): the
+    // steps trained are what the run is for.
+    if (o.profile_nodes && !s.executor().profilingChangesRuns()) {
+      if (i != r.first_step)
         ++r.profiled_steps;
+      else if (Status st = s.executor().setProfiling(true); !st)
+        return st.error();
     }
     const bool logged = (i - r.first_step) % o.log_every == 0 || i + 1 == o.steps;
     const bool wanted = observer.wantsLoss(i);  // asked every step: the observer decides its own output
@@ -64,8 +66,7 @@ Result<TrainLoopResult> runTraining(BoundStep& step, const TrainLoopOptions& o, 
 void addTrainingResult(nlohmann::ordered_json& report, const BoundStep& step, const TrainLoopResult& result) {
   const TrainingSession& s = *step.session;
   addSteps(report, result.records);
-  if (result.profiled_steps > 0 && s.cpuExecutor())
-    addNodeTimes(report, s.cpuExecutor()->nodeMillis(), result.profiled_steps);
+  if (result.profiled_steps > 0) addNodeTimes(report, s.executor().nodeMillis(), result.profiled_steps);
   if (CollectiveEngine* c = s.config().collectives.get())
     addCommunication(report, c->size(), c->communicator().backend(), result.comm);
 }

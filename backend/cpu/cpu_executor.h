@@ -22,6 +22,7 @@
 
 #include "backend/cpu/cpu_autotune.h"
 #include "backend/kernel.h"
+#include "backend/step_executor.h"
 #include "core/model.h"
 #include "core/result.h"
 #include "passes/memory_plan.h"
@@ -50,7 +51,7 @@ struct CpuExecutorOptions {
   CollectiveEngine* collectives = nullptr;
 };
 
-class CpuExecutor {
+class CpuExecutor : public StepExecutor {
  public:
   /// Bind a kernel to every node; an error names each node without a kernel.
   static Result<CpuExecutor> create(const Graph& graph, CpuExecutorOptions options = {});
@@ -65,7 +66,8 @@ class CpuExecutor {
   /// Convenience: bind weights from the model and data inputs input0.. in order.
   Result<std::vector<Tensor>> runModel(const Model& model, const std::vector<Tensor>& data);
 
-  const std::vector<KernelChoice>& kernelChoices() const { return choices_; }
+  const std::vector<KernelChoice>& kernelChoices() const override { return choices_; }
+  std::string deviceName() const override { return "cpu"; }
   /// Random ops draw from (seed, run index, node index); the run index counts
   /// runs unless set here (training sets it to the step number so a resumed
   /// run draws the same numbers as one that never stopped).
@@ -74,19 +76,22 @@ class CpuExecutor {
   /// --trace) while `trace` is recording; nullptr: off.
   void setTrace(TraceRecorder* trace) { trace_ = trace; }
   /// Time every node of the following runs (`kiln bench --profile`).
-  void setProfiling(bool on) { node_ms_.assign(on ? nodes_.size() : 0, 0.0); }
+  Status setProfiling(bool on) override {
+    node_ms_.assign(on ? nodes_.size() : 0, 0.0);
+    return {};
+  }
   /// Milliseconds spent in each node (in graph order) over the runs since
   /// profiling was switched on; empty when it is off.
-  const std::vector<double>& nodeMillis() const { return node_ms_; }
+  const std::vector<double>& nodeMillis() const override { return node_ms_; }
   const std::vector<const Node*>& nodes() const { return nodes_; }
   /// The plan the runs follow (arena offsets of the intermediates), as in
   /// the steady state where every update that may be written in place is.
-  const MemoryPlan& memoryPlan() const { return *plan_; }
+  const MemoryPlan& memoryPlan() const override { return *plan_; }
   /// The stages the runs follow: [first, end) node indices, in order; a
   /// stage of more than one node runs its nodes at the same time.
-  const NodeStages& stages() const { return stages_; }
+  const NodeStages& stages() const override { return stages_; }
   /// Threads of the pool the runs use (the option, else all cores).
-  int threads() const;
+  int threads() const override;
 
  private:
   /// Fills donors_: which outputs may be written into which value's buffer
