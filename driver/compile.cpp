@@ -6,19 +6,19 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 #include <optional>
+#include <sstream>
 
 #include "backend/comm/collective_engine.h"
 #include "backend/cpu/cpu_features.h"
-#include "driver/step_cache.h"
 #include "core/data/shard_source.h"
 #include "core/import/loader/load_model.h"
 #include "core/import/recorded_inputs.h"
 #include "core/safetensors.h"
 #include "core/verifier.h"
-#include "passes/freeze.h"
+#include "driver/step_cache.h"
 #include "driver/training_options.h"
+#include "passes/freeze.h"
 
 namespace kiln::driver {
 namespace {
@@ -100,7 +100,8 @@ std::vector<TensorType> modelInputTypes(const Graph& g) {
   return out;
 }
 
-Result<BoundStep> setUp(const CompileOptions& a, TrainingGraphKind kind, bool lookup, std::string problem) {
+Result<BoundStep> setUp(const CompileOptions& a, TrainingGraphKind kind, CompileObserver& observer, bool lookup,
+                        std::string problem) {
   if (Status s = validateOptions(a); !s) return s.error();
   auto pipeline = checkPassFlags(a.pass_flags);  // before the import: a typo fails fast
   if (!pipeline) return pipeline.error();
@@ -236,6 +237,7 @@ Result<BoundStep> setUp(const CompileOptions& a, TrainingGraphKind kind, bool lo
   }
 
   // 4. The model: its weights (not needed to only compile from the cache).
+  if (!observer.onStage(0, "importing " + a.model.path)) return Error{std::string(kCompileCancelled)};
   Model model;
   model.source = a.model.path;
   if (declared_model && dataTypes(declared_model->graph) == types) {
@@ -320,7 +322,13 @@ Result<BoundStep> setUp(const CompileOptions& a, TrainingGraphKind kind, bool lo
   cfg.pipeline = std::move(*pipeline);
   cfg.pass_options = passManagerOptions(a.pass_flags, &std::cout);
   cfg.pass_options.keep_ir = a.keep_pass_ir;
-  cfg.pass_options.progress = a.pass_progress;
+  bool cancelled = false;
+  cfg.pass_options.progress = [&](size_t index, size_t count, const std::string& pass) {
+    const int percent = 10 + static_cast<int>(80 * index / std::max<size_t>(count, 1));
+    cancelled =
+        !observer.onStage(percent, "pass " + std::to_string(index + 1) + " of " + std::to_string(count) + ": " + pass);
+    return !cancelled;
+  };
   cfg.compile_only = a.compile_only;
 
   // 6. Compile the step (or take the cached one) and bind kernels.
@@ -335,9 +343,10 @@ Result<BoundStep> setUp(const CompileOptions& a, TrainingGraphKind kind, bool lo
       std::string why =
           "cache entry " + setup.cache.entry + " is stale (" + bound.error().message + "); removed, rebuilding";
       std::cerr << "kiln: warning: " << why << "\n";
-      return setUp(a, kind, false, setup.cache.problem.empty() ? why : setup.cache.problem);
+      return setUp(a, kind, observer, false, setup.cache.problem.empty() ? why : setup.cache.problem);
     }
   }
+  if (cancelled) return Error{std::string(kCompileCancelled)};
   if (!session) return Error{a.model.path + ": " + session.error().message};
   setup.session = std::move(*session);
   setup.compile_ms = msSince(t1);
@@ -381,8 +390,9 @@ Result<BoundStep> setUp(const CompileOptions& a, TrainingGraphKind kind, bool lo
 
 }  // namespace
 
-Result<BoundStep> compileStep(const CompileOptions& a, TrainingGraphKind kind) {
-  return setUp(a, kind, true, {});
+Result<BoundStep> compileStep(const CompileOptions& a, TrainingGraphKind kind, CompileObserver* observer) {
+  CompileObserver quiet;
+  return setUp(a, kind, observer ? *observer : quiet, true, {});
 }
 
 }  // namespace kiln::driver

@@ -10,13 +10,12 @@
 #include <vector>
 
 #include "backend/training_session.h"
-#include "driver/compile_options.h"
 #include "core/data/batch_source.h"
 #include "core/data/prefetch_source.h"
 #include "core/trace.h"
+#include "driver/compile_options.h"
 
 namespace kiln::driver {
-
 
 /// What the compile cache did for this run (the report's `cache` object).
 struct CacheUse {
@@ -30,9 +29,9 @@ struct CacheUse {
 struct BoundStep {
   std::unique_ptr<TrainingSession> session;
   std::unique_ptr<BatchSource> batches;
-  std::string batch_where;  ///< for error messages ("batch.safetensors", "step 3 of data/")
+  std::string batch_where;   ///< for error messages ("batch.safetensors", "step 3 of data/")
   bool fixed_batch = false;  ///< --input-file: the same batch every step (checked once)
-  size_t num_params = 0;    ///< trainable parameter elements
+  size_t num_params = 0;     ///< trainable parameter elements
   double import_ms = 0, compile_ms = 0;
   /// Times the model file was imported: 0 (a compile-cache hit of kiln
   /// compile), 1, or 2 when the file's input types could only be learnt by
@@ -42,8 +41,21 @@ struct BoundStep {
   CacheUse cache;
 };
 
-/// Validate the options, import the model, build the session and the batch
-/// source, and check the first batch. Errors are one line.
-Result<BoundStep> compileStep(const CompileOptions& a, TrainingGraphKind kind);
+/// Told how compiling goes (kiln-studio's progress dialog and Cancel).
+class CompileObserver {
+ public:
+  virtual ~CompileObserver() = default;
+  /// A stage begins ("importing model.pt", then "pass 3 of 13: autodiff"),
+  /// at `percent` of the whole; false cancels at the next stage boundary
+  /// (the import itself cannot stop) and compileStep fails with
+  /// kCompileCancelled.
+  virtual bool onStage(int /*percent*/, const std::string& /*stage*/) { return true; }
+};
+inline constexpr const char* kCompileCancelled = "cancelled";
+
+/// Validate the options, import the model (once), consult the compile
+/// cache, run the passes, bind kernels, build the batch source and check
+/// the first batch. Errors are one line.
+Result<BoundStep> compileStep(const CompileOptions& a, TrainingGraphKind kind, CompileObserver* observer = nullptr);
 
 }  // namespace kiln::driver

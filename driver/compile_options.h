@@ -56,8 +56,6 @@ struct CompileOptions {
   /// --report-pass-ir: keep every pass's IR for the report (compiles even
   /// when the cache has the step: a cached step has no pass IR).
   bool keep_pass_ir = false;
-  /// Told each pass's turn; false cancels (PassManagerOptions::progress).
-  std::function<bool(size_t index, size_t count, const std::string& pass)> pass_progress;
   std::string cache_dir;  ///< --cache-dir (default: CompileCache::defaultDir())
   /// kiln compile / memory: build and bind the step only; on a cache hit the
   /// model is not even imported.

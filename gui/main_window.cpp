@@ -22,6 +22,7 @@
 
 #include "core/file_io.h"
 #include "core/graph_dot.h"
+#include "driver/compile.h"
 #include "driver/option_table.h"
 #include "gui/export_view.h"
 #include "gui/model_compiler.h"
@@ -153,9 +154,9 @@ bool MainWindow::askForInputs(const QString& path) {
   if (box.clickedButton() == shapes) {
     bool ok = false;
     const QString text = QInputDialog::getText(
-        this, "kiln-studio", "Input shapes, one per input, separated by spaces (e.g. 8x3x224x224 or i64[4,256]):",
-        QLineEdit::Normal, QString::fromStdString(options_.model.input_shapes.empty() ? "" : options_.model.input_shapes[0]),
-        &ok);
+        this, "kiln-studio",
+        "Input shapes, one per input, separated by spaces (e.g. 8x3x224x224 or i64[4,256]):", QLineEdit::Normal,
+        QString::fromStdString(options_.model.input_shapes.empty() ? "" : options_.model.input_shapes[0]), &ok);
     if (!ok || text.trimmed().isEmpty()) return false;
     options_.model.input_shapes.clear();
     for (const QString& s : text.split(QRegularExpression("[\\s;]+"), Qt::SkipEmptyParts))
@@ -206,7 +207,7 @@ Result<std::shared_ptr<StudioDocument>> MainWindow::compileModel(const QString& 
   progress.reset();
   Result<nlohmann::json> report = watcher.result();
   if (!report) {
-    if (report.error().message == "cancelled") return Error{"compiling " + model + " was cancelled"};
+    if (report.error().message == driver::kCompileCancelled) return Error{"compiling " + model + " was cancelled"};
     return report.error();
   }
   return StudioDocument::fromReport(std::move(*report), model);
@@ -234,11 +235,14 @@ bool MainWindow::measure(QString* error, int ranks) {
     return false;
   }
   setDocument(*doc);
-  statusBar()->showMessage(run.ranks > 1 ? QString("trained %1 for %2 steps on %3 ranks: kernel times and communication "
-                                                   "measured").arg(model).arg(run.steps).arg(run.ranks)
-                                         : QString("trained %1 for %2 steps in this process: kernel times measured")
-                                               .arg(model)
-                                               .arg(run.steps));
+  statusBar()->showMessage(
+      run.ranks > 1
+          ? QString("trained %1 for %2 steps on %3 ranks: kernel times and communication "
+                    "measured")
+                .arg(model)
+                .arg(run.steps)
+                .arg(run.ranks)
+          : QString("trained %1 for %2 steps in this process: kernel times measured").arg(model).arg(run.steps));
   return true;
 }
 

@@ -1,14 +1,14 @@
 #include "gui/training_run.h"
 
 #include <QApplication>
+#include <QEventLoop>
 #include <QFileInfo>
+#include <QFutureWatcher>
 #include <QProcess>
 #include <QProgressDialog>
 #include <QStandardPaths>
 #include <QTemporaryDir>
 #include <QTimer>
-#include <QFutureWatcher>
-#include <QEventLoop>
 #include <QtConcurrent/QtConcurrent>
 #include <atomic>
 #include <chrono>
@@ -51,8 +51,8 @@ Result<std::shared_ptr<StudioDocument>> measureInProcess(QWidget* parent, const 
   options.keep_pass_ir = true;
   options.nproc = 0;
   QProgressDialog progress(
-      QString("Training %1 for %2 steps in this process...").arg(QFileInfo(model).fileName()).arg(run.steps),
-      "Cancel", 0, run.steps, parent);
+      QString("Training %1 for %2 steps in this process...").arg(QFileInfo(model).fileName()).arg(run.steps), "Cancel",
+      0, run.steps, parent);
   progress.setWindowModality(Qt::WindowModal);
   progress.setMinimumDuration(300);
   std::atomic<bool> cancel{false};
@@ -76,7 +76,7 @@ Result<std::shared_ptr<StudioDocument>> measureInProcess(QWidget* parent, const 
     MeasureObserver observer(cancel, done);
     auto result = driver::runTraining(*step, o, observer);
     if (!result) return result.error();
-    if (result->stopped) return Error{"cancelled"};
+    if (result->stopped) return Error{driver::kCompileCancelled};
     auto report = driver::buildReport("train", options, *step, compile_ms);
     driver::addTrainingResult(report, *step, *result);
     return nlohmann::json(report);
@@ -86,7 +86,8 @@ Result<std::shared_ptr<StudioDocument>> measureInProcess(QWidget* parent, const 
   progress.reset();
   Result<nlohmann::json> report = watcher.result();
   if (!report) {
-    if (report.error().message == "cancelled") return Error{"training " + options.model.path + " was cancelled"};
+    if (report.error().message == driver::kCompileCancelled)
+      return Error{"training " + options.model.path + " was cancelled"};
     return report.error();
   }
   return StudioDocument::fromReport(std::move(*report), options.model.path);
@@ -110,8 +111,9 @@ Result<std::shared_ptr<StudioDocument>> measureTraining(QWidget* parent, const Q
   progress.setMinimumDuration(300);
   QProcess p;
   p.setProcessChannelMode(QProcess::MergedChannels);
-  QStringList args = {"train", model, "--nproc", QString::number(run.ranks), "--steps", QString::number(run.steps),
-                      "--report", report, "--report-pass-ir"};
+  QStringList args = {
+      "train",    model,  "--nproc",         QString::number(run.ranks), "--steps", QString::number(run.steps),
+      "--report", report, "--report-pass-ir"};
   // The run's own settings above win over the ones these options carry.
   const driver::CompileOptions defaults;
   options.nproc = defaults.nproc;

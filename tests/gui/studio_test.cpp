@@ -19,7 +19,9 @@
 #include <QTemporaryDir>
 #include <QtTest/QtTest>
 
+#include "driver/compile.h"
 #include "gui/main_window.h"
+#include "gui/model_compiler.h"
 #include "gui/views/chart_views.h"
 #include "gui/views/graph_view.h"
 #include "gui/views/passes_view.h"
@@ -200,6 +202,31 @@ class StudioTest : public QObject {
     QVERIFY(!w.openPath(env("KILN_STUDIO_MODEL") + ".missing.pt", &error));
     QVERIFY2(error.contains(".missing.pt"), qPrintable(error));
     QCOMPARE(w.document(), doc);
+  }
+
+  void compilingReportsItsStagesAndCancelStopsIt() {
+    // The progress kiln-studio's dialog shows: the import, then every pass
+    // in order with a rising percentage; false from the callback cancels.
+    driver::CompileOptions options;
+    options.model.path = env("KILN_STUDIO_MODEL").toStdString();
+    std::vector<std::pair<int, std::string>> stages;
+    auto report = kiln::studio::compileModelReport(options, [&](int percent, const std::string& stage) {
+      stages.emplace_back(percent, stage);
+      return true;
+    });
+    QVERIFY2(report.ok(), report.ok() ? "" : report.error().message.c_str());
+    QVERIFY(stages.size() > 5);
+    QVERIFY2(stages.front().second.rfind("importing ", 0) == 0, stages.front().second.c_str());
+    QVERIFY2(stages[1].second.rfind("pass 1 of ", 0) == 0, stages[1].second.c_str());
+    for (size_t i = 1; i < stages.size(); ++i) QVERIFY(stages[i].first >= stages[i - 1].first);
+    size_t calls = 0;
+    auto cancelled = kiln::studio::compileModelReport(options, [&](int, const std::string& stage) {
+      ++calls;
+      return stage.rfind("pass 3 ", 0) != 0;  // Cancel when the third pass begins
+    });
+    QVERIFY(!cancelled.ok());
+    QCOMPARE(QString::fromStdString(cancelled.error().message), QString(driver::kCompileCancelled));
+    QCOMPARE(calls, size_t(4));  // the import and passes 1 to 3, none after
   }
 
   void compileOptionsReachTheStepAndTheMeasuredRun() {
