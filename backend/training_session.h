@@ -120,7 +120,9 @@ class TrainingSession {
   const StepExecutor& executor() const {
     return device_ ? static_cast<const StepExecutor&>(*device_) : static_cast<const StepExecutor&>(*exec_);
   }
-  StepExecutor& executor() { return device_ ? static_cast<StepExecutor&>(*device_) : static_cast<StepExecutor&>(*exec_); }
+  StepExecutor& executor() {
+    return device_ ? static_cast<StepExecutor&>(*device_) : static_cast<StepExecutor&>(*exec_);
+  }
   const TrainingConfig& config() const { return config_; }
   /// The CPU executor; nullptr when the session runs on a device.
   CpuExecutor* cpuExecutor() { return exec_.get(); }

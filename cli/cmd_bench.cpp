@@ -20,14 +20,14 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "driver/option_table.h"
 #include "cli/heap_meter.h"
-#include "driver/compile.h"
 #include "core/file_io.h"
+#include "driver/compile.h"
+#include "driver/messages.h"
+#include "driver/option_table.h"
 
 #ifdef KILN_HAVE_TORCH
 #include "backend/aten/torch_plugin.h"
-#include "driver/messages.h"
 #endif
 
 namespace kiln::cli {

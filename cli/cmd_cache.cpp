@@ -8,10 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cache/compile_cache.h"
-#include "driver/model_args.h"
 #include "cli/commands.h"
 #include "core/file_io.h"
 #include "driver/messages.h"
+#include "driver/model_args.h"
 
 namespace kiln::cli {
 namespace {

@@ -7,9 +7,9 @@
 #include <map>
 #include <memory>
 
-#include "driver/model_args.h"
 #include "cli/commands.h"
 #include "driver/messages.h"
+#include "driver/model_args.h"
 
 namespace kiln::cli {
 namespace {

@@ -7,11 +7,11 @@
 #include <iostream>
 #include <memory>
 
-#include "driver/model_args.h"
 #include "cli/commands.h"
 #include "core/safetensors.h"
 #include "core/tensor_compare.h"
 #include "driver/messages.h"
+#include "driver/model_args.h"
 
 namespace kiln::cli {
 namespace {

@@ -11,10 +11,10 @@
 #include <memory>
 
 #include "cli/commands.h"
-#include "driver/option_table.h"
-#include "driver/report.h"
 #include "driver/compile.h"
 #include "driver/messages.h"
+#include "driver/option_table.h"
+#include "driver/report.h"
 
 namespace kiln::cli {
 namespace {

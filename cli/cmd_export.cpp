@@ -9,15 +9,15 @@
 
 #include "backend/kernel.h"
 #include "backend/training_session.h"
-#include "driver/model_args.h"
 #include "cli/commands.h"
-#include "driver/option_table.h"
-#include "driver/compile.h"
-#include "driver/export_graph.h"
 #include "core/file_io.h"
 #include "core/op_table.h"
 #include "core/text_ir.h"
+#include "driver/compile.h"
+#include "driver/export_graph.h"
 #include "driver/messages.h"
+#include "driver/model_args.h"
+#include "driver/option_table.h"
 
 namespace kiln::cli {
 namespace {

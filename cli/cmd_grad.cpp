@@ -6,11 +6,11 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "core/safetensors.h"
+#include "driver/compile.h"
+#include "driver/messages.h"
 #include "driver/option_table.h"
 #include "driver/ranks.h"
-#include "driver/compile.h"
-#include "core/safetensors.h"
-#include "driver/messages.h"
 
 namespace kiln::cli {
 namespace {

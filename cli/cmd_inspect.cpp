@@ -3,12 +3,12 @@
 #include <map>
 #include <memory>
 
-#include "driver/model_args.h"
 #include "cli/commands.h"
 #include "core/graph_hash.h"
 #include "core/op_table.h"
 #include "core/text_ir.h"
 #include "driver/messages.h"
+#include "driver/model_args.h"
 
 namespace kiln::cli {
 namespace {

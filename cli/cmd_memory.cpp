@@ -9,12 +9,12 @@
 #include <memory>
 
 #include "cli/commands.h"
-#include "driver/option_table.h"
-#include "driver/memory_report.h"
-#include "driver/report.h"
-#include "driver/compile.h"
 #include "core/file_io.h"
+#include "driver/compile.h"
+#include "driver/memory_report.h"
 #include "driver/messages.h"
+#include "driver/option_table.h"
+#include "driver/report.h"
 
 namespace kiln::cli {
 namespace {

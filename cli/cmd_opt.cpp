@@ -8,17 +8,17 @@
 #include <iostream>
 #include <memory>
 
-#include "driver/model_args.h"
 #include "cli/commands.h"
-#include "driver/pass_flags.h"
 #include "core/file_io.h"
 #include "core/graph_json.h"
 #include "core/text_ir.h"
 #include "core/verifier.h"
-#include "passes/freeze.h"
 #include "driver/messages.h"
+#include "driver/model_args.h"
 #include "driver/option_table.h"
+#include "driver/pass_flags.h"
 #include "driver/training_options.h"
+#include "passes/freeze.h"
 
 namespace kiln::cli {
 namespace {
@@ -54,7 +54,8 @@ int runOpt(const OptArgs& args) {
     ctx.training.frozen = std::move(*frozen);
   }
   PassManagerOptions o = passManagerOptions(a.pass_flags, &std::cerr);
-  if (Status s = runPipeline(*g, ctx, *pipeline, o); !s) return reportError(Error{args.input + ": " + s.error().message});
+  if (Status s = runPipeline(*g, ctx, *pipeline, o); !s)
+    return reportError(Error{args.input + ": " + s.error().message});
   std::string result = printGraph(*g);
   if (args.output.empty() || args.output == "-") {
     std::cout << result;

@@ -6,10 +6,10 @@
 #include <memory>
 
 #include "backend/cpu/cpu_executor.h"
-#include "driver/model_args.h"
 #include "cli/commands.h"
 #include "core/safetensors.h"
 #include "driver/messages.h"
+#include "driver/model_args.h"
 
 namespace kiln::cli {
 

@@ -15,16 +15,16 @@
 
 #include <nlohmann/json.hpp>
 
-#include "driver/comm_report.h"
 #include "cli/commands.h"
+#include "core/op_table.h"
+#include "core/safetensors.h"
+#include "driver/comm_report.h"
+#include "driver/compile.h"
+#include "driver/messages.h"
 #include "driver/option_table.h"
 #include "driver/ranks.h"
 #include "driver/report.h"
 #include "driver/trainer.h"
-#include "driver/compile.h"
-#include "core/op_table.h"
-#include "core/safetensors.h"
-#include "driver/messages.h"
 
 namespace kiln::cli {
 namespace {
@@ -54,7 +54,8 @@ class ProgressPrinter : public TrainObserver {
       : tty_(tty), steps_(steps), start_(start), log_(log), t0_(Clock::now()), last_print_(t0_) {}
 
   bool wantsLoss(int64_t step) override {
-    print_now_ = tty_ && (std::chrono::duration<double>(Clock::now() - last_print_).count() > 0.2 || step + 1 == steps_);
+    print_now_ =
+        tty_ && (std::chrono::duration<double>(Clock::now() - last_print_).count() > 0.2 || step + 1 == steps_);
     return print_now_;
   }
 

@@ -3,7 +3,6 @@
 #include <iostream>
 #include <memory>
 
-#include "driver/model_args.h"
 #include "cli/commands.h"
 #include "core/file_io.h"
 #include "core/graph_hash.h"
@@ -11,6 +10,7 @@
 #include "core/text_ir.h"
 #include "core/verifier.h"
 #include "driver/messages.h"
+#include "driver/model_args.h"
 
 namespace kiln::cli {
 namespace {

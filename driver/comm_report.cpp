@@ -4,8 +4,8 @@
 #include <iomanip>
 #include <sstream>
 
-#include "driver/model_args.h"
 #include "driver/messages.h"
+#include "driver/model_args.h"
 
 namespace kiln::driver {
 namespace {

@@ -28,6 +28,7 @@ double msSince(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
 
+/// The model with these data input types; none: those the file records.
 Result<Model> importWith(const CompileOptions& a, std::vector<TensorType> types) {
   ImportOptions opts;
   opts.training = true;
@@ -37,22 +38,6 @@ Result<Model> importWith(const CompileOptions& a, std::vector<TensorType> types)
   if (Status s = verify(model->graph); !s)
     return Error{a.model.path + ": imported graph is invalid (a Kiln bug): " + s.error().message};
   return model;
-}
-
-/// The model imported with the data input types of --input-shape, else
-/// with those the archive records.
-Result<Model> importDeclared(const CompileOptions& a) {
-  ModelArgs m = a.model;
-  m.input_file.clear();
-  m.train = true;
-  return loadAndVerify(m);
-}
-
-std::vector<TensorType> dataTypes(const Graph& g) {
-  std::vector<TensorType> types;
-  for (const Value* v : g.inputs())
-    if (v->role() == ValueRole::Data) types.push_back(v->type());
-  return types;
 }
 
 std::vector<TensorType> typesOf(const TensorMap& batch) {
@@ -196,18 +181,17 @@ Result<BoundStep> setUp(const CompileOptions& a, TrainingGraphKind kind, Compile
       // --input-shape, else what the file records (read without importing
       // it), else what an import finds: the model is imported once, with the
       // final shapes, unless only an import can tell the recorded ones.
-      auto recorded = a.model.input_shapes.empty() ? recordedInputTypes(a.model.path) : std::nullopt;
       if (!a.model.input_shapes.empty()) {
         auto parsed = parseInputShapes(a.model.input_shapes);
         if (!parsed) return parsed.error();
         types = std::move(*parsed);
-      } else if (recorded) {
+      } else if (auto recorded = recordedInputTypes(a.model.path)) {
         types = std::move(*recorded);
       } else {
-        auto declared = importDeclared(a);
+        auto declared = importWith(a, {});
         if (!declared) return declared.error();
         ++setup.imports;
-        types = dataTypes(declared->graph);
+        types = modelInputTypes(declared->graph);
         declared_model = std::move(*declared);
       }
       if (types.empty()) return Error{a.model.path + ": the model has no data inputs to feed"};
@@ -239,16 +223,15 @@ Result<BoundStep> setUp(const CompileOptions& a, TrainingGraphKind kind, Compile
   // 4. The model: its weights (not needed to only compile from the cache).
   if (!observer.onStage(0, "importing " + a.model.path)) return Error{std::string(kCompileCancelled)};
   Model model;
-  model.source = a.model.path;
-  if (declared_model && dataTypes(declared_model->graph) == types) {
+  if (declared_model && modelInputTypes(declared_model->graph) == types) {
     model = std::move(*declared_model);  // no --batch, --seq-len or ranks changed the shapes: no second import
-    model.source = a.model.path;
   } else if (!(cached && a.compile_only)) {
     auto m = importWith(a, types);
     if (!m) return m.error();
     ++setup.imports;
     model = std::move(*m);
   }
+  model.source = a.model.path;
   setup.import_ms = msSince(t0);
 
   // 5. The training configuration.

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <iomanip>
 
-#include "driver/model_args.h"
 #include "driver/messages.h"
+#include "driver/model_args.h"
 
 namespace kiln::driver {
 namespace {

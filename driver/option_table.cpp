@@ -154,6 +154,12 @@ const std::vector<OptionSpec> kTable = {
 
 #undef FIELD
 
+/// The field `spec` names in `o`, to read only (OptionSpec::field takes a
+/// mutable struct so that one accessor serves parsing and reading).
+OptionField readField(const OptionSpec& spec, const CompileOptions& o) {
+  return spec.field(const_cast<CompileOptions&>(o));
+}
+
 /// The value a field holds, as JSON (an unset optional as null).
 nlohmann::ordered_json valueJson(const OptionField& f) {
   return std::visit(
@@ -217,9 +223,8 @@ void addOptions(CLI::App* sub, CompileOptions& o, Command command) {
 }
 
 nlohmann::ordered_json optionsJson(const CompileOptions& o) {
-  auto& mutable_o = const_cast<CompileOptions&>(o);  // the fields are only read
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
-  for (const OptionSpec& spec : kTable) j[spec.jsonName()] = valueJson(spec.field(mutable_o));
+  for (const OptionSpec& spec : kTable) j[spec.jsonName()] = valueJson(readField(spec, o));
   return j;
 }
 
@@ -255,13 +260,11 @@ Status optionsFromJson(const nlohmann::json& j, CompileOptions& o) {
 
 std::vector<std::string> toArguments(const CompileOptions& o, Command command) {
   static const CompileOptions kDefaults;
-  auto& mutable_o = const_cast<CompileOptions&>(o);  // the fields are only read
-  auto& defaults = const_cast<CompileOptions&>(kDefaults);
   std::vector<std::string> words;
   for (const OptionSpec& spec : kTable) {
     if (!(spec.commands & command) || spec.jsonName() == "model") continue;
-    const OptionField field = spec.field(mutable_o);
-    if (valueJson(field) == valueJson(spec.field(defaults))) continue;
+    const OptionField field = readField(spec, o);
+    if (valueJson(field) == valueJson(readField(spec, kDefaults))) continue;
     std::string name = spec.flags;
     name = name.substr(0, name.find(','));
     std::visit(
@@ -287,10 +290,9 @@ std::vector<std::string> toArguments(const CompileOptions& o, Command command) {
 }
 
 Result<nlohmann::ordered_json> compiledOptionsJson(const CompileOptions& o, int ranks) {
-  auto& mutable_o = const_cast<CompileOptions&>(o);  // the fields are only read
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
   for (const OptionSpec& spec : kTable) {
-    const OptionField field = spec.field(mutable_o);
+    const OptionField field = readField(spec, o);
     switch (spec.key) {
       case KeyRule::Runtime:
       case KeyRule::Implied:  // stepCacheKeyMaterial adds what they imply

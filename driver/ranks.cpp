@@ -18,8 +18,8 @@
 #include <thread>
 #include <vector>
 
-#include "driver/model_args.h"
 #include "driver/messages.h"
+#include "driver/model_args.h"
 
 namespace kiln::driver {
 namespace {

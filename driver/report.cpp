@@ -15,12 +15,12 @@
 #include <ostream>
 #include <sstream>
 
-#include "driver/memory_report.h"
-#include "driver/option_table.h"
 #include "core/file_io.h"
 #include "core/graph_cost.h"
 #include "core/graph_hash.h"
+#include "driver/memory_report.h"
 #include "driver/messages.h"
+#include "driver/option_table.h"
 
 namespace kiln::driver {
 namespace {

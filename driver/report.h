@@ -9,8 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "driver/compile.h"
 #include "core/result.h"
+#include "driver/compile.h"
 
 namespace kiln::driver {
 

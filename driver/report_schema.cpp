@@ -166,8 +166,9 @@ std::string check(const nlohmann::json& object, const std::vector<Field>& fields
 Status checkReport(const nlohmann::json& report) {
   if (!report.is_object()) return Error{"not a report: expected a JSON object"};
   const auto version = report.find("version");
-  const std::string v = version != report.end() && version->is_number_integer() ? std::to_string(version->get<int64_t>())
-                                                                                : std::string("?");
+  const std::string v = version != report.end() && version->is_number_integer()
+                            ? std::to_string(version->get<int64_t>())
+                            : std::string("?");
   if (v != std::to_string(kReportVersion))
     return Error{"report version " + v + ": this Kiln reads version " + std::to_string(kReportVersion)};
   if (std::string e = check(report, schema(), ""); !e.empty()) return Error{"report version " + v + ": " + e};

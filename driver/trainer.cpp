@@ -50,7 +50,8 @@ Result<TrainLoopResult> runTraining(BoundStep& step, const TrainLoopOptions& o, 
       if (!loss) return loss.error();
       r.last_loss = *loss;
       r.last_metrics = s.readMetrics();
-      if (!std::isfinite(r.last_loss)) std::cerr << "kiln: warning: loss is " << r.last_loss << " at step " << i << "\n";
+      if (!std::isfinite(r.last_loss))
+        std::cerr << "kiln: warning: loss is " << r.last_loss << " at step " << i << "\n";
     }
     const StepRecord record{i, r.last_loss, step_ms, lr};
     if (o.record_steps) r.records.push_back(record);

@@ -34,8 +34,8 @@ int main(int argc, char** argv) {
   cli.add_option("--measure-ranks", measure_ranks,
                  "--measure on this many ranks (default 2; 1 trains in this process, without communication)")
       ->check(CLI::Range(1, 64));
-  CLI::Option* pass_opt =
-      cli.add_option("--pass", pass, "in the passes view, show this pass before and after (default: the first that changed)");
+  CLI::Option* pass_opt = cli.add_option(
+      "--pass", pass, "in the passes view, show this pass before and after (default: the first that changed)");
   CLI::Option* shot_opt = cli.add_option(
       "--screenshot", screenshot,
       "save the view as the window shows it (.png), or its whole content as vector (.svg), and exit");

@@ -237,8 +237,7 @@ bool MainWindow::measure(QString* error, int ranks) {
   setDocument(*doc);
   statusBar()->showMessage(
       run.ranks > 1
-          ? QString("trained %1 for %2 steps on %3 ranks: kernel times and communication "
-                    "measured")
+          ? QString("trained %1 for %2 steps on %3 ranks: kernel times and communication measured")
                 .arg(model)
                 .arg(run.steps)
                 .arg(run.ranks)

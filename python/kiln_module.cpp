@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <set>
 #include <stdexcept>
 
 #include "core/file_io.h"
@@ -110,17 +111,27 @@ py::array arrayOf(const Tensor& t) {
   return py::array(d, shape, {}, keep->data<unsigned char>(), owner);
 }
 
-/// The options of a Python call, by the option table's names; an unknown
-/// name or a value of the wrong type is an error naming it.
+/// The keyword options kiln.compile takes: kiln train's, by the option
+/// table's names, but the model (its first argument).
+const std::set<std::string>& optionNames() {
+  static const std::set<std::string> names = [] {
+    std::set<std::string> out;
+    for (const driver::OptionSpec& spec : driver::optionTable())
+      if ((spec.commands & driver::kTrain) && spec.jsonName() != "model") out.insert(spec.jsonName());
+    return out;
+  }();
+  return names;
+}
+
+/// The options of a Python call; an unknown name or a value of the wrong
+/// type is an error naming it.
 driver::CompileOptions optionsFrom(const py::dict& kwargs) {
   nlohmann::json j = nlohmann::json::object();
   const py::object dumps = py::module_::import("json").attr("dumps");
   for (const auto& [key, value] : kwargs) {
     const std::string name = py::str(key);
-    bool known = false;
-    for (const driver::OptionSpec& spec : driver::optionTable())
-      known |= spec.jsonName() == name && (spec.commands & driver::kTrain) && name != "model";
-    if (!known) throw KilnError("unknown option '" + name + "' (kiln options lists them, by name without the dashes)");
+    if (!optionNames().count(name))
+      throw KilnError("unknown option '" + name + "' (kiln options lists them, by name without the dashes)");
     py::object v = py::reinterpret_borrow<py::object>(value);
     if (py::isinstance<py::tuple>(v)) v = py::list(v);
     j[name] = nlohmann::json::parse(py::str(dumps(v)).cast<std::string>());
@@ -217,10 +228,6 @@ PYBIND11_MODULE(_kiln, m) {
       .def_property_readonly("steps_done", &Step::stepsDone)
       .def_property_readonly("next_lr", &Step::nextLr)
       .def_property_readonly("input_names", &Step::inputNames);
-  m.def("option_names", [] {
-    std::vector<std::string> names;
-    for (const kiln::driver::OptionSpec& s : kiln::driver::optionTable())
-      if ((s.commands & kiln::driver::kTrain) && s.jsonName() != "model") names.push_back(s.jsonName());
-    return names;
-  });
+  m.def("option_names", [] { return std::vector<std::string>(kiln::python::optionNames().begin(),
+                                                                kiln::python::optionNames().end()); });
 }
