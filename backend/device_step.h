@@ -35,6 +35,9 @@ struct DeviceRunnerOptions {
   int world_size = 1;
   int local_rank = 0;
   std::string nccl_id;
+  /// The memory_plan pass's plan (PassContext::memory_plan): run as it is
+  /// when made for this graph under the backend's memoryRules.
+  std::shared_ptr<const MemoryPlan> plan;
 };
 
 class DeviceStepRunner : public StepExecutor {
@@ -66,6 +69,9 @@ struct DeviceBackend {
   Result<std::unique_ptr<DeviceStepRunner>> (*create)(const Graph& graph, const DeviceRunnerOptions& options);
   /// A new NCCL unique id for DeviceRunnerOptions::nccl_id (rank 0 calls it).
   Result<std::string> (*ncclUniqueId)();
+  /// Its memory rules (core/memory_rules.h) under a dialect selection: what
+  /// the passes count memory with for this device.
+  MemoryRules (*memoryRules)(const DialectOrder& order);
 };
 
 /// The CUDA backend, loaded on first use: an Error saying why when this

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "backend/kernel_memory_rules.h"
+
 namespace kiln {
 
 const KernelRegistry& KernelRegistry::cpu() {
@@ -25,6 +27,10 @@ const KernelRegistry& KernelRegistry::cpu() {
     return r;
   }();
   return reg;
+}
+
+MemoryRules cpuMemoryRules(const DialectOrder& order) {
+  return kernelMemoryRules(KernelRegistry::cpu(), order, order.restricted() ? "cpu[" + order.str() + "]" : "cpu");
 }
 
 Tensor& allocOutput(const Node& n, std::span<Tensor> outputs, size_t i) {

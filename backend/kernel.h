@@ -12,6 +12,7 @@
 
 #include "backend/kernel_table.h"
 #include "core/ir.h"
+#include "core/memory_rules.h"
 #include "core/tensor.h"
 
 namespace kiln {
@@ -71,6 +72,11 @@ class KernelRegistry : public KernelTable<KernelDef> {
   /// The registry with every CPU kernel family registered.
   static const KernelRegistry& cpu();
 };
+
+/// The CPU's memory rules (core/memory_rules.h) under a dialect selection:
+/// read off the registry's kernels (backend/kernel_memory_rules.h). Target
+/// "cpu", or "cpu[dialects]" when the selection is restricted.
+MemoryRules cpuMemoryRules(const DialectOrder& order = {});
 
 /// Allocate output `i` of `n` with its inferred type and return it, or return
 /// the buffer the executor placed there (a planned arena slot, or a donated

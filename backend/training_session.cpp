@@ -23,8 +23,8 @@ bool updatesState(OutputRole r) {
 /// The cross_entropy node fed (directly or through a reshape) by `target`.
 const Node* crossEntropyOf(const Value* target) {
   for (const Use& u : target->uses()) {
-    if (u.user->op() == "cross_entropy" && u.index == 1) return u.user;
-    if (u.user->op() == "reshape")
+    if (u.user->is(Op::cross_entropy) && u.index == 1) return u.user;
+    if (u.user->is(Op::reshape))
       if (const Node* n = crossEntropyOf(u.user->output())) return n;
   }
   return nullptr;
@@ -37,26 +37,36 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::create(const Model& mo
   std::unique_ptr<TrainingSession> s(new TrainingSession());
   s->config_ = std::move(config);
   s->kind_ = kind;
+  const bool cuda = s->config_.device == "cuda";
+  if (!cuda && s->config_.device != "cpu")
+    return Error{"--device " + s->config_.device + ": unknown device (cpu or cuda)"};
+  const DeviceBackend* backend = nullptr;
+  if (cuda) {
+    auto b = cudaBackend();
+    if (!b) return b.error();
+    backend = *b;
+  }
+  // One memory model: the passes count memory under the rules of the
+  // device's kernels, and the memory_plan pass's plan is the one its
+  // executor runs (when it runs nodes one at a time).
+  s->config_.passes.memory =
+      cuda ? backend->memoryRules(s->config_.kernels.dialects) : cpuMemoryRules(s->config_.kernels.dialects);
+  std::shared_ptr<const MemoryPlan> plan;
   if (compiled) {
     s->graph_ = std::make_unique<Graph>(std::move(compiled->graph));
     s->trace_ = std::move(compiled->trace);
   } else {
-    // Memory-counting passes see the views the CPU kernels really make.
     // CUDA has no attention kernel yet: matmul/softmax stay there.
-    s->config_.passes.cpu_only_ops = s->config_.device != "cuda";
-    s->config_.passes.is_view = [order = s->config_.kernels.dialects](const Node& n) {
-      const KernelDef* k = KernelRegistry::cpu().select(n, order);
-      return k && k->output_views_input0;
-    };
+    s->config_.passes.cpu_only_ops = !cuda;
     auto g = buildTrainingGraph(model.graph, s->config_.passes, kind, &s->trace_, s->config_.pass_options,
                                 s->config_.pipeline);
     if (!g) return g.error();
     s->graph_ = std::make_unique<Graph>(std::move(*g));
+    plan = std::move(s->config_.passes.memory_plan);
   }
-  if (s->config_.device == "cuda") {
-    auto backend = cudaBackend();
-    if (!backend) return backend.error();
+  if (cuda) {
     DeviceRunnerOptions ro;
+    ro.plan = plan;
     ro.seed = s->config_.seed;
     ro.kernels = s->config_.kernels;
     if (CollectiveEngine* comm = s->config_.collectives.get(); comm && comm->size() > 1) {
@@ -66,7 +76,7 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::create(const Model& mo
       ro.world_size = comm->size();
       ro.local_rank = s->config_.local_rank;
       if (ro.rank == 0) {
-        auto id = (*backend)->ncclUniqueId();
+        auto id = backend->ncclUniqueId();
         if (!id) return id.error();
         ro.nccl_id = *id;
       }
@@ -79,19 +89,17 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::create(const Model& mo
       });
       if (!shared) return Error{"sharing the NCCL id from rank 0: " + shared.error().message};
     }
-    auto runner = (*backend)->create(*s->graph_, ro);
+    auto runner = backend->create(*s->graph_, ro);
     if (!runner) return runner.error();
     s->device_ = std::move(*runner);
-  } else if (s->config_.device != "cpu") {
-    return Error{"--device " + s->config_.device + ": unknown device (cpu or cuda)"};
-  }
-  if (!s->device_) {
+  } else {
     auto ex = CpuExecutor::create(*s->graph_, {.seed = s->config_.seed,
                                                .num_threads = s->config_.num_threads,
                                                .concurrent_nodes = s->config_.concurrent_nodes,
                                                .min_beside_micros = s->config_.min_beside_micros,
                                                .kernels = s->config_.kernels,
-                                               .collectives = s->config_.collectives.get()});
+                                               .collectives = s->config_.collectives.get(),
+                                               .plan = plan});
     if (!ex) return ex.error();
     s->exec_ = std::make_unique<CpuExecutor>(std::move(*ex));
   }

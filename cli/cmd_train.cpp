@@ -130,12 +130,12 @@ int train(const TrainCmd& c) {
   if (args.collectives) {
     int buckets = 0, sparse = 0, rows = 0, scattered = 0, gathers = 0;
     for (const auto& n : s.graph().nodes()) {
-      const bool gradient_bucket = n->def().has(kCollective) && n->op() != "allgather" && n->op() != "broadcast";
+      const bool gradient_bucket = n->def().has(kCollective) && !n->is(Op::allgather) && !n->is(Op::broadcast);
       if (gradient_bucket && n->i("bucket") >= 0) ++buckets;
-      if (n->op() == "allreduce" && n->i("bucket") >= 0) sparse += n->i("sparse") != 0;
-      rows += n->op() == "allreduce_rows";
-      scattered += n->op() == "reduce_scatter";
-      gathers += n->op() == "allgather";
+      if (n->is(Op::allreduce) && n->i("bucket") >= 0) sparse += n->i("sparse") != 0;
+      rows += n->is(Op::allreduce_rows);
+      scattered += n->is(Op::reduce_scatter);
+      gathers += n->is(Op::allgather);
     }
     out << "data parallel: " << args.collectives->size() << " ranks (" << args.collectives->communicator().backend()
         << "), each on its 1/" << args.collectives->size() << " of every batch; " << buckets << " gradient buckets ("

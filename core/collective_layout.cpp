@@ -33,9 +33,9 @@ uint64_t CollectiveLayout::ringSentBytes(const Group& g, int rank, int size) con
 CollectiveLayout layoutCollective(const Node& n, int rank, int size) {
   using Kind = CollectiveLayout::Kind;
   CollectiveLayout l;
-  l.kind = n.op() == "broadcast"        ? Kind::Broadcast
-           : n.op() == "reduce_scatter" ? Kind::ReduceScatter
-           : n.op() == "allgather"      ? Kind::AllGather
+  l.kind = n.is(Op::broadcast)        ? Kind::Broadcast
+           : n.is(Op::reduce_scatter) ? Kind::ReduceScatter
+           : n.is(Op::allgather)      ? Kind::AllGather
                                         : Kind::Allreduce;
   std::vector<int64_t> owners(n.numInputs(), rank);
   if (l.kind == Kind::Broadcast) {

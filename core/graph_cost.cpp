@@ -24,11 +24,10 @@ bool mayAliasInput(const Node& n) {
   return std::find(std::begin(kAliasing), std::end(kAliasing), n.op()) != std::end(kAliasing);
 }
 
-uint64_t estimatePeakBytes(const Graph& g) {
-  const InPlaceUpdates in_place = inPlaceWrites(g, analyzeLiveness(g));
+uint64_t estimatePeakBytes(const Graph& g, const MemoryRules& rules) {
   uint64_t peak = 0;
   for (const Value* v : g.inputs()) peak += v->type().bytes();  // the peak of a graph with no nodes
-  for (uint64_t live : liveBytesTimeline(analyzeLiveness(g, {}, &in_place))) peak = std::max(peak, live);
+  for (uint64_t live : liveBytesTimeline(analyzeStepLiveness(g, rules).live)) peak = std::max(peak, live);
   return peak;
 }
 

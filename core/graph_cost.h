@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/ir.h"
+#include "core/memory_rules.h"
 
 namespace kiln {
 
@@ -20,19 +21,21 @@ double graphFlops(const Graph& g);
 /// repeat, flip, ...) move data into a new buffer and count.
 bool mayAliasInput(const Node& n);
 
-/// Estimated peak memory in bytes of running the nodes in graph order:
+/// Estimated peak memory in bytes of running the nodes in graph order on a
+/// target with `rules` (by default PyTorch's):
 ///  - every graph input (parameters, optimizer state, the batch) is live for
 ///    the whole step;
 ///  - a node's outputs are allocated when it runs, while its inputs are
 ///    still live; an intermediate is freed after its last use, a graph
 ///    output stays to the end, an output nobody reads is freed at once;
-///  - outputs of mayAliasInput() nodes take no memory of their own: they
-///    keep their source buffer alive until their own last use;
+///  - outputs of the rules' views take no memory of their own: they keep
+///    their source buffer alive until their own last use;
 ///  - an update whose node reads the state it replaces last is written over
 ///    that state, and an elementwise result over a same-typed input it reads
-///    last (inPlaceWrites, core/liveness.h), as the CPU executor does.
-/// Not modelled: kernel workspaces, allocator rounding and fragmentation,
-/// and backends that copy where a view would do.
-uint64_t estimatePeakBytes(const Graph& g);
+///    last, where the rules allow (analyzeStepLiveness).
+/// It equals the peak_bytes of the memory plan of the same graph and rules
+/// (passes/memory_plan.h) when nodes run one at a time. Not modelled: kernel
+/// workspaces, allocator rounding, arena fragmentation.
+uint64_t estimatePeakBytes(const Graph& g, const MemoryRules& rules = {});
 
 }  // namespace kiln

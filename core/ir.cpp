@@ -112,6 +112,7 @@ Node* Graph::createNode(std::string_view op, std::vector<Value*> inputs, AttrMap
   if (!def) fail("unknown op '" + std::string(op) + "'" + (scope.empty() ? "" : " @" + scope));
   auto n = std::unique_ptr<Node>(new Node());
   n->def_ = def;
+  n->kind_ = def->id;
   n->inputs_ = std::move(inputs);
   n->attrs_ = std::move(attrs);
   n->scope_ = std::move(scope);

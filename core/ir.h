@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/attribute.h"
+#include "core/op_names.h"
 #include "core/tensor_type.h"
 
 namespace kiln {
@@ -76,7 +77,11 @@ class Value {
 class Node {
  public:
   const OpDef& def() const { return *def_; }
+  /// The op's name (for messages, text and JSON; compare with is()).
   const std::string& op() const;
+  /// The op as a symbol (core/op_names.h).
+  Op kind() const { return kind_; }
+  bool is(Op op) const { return kind_ == op; }
   std::span<Value* const> inputs() const { return inputs_; }
   Value* input(size_t i) const { return inputs_.at(i); }
   size_t numInputs() const { return inputs_.size(); }
@@ -114,6 +119,7 @@ class Node {
   friend class Graph;
   Node() = default;
   const OpDef* def_ = nullptr;
+  Op kind_{};
   std::vector<Value*> inputs_;
   std::vector<std::unique_ptr<Value>> outputs_;
   std::vector<Value*> output_ptrs_;

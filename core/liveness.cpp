@@ -109,12 +109,6 @@ InPlaceUpdates elementwiseInPlace(const Liveness& l, const std::function<bool(co
   return out;
 }
 
-InPlaceUpdates inPlaceWrites(const Graph& g, const Liveness& l) {
-  InPlaceUpdates all = inPlaceCandidates(g, l);
-  all.merge(elementwiseInPlace(l));
-  return all;
-}
-
 std::vector<uint64_t> liveBytesTimeline(const Liveness& l) {
   std::vector<uint64_t> made(l.order.size()), freed(l.order.size()), timeline(l.order.size());
   uint64_t live = 0;

@@ -1,7 +1,9 @@
 // Buffer liveness of a graph run in node order: which buffer holds each
 // value, when that buffer is created and when it is last needed. The peak
 // estimate (graph_cost.h), the memory plan (passes/memory_plan.h) and the
-// memory timeline of the report all read the same analysis.
+// memory timeline of the report all read the same analysis, under the same
+// target's rules (core/memory_rules.h: analyzeStepLiveness puts the pieces
+// below together).
 //
 // Rules:
 //  - a node's outputs come to life when it runs, while its inputs are still
@@ -77,11 +79,6 @@ InPlaceUpdates inPlaceCandidates(const Graph& g, const Liveness& l,
 /// not be returned either. PyTorch's in-place ops (relu_, add_) without the
 /// user writing them. `l` is the liveness without any writes in place.
 InPlaceUpdates elementwiseInPlace(const Liveness& l, const std::function<bool(const Node&)>& can_overwrite = {});
-
-/// Every write in place the passes assume (inPlaceCandidates and
-/// elementwiseInPlace, default rules): what estimatePeakBytes, remat and
-/// memory_plan count. The CPU executor applies its kernels' flags instead.
-InPlaceUpdates inPlaceWrites(const Graph& g, const Liveness& l);
 
 /// Bytes live while each node of `l.order` runs: every graph input, every
 /// buffer made earlier and still needed, and the node's own outputs.

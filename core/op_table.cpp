@@ -52,6 +52,12 @@ void OpTable::add(OpDef def) {
     std::fprintf(stderr, "kiln: op '%s' registered without shape inference\n", def.name.c_str());
     std::abort();
   }
+  const std::optional<Op> id = opByName(def.name);
+  if (!id) {
+    std::fprintf(stderr, "kiln: op '%s' is not in core/op_names.h's KILN_OP_LIST\n", def.name.c_str());
+    std::abort();
+  }
+  def.id = *id;
   std::string name = def.name;
   if (!ops_.emplace(name, std::move(def)).second) {
     std::fprintf(stderr, "kiln: op '%s' registered twice\n", name.c_str());

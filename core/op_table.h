@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/attribute.h"
+#include "core/op_names.h"
 #include "core/tensor_type.h"
 
 namespace kiln {
@@ -74,6 +75,8 @@ struct OpDef {
   /// Set for ops whose gradient is zero or undefined by nature (comparisons,
   /// floor, argmax, sources): autodiff lets no gradient through, silently.
   std::string no_grad_reason;
+  /// The name as a symbol (set by OpTable::add from core/op_names.h).
+  Op id{};
 
   bool has(OpTrait t) const { return (traits & t) != 0; }
   const AttrSpec* findAttr(const std::string& n) const;

@@ -11,20 +11,41 @@
 
 namespace kiln {
 
+/// What a front end may do about an error besides showing it. Almost every
+/// error is kOther; the rest are what a caller acts on without reading the
+/// message (kiln-studio asks for input shapes, a cancelled compile is not
+/// reported as a failure).
+enum class ErrorKind {
+  kOther,
+  kCancelled,           ///< the caller asked to stop (CompileObserver, Cancel)
+  kInputShapesMissing,  ///< a model file that records no input shapes, and none were given
+};
+
 /// A user-facing error: one line, says what and where.
 struct Error {
   std::string message;
+  ErrorKind kind = ErrorKind::kOther;
+
+  /// The same error with `prefix` in front of its message ("model.pt: ...").
+  Error prefixed(const std::string& prefix) const { return {prefix + message, kind}; }
 };
 
 /// Exception used *inside* parsers and importers where unwinding is the
 /// simplest control flow; always converted to an Error at the public API.
 class KilnException : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit KilnException(const std::string& message, ErrorKind kind = ErrorKind::kOther)
+      : std::runtime_error(message), kind_(kind) {}
+  ErrorKind kind() const { return kind_; }
+
+ private:
+  ErrorKind kind_;
 };
 
 /// Throw a KilnException with the given message.
-[[noreturn]] inline void fail(const std::string& message) { throw KilnException(message); }
+[[noreturn]] inline void fail(const std::string& message, ErrorKind kind = ErrorKind::kOther) {
+  throw KilnException(message, kind);
+}
 
 /// Either a T or an Error.
 template <typename T>
@@ -67,7 +88,7 @@ auto catchErrors(Fn&& fn) -> Result<decltype(fn())> {
   try {
     return fn();
   } catch (const KilnException& e) {
-    return Error{e.what()};
+    return Error{e.what(), e.kind()};
   } catch (const std::bad_alloc&) {
     return Error{"out of memory"};
   } catch (const std::exception& e) {

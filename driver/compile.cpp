@@ -29,12 +29,15 @@ double msSince(Clock::time_point t) {
 }
 
 /// The model with these data input types; none: those the file records.
-Result<Model> importWith(const CompileOptions& a, std::vector<TensorType> types) {
+Result<Model> importWith(const CompileOptions& a, std::vector<TensorType> types, CompileObserver& observer) {
   ImportOptions opts;
   opts.training = true;
   opts.input_types = std::move(types);
+  // Cancel reaches into the import: asked between its phases and every few
+  // hundred nodes.
+  opts.keep_going = [&observer] { return observer.keepGoing(); };
   auto model = loadModel(a.model.path, opts);
-  if (!model) return model;
+  if (!model) return model.error().kind == ErrorKind::kCancelled ? compileCancelled() : model.error();
   if (Status s = verify(model->graph); !s)
     return Error{a.model.path + ": imported graph is invalid (a Kiln bug): " + s.error().message};
   return model;
@@ -54,10 +57,10 @@ std::vector<TensorType> typesOf(const TensorMap& batch) {
 int64_t syntheticHigh(const Value* v) {
   for (const Use& u : v->uses()) {
     const Node* n = u.user;
-    if (n->op() == "embedding" && u.index == 1) return n->input(0)->shape()[0];
-    if (n->op() == "cross_entropy" && u.index == 1)
+    if (n->is(Op::embedding) && u.index == 1) return n->input(0)->shape()[0];
+    if (n->is(Op::cross_entropy) && u.index == 1)
       return n->input(0)->shape().size() == 1 ? n->input(0)->shape()[0] : n->input(0)->shape()[1];
-    if (n->op() == "reshape" || n->op() == "cast")
+    if (n->is(Op::reshape) || n->is(Op::cast))
       if (int64_t h = syntheticHigh(n->output()); h != 2) return h;
   }
   return 2;
@@ -188,7 +191,7 @@ Result<BoundStep> setUp(const CompileOptions& a, TrainingGraphKind kind, Compile
       } else if (auto recorded = recordedInputTypes(a.model.path)) {
         types = std::move(*recorded);
       } else {
-        auto declared = importWith(a, {});
+        auto declared = importWith(a, {}, observer);
         if (!declared) return declared.error();
         ++setup.imports;
         types = modelInputTypes(declared->graph);
@@ -221,12 +224,12 @@ Result<BoundStep> setUp(const CompileOptions& a, TrainingGraphKind kind, Compile
   }
 
   // 4. The model: its weights (not needed to only compile from the cache).
-  if (!observer.onStage(0, "importing " + a.model.path)) return Error{std::string(kCompileCancelled)};
+  if (!observer.onStage(0, "importing " + a.model.path)) return compileCancelled();
   Model model;
   if (declared_model && modelInputTypes(declared_model->graph) == types) {
     model = std::move(*declared_model);  // no --batch, --seq-len or ranks changed the shapes: no second import
   } else if (!(cached && a.compile_only)) {
-    auto m = importWith(a, types);
+    auto m = importWith(a, types, observer);
     if (!m) return m.error();
     ++setup.imports;
     model = std::move(*m);
@@ -329,8 +332,8 @@ Result<BoundStep> setUp(const CompileOptions& a, TrainingGraphKind kind, Compile
       return setUp(a, kind, observer, false, setup.cache.problem.empty() ? why : setup.cache.problem);
     }
   }
-  if (cancelled) return Error{std::string(kCompileCancelled)};
-  if (!session) return Error{a.model.path + ": " + session.error().message};
+  if (cancelled) return compileCancelled();
+  if (!session) return session.error().prefixed(a.model.path + ": ");
   setup.session = std::move(*session);
   setup.compile_ms = msSince(t1);
   for (const Value* v : setup.session->graph().inputs())

@@ -47,11 +47,18 @@ class CompileObserver {
   virtual ~CompileObserver() = default;
   /// A stage begins ("importing model.pt", then "pass 3 of 13: autodiff"),
   /// at `percent` of the whole; false cancels at the next stage boundary
-  /// (the import itself cannot stop) and compileStep fails with
-  /// kCompileCancelled.
+  /// and compileStep fails with compileCancelled().
   virtual bool onStage(int /*percent*/, const std::string& /*stage*/) { return true; }
+  /// Asked during the import, between its phases and every few hundred
+  /// nodes; false cancels there (libtorch's reading of the archive itself
+  /// cannot stop).
+  virtual bool keepGoing() { return true; }
 };
-inline constexpr const char* kCompileCancelled = "cancelled";
+
+/// The error of a compile (or a measured run) its observer stopped.
+inline Error compileCancelled() {
+  return {"cancelled", ErrorKind::kCancelled};
+}
 
 /// Validate the options, import the model (once), consult the compile
 /// cache, run the passes, bind kernels, build the batch source and check

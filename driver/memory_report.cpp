@@ -48,6 +48,8 @@ nlohmann::ordered_json memoryJson(const MemoryPlan& p) {
                        {"rematerialized", prod && prod->provenance().rfind("remat of ", 0) == 0}});
   }
   return {{"schedule", "graph order"},
+          {"rules", p.target},
+          {"widened_to_stages", p.widened_to_stages},
           {"peak_bytes", p.peak_bytes},
           {"peak_node", p.peak_node},
           {"peak_at", l.order.empty() ? std::string() : l.order[p.peak_node]->describe()},

@@ -47,6 +47,7 @@ const std::vector<Field>& schema() {
        K::Object,
        true,
        {{"peak_bytes", K::Number},
+        {"rules", K::String, kOptional},  // reports before one memory model had none
         {"peak_node", K::Integer},
         {"timeline", K::Array},
         {"tensors",

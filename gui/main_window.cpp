@@ -125,8 +125,7 @@ bool MainWindow::openPath(const QString& path, QString* error, bool ask) {
   if (!path.endsWith(".json") || path.endsWith(".fx.json")) {
     doc = compileModel(path);
     // A plain torch.jit.trace(...).save() archive: its input shapes, then again.
-    while (!doc && ask && doc.error().message.find("does not record input shapes") != std::string::npos &&
-           askForInputs(path))
+    while (!doc && ask && doc.error().kind == ErrorKind::kInputShapesMissing && askForInputs(path))
       doc = compileModel(path);
   } else {
     doc = StudioDocument::open(path.toStdString());
@@ -201,13 +200,13 @@ Result<std::shared_ptr<StudioDocument>> MainWindow::compileModel(const QString& 
           },
           Qt::QueuedConnection);
       return !cancel.load();
-    });
+    }, &cancel);
   }));
   if (!watcher.isFinished()) loop.exec();
   progress.reset();
   Result<nlohmann::json> report = watcher.result();
   if (!report) {
-    if (report.error().message == driver::kCompileCancelled) return Error{"compiling " + model + " was cancelled"};
+    if (report.error().kind == ErrorKind::kCancelled) return Error{"compiling " + model + " was cancelled"};
     return report.error();
   }
   return StudioDocument::fromReport(std::move(*report), model);

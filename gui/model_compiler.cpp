@@ -7,15 +7,20 @@
 
 namespace kiln::studio {
 
-Result<nlohmann::json> compileModelReport(driver::CompileOptions args, const CompileProgress& progress) {
+Result<nlohmann::json> compileModelReport(driver::CompileOptions args, const CompileProgress& progress,
+                                          const std::atomic<bool>* cancel) {
   const auto t0 = std::chrono::steady_clock::now();
   args.compile_only = true;
   args.keep_pass_ir = true;  // implies no compile-cache read: a cached step has no pass IR
   struct Progress : driver::CompileObserver {
     const CompileProgress& tell;
-    explicit Progress(const CompileProgress& p) : tell(p) {}
-    bool onStage(int percent, const std::string& stage) override { return !tell || tell(percent, stage); }
-  } observer(progress);
+    const std::atomic<bool>* cancel;
+    Progress(const CompileProgress& p, const std::atomic<bool>* c) : tell(p), cancel(c) {}
+    bool onStage(int percent, const std::string& stage) override {
+      return keepGoing() && (!tell || tell(percent, stage));
+    }
+    bool keepGoing() override { return !cancel || !cancel->load(); }
+  } observer(progress, cancel);
   auto setup = driver::compileStep(args, TrainingGraphKind::Step, &observer);
   if (!setup) return setup.error();
   if (progress) progress(95, "writing the report");

@@ -6,6 +6,7 @@
 // can cancel between passes.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <string>
 
@@ -18,13 +19,16 @@ namespace kiln::studio {
 
 /// Told the stage ("importing", "pass 3 of 13: autodiff", "binding
 /// kernels") and a percentage; returning false cancels at the next pass
-/// boundary (the import itself cannot stop).
+/// boundary.
 using CompileProgress = std::function<bool(int percent, const std::string& stage)>;
 
 /// Compile the model `options.model.path` names (.pt or .fx.json) with
 /// `options` (kiln compile's, from kiln-studio's command line) and return
-/// its report. Errors are the one line kiln compile prints; "cancelled" when
-/// `progress` said stop. Safe to call from any thread.
-Result<nlohmann::json> compileModelReport(driver::CompileOptions options, const CompileProgress& progress);
+/// its report. Errors are the one line kiln compile prints; "cancelled"
+/// (ErrorKind::kCancelled) when `progress` said stop or `cancel` became
+/// true, which the import also checks every few hundred nodes. Safe to
+/// call from any thread.
+Result<nlohmann::json> compileModelReport(driver::CompileOptions options, const CompileProgress& progress,
+                                          const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace kiln::studio

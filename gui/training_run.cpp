@@ -76,7 +76,7 @@ Result<std::shared_ptr<StudioDocument>> measureInProcess(QWidget* parent, const 
     MeasureObserver observer(cancel, done);
     auto result = driver::runTraining(*step, o, observer);
     if (!result) return result.error();
-    if (result->stopped) return Error{driver::kCompileCancelled};
+    if (result->stopped) return driver::compileCancelled();
     auto report = driver::buildReport("train", options, *step, compile_ms);
     driver::addTrainingResult(report, *step, *result);
     return nlohmann::json(report);
@@ -86,7 +86,7 @@ Result<std::shared_ptr<StudioDocument>> measureInProcess(QWidget* parent, const 
   progress.reset();
   Result<nlohmann::json> report = watcher.result();
   if (!report) {
-    if (report.error().message == driver::kCompileCancelled)
+    if (report.error().kind == ErrorKind::kCancelled)
       return Error{"training " + options.model.path + " was cancelled"};
     return report.error();
   }

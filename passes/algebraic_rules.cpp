@@ -24,9 +24,9 @@ namespace kiln {
 namespace {
 
 /// The node producing input `i` of `n` when its op is `op`, else nullptr.
-Node* producerOf(const Node& n, size_t i, std::string_view op) {
+Node* producerOf(const Node& n, size_t i, Op op) {
   Node* p = n.input(i)->producer();
-  return p && p->op() == op ? p : nullptr;
+  return p && p->is(op) ? p : nullptr;
 }
 
 /// `v` when it has exactly n's output type (so no broadcast and no dtype
@@ -68,7 +68,7 @@ Value* identityPermute(Graph&, Node& n) {
 }
 
 Value* permuteOfPermute(Graph& g, Node& n) {
-  Node* inner = producerOf(n, 0, "permute");
+  Node* inner = producerOf(n, 0, Op::permute);
   if (!inner) return nullptr;
   // out.dim[d] = mid.dim[outer[d]] = x.dim[inner[outer[d]]]
   const std::vector<int64_t> a = permutation(*inner), b = permutation(n);
@@ -96,7 +96,7 @@ Value* identityReshape(Graph&, Node& n) {
 }
 
 Value* reshapeOfReshape(Graph& g, Node& n) {
-  Node* inner = producerOf(n, 0, "reshape");
+  Node* inner = producerOf(n, 0, Op::reshape);
   if (!inner) return nullptr;
   Value* x = inner->input(0);
   if (Value* same = sameType(x, n)) return same;
@@ -108,7 +108,7 @@ Value* identityExpand(Graph&, Node& n) {
 }
 
 Value* expandOfExpand(Graph& g, Node& n) {
-  Node* inner = producerOf(n, 0, "expand");
+  Node* inner = producerOf(n, 0, Op::expand);
   if (!inner) return nullptr;
   Value* x = inner->input(0);
   if (Value* same = sameType(x, n)) return same;
@@ -152,7 +152,7 @@ Value* subZero(Graph&, Node& n) {
 }
 
 Value* negOfNeg(Graph&, Node& n) {
-  Node* inner = producerOf(n, 0, "neg");
+  Node* inner = producerOf(n, 0, Op::neg);
   return inner ? sameType(inner->input(0), n) : nullptr;
 }
 
@@ -216,10 +216,10 @@ struct Placement {
 
 std::optional<Placement> placementOf(const Value* v) {
   const Node* p = v->producer();
-  if (!p || (p->op() != "select_backward" && p->op() != "slice_backward")) return std::nullopt;
+  if (!p || (!p->is(Op::select_backward) && !p->is(Op::slice_backward))) return std::nullopt;
   const Shape& s = v->shape();
   const int64_t dim = normalizeAxis(p->i("dim"), static_cast<int64_t>(s.size()));
-  if (p->op() == "select_backward") {
+  if (p->is(Op::select_backward)) {
     const int64_t i = p->i("index") < 0 ? p->i("index") + s[dim] : p->i("index");
     return Placement{p->input(0), dim, i, i + 1, true};
   }
@@ -233,7 +233,7 @@ std::optional<Placement> placementOf(const Value* v) {
 void addLeaves(const Node& n, std::vector<Value*>& leaves) {
   for (Value* v : n.inputs()) {
     const Node* p = v->producer();
-    if (p && p->op() == "add" && v->type() == n.output()->type() && v->uses().size() == 1)
+    if (p && p->is(Op::add) && v->type() == n.output()->type() && v->uses().size() == 1)
       addLeaves(*p, leaves);
     else
       leaves.push_back(v);
@@ -252,7 +252,7 @@ Value* placementSum(Graph& g, Node& n) {
   }
   if (out->uses().size() == 1) {
     const Node* user = out->uses()[0].user;
-    if (user->op() == "add" && user->output()->type() == out->type()) return nullptr;
+    if (user->is(Op::add) && user->output()->type() == out->type()) return nullptr;
   }
   std::vector<Value*> leaves;
   addLeaves(n, leaves);

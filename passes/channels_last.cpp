@@ -51,7 +51,7 @@ const Ints kToNhwc = {0, 2, 3, 1};
 const Ints kToNchw = {0, 3, 1, 2};
 
 bool isPermuteBy(const Node* p, const Ints& dims) {
-  return p && p->op() == "permute" && p->is("dims") == dims;
+  return p && p->is(Op::permute) && p->is("dims") == dims;
 }
 
 bool isScalar(const Value* v) {
@@ -98,7 +98,7 @@ struct Rewriter {
     g.erase(n);
     gone.insert(n);
     for (Node* p : producers)
-      if (p && (p->op() == "permute" || p->op() == "reshape")) eraseIfDead(p);
+      if (p && (p->is(Op::permute) || p->is(Op::reshape))) eraseIfDead(p);
   }
 
   bool isReturned(const Value* v) const {
@@ -120,7 +120,7 @@ struct Rewriter {
     g.setInsertPoint(n);
     AttrMap a = n->attrs();
     a["channels_last"] = int64_t{1};
-    if (n->op() == "conv2d_input_backward") {
+    if (n->is(Op::conv2d_input_backward)) {
       const Ints& s = n->is("input_shape");
       a["input_shape"] = nhwcFromNchw(Shape(s.begin(), s.end()));
     }
@@ -136,7 +136,7 @@ struct Rewriter {
   /// batch_norm(x, ...) / batch_norm_backward(g, x, ...) on the NHWC rows.
   void convertNorm(Node* n) {
     g.setInsertPoint(n);
-    const bool backward = n->op() == "batch_norm_backward";
+    const bool backward = n->is(Op::batch_norm_backward);
     const Shape& s = n->input(backward ? 1 : 0)->shape();
     const Shape nhwc = nhwcFromNchw(s);
     const Ints rows = {s[0] * s[2] * s[3], s[1]};
@@ -162,7 +162,7 @@ struct Rewriter {
   /// whose dims would not line up).
   bool convertElementwise(Node* n) {
     const auto rank = static_cast<int64_t>(kToNhwc.size());
-    const bool indexed = n->op() == "index" || n->op() == "index_add";
+    const bool indexed = n->is(Op::index) || n->is(Op::index_add);
     auto isIndex = [&](size_t i) { return indexed && i == 1; };
     if (n->output()->type().rank() != rank) return false;
     for (size_t i = 0; i < n->numInputs(); ++i)
@@ -174,7 +174,7 @@ struct Rewriter {
       const Node* p = v->producer();
       if (isIndex(i) || isScalar(v)) {
         in.push_back(v);
-      } else if (p && p->op() == "full" && p->numInputs() == 0) {
+      } else if (p && p->is(Op::full) && p->numInputs() == 0) {
         AttrMap f = p->attrs();
         const Shape nhwc = nhwcFromNchw(v->shape());
         f["shape"] = Ints(nhwc.begin(), nhwc.end());
@@ -184,7 +184,7 @@ struct Rewriter {
       }
     }
     AttrMap a = n->attrs();
-    if (n->op() == "cat" || n->op() == "slice" || indexed) {
+    if (n->is(Op::cat) || n->is(Op::slice) || indexed) {
       int64_t d = n->i("dim");
       if (d < 0) d += rank;
       a["dim"] = kToNchw[static_cast<size_t>(d)];  // NCHW dim d is NHWC dim kToNchw[d]
@@ -215,7 +215,7 @@ struct Rewriter {
   /// the same reduction of x over the permuted dims.
   bool sinkReduction(Node* n) {
     Node* p = n->input(0)->producer();
-    if (!p || p->op() != "permute" || n->i("keepdim") != 0) return false;
+    if (!p || !p->is(Op::permute) || n->i("keepdim") != 0) return false;
     const Ints& perm = p->is("dims");
     const auto rank = static_cast<int64_t>(perm.size());
     std::vector<int64_t> axes = reductionAxes(*n, n->is("dims"), rank);
@@ -236,17 +236,17 @@ struct Rewriter {
 /// A convolution op to convert: 4-D, NCHW, in f32 or bf16 (what oneDNN's
 /// channels_last kernels compute; the reference loops read NCHW only).
 bool isConv(const Node& n) {
-  if (n.op() != "conv2d" && n.op() != "conv2d_input_backward" && n.op() != "conv2d_weight_backward") return false;
+  if (!n.is(Op::conv2d) && !n.is(Op::conv2d_input_backward) && !n.is(Op::conv2d_weight_backward)) return false;
   const DType t = n.input(0)->dtype();
   return !channelsLast(n) && n.input(0)->type().rank() == 4 && (t == DType::F32 || t == DType::BF16);
 }
 
 /// A 4-D batch norm or group norm (or its backward) over NCHW.
 bool isNorm(const Node& n) {
-  const bool bn = n.op() == "batch_norm" || n.op() == "batch_norm_backward";
-  const bool gn = n.op() == "group_norm" || n.op() == "group_norm_backward";
+  const bool bn = n.is(Op::batch_norm) || n.is(Op::batch_norm_backward);
+  const bool gn = n.is(Op::group_norm) || n.is(Op::group_norm_backward);
   if (!bn && !gn) return false;
-  const bool forward = n.op() == "batch_norm" || n.op() == "group_norm";
+  const bool forward = n.is(Op::batch_norm) || n.is(Op::group_norm);
   return n.input(forward ? 0 : 1)->type().rank() == 4 && !channelsLast(n);
 }
 
@@ -254,8 +254,8 @@ bool isNorm(const Node& n) {
 /// connections (cat along the channels, and its gradient's slices) and
 /// nearest upsampling (index gathers, and their gradient's index_add).
 bool movesWithLayout(const Node& n) {
-  if (n.numOutputs() == 1 && (n.op() == "cast" || fusibleOps().count(n.op()))) return true;
-  return n.op() == "cat" || n.op() == "slice" || n.op() == "index" || n.op() == "index_add";
+  if (n.numOutputs() == 1 && (n.is(Op::cast) || fusibleOps().count(n.kind()))) return true;
+  return n.is(Op::cat) || n.is(Op::slice) || n.is(Op::index) || n.is(Op::index_add);
 }
 
 /// Ops that can run on NHWC activations once converted (or have permutes
@@ -267,9 +267,9 @@ bool layoutFlexible(const Node& n) {
 /// The activation operands of a layout-flexible node (what would be NHWC):
 /// a convolution's weight is not one, nor a weight gradient.
 std::vector<size_t> activationInputs(const Node& n) {
-  if (n.op() == "conv2d" || n.op() == "conv2d_input_backward" || n.op() == "batch_norm" || n.op() == "group_norm")
+  if (n.is(Op::conv2d) || n.is(Op::conv2d_input_backward) || n.is(Op::batch_norm) || n.is(Op::group_norm))
     return {0};
-  if (n.op() == "conv2d_weight_backward" || n.op() == "batch_norm_backward" || n.op() == "group_norm_backward")
+  if (n.is(Op::conv2d_weight_backward) || n.is(Op::batch_norm_backward) || n.is(Op::group_norm_backward))
     return {0, 1};
   std::vector<size_t> all;
   for (size_t i = 0; i < n.numInputs(); ++i)
@@ -277,7 +277,7 @@ std::vector<size_t> activationInputs(const Node& n) {
   return all;
 }
 bool hasActivationOutput(const Node& n) {
-  return n.op() != "conv2d_weight_backward";
+  return !n.is(Op::conv2d_weight_backward);
 }
 
 /// The nodes to convert, in graph order. Layout-flexible nodes joined by the
@@ -315,7 +315,7 @@ std::vector<Node*> nodesToConvert(Graph& g) {
   for (const auto& n : g.nodes()) {
     if (!inRegion(n.get())) continue;
     const Node* root = find(n.get());
-    if (isConv(*n)) ++convs[root], forward_convs[root] += n->op() == "conv2d";
+    if (isConv(*n)) ++convs[root], forward_convs[root] += n->is(Op::conv2d);
     // An activation coming in from outside the region (one transpose however many read it).
     for (size_t i : activationInputs(*n)) {
       const Node* p = n->input(i)->producer();
@@ -350,7 +350,7 @@ Result<PassResult> runChannelsLast(Graph& g, PassContext& ctx) {
   const std::vector<Node*> nodes = nodesToConvert(g);
   if (nodes.empty()) return res;
   for (Node* n : nodes) {
-    if (n->op() == "batch_norm" || n->op() == "batch_norm_backward")
+    if (n->is(Op::batch_norm) || n->is(Op::batch_norm_backward))
       r.convertNorm(n);
     else if (isConv(*n) || isNorm(*n))  // convolutions and group norms
       r.convertToChannelsLast(n);
@@ -364,9 +364,9 @@ Result<PassResult> runChannelsLast(Graph& g, PassContext& ctx) {
     for (const auto& n : g.nodes()) order.push_back(n.get());
     for (Node* n : order) {
       if (r.gone.count(n)) continue;
-      if (n->op() == "permute") {
+      if (n->is(Op::permute)) {
         changed |= r.mergePermutes(n);
-      } else if (n->op() == "sum" || n->op() == "mean") {
+      } else if (n->is(Op::sum) || n->is(Op::mean)) {
         changed |= r.sinkReduction(n);
       }
     }

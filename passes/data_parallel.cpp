@@ -49,7 +49,7 @@ int64_t sparseBlock(const Value* v) {
 /// it rides in a dense bucket instead of paying for exchanges of its own.
 bool sparseEmbedding(const Value* grad, int world_size) {
   const Node* p = grad->producer();
-  if (!p || p->op() != "embedding_backward" || grad->shape().empty()) return false;
+  if (!p || !p->is(Op::embedding_backward) || grad->shape().empty()) return false;
   return static_cast<double>(world_size) * static_cast<double>(p->input(1)->type().numel()) <
          static_cast<double>(grad->shape()[0]);
 }
@@ -58,7 +58,7 @@ bool sparseEmbedding(const Value* grad, int world_size) {
 /// (without scale_grad_by_freq) of an f32/f64 table.
 bool rowSparseEmbedding(const Value* grad) {
   const Node* p = grad->producer();
-  return p && p->op() == "embedding_backward" && !p->i("scale_grad_by_freq") &&
+  return p && p->is(Op::embedding_backward) && !p->i("scale_grad_by_freq") &&
          (grad->dtype() == DType::F32 || grad->dtype() == DType::F64) && grad->shape().size() == 2;
 }
 

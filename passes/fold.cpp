@@ -84,21 +84,21 @@ Value* makeFull(Graph& g, const Node& like, const TensorType& type, double e) {
                like.scope(), like.provenance());
 }
 
-/// The arithmetic fold computes, by op name: f(a, b) in double (b unused
+/// The arithmetic fold computes, by op: f(a, b) in double (b unused
 /// by unary ops). Operands are never NaN here.
 using ArithmeticFn = double (*)(double, double);
-const std::map<std::string, ArithmeticFn, std::less<>>& arithmeticOps() {
-  static const std::map<std::string, ArithmeticFn, std::less<>> ops = {
-      {"neg", [](double a, double) { return -a; }},
-      {"abs", [](double a, double) { return std::fabs(a); }},
-      {"relu", [](double a, double) { return a < 0 ? 0.0 : a; }},  // keeps -0.0, as the kernel
-      {"sqrt", [](double a, double) { return std::sqrt(a); }},
-      {"add", [](double a, double b) { return a + b; }},
-      {"sub", [](double a, double b) { return a - b; }},
-      {"mul", [](double a, double b) { return a * b; }},
-      {"div", [](double a, double b) { return a / b; }},
-      {"maximum", [](double a, double b) { return std::max(a, b); }},
-      {"minimum", [](double a, double b) { return std::min(a, b); }},
+const std::map<Op, ArithmeticFn>& arithmeticOps() {
+  static const std::map<Op, ArithmeticFn> ops = {
+      {Op::neg, [](double a, double) { return -a; }},
+      {Op::abs, [](double a, double) { return std::fabs(a); }},
+      {Op::relu, [](double a, double) { return a < 0 ? 0.0 : a; }},  // keeps -0.0, as the kernel
+      {Op::sqrt, [](double a, double) { return std::sqrt(a); }},
+      {Op::add, [](double a, double b) { return a + b; }},
+      {Op::sub, [](double a, double b) { return a - b; }},
+      {Op::mul, [](double a, double b) { return a * b; }},
+      {Op::div, [](double a, double b) { return a / b; }},
+      {Op::maximum, [](double a, double b) { return std::max(a, b); }},
+      {Op::minimum, [](double a, double b) { return std::min(a, b); }},
   };
   return ops;
 }
@@ -113,7 +113,7 @@ const std::map<std::string, ArithmeticFn, std::less<>>& arithmeticOps() {
 /// results are folded only when they fit the dtype (no wrapping) and 2^53
 /// (exact in double).
 std::optional<double> foldArithmetic(const Node& n, const std::vector<double>& in) {
-  const std::string& op = n.op();
+  const Op op = n.kind();
   const DType t = n.output()->dtype();
   if (t == DType::Bool) return std::nullopt;  // bool arithmetic runs in int64 then narrows; rare, not worth it
   std::vector<double> c;
@@ -132,7 +132,7 @@ std::optional<double> foldArithmetic(const Node& n, const std::vector<double>& i
   }
   // maximum/minimum of -0.0 and +0.0: the kernel's choice between equal
   // values is not worth modelling.
-  if ((op == "maximum" || op == "minimum") && c[0] == c[1] && !sameBits(c[0], c[1])) return std::nullopt;
+  if ((op == Op::maximum || op == Op::minimum) && c[0] == c[1] && !sameBits(c[0], c[1])) return std::nullopt;
   return splatElement(t, r);
 }
 
@@ -142,34 +142,34 @@ std::optional<double> foldCompare(const Node& n, const std::vector<double>& in) 
   const DType t = promoteOperands(a->dtype(), a->type().rank() == 0, b->dtype(), b->type().rank() == 0);
   std::optional<double> x = splatElement(t, in[0]), y = splatElement(t, in[1]);
   if (!x || !y) return std::nullopt;
-  const std::string& op = n.op();
-  bool r = op == "eq"   ? *x == *y
-           : op == "ne" ? *x != *y
-           : op == "lt" ? *x < *y
-           : op == "le" ? *x <= *y
-           : op == "gt" ? *x > *y
+  const Op op = n.kind();
+  bool r = op == Op::eq   ? *x == *y
+           : op == Op::ne ? *x != *y
+           : op == Op::lt ? *x < *y
+           : op == Op::le ? *x <= *y
+           : op == Op::gt ? *x > *y
                         : *x >= *y;
   return r ? 1.0 : 0.0;
 }
 
-bool isLayoutOp(const std::string& op) {
-  static const std::set<std::string, std::less<>> ops = {"reshape", "permute", "expand", "slice", "select",
-                                                         "flip",    "roll",    "repeat", "split", "cat"};
+bool isLayoutOp(Op op) {
+  static const std::set<Op> ops = {Op::reshape, Op::permute, Op::expand, Op::slice,  Op::select,
+                                   Op::flip,    Op::roll,    Op::repeat, Op::split, Op::cat};
   return ops.count(op) != 0;
 }
 
-bool isCompare(const std::string& op) {
-  return op == "eq" || op == "ne" || op == "lt" || op == "le" || op == "gt" || op == "ge";
+bool isCompare(Op op) {
+  return op == Op::eq || op == Op::ne || op == Op::lt || op == Op::le || op == Op::gt || op == Op::ge;
 }
 
 /// The element every output of `n` holds, when one value fills them all.
 std::optional<double> foldedElement(const Node& n, const std::vector<double>& in) {
-  const std::string& op = n.op();
+  const Op op = n.kind();
   const DType t = n.output()->dtype();
   if (arithmeticOps().count(op)) return foldArithmetic(n, in);
   if (isCompare(op)) return foldCompare(n, in);
-  if (op == "cast") return splatElement(t, in[0]);
-  if (op == "where") return splatElement(t, in[0] != 0 ? in[1] : in[2]);
+  if (op == Op::cast) return splatElement(t, in[0]);
+  if (op == Op::where) return splatElement(t, in[0] != 0 ? in[1] : in[2]);
   if (isLayoutOp(op)) {
     // Layout ops move elements without changing them; cat may promote its
     // inputs, and folds only when they all become the same element.
@@ -188,7 +188,7 @@ size_t eraseDeadConstants(Graph& g, const std::vector<Value*>& vs) {
   std::set<Node*> dead;
   for (Value* v : vs) {
     Node* p = v->producer();
-    if (!p || p->op() != "full" || !v->uses().empty()) continue;
+    if (!p || !p->is(Op::full) || !v->uses().empty()) continue;
     bool is_output = false;
     for (const GraphOutput& o : g.outputs()) is_output = is_output || o.value == v;
     if (!is_output) dead.insert(p);
@@ -235,7 +235,7 @@ std::optional<double> splatElement(DType t, double v) {
 
 std::optional<double> splatValue(const Value* v) {
   const Node* p = v->producer();
-  if (!p || p->op() != "full") return std::nullopt;
+  if (!p || !p->is(Op::full)) return std::nullopt;
   return splatElement(p->dt("dtype"), p->f("value"));
 }
 

@@ -31,7 +31,7 @@ namespace {
 /// last two dims and nothing else.
 Node* lastTwoSwap(const Value* v) {
   Node* p = v->producer();
-  if (!p || p->op() != "permute") return nullptr;
+  if (!p || !p->is(Op::permute)) return nullptr;
   const auto& dims = p->is("dims");
   const int64_t r = static_cast<int64_t>(dims.size());
   if (r < 2) return nullptr;
@@ -48,13 +48,13 @@ Result<PassResult> runFoldTransposes(Graph& g, PassContext& ctx) {
   PassResult res;
   std::vector<Node*> products;
   for (const auto& n : g.nodes())
-    if (n->op() == "matmul" || n->op() == "gemm") products.push_back(n.get());
+    if (n->is(Op::matmul) || n->is(Op::gemm)) products.push_back(n.get());
   double folded = 0;
   std::set<Node*> permutes;
   for (Node* n : products) {
     Value *a = n->input(0), *b = n->input(1);
     if (a->type().rank() < 2 || b->type().rank() < 2) continue;  // matmul's vector cases stay
-    const bool is_gemm = n->op() == "gemm";
+    const bool is_gemm = n->is(Op::gemm);
     int64_t ta = is_gemm ? n->i("trans_a") : 0, tb = is_gemm ? n->i("trans_b") : 0;
     Node* pa = lastTwoSwap(a);
     Node* pb = lastTwoSwap(b);

@@ -39,8 +39,8 @@ struct GroupLayout {
 };
 
 GroupLayout groupLayout(const Node& n) {
-  if (n.op() == "adam_update") return {4, 3};  // p, g, m, v -> p, m, v
-  if (n.op() == "sgd_update") return n.f("momentum") != 0 ? GroupLayout{3, 2} : GroupLayout{2, 1};  // p, g[, buf]
+  if (n.is(Op::adam_update)) return {4, 3};  // p, g, m, v -> p, m, v
+  if (n.is(Op::sgd_update)) return n.f("momentum") != 0 ? GroupLayout{3, 2} : GroupLayout{2, 1};  // p, g[, buf]
   return {};
 }
 
@@ -114,7 +114,7 @@ void dropFrozenGroups(Graph& g, Node* n, GroupLayout layout, const std::set<std:
 void dropFrozenFromNorms(Graph& g, Dropped& d) {
   std::vector<Node*> norms;
   for (const auto& n : g.nodes())
-    if (n->op() == "global_norm" &&
+    if (n->is(Op::global_norm) &&
         std::ranges::any_of(n->inputs(), [&](Value* v) { return d.frozen_grads.count(v) != 0; }))
       norms.push_back(n.get());
   for (Node* n : norms) {

@@ -60,19 +60,19 @@
 
 namespace kiln {
 
-const std::set<std::string, std::less<>>& fusibleOps() {
-  static const std::set<std::string, std::less<>> ops = {
+const std::set<Op>& fusibleOps() {
+  static const std::set<Op> ops = {
       // arithmetic and selection
-      "add", "sub", "mul", "div", "neg", "where",
+      Op::add, Op::sub, Op::mul, Op::div, Op::neg, Op::where,
       // comparisons (their bool results feed `where`, e.g. relu's backward)
-      "lt", "le", "gt", "ge", "eq", "ne",
+      Op::lt, Op::le, Op::gt, Op::ge, Op::eq, Op::ne,
       // activations and math
-      "relu", "gelu", "tanh", "sigmoid", "silu", "exp", "log", "sqrt", "rsqrt", "abs", "erf", "leaky_relu",
-      "hardtanh", "clamp", "hardswish", "hardsigmoid", "reciprocal",
+      Op::relu, Op::gelu, Op::tanh, Op::sigmoid, Op::silu, Op::exp, Op::log, Op::sqrt, Op::rsqrt, Op::abs,
+      Op::erf, Op::leaky_relu, Op::hardtanh, Op::clamp, Op::hardswish, Op::hardsigmoid, Op::reciprocal,
       // the backward's elementwise gradients (gelu's, tanh's, ...)
-      "unary_backward",
+      Op::unary_backward,
       // between f32 and bf16 (amp's casts around a softmax or a norm)
-      "cast"};
+      Op::cast};
   return ops;
 }
 
@@ -90,7 +90,7 @@ bool isBodyType(DType t) {
 /// A one-element `full` constant: copied into every body that reads it
 /// instead of becoming an operand, so it never orders a group.
 bool scalarConstant(const Value* v) {
-  return v->producer() && v->producer()->op() == "full" && v->type().numel() == 1 && isBodyType(v->dtype());
+  return v->producer() && v->producer()->is(Op::full) && v->type().numel() == 1 && isBodyType(v->dtype());
 }
 
 /// What a body computes a dtype's values in: f32 and bf16 in float (a bf16
@@ -109,14 +109,14 @@ bool convertedConstant(const Value* v, DType t) {
 
 /// The dtype a node computes in when it may be fused, or nullopt.
 std::optional<DType> fusibleDType(const Node& n) {
-  if (n.numOutputs() != 1 || !fusibleOps().count(n.op())) return std::nullopt;
+  if (n.numOutputs() != 1 || !fusibleOps().count(n.kind())) return std::nullopt;
   const DType out = n.output()->dtype();
-  if (n.op() == "cast") {  // f32 <-> bf16: the rounding the one-op cast makes
+  if (n.is(Op::cast)) {  // f32 <-> bf16: the rounding the one-op cast makes
     const DType in = n.input(0)->dtype();
     if (!isBodyType(in) || !isBodyType(out) || computeClass(in) != computeClass(out)) return std::nullopt;
     return in;
   }
-  const bool where = n.op() == "where";
+  const bool where = n.is(Op::where);
   if (where && n.input(0)->dtype() != DType::Bool) return std::nullopt;
   const size_t first = where ? 1 : 0;  // where's condition is read as 0/1
   // The computing dtype: where's output's, else its operands' (no promotion
@@ -154,7 +154,7 @@ struct Group {
 /// A sum or mean the fused kernels can end a loop with (reduce_loops.h),
 /// computing in the dtype it returns.
 bool isFusibleReduction(const Node& n) {
-  return (n.op() == "sum" || n.op() == "mean") && isFloatType(n.input(0)->dtype()) &&
+  return (n.is(Op::sum) || n.is(Op::mean)) && isFloatType(n.input(0)->dtype()) &&
          n.output()->dtype() == n.input(0)->dtype();
 }
 
@@ -173,12 +173,12 @@ std::unordered_set<const Value*> returnedValues(const Graph& g) {
 size_t fuseEpilogues(Graph& g) {
   std::vector<Node*> relus;
   for (const auto& n : g.nodes())
-    if (n->op() == "relu") relus.push_back(n.get());
+    if (n->is(Op::relu)) relus.push_back(n.get());
   const std::unordered_set<const Value*> returned = returnedValues(g);
   size_t fused = 0;
   for (Node* r : relus) {
     Node* lin = r->input(0)->producer();
-    if (!lin || lin->op() != "linear" || lin->s("activation") != "none") continue;
+    if (!lin || !lin->is(Op::linear) || lin->s("activation") != "none") continue;
     if (lin->output()->uses().size() != 1 || returned.count(lin->output())) continue;
     if (lin->output()->type() != r->output()->type()) continue;
     lin->setAttr("activation", std::string("relu"));
@@ -201,7 +201,7 @@ size_t fuseEpilogues(Graph& g) {
 size_t fuseResidualEpilogues(Graph& g) {
   std::vector<Node*> adds;
   for (const auto& n : g.nodes())
-    if (n->op() == "add" && n->numInputs() == 2) adds.push_back(n.get());
+    if (n->is(Op::add) && n->numInputs() == 2) adds.push_back(n.get());
   const std::unordered_set<const Value*> returned = returnedValues(g);
   size_t fused = 0;
   for (Node* add : adds) {
@@ -209,7 +209,7 @@ size_t fuseResidualEpilogues(Graph& g) {
       Value* y = add->input(side);
       Value* r = add->input(1 - side);
       Node* lin = y->producer();
-      if (!lin || lin->op() != "linear" || lin->i("residual") != 0) continue;
+      if (!lin || !lin->is(Op::linear) || lin->i("residual") != 0) continue;
       if (y->uses().size() != 1 || returned.count(y) || y == r) continue;
       const TensorType& out = add->output()->type();
       if (r->type() != out || y->shape() != out.shape) continue;
@@ -234,7 +234,7 @@ size_t fuseResidualEpilogues(Graph& g) {
 /// The f32 copy amp makes of bf16/f16 logits: `v` = cast(x) {dtype=f32}.
 Node* widenedLogits(const Value* v) {
   Node* c = v->producer();
-  if (!c || c->op() != "cast" || v->dtype() != DType::F32) return nullptr;
+  if (!c || !c->is(Op::cast) || v->dtype() != DType::F32) return nullptr;
   return isLowPrecisionFloat(c->input(0)->dtype()) ? c : nullptr;
 }
 
@@ -248,8 +248,8 @@ size_t foldLossCasts(Graph& g) {
   const std::unordered_set<const Value*> returned = returnedValues(g);
   std::vector<Node*> losses, backwards;
   for (const auto& n : g.nodes()) {
-    if (n->op() == "cross_entropy" && !n->hasAttr("dtype")) losses.push_back(n.get());
-    if (n->op() == "cross_entropy_backward" && n->input(0)->dtype() == DType::F32) backwards.push_back(n.get());
+    if (n->is(Op::cross_entropy) && !n->hasAttr("dtype")) losses.push_back(n.get());
+    if (n->is(Op::cross_entropy_backward) && n->input(0)->dtype() == DType::F32) backwards.push_back(n.get());
   }
   size_t folded = 0;
   std::vector<Node*> casts;
@@ -265,7 +265,7 @@ size_t foldLossCasts(Graph& g) {
     if (!c || b->output()->uses().size() != 1 || returned.count(b->output())) continue;
     Node* back = b->output()->uses()[0].user;
     const DType low = c->input(0)->dtype();
-    if (back->op() != "cast" || back->output()->dtype() != low) continue;
+    if (!back->is(Op::cast) || back->output()->dtype() != low) continue;
     b->replaceInput(1, c->input(0));
     b->output()->setType({low, b->output()->shape()});
     g.replaceAllUsesWith(back->output(), b->output());
@@ -291,11 +291,11 @@ size_t foldGradCasts(Graph& g) {
   std::vector<Node*> casts;
   for (const auto& owned : g.nodes()) {
     Node* n = owned.get();
-    if (n->op() != "adam_update") continue;
+    if (!n->is(Op::adam_update)) continue;
     for (size_t i = 3; i + 3 < n->numInputs(); i += 4) {  // lr, step, grad_scale, then (p, g, m, v) groups
       Value* grad = n->input(i + 1);
       Node* c = grad->producer();
-      if (!c || c->op() != "cast" || grad->dtype() != DType::F32 || n->input(i)->dtype() != DType::F32) continue;
+      if (!c || !c->is(Op::cast) || grad->dtype() != DType::F32 || n->input(i)->dtype() != DType::F32) continue;
       if (c->input(0)->dtype() != DType::BF16 || grad->uses().size() != 1 || returned.count(grad)) continue;
       n->replaceInput(i + 1, c->input(0));
       casts.push_back(c);

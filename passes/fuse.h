@@ -12,7 +12,7 @@ namespace kiln {
 /// Ops the fuse pass may put into a fused_elementwise body. Every backend
 /// that runs fused_elementwise must implement all of them (a unit test
 /// checks the CPU kernel does).
-const std::set<std::string, std::less<>>& fusibleOps();
+const std::set<Op>& fusibleOps();
 
 /// The fuse pass (see passes/fuse.cpp). Statistics: groups, nodes_fused,
 /// reductions (groups ending in a sum/mean), epilogues (GEMM + relu, and

@@ -45,14 +45,14 @@ bool usedOnce(const ValueSet& outputs, const Value* v) {
   return v->uses().size() == 1 && !outputs.count(v);
 }
 
-Node* producerIf(const Value* v, std::string_view op) {
+Node* producerIf(const Value* v, Op op) {
   Node* p = v->producer();
-  return p && p->op() == op ? p : nullptr;
+  return p && p->is(op) ? p : nullptr;
 }
 
 /// Whether `n` is a permute swapping dims a and b and nothing else.
 bool swapsOnly(const Node* n, int64_t a, int64_t b) {
-  if (!n || n->op() != "permute") return false;
+  if (!n || !n->is(Op::permute)) return false;
   const auto& dims = n->is("dims");
   const int64_t r = static_cast<int64_t>(dims.size());
   for (int64_t d = 0; d < r; ++d) {
@@ -73,13 +73,13 @@ struct Scaled {
   double factor;
 };
 std::optional<Scaled> scaledByConstant(const Node* n) {
-  if (!n || (n->op() != "mul" && n->op() != "div")) return std::nullopt;
-  const size_t ci = n->op() == "mul" && numelOf(n->input(0)->shape()) == 1 ? 0 : 1;
+  if (!n || (!n->is(Op::mul) && !n->is(Op::div))) return std::nullopt;
+  const size_t ci = n->is(Op::mul) && numelOf(n->input(0)->shape()) == 1 ? 0 : 1;
   Value* x = n->input(1 - ci);
   if (n->output()->type() != x->type() || numelOf(n->input(ci)->shape()) != 1) return std::nullopt;
   std::optional<double> c = splatValue(n->input(ci));
   if (!c || *c == 0 || !std::isfinite(*c)) return std::nullopt;
-  return Scaled{x, n->op() == "mul" ? *c : 1.0 / *c};
+  return Scaled{x, n->is(Op::mul) ? *c : 1.0 / *c};
 }
 
 bool isNegInf(const Value* v) {
@@ -109,7 +109,7 @@ bool dependsOnParam(const Value* v) {
 /// triu(true, 1) dropped or tril(true, 0) kept.
 bool isCausalMask(const Value* m, bool drop, int64_t L, int64_t S) {
   const Node* t = m->producer();
-  if (!t || t->op() != (drop ? "triu" : "tril") || t->i("diagonal") != (drop ? 1 : 0)) return false;
+  if (!t || !t->is(drop ? Op::triu : Op::tril) || t->i("diagonal") != (drop ? 1 : 0)) return false;
   const Shape& s = m->shape();
   if (s.size() < 2 || s[s.size() - 2] != L || s[s.size() - 1] != S) return false;
   for (size_t d = 0; d + 2 < s.size(); ++d)
@@ -141,17 +141,17 @@ std::optional<Match> matchChain(Node* sm, const ValueSet& outs) {
   // The consumer: matmul(p, v), or permute(p)^T feeding matmul(w, p^T),
   // possibly through a dropout that drops nothing (p = 0 or eval).
   const Use* up = &p->uses()[0];
-  if (Node* d = up->user; d->op() == "dropout" && (d->f("p") == 0.0 || !d->i("training"))) {
+  if (Node* d = up->user; d->is(Op::dropout) && (d->f("p") == 0.0 || !d->i("training"))) {
     if (!usedOnce(outs, d->output(0)) || (d->numOutputs() > 1 && !d->output(1)->uses().empty())) return std::nullopt;
     up = &d->output(0)->uses()[0];
   }
   const Use& u = *up;
-  if (u.user->op() == "matmul" && u.index == 0) {
+  if (u.user->is(Op::matmul) && u.index == 0) {
     m.out_matmul = u.user;
     m.v = u.user->input(1);
   } else if (swapsLastTwo(u.user, r) && usedOnce(outs, u.user->output())) {
     const Use& u2 = u.user->output()->uses()[0];
-    if (u2.user->op() != "matmul" || u2.index != 1) return std::nullopt;
+    if (!u2.user->is(Op::matmul) || u2.index != 1) return std::nullopt;
     m.out_matmul = u2.user;
     m.transposed_out = true;
     m.w = u2.user->input(0);
@@ -171,8 +171,8 @@ std::optional<Match> matchChain(Node* sm, const ValueSet& outs) {
     if (!usedOnce(outs, s)) return std::nullopt;
     Node* n = s->producer();
     if (!n) return std::nullopt;
-    if (n->op() == "matmul") break;
-    if (n->op() == "where" && m.mask_kind == "none" && n->input(0)->dtype() == DType::Bool) {
+    if (n->is(Op::matmul)) break;
+    if (n->is(Op::where) && m.mask_kind == "none" && n->input(0)->dtype() == DType::Bool) {
       const bool drop = isNegInf(n->input(1)), keep = isNegInf(n->input(2));
       if (drop == keep || m.scale < 0) return std::nullopt;
       Value* chain = n->input(drop ? 2 : 1);
@@ -180,11 +180,11 @@ std::optional<Match> matchChain(Node* sm, const ValueSet& outs) {
       m.mask_kind = drop ? "drop" : "keep";
       m.mask = n->input(0);
       s = chain;
-    } else if (n->op() == "add" && m.mask_kind == "none") {
+    } else if (n->is(Op::add) && m.mask_kind == "none") {
       // The chain is the side a matmul/mul/div made; the other is the mask.
       const auto fromChain = [](const Value* x) {
         const Node* pn = x->producer();
-        return pn && (pn->op() == "matmul" || pn->op() == "mul" || pn->op() == "div");
+        return pn && (pn->is(Op::matmul) || pn->is(Op::mul) || pn->is(Op::div));
       };
       const int ci = fromChain(n->input(0)) ? 0 : fromChain(n->input(1)) ? 1 : -1;
       if (ci < 0 || n->input(ci)->type() != s->type() || m.scale != 1.0) return std::nullopt;
@@ -243,7 +243,7 @@ Result<PassResult> runFuseAttention(Graph& g, PassContext& ctx) {
   for (const GraphOutput& o : g.outputs()) outs.insert(o.value);
   std::vector<Node*> softmaxes;
   for (const auto& n : g.nodes())
-    if (n->op() == "softmax") softmaxes.push_back(n.get());
+    if (n->is(Op::softmax)) softmaxes.push_back(n.get());
   double fused = 0, causal = 0, tokens_outer = 0, score_bytes = 0;
   for (Node* sm : softmaxes) {
     std::optional<Match> m = matchChain(sm, outs);

@@ -2,6 +2,9 @@
 #include "passes/memory_plan.h"
 
 #include <algorithm>
+#include <memory>
+
+#include "core/graph_hash.h"
 
 namespace kiln {
 namespace {
@@ -28,8 +31,12 @@ void widenToStages(Liveness& l, const NodeStages& stages) {
 MemoryPlan planMemory(const Graph& g, const ViewPredicate& is_view, const InPlaceUpdates* in_place,
                       const NodeStages* stages) {
   MemoryPlan p;
+  p.graph_hash = structuralHash(g);
   p.liveness = analyzeLiveness(g, is_view, in_place);
-  if (stages) widenToStages(p.liveness, *stages);
+  if (stages) {
+    widenToStages(p.liveness, *stages);
+    p.widened_to_stages = std::any_of(stages->begin(), stages->end(), [](const auto& s) { return s.second - s.first > 1; });
+  }
   const std::vector<BufferLife>& bufs = p.liveness.buffers;
   p.offsets.assign(bufs.size(), -1);
   p.timeline = liveBytesTimeline(p.liveness);
@@ -94,19 +101,41 @@ MemoryPlan planMemory(const Graph& g, const ViewPredicate& is_view, const InPlac
   return p;
 }
 
-Result<PassResult> runMemoryPlan(Graph& g, PassContext&) {
+MemoryPlan planMemory(const Graph& g, const MemoryRules& rules, const NodeStages* stages) {
+  const InPlaceUpdates in_place = analyzeStepLiveness(g, rules).all();
+  MemoryPlan p = planMemory(g, rules.is_view, &in_place, stages);
+  p.target = rules.target;
+  return p;
+}
+
+std::shared_ptr<const MemoryPlan> reusablePlan(std::shared_ptr<const MemoryPlan> plan, const Graph& g,
+                                               const MemoryRules& rules, const NodeStages& stages) {
+  if (!plan || plan->target != rules.target || plan->widened_to_stages) return nullptr;
+  if (std::any_of(stages.begin(), stages.end(), [](const auto& s) { return s.second - s.first > 1; })) return nullptr;
+  const std::vector<const Node*>& order = plan->liveness.order;
+  if (order.size() != g.numNodes()) return nullptr;
+  size_t i = 0;
+  for (const auto& n : g.nodes())
+    if (order[i++] != n.get()) return nullptr;
+  return plan->graph_hash == structuralHash(g) ? plan : nullptr;
+}
+
+Result<PassResult> runMemoryPlan(Graph& g, PassContext& ctx) {
   return catchErrors([&]() -> PassResult {
-    const Liveness plain = analyzeLiveness(g);
-    const InPlaceUpdates updates = inPlaceCandidates(g, plain), elementwise = elementwiseInPlace(plain);
-    InPlaceUpdates in_place = updates;
-    in_place.insert(elementwise.begin(), elementwise.end());
-    const MemoryPlan plan = planMemory(g, {}, &in_place);
+    const StepLiveness s = analyzeStepLiveness(g, ctx.memory);
+    const InPlaceUpdates in_place = s.all();
+    auto plan = std::make_shared<MemoryPlan>(planMemory(g, ctx.memory.is_view, &in_place));
+    plan->target = ctx.memory.target;
+    plan->made_by = "memory_plan pass";
+    ctx.memory_plan = plan;
+    const MemoryPlan& p = *plan;
+    const InPlaceUpdates &updates = s.updates, &elementwise = s.elementwise;
     PassResult r;
-    r.statistics = {{"arena_bytes", static_cast<double>(plan.arena_bytes)},
-                    {"arena_lower_bound", static_cast<double>(plan.arena_lower_bound)},
-                    {"unshared_bytes", static_cast<double>(plan.unshared_bytes)},
-                    {"peak_bytes", static_cast<double>(plan.peak_bytes)},
-                    {"op_by_op_peak_bytes", static_cast<double>(plan.op_by_op_peak_bytes)},
+    r.statistics = {{"arena_bytes", static_cast<double>(p.arena_bytes)},
+                    {"arena_lower_bound", static_cast<double>(p.arena_lower_bound)},
+                    {"unshared_bytes", static_cast<double>(p.unshared_bytes)},
+                    {"peak_bytes", static_cast<double>(p.peak_bytes)},
+                    {"op_by_op_peak_bytes", static_cast<double>(p.op_by_op_peak_bytes)},
                     {"updates_in_place", static_cast<double>(updates.size())},
                     {"elementwise_in_place", static_cast<double>(elementwise.size())}};
     return r;

@@ -10,15 +10,23 @@
 // comes out close to its lower bound, the most bytes ever live at once.
 // Buffers are 64-byte aligned. Values written in place share a buffer:
 // optimizer updates over their state, and elementwise results over an input
-// they read last (elementwiseInPlace), as PyTorch's relu_/add_ would.
+// they read last (elementwiseInPlace), as PyTorch's relu_/add_ would. Which
+// outputs are views and which writes in place happen are the target's
+// memory rules (core/memory_rules.h, PassContext::memory): the same ones
+// the executor binds its kernels under, so the pass's plan is the one the
+// executor runs (PassContext::memory_plan). An executor that runs
+// independent nodes side by side plans again with each buffer alive for
+// its nodes' whole stages (`stages` below), under the same rules.
 //
-// Needs: a verified graph in the order it will run. Guarantees: a plan
-// checkPlan() accepts; the graph is not changed. The plan also carries the
-// memory timeline (live bytes at every node) that the report and
-// `kiln memory` show.
+// Needs: a verified graph in the order it will run, and no pass after it
+// (the plan points at the graph's values). Guarantees: a plan checkPlan()
+// accepts; the graph is not changed. The plan also carries the memory
+// timeline (live bytes at every node) that the report and `kiln memory`
+// show.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -31,6 +39,13 @@ namespace kiln {
 constexpr uint64_t kArenaAlignment = 64;
 
 struct MemoryPlan {
+  std::string target = "pytorch";  ///< whose memory rules (MemoryRules::target)
+  uint64_t graph_hash = 0;         ///< structuralHash of the graph planned
+  bool widened_to_stages = false;  ///< planned for nodes running side by side
+  /// "memory_plan pass" (PassContext::memory_plan) or "executor" (planned
+  /// when binding: side-by-side stages, a cached step, a pipeline without
+  /// the pass).
+  std::string made_by = "executor";
   Liveness liveness;
   /// Per buffer of liveness.buffers: its offset in the arena, or -1 when the
   /// step does not place it (graph inputs, returned buffers).
@@ -65,12 +80,23 @@ using NodeStages = std::vector<std::pair<size_t, size_t>>;
 MemoryPlan planMemory(const Graph& g, const ViewPredicate& is_view = {}, const InPlaceUpdates* in_place = nullptr,
                       const NodeStages* stages = nullptr);
 
+/// Plans `g` under a target's memory rules: its views, and every write in
+/// place they and the order allow (analyzeStepLiveness).
+MemoryPlan planMemory(const Graph& g, const MemoryRules& rules, const NodeStages* stages = nullptr);
+
+/// `plan` when an executor can run it as it is: made for `g` as it is now
+/// (same nodes in the same order, same structure) under rules of the same
+/// target, with `stages` running one node at a time. Else nullptr: the
+/// executor plans again (planMemory with `rules` and `stages`).
+std::shared_ptr<const MemoryPlan> reusablePlan(std::shared_ptr<const MemoryPlan> plan, const Graph& g,
+                                               const MemoryRules& rules, const NodeStages& stages);
+
 /// Checks that no two buffers alive at one node overlap in the arena and that
 /// every placed buffer is aligned and inside it; the error names the pair.
 Status checkPlan(const MemoryPlan& plan);
 
-/// The registered pass: plans `g` (default views, updates in place where the
-/// order allows) and reports the plan's numbers; the graph is not changed.
+/// The registered pass: plans `g` under ctx.memory, keeps the plan in
+/// ctx.memory_plan and reports its numbers; the graph is not changed.
 Result<PassResult> runMemoryPlan(Graph& g, PassContext& ctx);
 
 /// The buffers alive while node `at` runs, largest first.

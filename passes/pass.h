@@ -10,11 +10,15 @@
 #include <vector>
 
 #include "core/ir.h"
-#include "core/liveness.h"
+#include <memory>
+
+#include "core/memory_rules.h"
 #include "core/result.h"
 #include "passes/training_options.h"
 
 namespace kiln {
+
+struct MemoryPlan;  // passes/memory_plan.h
 
 /// What the data_parallel pass decided under ZeRO-1, for the optimizer pass:
 /// every communicated parameter, in the order its gradient was bucketed,
@@ -26,10 +30,16 @@ struct ZeroShardPlan {
 struct PassContext {
   /// Loss, optimizer and what to train; read by the training passes.
   TrainingOptions training;
-  /// Which nodes' outputs share their input's buffer on the target: the
-  /// executor's kernels (TrainingSession sets it), so passes that count
-  /// memory (remat) count what will run. Empty: mayAliasInput.
-  ViewPredicate is_view;
+  /// How the target's kernels use memory (views, writes in place): the
+  /// device's rules (backend/kernel_memory_rules.h; TrainingSession sets
+  /// them), so the passes that count memory (the peak after each pass,
+  /// remat, schedule, memory_plan) count what the executor will run.
+  /// Default: PyTorch's rules.
+  MemoryRules memory;
+  /// Set by the memory_plan pass: its plan of the final graph, which the
+  /// executor runs when it runs nodes one at a time (the graph must not
+  /// change after the pass).
+  std::shared_ptr<const MemoryPlan> memory_plan;
   /// Set by data_parallel with training.data_parallel.zero_stage 1; read by
   /// the optimizer pass, which updates only this rank's parameters and
   /// all-gathers the rest.

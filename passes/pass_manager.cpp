@@ -78,6 +78,8 @@ Status runPipeline(Graph& g, PassContext& ctx, const std::vector<const PassInfo*
     uint64_t after = structuralHash(g);
     // A pass may under-report; the hash is the ground truth for "changed".
     r->changed = r->changed || after != hash;
+    // A plan of an earlier graph would point at values that changed.
+    if (r->changed && ctx.memory_plan) ctx.memory_plan.reset();
     hash = after;
     if (o.print_ir_after.count(p.name) || (o.print_ir_after_change && r->changed))
       out << "// ---- IR after " << p.name << (r->changed ? "" : " (unchanged)") << " ----\n" << printGraph(g);
@@ -92,7 +94,7 @@ Status runPipeline(Graph& g, PassContext& ctx, const std::vector<const PassInfo*
                         .nodes_after = g.numNodes(),
                         .hash_after = after,
                         .flops_after = graphFlops(g),
-                        .peak_bytes_after = estimatePeakBytes(g),
+                        .peak_bytes_after = estimatePeakBytes(g, ctx.memory),
                         .ir_before = std::move(ir_before),
                         .ir_after = ir});
   }

@@ -37,30 +37,27 @@ std::string bytesText(uint64_t b) {
 /// except dropout that drops nothing (p = 0, as exported for parity runs).
 bool deterministic(const Node& n) {
   if (!n.def().has(kRandom)) return true;
-  return n.op() == "dropout" && (n.f("p") == 0 || n.i("training") == 0);
+  return n.is(Op::dropout) && (n.f("p") == 0 || n.i("training") == 0);
 }
 
-/// The timeline of the graph's order, as estimatePeakBytes counts it (with
-/// the target's views).
+/// The timeline of the graph's order, as estimatePeakBytes counts it (under
+/// the target's memory rules).
 struct Timeline {
   /// Buffers with updates in place but each elementwise result in its own:
   /// where candidates come from (a result written over a dying input shares
   /// its buffer only in the order that runs now; recomputing the input
   /// changes who reads it last).
   Liveness live;
-  std::vector<uint64_t> bytes;  ///< with every write in place (inPlaceWrites)
+  std::vector<uint64_t> bytes;  ///< with every write in place (analyzeStepLiveness)
   uint64_t peak = 0, area = 0;
   size_t peak_node = 0;
 };
 
-Timeline timelineOf(const Graph& g, const ViewPredicate& is_view) {
+Timeline timelineOf(const Graph& g, const MemoryRules& rules) {
   Timeline t;
-  const Liveness plain = analyzeLiveness(g, is_view);
-  const InPlaceUpdates updates = inPlaceCandidates(g, plain);
-  t.live = analyzeLiveness(g, is_view, &updates);
-  InPlaceUpdates all = updates;
-  all.merge(elementwiseInPlace(plain));
-  t.bytes = liveBytesTimeline(analyzeLiveness(g, is_view, &all));
+  StepLiveness s = analyzeStepLiveness(g, rules);
+  t.live = analyzeLiveness(g, rules.is_view, &s.updates);
+  t.bytes = liveBytesTimeline(s.live);
   for (size_t i = 0; i < t.bytes.size(); ++i) {
     t.area += t.bytes[i];
     if (t.bytes[i] > t.peak) {
@@ -100,10 +97,10 @@ struct Candidate {
 
 class Remat {
  public:
-  Remat(Graph& g, uint64_t budget, ViewPredicate is_view) : g_(g), budget_(budget), is_view_(std::move(is_view)) {}
+  Remat(Graph& g, uint64_t budget, const MemoryRules& rules) : g_(g), budget_(budget), rules_(rules) {}
 
   PassResult run() {
-    Timeline t = timelineOf(g_, is_view_);
+    Timeline t = timelineOf(g_, rules_);
     const uint64_t before = t.peak;
     uint64_t inputs = 0;
     for (const Value* v : g_.inputs()) inputs += v->type().bytes();
@@ -117,7 +114,7 @@ class Remat {
           cands.begin(), cands.end(), [](const Candidate& a, const Candidate& b) { return a.score < b.score; });
       ++attempts;
       Applied applied = apply(best, t.live.order);
-      Timeline next = timelineOf(g_, is_view_);
+      Timeline next = timelineOf(g_, rules_);
       if (next.peak < t.peak || (next.peak == t.peak && next.area < t.area)) {
         ++recomputed_;
         nodes_added_ += applied.clones.size();
@@ -320,7 +317,7 @@ class Remat {
 
   Graph& g_;
   uint64_t budget_;
-  ViewPredicate is_view_;
+  const MemoryRules& rules_;
   std::set<std::pair<const Value*, bool>> rejected_;              // (value, with reuse) tried and undone
   std::unordered_map<const Value*, std::vector<Value*>> copies_;  // original -> the copies remat made
   std::unordered_map<const Value*, const Value*> original_;       // copy -> its original
@@ -335,7 +332,7 @@ Result<PassResult> runRemat(Graph& g, PassContext& ctx) {
   return catchErrors([&]() -> PassResult {
     const uint64_t budget = ctx.training.memory_budget;
     if (budget == 0) return PassResult{false, {{"budget", 0.0}}};
-    return Remat(g, budget, ctx.is_view).run();
+    return Remat(g, budget, ctx.memory).run();
   });
 }
 

@@ -13,7 +13,7 @@
 // if the peak (then the area under the timeline) went down, else undoes
 // it, and goes on at the new peak. Recomputation is the same kernels on the
 // same inputs, so the values are bit for bit the same. Peaks count
-// elementwise results written in place (core/liveness.h inPlaceWrites).
+// elementwise results written in place (core/memory_rules.h: the target's rules).
 // If the budget cannot be met, the error gives the smallest peak reached,
 // what the graph inputs (weights, optimizer state, batch) alone take, and
 // what the peak node itself reads and writes.

@@ -19,7 +19,7 @@ constexpr int64_t kNegligibleBytes = 64;
 /// still read it.
 class ListScheduler {
  public:
-  explicit ListScheduler(const Graph& g) {
+  ListScheduler(const Graph& g, const MemoryRules& rules) : rules_(rules) {
     for (const auto& n : g.nodes()) {
       index_[n.get()] = nodes_.size();
       nodes_.push_back(n.get());
@@ -58,7 +58,7 @@ class ListScheduler {
         last_collective = i;
       }
     // An update waits for every other reader of the state it replaces.
-    const InPlaceUpdates updates = inPlaceCandidates(g, analyzeLiveness(g));
+    const InPlaceUpdates updates = analyzeStepLiveness(g, rules).updates;
     for (const auto& [out, state] : updates) {
       const size_t u = index_.at(out->producer());
       for (const Node* reader : readersOf(state))
@@ -94,12 +94,12 @@ class ListScheduler {
 
  private:
   const Value* root(const Value* v) const {
-    while (v->producer() && mayAliasInput(*v->producer())) v = v->producer()->input(0);
+    while (v->producer() && rules_.view(*v->producer())) v = v->producer()->input(0);
     return v;
   }
 
   /// The nodes that read v's buffer: v's users and the users of its views.
-  static std::vector<const Node*> readersOf(const Value* v) {
+  std::vector<const Node*> readersOf(const Value* v) {
     std::vector<const Node*> out;
     std::vector<const Value*> stack = {v};
     while (!stack.empty()) {
@@ -107,7 +107,7 @@ class ListScheduler {
       stack.pop_back();
       for (const Use& use : x->uses()) {
         out.push_back(use.user);
-        if (mayAliasInput(*use.user) && use.index == 0)
+        if (rules_.view(*use.user) && use.index == 0)
           for (const Value* o : use.user->outputs()) stack.push_back(o);
       }
     }
@@ -132,7 +132,7 @@ class ListScheduler {
   int64_t net(size_t i) const {
     int64_t bytes = 0;
     const Node* n = nodes_[i];
-    if (!(n->numInputs() > 0 && mayAliasInput(*n)))
+    if (!rules_.view(*n))
       for (const Value* o : n->outputs())
         if (!in_place_.count(o)) bytes += static_cast<int64_t>(o->type().bytes());
     // Scalars (the step counter, constants, a clipping coefficient) cost
@@ -145,6 +145,7 @@ class ListScheduler {
 
   std::vector<Node*> nodes_;
   std::unordered_map<const Node*, size_t> index_;
+  const MemoryRules& rules_;  // which nodes make views, which updates may be written in place
   std::vector<int> tier_;  // per node: 0 collective, 2 reads a collective's result, 1 the rest (lower first)
   std::vector<size_t> waits_;
   std::vector<std::vector<size_t>> next_;
@@ -156,15 +157,15 @@ class ListScheduler {
 
 }  // namespace
 
-Result<PassResult> runSchedule(Graph& g, PassContext&) {
+Result<PassResult> runSchedule(Graph& g, PassContext& ctx) {
   return catchErrors([&]() -> PassResult {
     std::vector<Node*> before;
     for (const auto& n : g.nodes()) before.push_back(n.get());
-    const uint64_t peak_before = estimatePeakBytes(g);
-    std::vector<Node*> order = ListScheduler(g).run();
+    const uint64_t peak_before = estimatePeakBytes(g, ctx.memory);
+    std::vector<Node*> order = ListScheduler(g, ctx.memory).run();
     if (order.size() != before.size()) fail("schedule: the graph has a cycle");  // the verifier rules it out
     g.reorder(order);
-    uint64_t peak_after = estimatePeakBytes(g);
+    uint64_t peak_after = estimatePeakBytes(g, ctx.memory);
     if (peak_after >= peak_before) {
       g.reorder(before);
       order = before;

@@ -18,8 +18,9 @@
 // An update that may write over the state it replaces (an optimizer update,
 // a BatchNorm running statistic) waits until every other reader of that
 // state has run, so writing in place stays possible.
-// The new order is kept only when its peak of live bytes (core/liveness.h,
-// updates in place) is lower than the current order's.
+// Views and writes in place are the target's (core/memory_rules.h). The new
+// order is kept only when its peak of live bytes (estimatePeakBytes under
+// the same rules) is lower than the current order's.
 //
 // Needs: a verified graph. Guarantees: the same nodes computing the same
 // values (only their order changes); the estimated peak does not grow.

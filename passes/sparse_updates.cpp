@@ -10,7 +10,7 @@ constexpr size_t kScalars = 3;  // lr, step, grad_scale (core/ops/optim.cpp)
 /// take its rows instead (f32/f64, as the row kernel has them).
 Node* rowSparseSource(const Value* p, const Value* g) {
   Node* src = g->producer();
-  if (!src || src->op() != "rows_to_dense") return nullptr;
+  if (!src || !src->is(Op::rows_to_dense)) return nullptr;
   if (p->dtype() != DType::F32 && p->dtype() != DType::F64) return nullptr;
   return p->shape().size() == 2 && src->input(1)->dtype() == p->dtype() ? src : nullptr;
 }
@@ -21,7 +21,7 @@ Result<PassResult> runSparseUpdates(Graph& g, PassContext&) {
   return catchErrors([&]() -> PassResult {
     std::vector<Node*> updates;
     for (const auto& n : g.nodes())
-      if (n->op() == "sgd_update" && n->f("momentum") == 0 && n->f("weight_decay") == 0) updates.push_back(n.get());
+      if (n->is(Op::sgd_update) && n->f("momentum") == 0 && n->f("weight_decay") == 0) updates.push_back(n.get());
     double made = 0;
     std::vector<Node*> sources;
     for (Node* u : updates) {

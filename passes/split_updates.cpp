@@ -10,7 +10,7 @@ constexpr size_t kScalars = 3;  // lr, step, grad_scale (core/ops/optim.cpp)
 
 /// Inputs per parameter group and outputs per group of an update node.
 std::pair<size_t, size_t> groupSizes(const Node& n) {
-  if (n.op() == "adam_update") return {4, 3};
+  if (n.is(Op::adam_update)) return {4, 3};
   const bool momentum = n.f("momentum") != 0;
   return {momentum ? 3 : 2, momentum ? 2 : 1};
 }
@@ -36,7 +36,7 @@ Result<PassResult> runSplitUpdates(Graph& g, PassContext&) {
   return catchErrors([&]() -> PassResult {
     std::vector<Node*> updates;
     for (const auto& n : g.nodes())
-      if (n->op() == "adam_update" || n->op() == "sgd_update") updates.push_back(n.get());
+      if (n->is(Op::adam_update) || n->is(Op::sgd_update)) updates.push_back(n.get());
     PassResult r;
     double split = 0, made = 0, kept = 0;
     for (Node* u : updates) {

@@ -97,7 +97,7 @@ void CollectiveEngine::start(size_t index, const Node& n, std::span<const Tensor
   }
   auto job = std::make_shared<Job>();
   job->index = index;
-  if (n.op() == "allreduce_rows") {
+  if (n.is(Op::allreduce_rows)) {
     startRows(*job, n, ins, outs);
   } else {
     startDense(*job, n, ins, outs);

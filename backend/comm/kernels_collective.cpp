@@ -21,7 +21,7 @@ void collectiveKernel(const Node& n, std::span<const Tensor> ins, std::span<Tens
   // One rank: each output is its input (a reduce_scatter's are the inputs
   // this rank owns, in order; allreduce_rows's rows are padded to its
   // capacity).
-  if (n.op() == "allreduce_rows") {
+  if (n.is(Op::allreduce_rows)) {
     Tensor& rows = outs[0];
     std::memset(outs[1].raw(), 0, outs[1].bytes());
     for (int64_t j = 0; j < rows.numel(); ++j) rows.data<int64_t>()[j] = -1;
@@ -30,7 +30,7 @@ void collectiveKernel(const Node& n, std::span<const Tensor> ins, std::span<Tens
     return;
   }
   for (size_t i = 0, o = 0; i < ins.size() && o < outs.size(); ++i) {
-    if (n.op() == "reduce_scatter" && n.is("owners")[i] != n.i("rank")) continue;
+    if (n.is(Op::reduce_scatter) && n.is("owners")[i] != n.i("rank")) continue;
     if (ins[i].bytes()) std::memcpy(outs[o].raw(), ins[i].raw(), ins[i].bytes());
     ++o;
   }

@@ -45,7 +45,7 @@ inline Tensor nchwCopy(const Tensor& t) {
 template <void (*F)(const Node&, std::span<const Tensor>, std::span<Tensor>, KernelContext&)>
 void viaNchw(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext& ctx) {
   if (!channelsLast(n)) return F(n, in, out, ctx);
-  const bool weight_grad = n.op() == "conv2d_weight_backward";
+  const bool weight_grad = n.is(Op::conv2d_weight_backward);
   std::vector<Tensor> nchw(in.begin(), in.end());
   nchw[0] = nchwCopy(in[0]);
   if (weight_grad) {

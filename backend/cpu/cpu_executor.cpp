@@ -3,6 +3,7 @@
 #include "backend/comm/collective_engine.h"
 #include "backend/cpu/blas_threads.h"
 #include "backend/cpu/node_stages.h"
+#include "backend/kernel_memory_rules.h"
 #include "core/op_table.h"
 #include "core/trace.h"
 #include "core/tsan_sync.h"
@@ -102,23 +103,24 @@ Result<CpuExecutor> CpuExecutor::create(const Graph& graph, CpuExecutorOptions o
     ex.choices_.push_back(std::move(picked->second));
   }
   if (!missing.empty()) return Error{"no CPU kernel for " + missing.str()};
-  std::unordered_map<const Node*, const KernelDef*> kernel_of;
-  for (size_t i = 0; i < ex.nodes_.size(); ++i) {
-    kernel_of[ex.nodes_[i]] = ex.kernels_[i];
-    ex.index_of_[ex.nodes_[i]] = i;
-  }
-  const ViewPredicate is_view = [&](const Node& n) { return kernel_of.at(&n)->output_views_input0; };
-  const Liveness liveness = analyzeLiveness(graph, is_view);
-  const InPlaceUpdates in_place = ex.findDonors(liveness);
+  for (size_t i = 0; i < ex.nodes_.size(); ++i) ex.index_of_[ex.nodes_[i]] = i;
+  // Views and writes in place follow the CPU's memory rules, the ones the
+  // passes counted with; every bound kernel must do what they say.
+  const MemoryRules rules = cpuMemoryRules(sel.dialects);
+  for (size_t i = 0; i < ex.nodes_.size(); ++i)
+    if (Status st = checkKernelFollowsRules(*ex.kernels_[i], *ex.nodes_[i], rules); !st) return st.error();
+  const StepLiveness step = analyzeStepLiveness(graph, rules);
+  ex.setDonors(step.all());
   if (options.concurrent_nodes) {
-    ex.stages_ = groupIndependentNodes(liveness, ex.kernels_, ex.donors_,
+    ex.stages_ = groupIndependentNodes(step.plain, ex.kernels_, ex.donors_,
                                        options.min_beside_micros >= 0 ? options.min_beside_micros : kMinBesideMicros);
   } else {
     for (size_t i = 0; i < ex.nodes_.size(); ++i) ex.stages_.emplace_back(i, i + 1);
   }
   // The plan of the steady state: outputs written in place share their
   // donor's buffer; nodes that run together share no bytes.
-  ex.plan_ = std::make_shared<const MemoryPlan>(planMemory(graph, is_view, &in_place, &ex.stages_));
+  ex.plan_ = reusablePlan(options.plan, graph, rules, ex.stages_);
+  if (!ex.plan_) ex.plan_ = std::make_shared<const MemoryPlan>(planMemory(graph, rules, &ex.stages_));
   const MemoryPlan& plan = *ex.plan_;
   // Each intermediate is dropped after the last node that reads it (the
   // arena slot is reused by the plan; a fresh buffer goes back to the pool).
@@ -140,12 +142,7 @@ Result<CpuExecutor> CpuExecutor::create(const Graph& graph, CpuExecutorOptions o
   return ex;
 }
 
-InPlaceUpdates CpuExecutor::findDonors(const Liveness& l) {
-  std::unordered_map<const Node*, size_t> index;
-  for (size_t i = 0; i < nodes_.size(); ++i) index[nodes_[i]] = i;
-  InPlaceUpdates in_place =
-      inPlaceCandidates(*graph_, l, [&](const Node& n) { return kernels_[index.at(&n)]->updates_in_place; });
-  in_place.merge(elementwiseInPlace(l, [&](const Node& n) { return kernels_[index.at(&n)]->writes_over_input; }));
+void CpuExecutor::setDonors(const InPlaceUpdates& in_place) {
   for (const Node* n : nodes_) {
     std::vector<const Value*> d;
     for (const Value* o : n->outputs()) {
@@ -154,7 +151,6 @@ InPlaceUpdates CpuExecutor::findDonors(const Liveness& l) {
     }
     donors_.push_back(std::move(d));
   }
-  return in_place;
 }
 
 /// What one run keeps while it walks the stages.

@@ -1,8 +1,11 @@
 // Reference CPU executor: runs a Graph in its order with the kernels the
 // registry selects. Intermediates live in one arena laid out by the memory
-// plan (passes/memory_plan.h, with the views the bound kernels really make):
-// a steady-state run allocates no buffer for them, only for what it returns
-// and what kernels convert.
+// plan (passes/memory_plan.h) under the CPU's memory rules
+// (cpuMemoryRules: the views and writes in place its kernels make, the
+// rules the passes counted with): the memory_plan pass's own plan when the
+// nodes run one at a time, else the same planning with lifetimes widened to
+// the stages. A steady-state run allocates no buffer for intermediates,
+// only for what it returns and what kernels convert.
 //
 // Threads: one OpenMP pool does everything. A big node runs alone with the
 // pool inside its kernel (OpenMP loops, oneDNN); runs of small independent
@@ -49,6 +52,10 @@ struct CpuExecutorOptions {
   /// communication thread and the run waits at their first reader
   /// (backend/comm/collective_engine.h). nullptr: one process.
   CollectiveEngine* collectives = nullptr;
+  /// The memory_plan pass's plan of this graph (PassContext::memory_plan),
+  /// run as it is when no stage runs nodes side by side and it was made
+  /// for this graph under cpuMemoryRules; nullptr or otherwise: planned here.
+  std::shared_ptr<const MemoryPlan> plan;
 };
 
 class CpuExecutor : public StepExecutor {
@@ -96,9 +103,9 @@ class CpuExecutor : public StepExecutor {
  private:
   /// Fills donors_: which outputs may be written into which value's buffer
   /// (updates over the graph inputs they replace, see run(); elementwise
-  /// results over an input they read last), by the bound kernels' flags,
-  /// from the liveness with the kernels' views. Returns them as a map.
-  InPlaceUpdates findDonors(const Liveness& l);
+  /// results over an input they read last): the memory rules' writes in
+  /// place (analyzeStepLiveness).
+  void setDonors(const InPlaceUpdates& in_place);
   /// One node's inputs, outputs and error while its stage runs.
   struct NodeRun {
     std::vector<Tensor> ins, outs;

@@ -58,7 +58,7 @@ struct ConvGeom {
 };
 
 ConvGeom convGeom(const Node& n) {
-  const bool weight_grad = n.op() == "conv2d_weight_backward";
+  const bool weight_grad = n.is(Op::conv2d_weight_backward);
   const bool nhwc = channelsLast(n);
   auto nchw = [nhwc](const Shape& s) { return nhwc ? nchwFromNhwc(s) : s; };
   const Shape x = nchw(weight_grad ? n.input(1)->shape() : n.is("input_shape"));
@@ -326,11 +326,11 @@ bool dnnlSupports(const Node& n) {
   // backward 762 ms on blas, about 640 ms on oneDNN). bf16 ones stay in
   // oneDNN, which computes bf16 without converting.
   if (g.kh == 1 && g.kw == 1 && g.groups == 1 && *dt == memory::data_type::f32 && !cpuHasAvx512()) return false;
-  return dnnlBackwardFor(g, n.op() == "conv2d_weight_backward", *dt) != nullptr;
+  return dnnlBackwardFor(g, n.is(Op::conv2d_weight_backward), *dt) != nullptr;
 }
 
 void dnnlBackwardKernel(const Node& n, std::span<const Tensor> in, std::span<Tensor> out, KernelContext&) {
-  const bool weights = n.op() == "conv2d_weight_backward";
+  const bool weights = n.is(Op::conv2d_weight_backward);
   auto dt = gradType(n);
   const DnnlConvBackward* b = dt ? dnnlBackwardFor(convGeom(n), weights, *dt) : nullptr;
   if (!b) opFail(n, "oneDNN has no convolution backward for this configuration");

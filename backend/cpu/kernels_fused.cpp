@@ -88,47 +88,47 @@ KILN_SIMD_CLONES void whereRun(const T* __restrict c, const T* __restrict a, con
 /// The instruction for one body node; fails for ops outside fusibleOps().
 template <class T>
 std::function<void(const T* const*, T*, int64_t)> instruction(const Node& n) {
-  const std::string& op = n.op();
-  if (op == "add") return binary<T>([](T a, T b) { return a + b; });
-  if (op == "sub") return binary<T>([](T a, T b) { return a - b; });
-  if (op == "mul") return binary<T>([](T a, T b) { return a * b; });
-  if (op == "div") return binary<T>([](T a, T b) { return a / b; });
-  if (op == "lt") return binary<T>([](T a, T b) { return T(a < b); });
-  if (op == "le") return binary<T>([](T a, T b) { return T(a <= b); });
-  if (op == "gt") return binary<T>([](T a, T b) { return T(a > b); });
-  if (op == "ge") return binary<T>([](T a, T b) { return T(a >= b); });
-  if (op == "eq") return binary<T>([](T a, T b) { return T(a == b); });
-  if (op == "ne") return binary<T>([](T a, T b) { return T(a != b); });
-  if (op == "where") return [](const T* const* in, T* out, int64_t cnt) { whereRun(in[0], in[1], in[2], out, cnt); };
-  if (op == "cast")  // f32 <-> bf16 in a float body: the value, rounded after when the cast is to bf16
+  const Op op = n.kind();
+  if (op == Op::add) return binary<T>([](T a, T b) { return a + b; });
+  if (op == Op::sub) return binary<T>([](T a, T b) { return a - b; });
+  if (op == Op::mul) return binary<T>([](T a, T b) { return a * b; });
+  if (op == Op::div) return binary<T>([](T a, T b) { return a / b; });
+  if (op == Op::lt) return binary<T>([](T a, T b) { return T(a < b); });
+  if (op == Op::le) return binary<T>([](T a, T b) { return T(a <= b); });
+  if (op == Op::gt) return binary<T>([](T a, T b) { return T(a > b); });
+  if (op == Op::ge) return binary<T>([](T a, T b) { return T(a >= b); });
+  if (op == Op::eq) return binary<T>([](T a, T b) { return T(a == b); });
+  if (op == Op::ne) return binary<T>([](T a, T b) { return T(a != b); });
+  if (op == Op::where) return [](const T* const* in, T* out, int64_t cnt) { whereRun(in[0], in[1], in[2], out, cnt); };
+  if (op == Op::cast)  // f32 <-> bf16 in a float body: the value, rounded after when the cast is to bf16
     return [](const T* const* in, T* __restrict out, int64_t cnt) { std::copy(in[0], in[0] + cnt, out); };
-  if (op == "full") {  // a scalar constant, converted as fullKernel does (a bf16 one rounded here, once)
+  if (op == Op::full) {  // a scalar constant, converted as fullKernel does (a bf16 one rounded here, once)
     T v = convert<T>(n.f("value"));
     if (n.output()->dtype() == DType::BF16) v = T(bf16ToFloat(floatToBf16(static_cast<float>(v))));
     return [v](const T* const*, T* __restrict out, int64_t cnt) { std::fill(out, out + cnt, v); };
   }
-  if (op == "unary_backward") {
+  if (op == Op::unary_backward) {
     auto block = unaryBackwardBlock<T>(n);
     if (!block) return nullptr;
     return [block](const T* const* in, T* out, int64_t cnt) { block(in[0], in[1], out, cnt); };
   }
-  if (op == "neg") return unary<T, NegOp>(n);
-  if (op == "relu") return unary<T, ReluOp>(n);
-  if (op == "gelu") return geluTanh(n) ? unary<T, GeluOp<true>>(n) : unary<T, GeluOp<false>>(n);
-  if (op == "tanh") return unary<T, TanhOp>(n);
-  if (op == "sigmoid") return unary<T, SigmoidOp>(n);
-  if (op == "silu") return unary<T, SiluOp>(n);
-  if (op == "exp") return unary<T, ExpOp>(n);
-  if (op == "log") return unary<T, LogOp>(n);
-  if (op == "sqrt") return unary<T, SqrtOp>(n);
-  if (op == "rsqrt") return unary<T, RsqrtOp>(n);
-  if (op == "abs") return unary<T, AbsOp>(n);
-  if (op == "erf") return unary<T, ErfOp>(n);
-  if (op == "leaky_relu") return unary<T, LeakyReluOp>(n);
-  if (op == "hardtanh" || op == "clamp") return unary<T, ClampOp>(n);
-  if (op == "hardswish") return unary<T, HardswishOp>(n);
-  if (op == "hardsigmoid") return unary<T, HardsigmoidOp>(n);
-  if (op == "reciprocal") return unary<T, ReciprocalOp>(n);
+  if (op == Op::neg) return unary<T, NegOp>(n);
+  if (op == Op::relu) return unary<T, ReluOp>(n);
+  if (op == Op::gelu) return geluTanh(n) ? unary<T, GeluOp<true>>(n) : unary<T, GeluOp<false>>(n);
+  if (op == Op::tanh) return unary<T, TanhOp>(n);
+  if (op == Op::sigmoid) return unary<T, SigmoidOp>(n);
+  if (op == Op::silu) return unary<T, SiluOp>(n);
+  if (op == Op::exp) return unary<T, ExpOp>(n);
+  if (op == Op::log) return unary<T, LogOp>(n);
+  if (op == Op::sqrt) return unary<T, SqrtOp>(n);
+  if (op == Op::rsqrt) return unary<T, RsqrtOp>(n);
+  if (op == Op::abs) return unary<T, AbsOp>(n);
+  if (op == Op::erf) return unary<T, ErfOp>(n);
+  if (op == Op::leaky_relu) return unary<T, LeakyReluOp>(n);
+  if (op == Op::hardtanh || op == Op::clamp) return unary<T, ClampOp>(n);
+  if (op == Op::hardswish) return unary<T, HardswishOp>(n);
+  if (op == Op::hardsigmoid) return unary<T, HardsigmoidOp>(n);
+  if (op == Op::reciprocal) return unary<T, ReciprocalOp>(n);
   return nullptr;
 }
 
@@ -136,8 +136,8 @@ std::function<void(const T* const*, T*, int64_t)> instruction(const Node& n) {
 /// change or a clamp at zero of bf16 values is a bf16 value, and `full`
 /// rounds its constant once when the program is built.
 bool exactInBf16(const Node& n) {
-  const std::string& op = n.op();
-  return op == "where" || op == "relu" || op == "neg" || op == "abs" || op == "full";
+  const Op op = n.kind();
+  return op == Op::where || op == Op::relu || op == Op::neg || op == Op::abs || op == Op::full;
 }
 
 template <class T>

@@ -238,7 +238,7 @@ bool fitsBlas(const Node& n) {
 /// amp's bf16/f16 GEMMs: through f32 SGEMM (see cpu::floatInputsLowp; a
 /// linear's residual may be f32).
 bool fitsBlasLowp(const Node& n) {
-  if (n.op() == "linear" ? !linearInputsLowp(n) : !cpu::floatInputsLowp(n)) return false;
+  if (n.is(Op::linear) ? !linearInputsLowp(n) : !cpu::floatInputsLowp(n)) return false;
   for (Value* v : n.inputs())
     for (int64_t d : v->shape())
       if (d > INT32_MAX / 2) return false;

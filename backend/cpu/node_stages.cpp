@@ -10,9 +10,9 @@ namespace kiln {
 
 double estimatedMicros(const Node& n) {
   const Cost c = nodeCost(n);
-  const std::string_view op = n.op();
-  const bool gemm = op.find("matmul") != op.npos || op.find("linear") != op.npos || op.find("bmm") != op.npos || op == "gemm" ||
-                    op.find("conv") != op.npos;
+  const Op op = n.kind();
+  const bool gemm = op == Op::matmul || op == Op::linear || op == Op::gemm || op == Op::conv2d ||
+                    op == Op::conv2d_input_backward || op == Op::conv2d_weight_backward;
   return std::max(c.flops / (gemm ? kGemmFlopsPerMicro : kFlopsPerMicro), ioBytes(n) / kBytesPerMicro);
 }
 

@@ -103,7 +103,7 @@ struct GeluOp {
 struct ClampOp {
   double lo, hi;
   explicit ClampOp(const Node& n)
-      : lo(n.f(n.op() == "hardtanh" ? "min_val" : "min")), hi(n.f(n.op() == "hardtanh" ? "max_val" : "max")) {}
+      : lo(n.f(n.is(Op::hardtanh) ? "min_val" : "min")), hi(n.f(n.is(Op::hardtanh) ? "max_val" : "max")) {}
   template <class C>
   C operator()(C x) const {
     if constexpr (std::is_floating_point_v<C>) {

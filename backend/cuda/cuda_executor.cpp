@@ -13,6 +13,7 @@
 #include "backend/cuda/cuda_sync.h"
 #include "backend/cuda/kernels_optim.h"
 #include "backend/cuda/nccl_communicator.h"
+#include "backend/kernel_memory_rules.h"
 #include "core/liveness.h"
 #include "core/op_table.h"
 
@@ -99,16 +100,17 @@ Status CudaExecutor::bind() {
     check(cudaEventCreateWithFlags(&batch_ready_, cudaEventDisableTiming), "cudaEventCreate");
     check(cudaEventCreateWithFlags(&batch_taken_, cudaEventDisableTiming), "cudaEventCreate");
 
-    std::unordered_map<const Node*, const CudaKernelDef*> kernel_of;
-    for (size_t i = 0; i < nodes_.size(); ++i) kernel_of[nodes_[i]] = kernels_[i];
-    const ViewPredicate is_view = [&](const Node& n) { return kernel_of.at(&n)->output_views_input0; };
-    const Liveness plain = analyzeLiveness(*graph_, is_view);
-    // The executor owns the state buffers, so every update its kernel allows
-    // is written in place; elementwise results over inputs read last.
-    InPlaceUpdates in_place =
-        inPlaceCandidates(*graph_, plain, [&](const Node& n) { return kernel_of.at(&n)->updates_in_place; });
-    in_place.merge(elementwiseInPlace(plain, [&](const Node& n) { return kernel_of.at(&n)->writes_over_input; }));
-    plan_ = std::make_shared<const MemoryPlan>(planMemory(*graph_, is_view, &in_place));
+    // The GPU's memory rules, the ones the passes counted with: the executor
+    // owns the state buffers, so every update they allow is written in
+    // place, and elementwise results over inputs read last.
+    const MemoryRules rules = cudaMemoryRules(options_.kernels.dialects);
+    for (size_t i = 0; i < nodes_.size(); ++i)
+      if (Status st = checkKernelFollowsRules(*kernels_[i], *nodes_[i], rules); !st) fail(st.error().message);
+    const InPlaceUpdates in_place = analyzeStepLiveness(*graph_, rules).all();
+    NodeStages one_at_a_time;
+    for (size_t i = 0; i < nodes_.size(); ++i) one_at_a_time.emplace_back(i, i + 1);
+    plan_ = reusablePlan(options_.plan, *graph_, rules, one_at_a_time);
+    if (!plan_) plan_ = std::make_shared<const MemoryPlan>(planMemory(*graph_, rules));
     const MemoryPlan& plan = *plan_;
 
     auto alloc = [&](size_t bytes, const char* what) -> void* {

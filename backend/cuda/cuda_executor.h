@@ -59,6 +59,9 @@ struct CudaExecutorOptions {
   /// collectives are copies on the compute stream). With one, collectives
   /// run on a communication stream.
   std::shared_ptr<NcclCommunicator> nccl;
+  /// The memory_plan pass's plan of this graph, run as it is when it was
+  /// made under cudaMemoryRules for this graph (reusablePlan); else planned here.
+  std::shared_ptr<const MemoryPlan> plan;
 };
 
 class CudaExecutor {

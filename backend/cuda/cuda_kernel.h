@@ -30,6 +30,7 @@
 
 #include "backend/kernel_table.h"
 #include "core/ir.h"
+#include "core/memory_rules.h"
 
 namespace kiln::cuda {
 
@@ -127,6 +128,10 @@ class CudaKernelRegistry : public KernelTable<CudaKernelDef> {
   /// Every CUDA kernel family registered.
   static const CudaKernelRegistry& get();
 };
+
+/// The GPU's memory rules under a dialect selection, read off the registry
+/// (backend/kernel_memory_rules.h): target "cuda" or "cuda[dialects]".
+MemoryRules cudaMemoryRules(const DialectOrder& order = {});
 
 // Family registration, one per file of backend/cuda/.
 void registerCudaElementwiseKernels(CudaKernelRegistry& r);  // kernels_elementwise.cu

@@ -69,12 +69,17 @@ Result<std::unique_ptr<DeviceStepRunner>> create(const Graph& graph, const Devic
     nccl = std::move(*comm);
   }
   auto ex = CudaExecutor::create(
-      graph, {.seed = o.seed, .device = device, .kernels = o.kernels, .cuda_graph = true, .nccl = std::move(nccl)});
+      graph, {.seed = o.seed, .device = device, .kernels = o.kernels, .cuda_graph = true, .nccl = std::move(nccl),
+                     .plan = o.plan});
   if (!ex) return ex.error();
   return std::unique_ptr<DeviceStepRunner>(std::make_unique<Runner>(std::move(*ex)));
 }
 
-const DeviceBackend kBackend{dialects, target, create, NcclCommunicator::uniqueId};
+MemoryRules memoryRules(const DialectOrder& order) {
+  return cudaMemoryRules(order);
+}
+
+const DeviceBackend kBackend{dialects, target, create, NcclCommunicator::uniqueId, memoryRules};
 
 }  // namespace
 }  // namespace kiln::cuda

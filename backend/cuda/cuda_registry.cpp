@@ -1,4 +1,5 @@
 #include "backend/cuda/cuda_kernel.h"
+#include "backend/kernel_memory_rules.h"
 
 namespace kiln::cuda {
 
@@ -24,6 +25,10 @@ const CudaKernelRegistry& CudaKernelRegistry::get() {
     return r;
   }();
   return reg;
+}
+
+MemoryRules cudaMemoryRules(const DialectOrder& order) {
+  return kernelMemoryRules(CudaKernelRegistry::get(), order, order.restricted() ? "cuda[" + order.str() + "]" : "cuda");
 }
 
 }  // namespace kiln::cuda

@@ -188,7 +188,7 @@ bool isGeluTanh(const Node& n) {
 }
 
 Graph parseBody(const Node& n) {
-  if (n.op() != "fused_elementwise" && n.op() != "fused_reduction")
+  if (!n.is(Op::fused_elementwise) && !n.is(Op::fused_reduction))
     opFail(n, "the CUDA fused codegen runs fused_elementwise and fused_reduction nodes, not " + n.op());
   auto g = parseGraph(n.s("body"), n.op() + " body");
   if (!g) opFail(n, "body: " + g.error().message);
@@ -253,33 +253,33 @@ const char* storageType(DType t) {
 
 /// The expression computing body node `b` from its argument names.
 std::string expression(const Node& b, const std::vector<std::string>& a) {
-  const std::string& op = b.op();
+  const Op op = b.kind();
   auto bin = [&](const char* sym) { return a.at(0) + " " + sym + " " + a.at(1); };
   auto cmp = [&](const char* sym) { return "(" + a.at(0) + " " + sym + " " + a.at(1) + ") ? C(1) : C(0)"; };
-  if (op == "add") return bin("+");
-  if (op == "sub") return bin("-");
-  if (op == "mul") return bin("*");
-  if (op == "div") return bin("/");
-  if (op == "lt") return cmp("<");
-  if (op == "le") return cmp("<=");
-  if (op == "gt") return cmp(">");
-  if (op == "ge") return cmp(">=");
-  if (op == "eq") return cmp("==");
-  if (op == "ne") return cmp("!=");
-  if (op == "where") return a.at(0) + " != C(0) ? " + a.at(1) + " : " + a.at(2);
-  if (op == "cast") {  // f32 <-> bf16: the value (rounded by the caller when the cast is to bf16)
+  if (op == Op::add) return bin("+");
+  if (op == Op::sub) return bin("-");
+  if (op == Op::mul) return bin("*");
+  if (op == Op::div) return bin("/");
+  if (op == Op::lt) return cmp("<");
+  if (op == Op::le) return cmp("<=");
+  if (op == Op::gt) return cmp(">");
+  if (op == Op::ge) return cmp(">=");
+  if (op == Op::eq) return cmp("==");
+  if (op == Op::ne) return cmp("!=");
+  if (op == Op::where) return a.at(0) + " != C(0) ? " + a.at(1) + " : " + a.at(2);
+  if (op == Op::cast) {  // f32 <-> bf16: the value (rounded by the caller when the cast is to bf16)
     const DType from = b.input(0)->dtype(), to = b.output()->dtype();
     if (from != to && !(isFloatStorage(from) && isFloatStorage(to)))
       opFail(b, "the CUDA fused codegen casts between f32 and bf16 only");
     return a.at(0);
   }
-  if (op == "full") return "C(" + literal(b.f("value")) + ")";
-  if (op == "gelu") return std::string(isGeluTanh(b) ? "op_gelu_tanh" : "op_gelu_none") + "(" + a.at(0) + ")";
-  if (op == "leaky_relu") return "op_leaky_relu(" + a.at(0) + ", " + literal(b.f("negative_slope")) + ")";
-  if (op == "hardtanh")
+  if (op == Op::full) return "C(" + literal(b.f("value")) + ")";
+  if (op == Op::gelu) return std::string(isGeluTanh(b) ? "op_gelu_tanh" : "op_gelu_none") + "(" + a.at(0) + ")";
+  if (op == Op::leaky_relu) return "op_leaky_relu(" + a.at(0) + ", " + literal(b.f("negative_slope")) + ")";
+  if (op == Op::hardtanh)
     return "op_clamp(" + a.at(0) + ", " + literal(b.f("min_val")) + ", " + literal(b.f("max_val")) + ")";
-  if (op == "clamp") return "op_clamp(" + a.at(0) + ", " + literal(b.f("min")) + ", " + literal(b.f("max")) + ")";
-  if (op == "unary_backward") {
+  if (op == Op::clamp) return "op_clamp(" + a.at(0) + ", " + literal(b.f("min")) + ", " + literal(b.f("max")) + ")";
+  if (op == Op::unary_backward) {
     const std::string& fn = b.s("fn");
     const std::string args = a.at(0) + ", " + a.at(1);
     if (fn == "gelu") return std::string(isGeluTanh(b) ? "grad_gelu_tanh" : "grad_gelu_none") + "(" + args + ")";
@@ -296,8 +296,8 @@ std::string expression(const Node& b, const std::vector<std::string>& a) {
   static const std::set<std::string, std::less<>> unary = {"neg",  "abs",       "relu",        "exp",       "log",
                                                            "sqrt", "rsqrt",     "tanh",        "sigmoid",   "erf",
                                                            "silu", "hardswish", "hardsigmoid", "reciprocal"};
-  if (unary.count(op)) return "op_" + op + "(" + a.at(0) + ")";
-  opFail(b, "the CUDA fused codegen cannot run '" + op + "' in a body");
+  if (unary.count(b.op())) return "op_" + b.op() + "(" + a.at(0) + ")";
+  opFail(b, "the CUDA fused codegen cannot run '" + b.op() + "' in a body");
 }
 
 /// 8-byte words in Params (packFusedParams writes them in the struct's order).
@@ -394,7 +394,7 @@ std::string bodyFunction(const FusedLayout& l, const Graph& body, size_t first_s
 
 bool fusedCodegenSupports(const Node& b) {
   if (!codegenOps().count(b.op())) return false;
-  if (b.op() == "unary_backward") return gradFns().count(b.s("fn")) > 0;
+  if (b.is(Op::unary_backward)) return gradFns().count(b.s("fn")) > 0;
   return true;
 }
 
@@ -431,11 +431,11 @@ std::vector<OperandKind> fusedOperandKinds(const Node& n, const Shape& loop) {
 FusedLayout analyzeFused(const Node& n) {
   const Graph body = parseBody(n);
   FusedLayout l;
-  l.reduction = n.op() == "fused_reduction";
+  l.reduction = n.is(Op::fused_reduction);
   for (const auto& b : body.nodes())
     if (!fusedCodegenSupports(*b))
       opFail(n, "the CUDA fused codegen cannot run '" + b->op() +
-                    (b->op() == "unary_backward" ? " fn=" + b->s("fn") : std::string()) + "' in a body");
+                    (b->is(Op::unary_backward) ? " fn=" + b->s("fn") : std::string()) + "' in a body");
   l.loop = body.outputs()[0].value->shape();
   l.numel = numelOf(l.loop);
   l.compute = computeTypeOf(n, body);

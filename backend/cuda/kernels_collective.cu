@@ -44,7 +44,7 @@ void enqueueDivide(void* dst, const void* src, size_t count, DType dt, int ranks
 }
 
 size_t collectiveStagingBytes(const Node& n) {
-  if (n.op() == "allreduce_rows") return rowsStaging(n).total;
+  if (n.is(Op::allreduce_rows)) return rowsStaging(n).total;
   std::map<DType, size_t> by_dtype;
   for (const Value* v : n.inputs()) by_dtype[v->dtype()] += v->type().bytes();
   size_t total = 0;
@@ -55,7 +55,7 @@ size_t collectiveStagingBytes(const Node& n) {
 void enqueueCollective(const Node& n, std::span<const DeviceTensor> ins, std::span<const DeviceTensor> outs,
                        void* staging, NcclCommunicator* comm, cudaStream_t pack_stream, cudaStream_t comm_stream,
                        cudaEvent_t packed, int* error_flag, uint64_t node_index) {
-  if (n.op() == "allreduce_rows")
+  if (n.is(Op::allreduce_rows))
     return enqueueRowsCollective(n, ins, outs, staging, comm, pack_stream, comm_stream, packed, error_flag, node_index);
   using Kind = CollectiveLayout::Kind;
   const int rank = comm ? comm->rank() : 0, size = comm ? comm->size() : 1;

@@ -57,8 +57,8 @@ constexpr size_t kMaxConvWorkspace = size_t{256} << 20;
 enum class ConvKind { Forward, BackwardData, BackwardFilter };
 
 ConvKind kindOf(const Node& n) {
-  if (n.op() == "conv2d_input_backward") return ConvKind::BackwardData;
-  if (n.op() == "conv2d_weight_backward") return ConvKind::BackwardFilter;
+  if (n.is(Op::conv2d_input_backward)) return ConvKind::BackwardData;
+  if (n.is(Op::conv2d_weight_backward)) return ConvKind::BackwardFilter;
   return ConvKind::Forward;
 }
 

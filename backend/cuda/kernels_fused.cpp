@@ -35,7 +35,7 @@ struct NodeKey {
   int64_t keepdim = 0;
 
   explicit NodeKey(const Node& n) : op(n.op()), body(n.s("body")) {
-    if (op == "fused_reduction") {
+    if (n.is(Op::fused_reduction)) {
       reduce = n.s("reduce");
       dims = n.is("dims");
       keepdim = n.i("keepdim");
@@ -44,7 +44,7 @@ struct NodeKey {
   /// Compares without allocating (called on every launch).
   bool matches(const Node& n) const {
     if (n.op() != op || n.s("body") != body) return false;
-    return op != "fused_reduction" || (n.s("reduce") == reduce && n.is("dims") == dims && n.i("keepdim") == keepdim);
+    return !n.is(Op::fused_reduction) || (n.s("reduce") == reduce && n.is("dims") == dims && n.i("keepdim") == keepdim);
   }
   std::string text() const {
     std::string s = op + "\n" + reduce + "\n" + std::to_string(keepdim) + "\n";

@@ -207,7 +207,7 @@ bool isLowp(DType t) {
 
 /// A matmul's or a gemm's plan.
 GemmPlan planProduct(const Node& n) {
-  const bool gemm = n.op() == "gemm";
+  const bool gemm = n.is(Op::gemm);
   return planMatmul(n.input(0)->shape(), n.input(1)->shape(), gemm && n.i("trans_a") != 0,
                     gemm && n.i("trans_b") != 0);
 }
@@ -216,7 +216,7 @@ GemmPlan planProduct(const Node& n) {
 /// CPU's residual epilogue (passes/fuse.cpp, CPU executors only) has no
 /// CUDA kernel.
 bool planFits(const Node& n) {
-  if (n.op() == "linear") {
+  if (n.is(Op::linear)) {
     if (n.i("residual") != 0) return false;
     const Shape& x = n.input(0)->shape();
     return numelOf(Shape(x.begin(), x.end() - 1)) <= INT32_MAX;
@@ -230,7 +230,7 @@ bool ltSupports(const Node& n) {
   if (t != DType::F32 && !isLowp(t)) return false;
   if (!sameDType(n) || !dimsFitInt(n) || !planFits(n)) return false;
   // K = 0 with a bias and relu would need an elementwise relu of the bias rows.
-  if (n.op() == "linear" && n.input(1)->shape()[1] == 0 && n.numInputs() == 3 && n.s("activation") == "relu")
+  if (n.is(Op::linear) && n.input(1)->shape()[1] == 0 && n.numInputs() == 3 && n.s("activation") == "relu")
     return false;
   return true;
 }
@@ -240,8 +240,8 @@ bool cublasSupports(const Node& n) {
   if (t != DType::F32 && t != DType::F64 && !isLowp(t)) return false;
   if (!sameDType(n) || !dimsFitInt(n) || !planFits(n)) return false;
   // relu runs through cuDNN's activation, used here for f32/f64 only.
-  if (n.op() == "linear" && n.s("activation") == "relu" && isLowp(t)) return false;
-  if (n.op() == "linear" && n.s("activation") == "relu" && n.output()->type().numel() > INT32_MAX) return false;
+  if (n.is(Op::linear) && n.s("activation") == "relu" && isLowp(t)) return false;
+  if (n.is(Op::linear) && n.s("activation") == "relu" && n.output()->type().numel() > INT32_MAX) return false;
   return true;
 }
 

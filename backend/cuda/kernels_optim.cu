@@ -337,7 +337,7 @@ void globalNorm(const Node& n, std::span<const DeviceTensor> in, std::span<const
 // ---- multi-tensor entry -------------------------------------------------------------------------
 
 bool isAdam(const Node& n) {
-  return n.op() == "adam_update";
+  return n.is(Op::adam_update);
 }
 
 /// A launch group: nodes reading the same scalar tensors, parameters of one dtype.
@@ -408,7 +408,7 @@ bool floatParams(const Node& n) {
 }  // namespace
 
 bool multiTensorCompatible(const Node& a, const Node& b) {
-  if (a.op() != b.op() || (a.op() != "adam_update" && a.op() != "sgd_update")) return false;
+  if (a.op() != b.op() || (!a.is(Op::adam_update) && !a.is(Op::sgd_update))) return false;
   if (isAdam(a)) {
     for (const char* f : {"beta1", "beta2", "eps", "weight_decay"})
       if (a.f(f) != b.f(f)) return false;

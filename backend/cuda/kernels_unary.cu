@@ -67,7 +67,7 @@ struct GeluM {
 struct ClampM {
   double lo, hi;
   explicit ClampM(const Node& n)
-      : lo(n.f(n.op() == "hardtanh" ? "min_val" : "min")), hi(n.f(n.op() == "hardtanh" ? "max_val" : "max")) {}
+      : lo(n.f(n.is(Op::hardtanh) ? "min_val" : "min")), hi(n.f(n.is(Op::hardtanh) ? "max_val" : "max")) {}
   template <class C>
   __device__ C operator()(C x) const {
     return op_clamp(x, lo, hi);

@@ -33,7 +33,7 @@ std::string storedOut(Emitter& e, const Node& n, size_t o, const std::string& x)
 
 /// The masked, scaled scores from logical q and k; `mi` is the mask input's index.
 std::string scores(Emitter& e, const Node& n, const std::string& q, const std::string& k, size_t mi) {
-  const DType ct = computeOf(n.input(n.op() == "attention" ? 0 : 1)->dtype());
+  const DType ct = computeOf(n.input(n.is(Op::attention) ? 0 : 1)->dtype());
   std::string s = e.call("aten.matmul.default", {q, e.call("aten.transpose.int", {k, "-2", "-1"})});
   s = e.call("aten.mul.Tensor", {s, pyFloat(n.f("scale"))});
   const std::string ninf = pyFloat(-std::numeric_limits<double>::infinity());
@@ -42,7 +42,7 @@ std::string scores(Emitter& e, const Node& n, const std::string& q, const std::s
   if (kind == "drop") s = e.call("aten.masked_fill.Scalar", {s, e.in(n, mi), ninf});
   if (kind == "add") s = e.call("aten.add.Tensor", {s, e.cast(e.in(n, mi), n.input(mi)->dtype(), ct)});
   if (n.i("causal")) {
-    const AttentionGeom g = attentionGeom(n, n.op() == "attention" ? 0 : 1);
+    const AttentionGeom g = attentionGeom(n, n.is(Op::attention) ? 0 : 1);
     std::string ones = e.call("aten.ones.default", {pyInts({g.L, g.S})}, {"dtype=torch.bool"});
     s = e.call("aten.masked_fill.Scalar", {s, e.call("aten.triu.default", {ones, "1"}), ninf});
   }

@@ -333,13 +333,13 @@ void emitDropout(Emitter& e, const Node& n) {
 }
 
 void emitSoftmax(Emitter& e, const Node& n) {
-  const char* target = n.op() == "softmax" ? "aten._softmax.default" : "aten._log_softmax.default";
+  const char* target = n.is(Op::softmax) ? "aten._softmax.default" : "aten._log_softmax.default";
   e.setOut(n, 0, e.call(target, {e.in(n, 0), pyInt(n.i("dim")), "False"}));
 }
 
 void emitSoftmaxBackward(Emitter& e, const Node& n) {
   const char* target =
-      n.op() == "softmax_backward" ? "aten._softmax_backward_data.default" : "aten._log_softmax_backward_data.default";
+      n.is(Op::softmax_backward) ? "aten._softmax_backward_data.default" : "aten._log_softmax_backward_data.default";
   e.setOut(n, 0, e.call(target, {e.in(n, 0), e.in(n, 1), pyInt(n.i("dim")), pyDType(n.input(1)->dtype())}));
 }
 

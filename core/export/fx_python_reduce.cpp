@@ -28,11 +28,11 @@ std::vector<int64_t> shapeOf(const Value* v) {
 }
 
 void emitSumMean(Emitter& e, const Node& n) {
-  e.setOut(n, 0, emitSumOrMean(e, n.op() == "mean", e.in(n, 0), axesOf(n, n.input(0)), n.i("keepdim") != 0));
+  e.setOut(n, 0, emitSumOrMean(e, n.is(Op::mean), e.in(n, 0), axesOf(n, n.input(0)), n.i("keepdim") != 0));
 }
 
 void emitAmaxAmin(Emitter& e, const Node& n) {
-  const char* target = n.op() == "amax" ? "aten.amax.default" : "aten.amin.default";
+  const char* target = n.is(Op::amax) ? "aten.amax.default" : "aten.amin.default";
   e.setOut(n, 0, e.call(target, {e.in(n, 0), pyInts(axesOf(n, n.input(0))), pyBool(n.i("keepdim") != 0)}));
 }
 
@@ -69,7 +69,7 @@ void emitVar(Emitter& e, const Node& n) {
 }
 
 void emitArg(Emitter& e, const Node& n) {
-  const char* target = n.op() == "argmax" ? "aten.argmax.default" : "aten.argmin.default";
+  const char* target = n.is(Op::argmax) ? "aten.argmax.default" : "aten.argmin.default";
   e.setOut(n, 0, e.call(target, {e.in(n, 0), pyInt(n.i("dim")), pyBool(n.i("keepdim") != 0)}));
 }
 

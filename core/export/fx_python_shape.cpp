@@ -75,7 +75,7 @@ void emitRepeat(Emitter& e, const Node& n) {
 }
 
 void emitTriangular(Emitter& e, const Node& n) {
-  const char* target = n.op() == "triu" ? "aten.triu.default" : "aten.tril.default";
+  const char* target = n.is(Op::triu) ? "aten.triu.default" : "aten.tril.default";
   e.setOut(n, 0, e.call(target, {e.in(n, 0), pyInt(n.i("diagonal"))}));
 }
 

@@ -1,9 +1,11 @@
 // Options shared by the model importers.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "core/result.h"
 #include "core/tensor_type.h"
 
 namespace kiln {
@@ -30,6 +32,16 @@ struct ImportOptions {
   /// it records each one here, treats its results and everything computed
   /// from them as unknown, imports the rest, and fails at the end.
   std::vector<UnsupportedOp>* unsupported = nullptr;
+  /// Asked between the import's phases and every few hundred nodes; false
+  /// stops the import with an ErrorKind::kCancelled error (kiln-studio's
+  /// Cancel). Reading the archive itself (libtorch's load) cannot stop.
+  /// Empty: never asked.
+  std::function<bool()> keep_going;
 };
+
+/// Fails with ErrorKind::kCancelled when `o.keep_going` says stop.
+inline void stopIfCancelled(const ImportOptions& o) {
+  if (o.keep_going && !o.keep_going()) fail("cancelled", ErrorKind::kCancelled);
+}
 
 }  // namespace kiln

@@ -30,14 +30,14 @@ namespace {
 std::vector<TensorType> inferCollective(const Node& n) {
   std::vector<TensorType> out;
   for (Value* v : n.inputs()) out.push_back(v->type());
-  if (n.op() == "allreduce") {
+  if (n.is(Op::allreduce)) {
     if (n.i("sparse") && n.numInputs() != 1) opFail(n, "a sparse allreduce takes one tensor");
     if (n.i("sparse") && n.i("block") < 1) opFail(n, "a sparse allreduce needs block >= 1");
     for (Value* v : n.inputs())
       if (v->dtype() == DType::Bool) opFail(n, "cannot sum a bool tensor");
   }
-  if (n.op() == "broadcast" && n.i("root") < 0) opFail(n, "root must be >= 0");
-  if (n.op() == "reduce_scatter" || n.op() == "allgather") {
+  if (n.is(Op::broadcast) && n.i("root") < 0) opFail(n, "root must be >= 0");
+  if (n.is(Op::reduce_scatter) || n.is(Op::allgather)) {
     const std::vector<int64_t>& owners = n.is("owners");
     if (owners.size() != n.numInputs())
       opFail(n, "owners has " + std::to_string(owners.size()) + " ranks for " + std::to_string(n.numInputs()) +
@@ -46,8 +46,8 @@ std::vector<TensorType> inferCollective(const Node& n) {
     for (int64_t o : owners)
       if (o < 0) opFail(n, "an owner rank must be >= 0");
     for (Value* v : n.inputs())
-      if (n.op() == "reduce_scatter" && v->dtype() == DType::Bool) opFail(n, "cannot sum a bool tensor");
-    if (n.op() == "reduce_scatter") {
+      if (n.is(Op::reduce_scatter) && v->dtype() == DType::Bool) opFail(n, "cannot sum a bool tensor");
+    if (n.is(Op::reduce_scatter)) {
       std::vector<TensorType> owned;
       for (size_t k = 0; k < owners.size(); ++k)
         if (owners[k] == n.i("rank")) owned.push_back(out[k]);
@@ -62,7 +62,7 @@ std::vector<TensorType> inferCollective(const Node& n) {
 Cost collectiveCost(const Node& n) {
   double elems = 0;
   for (Value* v : n.inputs()) elems += static_cast<double>(v->type().numel());
-  const bool averages = (n.op() == "allreduce" || n.op() == "reduce_scatter") && n.i("average");
+  const bool averages = (n.is(Op::allreduce) || n.is(Op::reduce_scatter)) && n.i("average");
   return {averages ? elems : 0.0, ioBytes(n)};
 }
 

@@ -15,7 +15,7 @@ std::vector<TensorType> inferBinary(const Node& n) {
   const TensorType& b = n.input(1)->type();
   DType t = promoteOperands(a.dtype, a.rank() == 0, b.dtype, b.rank() == 0);
   // True division and pow of integers produce floats, as in PyTorch.
-  if (n.op() == "div" && !isFloating(t)) t = DType::F32;
+  if (n.is(Op::div) && !isFloating(t)) t = DType::F32;
   return {{t, broadcastShapes(n, a.shape, b.shape)}};
 }
 

@@ -70,7 +70,7 @@ Cost fusedCost(const Node& n) {
   Graph body = parseBody(n);
   double flops = 0;
   for (const auto& b : body.nodes()) flops += nodeCost(*b).flops;
-  if (n.op() == "fused_reduction") flops += static_cast<double>(body.outputs()[0].value->type().numel());
+  if (n.is(Op::fused_reduction)) flops += static_cast<double>(body.outputs()[0].value->type().numel());
   return {flops, ioBytes(n)};
 }
 

@@ -94,7 +94,7 @@ std::vector<TensorType> inferConvWeightBackward(const Node& n) {
 
 /// Both conv backward ops do the forward's multiply-adds once more.
 Cost convBackwardCost(const Node& n) {
-  const Shape& w = n.op() == "conv2d_weight_backward" ? n.is("weight_shape") : n.input(1)->shape();
+  const Shape& w = n.is(Op::conv2d_weight_backward) ? n.is("weight_shape") : n.input(1)->shape();
   double per_out = 2.0 * static_cast<double>(w[1] * w[2] * w[3]);
   return {per_out * static_cast<double>(n.input(0)->type().numel()), ioBytes(n)};
 }
@@ -134,7 +134,7 @@ void checkPooled(const Node& n, const Shape& x, const Shape& g, bool windowed) {
 std::vector<TensorType> inferMaxPoolBackward(const Node& n) {
   requireFloating(n, 0);
   requireFloating(n, 1);
-  checkPooled(n, n.input(1)->shape(), n.input(0)->shape(), n.op() == "max_pool2d_backward");
+  checkPooled(n, n.input(1)->shape(), n.input(0)->shape(), n.is(Op::max_pool2d_backward));
   return {{n.input(0)->dtype(), n.input(1)->shape()}};
 }
 
@@ -142,7 +142,7 @@ std::vector<TensorType> inferMaxPoolBackward(const Node& n) {
 std::vector<TensorType> inferAvgPoolBackward(const Node& n) {
   requireFloating(n, 0);
   Shape x = shapeAttr(n, "input_shape", 0);
-  checkPooled(n, x, n.input(0)->shape(), n.op() == "avg_pool2d_backward");
+  checkPooled(n, x, n.input(0)->shape(), n.is(Op::avg_pool2d_backward));
   return {{n.input(0)->dtype(), x}};
 }
 

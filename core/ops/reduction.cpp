@@ -10,8 +10,8 @@ std::vector<TensorType> inferReduce(const Node& n) {
   const TensorType& in = n.input(0)->type();
   auto axes = reductionAxes(n, n.is("dims"), in.rank());
   DType t = in.dtype;
-  if ((n.op() == "sum" || n.op() == "prod") && !isFloating(t)) t = DType::I64;
-  if ((n.op() == "mean" || n.op() == "var") && !isFloating(t))
+  if ((n.is(Op::sum) || n.is(Op::prod)) && !isFloating(t)) t = DType::I64;
+  if ((n.is(Op::mean) || n.is(Op::var)) && !isFloating(t))
     opFail(n, "needs a floating-point input, got " + in.str());
   return {{t, reducedShape(in.shape, axes, n.i("keepdim") != 0)}};
 }

@@ -90,7 +90,7 @@ Cost rowsCost(const Node& n) {
   double elems = 0, bytes = 0;
   for (Value* v : n.inputs()) bytes += static_cast<double>(v->type().bytes());
   for (Value* v : n.outputs()) bytes += static_cast<double>(v->type().bytes());
-  const TensorType& values = n.op() == "embedding_backward_rows" ? n.input(0)->type() : n.input(1)->type();
+  const TensorType& values = n.is(Op::embedding_backward_rows) ? n.input(0)->type() : n.input(1)->type();
   elems = static_cast<double>(values.numel());
   return {elems, bytes};
 }

@@ -112,7 +112,8 @@ struct OpCase {
 
 std::vector<OpCase> opCases() {
   std::vector<OpCase> cases;
-  for (const std::string& op : fusibleOps()) {
+  for (const Op kind : fusibleOps()) {
+    const std::string op(opName(kind));
     if (op == "unary_backward") {
       for (const std::string& fn : gradFns()) cases.push_back({op, fn, fn == "gelu" ? "tanh" : ""});
       cases.push_back({op, "gelu", "none"});

@@ -225,8 +225,25 @@ class StudioTest : public QObject {
       return stage.rfind("pass 3 ", 0) != 0;  // Cancel when the third pass begins
     });
     QVERIFY(!cancelled.ok());
-    QCOMPARE(QString::fromStdString(cancelled.error().message), QString(driver::kCompileCancelled));
+    QCOMPARE(QString::fromStdString(cancelled.error().message), QString("cancelled"));
+    QVERIFY(cancelled.error().kind == kiln::ErrorKind::kCancelled);
     QCOMPARE(calls, size_t(4));  // the import and passes 1 to 3, none after
+    // Cancel pressed while the model is being imported: the import stops
+    // (it asks between its phases and every few hundred nodes), no pass runs.
+    std::atomic<bool> cancel{false};
+    stages.clear();
+    auto during_import = kiln::studio::compileModelReport(
+        options,
+        [&](int percent, const std::string& stage) {
+          stages.emplace_back(percent, stage);
+          cancel = true;  // the user presses Cancel as the import begins
+          return true;
+        },
+        &cancel);
+    QVERIFY(!during_import.ok());
+    QVERIFY(during_import.error().kind == kiln::ErrorKind::kCancelled);
+    QCOMPARE(stages.size(), size_t(1));
+    QVERIFY2(stages.front().second.rfind("importing ", 0) == 0, stages.front().second.c_str());
   }
 
   void compileOptionsReachTheStepAndTheMeasuredRun() {

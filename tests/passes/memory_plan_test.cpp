@@ -94,8 +94,7 @@ TEST(MemoryPlan, RandomGraphsGetValidPlans) {
   for (int trial = 0; trial < 60; ++trial) {
     Graph g = test::randomGraph(rng);
     SCOPED_TRACE("trial " + std::to_string(trial));
-    const InPlaceUpdates in_place = inPlaceWrites(g, analyzeLiveness(g));
-    MemoryPlan p = planMemory(g, {}, &in_place);
+    MemoryPlan p = planMemory(g, MemoryRules{});
     Status st = checkPlan(p);
     ASSERT_TRUE(st.ok()) << st.error().message << "\n" << printGraph(g);
     EXPECT_GE(p.arena_bytes, p.arena_lower_bound);
@@ -132,7 +131,7 @@ TEST(MemoryPlan, ElementwiseResultsOverwriteTheInputTheyReadLast) {
   EXPECT_EQ(over(5), nullptr) << "e would overwrite d while reading it transposed through p";
   EXPECT_EQ(over(7), nullptr) << "h is returned: it leaves the step";
   EXPECT_EQ(w.size(), 2u);
-  const InPlaceUpdates all = inPlaceWrites(g, plain);
+  const InPlaceUpdates all = analyzeStepLiveness(g).all();
   MemoryPlan p = planMemory(g, {}, &all);
   ASSERT_TRUE(checkPlan(p).ok()) << checkPlan(p).error().message;
   EXPECT_EQ(p.liveness.buffer_of.at(out(g, 1)), p.liveness.buffer_of.at(out(g, 0)));

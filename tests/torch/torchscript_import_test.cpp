@@ -570,6 +570,10 @@ TEST(TorchScriptImportErrors, MissingInputShapesAskForThem) {
   REQUIRE_CASES();
   const std::string path = kCaseDir + "/no_inputs_json.pt";
   expectOneLineError(path, "the archive does not record input shapes; pass them (kiln: --input-file or --input-shape)");
+  // Typed, so a front end can ask for them (kiln-studio does) without
+  // reading the message.
+  EXPECT_EQ(importTorchScript(path).error().kind, ErrorKind::kInputShapesMissing);
+  EXPECT_EQ(importTorchScript(kCaseDir + "/linear_trace.pt.missing").error().kind, ErrorKind::kOther);
   ImportOptions o;
   o.input_types = {{DType::F32, {3, 4}}};
   auto model = importTorchScript(path, o);

@@ -42,7 +42,7 @@ inline std::optional<int64_t> uniformBagLength(const Tensor& offsets, int64_t ba
 /// offsets for a 2-D input), or nullopt.
 inline std::optional<Tensor> arangeContents(const Value* v) {
   const Node* p = v->producer();
-  if (!p || p->op() != "arange") return std::nullopt;
+  if (!p || !p->is(Op::arange)) return std::nullopt;
   Tensor out(v->type());
   for (int64_t i = 0; i < out.numel(); ++i) out.set(i, p->f("start") + static_cast<double>(i) * p->f("step"));
   return out;

@@ -55,6 +55,9 @@ std::string unsupportedMessage(const FxNode& n) {
   return msg + "; the FX importer lowers " + std::to_string(all.size()) + " aten overloads (fxSupportedOps())";
 }
 
+/// How many nodes the importers lower between two ImportOptions::keep_going questions.
+constexpr size_t kNodesBetweenCancelChecks = 256;
+
 class Importer {
  public:
   Importer(const FxDocument& doc, const TensorMap& weights, const ImportOptions& options)
@@ -66,7 +69,11 @@ class Importer {
     if (options_.training && !doc_.train) refuseEvalBatchNorm();
     addInputs();
     addAliases();
-    for (const FxNode& n : doc_.nodes) lowerNode(n);
+    size_t lowered = 0;
+    for (const FxNode& n : doc_.nodes) {
+      if (++lowered % kNodesBetweenCancelChecks == 0) stopIfCancelled(options_);
+      lowerNode(n);
+    }
     if (options_.unsupported && !options_.unsupported->empty())
       fail(std::to_string(options_.unsupported->size()) + " nodes could not be imported (kiln check lists them)");
     for (auto& [name, t] : cx_.constants) model_.weights[name] = t;
@@ -354,7 +361,7 @@ Result<Model> guarded(const std::string& where, Fn&& fn) {
   try {
     return fn();
   } catch (const KilnException& e) {
-    return Error{oneLine(where + ": " + e.what())};
+    return Error{oneLine(where + ": " + e.what()), e.kind()};
   } catch (const std::bad_alloc&) {
     return Error{where + ": out of memory"};
   } catch (const std::exception& e) {

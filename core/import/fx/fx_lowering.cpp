@@ -74,11 +74,11 @@ std::optional<Tensor> Lowering::evaluate(const Value* v) const {
   const Node* p = v->producer();
   if (!p) return std::nullopt;
   Tensor out(v->type());
-  if (p->op() == "full") {
+  if (p->is(Op::full)) {
     for (int64_t i = 0; i < out.numel(); ++i) out.set(i, p->f("value"));
     return out;
   }
-  if (p->op() != "reshape" && p->op() != "expand" && p->op() != "cast") return std::nullopt;
+  if (!p->is(Op::reshape) && !p->is(Op::expand) && !p->is(Op::cast)) return std::nullopt;
   const std::optional<Tensor> in = evaluate(p->input(0));
   if (!in) return std::nullopt;
   // reshape and cast keep the row-major order; expand reads each output
@@ -88,7 +88,7 @@ std::optional<Tensor> Lowering::evaluate(const Value* v) const {
   const Shape& os = out.type().shape;
   for (int64_t i = 0; i < out.numel(); ++i) {
     int64_t src = i;
-    if (p->op() == "expand") {
+    if (p->is(Op::expand)) {
       src = 0;
       int64_t rest = i, stride = 1;
       for (size_t d = os.size(); d-- > 0;) {

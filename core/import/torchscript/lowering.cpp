@@ -216,8 +216,8 @@ Value* Lowering::writeBack(Value* root, const std::vector<ViewStep>& steps, Valu
   covered_out = covered_mask;
   // A fill (x[a:b] = 3) needs no gather: one value goes everywhere it covers.
   Node* p = v->producer();
-  if (p && p->op() == "full") return emit("where", {constInput(covered), scalar(p->f("value"), v->dtype()), root});
-  if (p && p->op() == "expand" && p->input(0)->type().numel() == 1 && p->input(0)->type().rank() <= root->type().rank())
+  if (p && p->is(Op::full)) return emit("where", {constInput(covered), scalar(p->f("value"), v->dtype()), root});
+  if (p && p->is(Op::expand) && p->input(0)->type().numel() == 1 && p->input(0)->type().rank() <= root->type().rank())
     return emit("where", {constInput(covered), p->input(0), root});
   Value* flat = emit("reshape", {v}, {{"shape", Shape{m}}});
   Value* spread = emit("index", {flat, constInput(src)}, {{"dim", int64_t{0}}});

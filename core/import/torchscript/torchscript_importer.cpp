@@ -146,6 +146,7 @@ Graph rebuild(const Graph& g, const std::vector<std::string>& order) {
 Model importModel(const std::string& path, const ImportOptions& options) {
   std::string inputs_json;
   torch::jit::Module module = loadArchive(path, inputs_json);
+  if (options.keep_going && !options.keep_going()) throw ts::ImportCancelled{};
   auto forward = module.find_method("forward");
   if (!forward) fail("the module has no forward method");
 
@@ -155,7 +156,8 @@ Model importModel(const std::string& path, const ImportOptions& options) {
   const auto& params = forward->function().getSchema().arguments();
   size_t num_args = params.empty() ? 0 : params.size() - 1;
   if (types.empty() && num_args > 0)
-    fail("the archive does not record input shapes; pass them (kiln: --input-file or --input-shape)");
+    fail("the archive does not record input shapes; pass them (kiln: --input-file or --input-shape)",
+         ErrorKind::kInputShapesMissing);
   if (types.size() > num_args)
     fail(std::to_string(types.size()) + " input types given, but forward takes " + std::to_string(num_args) +
          " inputs");
@@ -199,6 +201,7 @@ Model importModel(const std::string& path, const ImportOptions& options) {
     return sv;
   }, options.unsupported);
   walker_ptr = &walker;
+  walker.keep_going = options.keep_going;
 
   std::vector<SV> data;
   for (size_t k = 0; k < types.size(); ++k) {
@@ -243,8 +246,10 @@ std::string oneLine(std::string s) {
 Result<Model> importTorchScript(const std::string& path, const ImportOptions& options) {
   try {
     return importModel(path, options);
+  } catch (const ts::ImportCancelled&) {
+    return Error{path + ": cancelled", ErrorKind::kCancelled};
   } catch (const KilnException& e) {
-    return Error{path + ": " + oneLine(e.what())};
+    return Error{path + ": " + oneLine(e.what()), e.kind()};
   } catch (const c10::Error& e) {
     return Error{path + ": " + ts::firstLine(e.what_without_backtrace())};
   } catch (const std::bad_alloc&) {

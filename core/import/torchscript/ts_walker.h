@@ -35,8 +35,16 @@ class NodeError : public KilnException {
   using KilnException::KilnException;
 };
 
+/// Thrown when ImportOptions::keep_going says stop: not a KilnException,
+/// so no node's handler turns it into that node's error on the way out.
+struct ImportCancelled {};
+
 class Walker {
  public:
+  /// Asked every few hundred nodes (ImportOptions::keep_going); false
+  /// throws ImportCancelled.
+  std::function<bool()> keep_going;
+
   /// `unsupported`: kiln check's list (ImportOptions::unsupported); null
   /// stops at the first op that cannot be imported.
   Walker(Lowering& cx, TensorAttrResolver resolve, std::vector<UnsupportedOp>* unsupported = nullptr)
@@ -60,6 +68,7 @@ class Walker {
 
   std::vector<SV> walkGraph(torch::jit::Graph& g, std::vector<SV> inputs, const std::string& scope);
   void walkBlock(torch::jit::Block* b, Frame& f);
+  size_t visited_ = 0;  ///< nodes visited, for keep_going
   void visit(torch::jit::Node* n, Frame& f);
   void visitGeneric(torch::jit::Node* n, Frame& f, std::vector<SV> args);
   void visitIf(torch::jit::Node* n, Frame& f);
