@@ -40,16 +40,8 @@ struct DeviceRunnerOptions {
   std::shared_ptr<const MemoryPlan> plan;
 };
 
-class DeviceStepRunner : public StepExecutor {
+class DeviceStepRunner : public StepRunner {
  public:
-  /// Upload a persistent input once (set-up; synchronizes).
-  virtual Status setState(const std::string& name, const Tensor& t) = 0;
-  /// Stage the per-step inputs (batch, learning rate) of the next run.
-  virtual Status setBatch(const TensorMap& batch) = 0;
-  /// Enqueue one step; the host does not wait.
-  virtual Status run() = 0;
-  /// Synchronize and read an output or a state input by name.
-  virtual Result<Tensor> read(const std::string& name) = 0;
   /// Profiling (`kiln bench --profile`): while on, each run() enqueues the
   /// step node by node (no captured graph) with an event before every node,
   /// and waits for the step's end; nodeMillis() then holds each node's

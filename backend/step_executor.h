@@ -3,19 +3,23 @@
 // profiles and the training loop ask one interface instead of branching on
 // which executor a session has: the kernel bound to each node, the memory
 // plan it runs, where it runs, the nodes' measured times, and how nodes are
-// grouped into stages. How a step is fed and run differs by device (a
-// CPU run takes its inputs; a device stages them and enqueues), and stays
-// with each executor.
+// grouped into stages. StepRunner adds how the training session feeds and
+// runs a step, the same way on every device: the state uploaded once, a
+// batch staged per step, the step run, results read back by name.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "backend/kernel_selection.h"
 #include "core/result.h"
+#include "core/tensor.h"
 #include "passes/memory_plan.h"
 
 namespace kiln {
+
+class TraceRecorder;
 
 class StepExecutor {
  public:
@@ -42,6 +46,31 @@ class StepExecutor {
   }
   /// Host threads the runs use; 0 where the device runs them.
   virtual int threads() const { return 0; }
+};
+
+/// Runs a training step on one device: the CPU (backend/cpu/cpu_step_runner.h)
+/// or the CUDA plugin's (backend/device_step.h). The runner holds the state
+/// between steps; the session reads it back only when asked.
+class StepRunner : public StepExecutor {
+ public:
+  /// Take a persistent input (weights, optimizer state). A runner may share
+  /// `t` (the CPU: updated in place once nobody else holds it) or copy it
+  /// (a device upload, which synchronizes).
+  virtual Status setState(const std::string& name, const Tensor& t) = 0;
+  /// The per-step inputs (batch, learning rate) of the next run.
+  virtual Status setBatch(const TensorMap& batch) = 0;
+  /// The index of the next run: random ops draw from (seed, run index, node
+  /// index), so a resumed run draws what one that never stopped would.
+  /// Runs count up from it.
+  virtual Status setRunIndex(uint64_t index) = 0;
+  /// One step (a device enqueues it; the host does not wait).
+  virtual Status run() = 0;
+  /// An output of the last run or a state input, by name (a device
+  /// synchronizes and copies; the CPU shares the tensor).
+  virtual Result<Tensor> read(const std::string& name) = 0;
+  /// Record a trace slice per node of the following runs (kiln train
+  /// --trace); runners that cannot ignore it.
+  virtual void setTrace(TraceRecorder*) {}
 };
 
 }  // namespace kiln

@@ -16,10 +16,6 @@ bool isState(ValueRole r) {
   return r == ValueRole::Param || r == ValueRole::Buffer || r == ValueRole::Const || r == ValueRole::OptState;
 }
 
-bool updatesState(OutputRole r) {
-  return r == OutputRole::ParamUpdate || r == OutputRole::BufferUpdate || r == OutputRole::OptStateUpdate;
-}
-
 /// The cross_entropy node fed (directly or through a reshape) by `target`.
 const Node* crossEntropyOf(const Value* target) {
   for (const Use& u : target->uses()) {
@@ -91,7 +87,7 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::create(const Model& mo
     }
     auto runner = backend->create(*s->graph_, ro);
     if (!runner) return runner.error();
-    s->device_ = std::move(*runner);
+    s->runner_ = std::move(*runner);
   } else {
     auto ex = CpuExecutor::create(*s->graph_, {.seed = s->config_.seed,
                                                .num_threads = s->config_.num_threads,
@@ -101,7 +97,9 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::create(const Model& mo
                                                .collectives = s->config_.collectives.get(),
                                                .plan = plan});
     if (!ex) return ex.error();
-    s->exec_ = std::make_unique<CpuExecutor>(std::move(*ex));
+    auto cpu = std::make_unique<CpuStepRunner>(*s->graph_, std::move(*ex));
+    s->cpu_ = cpu.get();
+    s->runner_ = std::move(cpu);
   }
 
   if (s->config_.compile_only) return s;
@@ -192,85 +190,51 @@ Status TrainingSession::pushState() {
   for (const Value* v : graph_->inputs()) {
     if (!isState(v->role())) continue;
     auto it = state_.find(v->name());
-    const Tensor t = it != state_.end() ? it->second : optStateOrZeros(v);
-    if (Status st = device_->setState(v->name(), t); !st) return st;
+    const Tensor t = it != state_.end() ? it->second : optStateOrZeros(v);  // fresh zeros before the first step
+    if (Status st = runner_->setState(v->name(), t); !st) return st;
   }
-  device_stale_ = false;
+  if (Status st = runner_->setRunIndex(static_cast<uint64_t>(steps_)); !st) return st;
+  runner_stale_ = false;
   return {};
 }
 
 void TrainingSession::pullState() const {
-  if (!device_ || !host_stale_) return;
+  if (!host_stale_) return;
   for (const Value* v : graph_->inputs()) {
     if (!isState(v->role()) || v->role() == ValueRole::Const) continue;
-    auto t = device_->read(v->name());
-    if (!t) fail("reading '" + v->name() + "' back from the device: " + t.error().message);
+    auto t = runner_->read(v->name());
+    if (!t) fail("reading '" + v->name() + "' back from the " + runner_->deviceName() + ": " + t.error().message);
     state_[v->name()] = std::move(*t);
   }
   host_stale_ = false;
 }
 
 Result<Tensor> TrainingSession::lastOutput(size_t i) const {
-  if (device_) {
-    if (!device_ran_) return Error{"no step has run yet"};
-    return device_->read(graph_->outputs()[i].name);
-  }
-  if (last_.empty()) return Error{"no step has run yet"};
-  return last_[i];
+  if (!ran_) return Error{"no step has run yet"};
+  return runner_->read(graph_->outputs()[i].name);
 }
 
 Status TrainingSession::step(const TensorMap& batch) {
   if (config_.compile_only) return Error{"this session was built to compile only (it holds no weights)"};
-  if (device_) {
-    if (device_stale_)
-      if (Status st = pushState(); !st) return Error{"uploading the state: " + st.error().message};
-    TensorMap staged;
-    for (const Value* v : batchInputs()) {
-      auto it = batch.find(v->name());
-      if (it == batch.end()) return Error{"batch has no tensor '" + v->name() + "'"};
-      staged[v->name()] = it->second;
-    }
-    if (graph_->findInput(kLearningRateInput)) staged[kLearningRateInput] = Tensor::scalar(DType::F64, nextLr());
-    if (Status st = device_->setBatch(staged); !st)
-      return Error{"step " + std::to_string(steps_) + ": " + st.error().message};
-    if (Status st = device_->run(); !st) return Error{"step " + std::to_string(steps_) + ": " + st.error().message};
-    host_stale_ = true;
-    device_ran_ = true;
-    ++steps_;
-    return {};
-  }
-  // State this session alone holds is donated: the optimizer updates it in
-  // place (no second copy of parameters and moments at the step's peak). A
-  // tensor the caller still holds (its model's weights at the first step, a
-  // stateDict() it kept) is shared, so it is not donated and stays as it was.
-  std::set<std::string> donated;
-  TensorMap inputs;
-  for (const Value* v : graph_->inputs()) {
-    if (!isState(v->role())) continue;
-    auto it = state_.find(v->name());
-    if (it == state_.end()) {  // optimizer state before the first step: fresh zeros
-      inputs[v->name()] = optStateOrZeros(v);
-      donated.insert(v->name());
-      continue;
-    }
-    if (it->second.uniquelyOwned()) donated.insert(v->name());
-    inputs[v->name()] = it->second;
-  }
+  if (runner_stale_)
+    if (Status st = pushState(); !st) return Error{"handing the state to the step: " + st.error().message};
+  // The runner holds the state now; the session's copy (read back for a
+  // stateDict() or a checkpoint) is dropped, so that on the CPU what the
+  // runner alone holds is updated in place. A tensor the caller still holds
+  // (its model's weights at the first step, a stateDict() it kept) is not.
+  state_.clear();
+  host_stale_ = true;
+  TensorMap staged;
   for (const Value* v : batchInputs()) {
     auto it = batch.find(v->name());
     if (it == batch.end()) return Error{"batch has no tensor '" + v->name() + "'"};
-    inputs[v->name()] = it->second;
+    staged[v->name()] = it->second;
   }
-  if (graph_->findInput(kLearningRateInput)) inputs[kLearningRateInput] = Tensor::scalar(DType::F64, nextLr());
-  exec_->setRunIndex(static_cast<uint64_t>(steps_));
-  auto out = exec_->run(inputs, donated);
-  if (!out) return Error{"step " + std::to_string(steps_) + ": " + out.error().message};
-  inputs.clear();
-  const auto& outs = graph_->outputs();
-  // State moves out of the outputs so that the session is again its only holder.
-  for (size_t i = 0; i < outs.size(); ++i)
-    if (updatesState(outs[i].role)) state_[outs[i].name] = std::move((*out)[i]);
-  last_ = std::move(*out);
+  if (graph_->findInput(kLearningRateInput)) staged[kLearningRateInput] = Tensor::scalar(DType::F64, nextLr());
+  if (Status st = runner_->setBatch(staged); !st)
+    return Error{"step " + std::to_string(steps_) + ": " + st.error().message};
+  if (Status st = runner_->run(); !st) return Error{"step " + std::to_string(steps_) + ": " + st.error().message};
+  ran_ = true;
   ++steps_;
   return {};
 }
@@ -371,10 +335,9 @@ Status TrainingSession::loadCheckpoint(const std::string& dir) {
   }
   state_ = std::move(next);
   steps_ = c->trainer["steps_done"].get<int64_t>();
-  last_.clear();
   host_stale_ = false;
-  device_stale_ = true;
-  device_ran_ = false;
+  runner_stale_ = true;
+  ran_ = false;
   return {};
 }
 

@@ -1,11 +1,12 @@
 // A training session: the step graph (forward + loss + backward + optimizer,
-// built by passes/training_graph.h), the executor that runs it, and the
-// training state (parameters, buffers, optimizer state) carried from one
-// step to the next.
+// built by passes/training_graph.h), the runner that runs it on its device
+// (backend/step_executor.h StepRunner: the CPU's or the CUDA plugin's, fed
+// the same way), and the training state (parameters, buffers, optimizer
+// state) carried from one step to the next, which the runner holds.
 //
-// step() is sync-free: it binds the batch and the host-computed learning
-// rate, runs the graph, and swaps the updated state in, without reading any
-// value back. The loss and metrics of the last step stay tensors until the
+// step() is sync-free: it stages the batch and the host-computed learning
+// rate and runs the graph, which updates the state the runner holds,
+// without reading any value back. The loss and metrics of the last step stay tensors until the
 // caller asks for them (readLoss/readMetrics), which is the only point where
 // a device backend would synchronize.
 #pragma once
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_executor.h"
+#include "backend/cpu/cpu_step_runner.h"
 #include "backend/device_step.h"
 #include "backend/lr_schedule.h"
 #include "core/model.h"
@@ -107,9 +109,7 @@ class TrainingSession {
 
   const Graph& graph() const { return *graph_; }
   /// Trace every node the following steps run (kiln train --trace).
-  void setTrace(TraceRecorder* trace) {
-    if (exec_) exec_->setTrace(trace);
-  }
+  void setTrace(TraceRecorder* trace) { runner_->setTrace(trace); }
   const std::vector<PassTraceEntry>& passTrace() const { return trace_; }
   /// The kernel bound to each node of graph(), in node order (for reports).
   const std::vector<KernelChoice>& kernelChoices() const { return executor().kernelChoices(); }
@@ -117,47 +117,44 @@ class TrainingSession {
   const MemoryPlan& memoryPlan() const { return executor().memoryPlan(); }
   /// The executor of the step, whichever device it runs on: its kernels,
   /// plan, device name, profiling and stages.
-  const StepExecutor& executor() const {
-    return device_ ? static_cast<const StepExecutor&>(*device_) : static_cast<const StepExecutor&>(*exec_);
-  }
-  StepExecutor& executor() {
-    return device_ ? static_cast<StepExecutor&>(*device_) : static_cast<StepExecutor&>(*exec_);
-  }
+  const StepExecutor& executor() const { return *runner_; }
+  StepExecutor& executor() { return *runner_; }
   const TrainingConfig& config() const { return config_; }
-  /// The CPU executor; nullptr when the session runs on a device.
-  CpuExecutor* cpuExecutor() { return exec_.get(); }
-  const CpuExecutor* cpuExecutor() const { return exec_.get(); }
-  /// The device runner; nullptr on the CPU.
-  const DeviceStepRunner* deviceRunner() const { return device_.get(); }
-  DeviceStepRunner* deviceRunner() { return device_.get(); }
+  /// The CPU executor (its nodes and stages, for tests); nullptr when the
+  /// session runs on a device.
+  CpuExecutor* cpuExecutor() { return cpu_ ? &cpu_->executor() : nullptr; }
+  const CpuExecutor* cpuExecutor() const { return cpu_ ? &cpu_->executor() : nullptr; }
 
  private:
   TrainingSession() = default;
   /// The optimizer state for `v`, zeros before the first step writes it.
   Tensor optStateOrZeros(const Value* v) const;
-  /// Device sessions: the state the device holds, read into state_ when
-  /// steps ran since the last read (the host's copy is then stale).
+  /// The state the runner holds, read into state_ when steps ran since the
+  /// last read (the session's copy is then stale).
   void pullState() const;
   /// Data-parallel runs: the parameters and buffers of rank 0 on every rank.
   Status broadcastState();
-  /// Device sessions: state_ uploaded before the next step (after create
-  /// and loadCheckpoint).
+  /// state_ handed to the runner before the next step (after create and
+  /// loadCheckpoint), with the step number as its run index.
   Status pushState();
-  /// Output `i` of the last step (read from the device when there is one).
+  /// Output `i` of the last step, from the runner.
   Result<Tensor> lastOutput(size_t i) const;
   std::unique_ptr<Graph> graph_;
-  std::unique_ptr<CpuExecutor> exec_;
-  std::unique_ptr<DeviceStepRunner> device_;
-  mutable bool host_stale_ = false;  ///< device steps ran since state_ was read back
-  bool device_stale_ = true;         ///< state_ changed since it was uploaded
-  bool device_ran_ = false;          ///< a device step ran (its outputs can be read)
+  /// Runs the steps: the CPU's (cpu_, the same object) or the CUDA plugin's.
+  std::unique_ptr<StepRunner> runner_;
+  CpuStepRunner* cpu_ = nullptr;
+  mutable bool host_stale_ = false;  ///< steps ran since state_ was read back from the runner
+  bool runner_stale_ = true;         ///< state_ changed since it was handed to the runner
+  bool ran_ = false;                 ///< a step ran (its outputs can be read)
   TrainingConfig config_;
   TrainingGraphKind kind_ = TrainingGraphKind::Step;
   std::map<std::string, std::string> aliases_;  ///< tied parameters (Model::aliases)
   TensorMap untouched_;                         ///< state_dict entries the graph does not use
-  mutable TensorMap state_;                     ///< every graph input that is not Data or Scalar, by name
-                                                ///< (optimizer state only once a step has written it)
-  std::vector<Tensor> last_;                    ///< outputs of the last step
+  /// Every graph input that is not Data or Scalar, by name (optimizer state
+  /// only once a step has written it): before the first step and after a
+  /// resume, what the runner will be given; between steps, what was read
+  /// back from it (emptied at each step).
+  mutable TensorMap state_;
   int64_t steps_ = 0;
   std::vector<PassTraceEntry> trace_;
 };

@@ -1,5 +1,7 @@
 #include "core/attribute.h"
 
+#include "core/text_ir.h"
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +18,7 @@ std::string_view attrKindName(AttrKind k) {
     case AttrKind::Floats: return "float list";
     case AttrKind::String: return "string";
     case AttrKind::DType: return "dtype";
+    case AttrKind::Graph: return "graph";
   }
   return "?";
 }
@@ -61,20 +64,36 @@ std::string attrToString(const Attr& a) {
     case AttrKind::Float: return formatDouble(std::get<double>(a));
     case AttrKind::Ints: {
       std::string s = "[";
-      for (auto& v : std::get<std::vector<int64_t>>(a)) s += (s.size() > 1 ? "," : "") + std::to_string(v);
+      for (auto& v : std::get<std::vector<int64_t>>(a)) {
+        if (s.size() > 1) s += ',';
+        s += std::to_string(v);
+      }
       return s + "]";
     }
     case AttrKind::Floats: {
       const auto& v = std::get<std::vector<double>>(a);
       if (v.empty()) return "[.]";  // an empty float list, distinct from an empty int list
       std::string s = "[";
-      for (auto& x : v) s += (s.size() > 1 ? "," : "") + formatDouble(x);
+      for (auto& x : v) {
+        if (s.size() > 1) s += ',';
+        s += formatDouble(x);
+      }
       return s + "]";
     }
     case AttrKind::String: return quote(std::get<std::string>(a));
     case AttrKind::DType: return std::string(dtypeName(std::get<DType>(a)));
+    case AttrKind::Graph: {
+      std::string s = printGraph(*std::get<GraphAttr>(a).graph, {.scopes = false, .provenance = false});
+      if (!s.empty() && s.back() == '\n') s.pop_back();
+      return s;
+    }
   }
   return "";
+}
+
+bool GraphAttr::operator==(const GraphAttr& o) const {
+  if (graph == o.graph) return true;
+  return graph && o.graph && attrToString(Attr{*this}) == attrToString(Attr{o});
 }
 
 }  // namespace kiln

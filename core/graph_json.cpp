@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "core/op_table.h"
+#include "core/text_ir.h"
 
 namespace kiln {
 
@@ -40,6 +41,7 @@ json attrToJson(const Attr& a) {
     }
     case AttrKind::String: return {{"string", std::get<std::string>(a)}};
     case AttrKind::DType: return {{"dtype", std::string(dtypeName(std::get<DType>(a)))}};
+    case AttrKind::Graph: return {{"graph", attrToString(a)}};  // a region, as its text IR
   }
   return nullptr;
 }
@@ -53,6 +55,11 @@ Attr attrFromJson(const json& j, const std::string& where) {
   if (kind == "int" && v.is_number_integer()) return v.get<int64_t>();
   if (kind == "float") return floatFromJson(v, where);
   if (kind == "string" && v.is_string()) return v.get<std::string>();
+  if (kind == "graph" && v.is_string()) {
+    auto region = parseGraph(v.get<std::string>(), where);
+    if (!region) fail(region.error().message);
+    return GraphAttr{std::make_shared<const Graph>(std::move(*region))};
+  }
   if (kind == "dtype" && v.is_string()) {
     auto dt = parseDType(v.get<std::string>());
     if (!dt) fail(where + ": unknown dtype '" + v.get<std::string>() + "'");

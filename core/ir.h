@@ -100,6 +100,8 @@ class Node {
   const std::vector<double>& fs(const std::string& name) const;
   const std::string& s(const std::string& name) const;
   DType dt(const std::string& name) const;
+  /// A graph-valued attribute: the region the node owns (a fused body).
+  const Graph& subgraph(const std::string& name) const;
   /// The attribute (explicit or default), or nullptr when neither exists.
   const Attr* attr(const std::string& name) const;
 

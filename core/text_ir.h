@@ -12,6 +12,16 @@
 // inputs keep their names (quoted, %"...", when they are not plain
 // [A-Za-z0-9_.] names or are all digits). A return entry is `%v "name" [role]`
 // with role defaulting to `output`.
+//
+// A graph-valued attribute (a region the node owns: a fused node's body) is
+// a nested graph with values of its own, printed on its node's line:
+//
+//     %3 = fused_elementwise(%1) {body=graph fused(%i0: f32[4] data) { %0 = relu(%i0) : f32[4] return %0 "o0" }} : f32[4]
+//
+// The parser also reads a region laid out over several lines.
+//
+// The string form earlier versions printed (body="graph fused(...) {...}")
+// still reads, as the same region.
 #pragma once
 
 #include <string>

@@ -5,7 +5,9 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <memory>
 #include <unordered_map>
+#include <utility>
 
 #include "core/op_table.h"
 #include "core/text_ir.h"
@@ -138,6 +140,17 @@ class Parser {
   Parser(const std::string& text, const std::string& where) : lex_(text, where) { tok_ = lex_.next(); }
 
   Graph parse() {
+    Graph g = parseGraphText();
+    if (tok_.kind != Tok::End) lex_.error(tok_, "unexpected text after the graph");
+    return g;
+  }
+
+ private:
+  /// How deep regions may nest (a fused body holds no region today).
+  static constexpr int kMaxRegionDepth = 4;
+
+  /// "graph name(inputs) { nodes return ... }", into a graph of its own.
+  Graph parseGraphText() {
     expectIdent("graph");
     if (tok_.kind == Tok::Ident || tok_.kind == Tok::String) {
       g_.name = tok_.text;
@@ -160,11 +173,22 @@ class Parser {
       while (acceptPunct(","));
     }
     expectPunct("}");
-    if (tok_.kind != Tok::End) lex_.error(tok_, "unexpected text after the graph");
     return std::move(g_);
   }
 
- private:
+  /// A region: a graph-valued attribute, parsed with its own values.
+  GraphAttr parseRegion() {
+    if (depth_ >= kMaxRegionDepth) lex_.error(tok_, "regions nested too deep");
+    Graph outer = std::exchange(g_, Graph{});
+    auto outer_values = std::exchange(values_, {});
+    ++depth_;
+    Graph region = parseGraphText();
+    --depth_;
+    g_ = std::move(outer);
+    values_ = std::move(outer_values);
+    return GraphAttr{std::make_shared<const Graph>(std::move(region))};
+  }
+
   void bump() { tok_ = lex_.next(); }
   bool isPunct(const char* p) const { return tok_.kind == Tok::Punct && tok_.text == p; }
   bool acceptPunct(const char* p) {
@@ -263,6 +287,7 @@ class Parser {
       bump();
       return at.text;
     }
+    if (tok_.kind == Tok::Ident && tok_.text == "graph") return parseRegion();
     if (tok_.kind == Tok::Ident) {
       bump();
       if (at.text == "inf" || at.text == "nan") return parseDouble(at);
@@ -391,6 +416,7 @@ class Parser {
   Token tok_;
   Graph g_;
   std::unordered_map<std::string, Value*> values_;
+  int depth_ = 0;
 };
 
 }  // namespace

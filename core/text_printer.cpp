@@ -22,16 +22,37 @@ std::string quoted(const std::string& s) {
   return attrToString(Attr{s});
 }
 
+/// A region's text on its node's line: its lines joined by one space, so
+/// the text IR keeps one line per node (FileCheck patterns, line diffs).
+std::string oneLine(const std::string& text) {
+  std::string flat;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\n') {
+      flat += text[i];
+      continue;
+    }
+    flat += ' ';
+    while (i + 1 < text.size() && text[i + 1] == ' ') ++i;
+  }
+  return flat;
+}
+
 class Printer {
  public:
   explicit Printer(const PrintOptions& o) : opts_(o) {}
 
   std::string ref(const Value* v) {
-    if (v->isGraphInput()) return "%" + (isPlainName(v->name()) ? v->name() : quoted(v->name()));
-    if (opts_.value_ids) return "%" + std::to_string(v->id());
-    auto it = numbers_.find(v);
-    if (it == numbers_.end()) it = numbers_.emplace(v, next_++).first;
-    return "%" + std::to_string(it->second);
+    std::string r = "%";
+    if (v->isGraphInput()) {
+      r += isPlainName(v->name()) ? v->name() : quoted(v->name());
+    } else if (opts_.value_ids) {
+      r += std::to_string(v->id());
+    } else {
+      auto it = numbers_.find(v);
+      if (it == numbers_.end()) it = numbers_.emplace(v, next_++).first;
+      r += std::to_string(it->second);
+    }
+    return r;
   }
 
   std::string node(const Node& n) {
@@ -45,7 +66,10 @@ class Printer {
       s += " {";
       bool first = true;
       for (const auto& [k, v] : n.attrs()) {
-        s += (first ? "" : ", ") + k + "=" + attrToString(v);
+        s += first ? "" : ", ";
+        s += k;
+        s += '=';
+        s += oneLine(attrToString(v));
         first = false;
       }
       s += "}";
@@ -68,8 +92,14 @@ class Printer {
     s += "  return";
     for (size_t i = 0; i < g.outputs().size(); ++i) {
       const GraphOutput& o = g.outputs()[i];
-      s += (i ? ", " : " ") + ref(o.value) + " " + quoted(o.name);
-      if (o.role != OutputRole::Output) s += " " + std::string(outputRoleName(o.role));
+      s += i ? ", " : " ";
+      s += ref(o.value);
+      s += ' ';
+      s += quoted(o.name);
+      if (o.role != OutputRole::Output) {
+        s += ' ';
+        s += outputRoleName(o.role);
+      }
     }
     return s + "\n}\n";
   }

@@ -21,6 +21,7 @@
 #include "driver/memory_report.h"
 #include "driver/messages.h"
 #include "driver/option_table.h"
+#include "driver/report_schema.h"
 
 namespace kiln::driver {
 namespace {
@@ -198,6 +199,11 @@ void addNodeTimes(nlohmann::ordered_json& report, const std::vector<double>& nod
 }
 
 Status writeReport(const std::string& path, const nlohmann::ordered_json& report) {
+  // The writer keeps the schema kiln-studio reads with (report_schema.h):
+  // a report that breaks it is a Kiln bug, and no file is written.
+  if (Status st = checkReport(nlohmann::json(report)); !st)
+    return Error{"internal error: the report breaks its own schema (" + st.error().message + "); " + path +
+                 " was not written"};
   return writeFileAtomic(path, report.dump(2) + "\n");
 }
 

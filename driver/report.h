@@ -46,7 +46,9 @@ void addSteps(nlohmann::ordered_json& report, const std::vector<StepRecord>& ste
 /// `steps` profiled steps, in graph order (CpuExecutor::nodeMillis).
 void addNodeTimes(nlohmann::ordered_json& report, const std::vector<double>& node_ms, int64_t steps);
 
-/// Write the report atomically (a failure leaves no file behind).
+/// Write the report atomically (a failure leaves no file behind), after
+/// checking it against the schema readers check it with (checkReport): a
+/// report that breaks it is an internal error and writes nothing.
 Status writeReport(const std::string& path, const nlohmann::ordered_json& report);
 
 /// The pass table: pass, ms, changed, nodes, flops, estimated peak memory,

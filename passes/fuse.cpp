@@ -423,15 +423,12 @@ Result<PassResult> runFuse(Graph& g, PassContext& ctx) {
         bytes_saved += 2.0 * static_cast<double>(v->type().bytes());
       }
     }
-    PrintOptions po;
-    po.scopes = false;
-    po.provenance = false;
     AttrMap attrs;
     if (red) {
       attrs = red->attrs();  // dims, keepdim
       attrs["reduce"] = red->op();
     }
-    attrs["body"] = printGraph(body, po);
+    attrs["body"] = GraphAttr{std::make_shared<const Graph>(std::move(body))};
     const size_t count = gr.nodes.size() + (red ? 1 : 0);
     g.setInsertPoint(gr.nodes.front());
     Node* f = g.create(red ? "fused_reduction" : "fused_elementwise", operands, std::move(attrs),

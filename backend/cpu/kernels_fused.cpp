@@ -50,7 +50,7 @@ struct Program {
     bool round_bf16 = false;  ///< a bf16 body value: rounded as the one-op kernel's output is
     std::function<void(const T* const* in, T* out, int64_t n)> run;
   };
-  Graph body;
+  std::shared_ptr<const Graph> body;  ///< the node's region (kept alive: the cache is keyed by its address)
   int num_slots = 0;
   std::vector<Instr> instrs;
   std::vector<int> output_slots;
@@ -143,12 +143,10 @@ bool exactInBf16(const Node& n) {
 template <class T>
 std::shared_ptr<const Program<T>> compile(const Node& node) {
   auto p = std::make_shared<Program<T>>();
-  auto g = parseGraph(node.s("body"), node.op() + " body");
-  if (!g) opFail(node, g.error().message);
-  p->body = std::move(*g);
+  p->body = std::get<GraphAttr>(*node.attr("body")).graph;
   std::unordered_map<const Value*, int> slot;
-  for (const Value* v : p->body.inputs()) slot[v] = p->num_slots++;
-  for (const auto& n : p->body.nodes()) {
+  for (const Value* v : p->body->inputs()) slot[v] = p->num_slots++;
+  for (const auto& n : p->body->nodes()) {
     typename Program<T>::Instr ins;
     for (const Value* v : n->inputs()) ins.in.push_back(slot.at(v));
     ins.out = slot[n->output()] = p->num_slots++;
@@ -157,21 +155,22 @@ std::shared_ptr<const Program<T>> compile(const Node& node) {
     if (!ins.run) opFail(node, "the CPU fused kernel cannot run '" + n->op() + "' in a body");
     p->instrs.push_back(std::move(ins));
   }
-  for (const GraphOutput& o : p->body.outputs()) {
+  for (const GraphOutput& o : p->body->outputs()) {
     p->output_slots.push_back(slot.at(o.value));
     p->output_dtypes.push_back(o.value->dtype());
   }
   return p;
 }
 
-/// Programs by body text: compiled on first use, shared by every node and run
-/// with the same body.
+/// Programs by body: compiled on first use, shared by every node and run
+/// with the same body region (clones of a node share it). A program holds
+/// its body, so no other body can take its address while it is cached.
 template <class T>
 std::shared_ptr<const Program<T>> programFor(const Node& n) {
   static std::mutex mu;
-  static std::unordered_map<std::string, std::shared_ptr<const Program<T>>> cache;
+  static std::unordered_map<const Graph*, std::shared_ptr<const Program<T>>> cache;
   std::lock_guard<std::mutex> lock(mu);
-  auto& p = cache[n.s("body")];
+  auto& p = cache[&n.subgraph("body")];
   if (!p) p = compile<T>(n);
   return p;
 }
@@ -345,7 +344,7 @@ struct FusedSource {
 template <class T>
 void runFusedReduction(const Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
   for (size_t i = 0; i < n.numOutputs(); ++i) allocOutput(n, out, i);
-  const Shape loop = programFor<T>(n)->body.outputs()[0].value->shape();
+  const Shape loop = programFor<T>(n)->body->outputs()[0].value->shape();
   const BodyEval<T> ev(n, in, loop);
   const std::vector<int64_t> axes = reductionAxes(n, n.is("dims"), static_cast<int64_t>(loop.size()));
   const FusedSource<T> src{&ev, out.subspan(1)};

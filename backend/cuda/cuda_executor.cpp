@@ -390,6 +390,14 @@ Status CudaExecutor::run() {
   }));
 }
 
+Status CudaExecutor::setRunIndex(uint64_t index) {
+  return asStatus(catchErrors([&]() -> bool {
+    const uint64_t seed = options_.seed + index * 0x9E3779B97F4A7C15ull;  // what advanceSeedKernel reaches
+    copyToDevice(run_seed_, &seed, sizeof seed, compute_, "setting the run seed");
+    return true;
+  }));
+}
+
 Status CudaExecutor::setProfiling(bool on) {
   return asStatus(catchErrors([&]() -> bool {
     if (on && node_events_.empty()) {

@@ -81,6 +81,10 @@ class CudaExecutor {
   Status setBatch(const TensorMap& batch);
   /// Enqueue one step (or replay the captured graph). No host sync.
   Status run();
+  /// The next run draws its random numbers as run `index` (seed + index *
+  /// golden ratio, as the CPU executor): a resumed run continues the
+  /// sequence. Synchronizes (set-up, not a step).
+  Status setRunIndex(uint64_t index);
   /// Synchronize and read an output by name (loss, metrics) or a state input
   /// by name (a parameter after the updates). Reports data faults.
   Result<Tensor> read(const std::string& name);

@@ -21,6 +21,7 @@ class Runner final : public DeviceStepRunner {
   Status setState(const std::string& name, const Tensor& t) override { return ex_->setState(name, t); }
   Status setBatch(const TensorMap& batch) override { return ex_->setBatch(batch); }
   Status run() override { return ex_->run(); }
+  Status setRunIndex(uint64_t index) override { return ex_->setRunIndex(index); }
   Result<Tensor> read(const std::string& name) override { return ex_->read(name); }
   const std::vector<KernelChoice>& kernelChoices() const override { return ex_->kernelChoices(); }
   const MemoryPlan& memoryPlan() const override { return ex_->memoryPlan(); }

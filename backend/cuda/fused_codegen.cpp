@@ -187,16 +187,16 @@ bool isGeluTanh(const Node& n) {
   return a == "tanh";
 }
 
-Graph parseBody(const Node& n) {
+/// The node's body region, checked against its operands.
+const Graph& checkedBody(const Node& n) {
   if (!n.is(Op::fused_elementwise) && !n.is(Op::fused_reduction))
     opFail(n, "the CUDA fused codegen runs fused_elementwise and fused_reduction nodes, not " + n.op());
-  auto g = parseGraph(n.s("body"), n.op() + " body");
-  if (!g) opFail(n, "body: " + g.error().message);
+  const Graph* g = &n.subgraph("body");
   if (g->inputs().size() != n.numInputs())
     opFail(n, "body takes " + std::to_string(g->inputs().size()) + " operands, the node has " +
                   std::to_string(n.numInputs()));
   if (g->outputs().empty()) opFail(n, "body returns nothing");
-  return std::move(*g);
+  return *g;
 }
 
 /// The dtypes a body reads and writes: f32, f64, bf16 (amp's activations,
@@ -399,7 +399,7 @@ bool fusedCodegenSupports(const Node& b) {
 }
 
 DType fusedComputeType(const Node& n) {
-  return computeTypeOf(n, parseBody(n));
+  return computeTypeOf(n, checkedBody(n));
 }
 
 std::vector<OperandKind> fusedOperandKinds(const Node& n, const Shape& loop) {
@@ -429,7 +429,7 @@ std::vector<OperandKind> fusedOperandKinds(const Node& n, const Shape& loop) {
 }
 
 FusedLayout analyzeFused(const Node& n) {
-  const Graph body = parseBody(n);
+  const Graph& body = checkedBody(n);
   FusedLayout l;
   l.reduction = n.is(Op::fused_reduction);
   for (const auto& b : body.nodes())
@@ -473,7 +473,7 @@ FusedLayout analyzeFused(const Node& n) {
 }
 
 std::string fusedKernelSource(const Node& n, const FusedLayout& l) {
-  const Graph body = parseBody(n);
+  const Graph& body = checkedBody(n);
   if (l.operands.size() != body.inputs().size() || l.outputs.size() != body.outputs().size())
     opFail(n, "the fused layout does not match the body");
   if (l.compute != DType::F32 && l.compute != DType::F64)

@@ -30,20 +30,21 @@ constexpr int kThreads = 256;
 
 /// What a node's kernels depend on: its body and the reduction's attributes.
 struct NodeKey {
-  std::string op, body, reduce;
+  std::string op, body, reduce;  ///< body: the region's text IR
   std::vector<int64_t> dims;
   int64_t keepdim = 0;
 
-  explicit NodeKey(const Node& n) : op(n.op()), body(n.s("body")) {
+  explicit NodeKey(const Node& n) : op(n.op()), body(attrToString(*n.attr("body"))) {
     if (n.is(Op::fused_reduction)) {
       reduce = n.s("reduce");
       dims = n.is("dims");
       keepdim = n.i("keepdim");
     }
   }
-  /// Compares without allocating (called on every launch).
-  bool matches(const Node& n) const {
-    if (n.op() != op || n.s("body") != body) return false;
+  /// Compares all but the body without allocating (called on every launch;
+  /// the body is compared by its region's address, Registry::Bound).
+  bool matchesBesideBody(const Node& n) const {
+    if (n.op() != op) return false;
     return !n.is(Op::fused_reduction) || (n.s("reduce") == reduce && n.is("dims") == dims && n.i("keepdim") == keepdim);
   }
   std::string text() const {
@@ -67,8 +68,13 @@ struct Registry {
   std::mutex mu;
   std::unordered_map<std::string, std::shared_ptr<Generated>> by_key;  ///< by NodeKey::text()
   /// The last lookup per node address, checked against the node on use (an
-  /// address may be reused by another graph's node).
-  std::unordered_map<const Node*, std::shared_ptr<Generated>> by_node;
+  /// address may be reused by another graph's node): the node's body region
+  /// (held, so no other region can take its address) and its kernels.
+  struct Bound {
+    std::shared_ptr<const Graph> region;
+    std::shared_ptr<Generated> gen;
+  };
+  std::unordered_map<const Node*, Bound> by_node;
 };
 
 Registry& registry() {
@@ -82,7 +88,9 @@ std::shared_ptr<Generated> generatedFor(const Node& n) {
   {
     std::lock_guard<std::mutex> lock(r.mu);
     auto it = r.by_node.find(&n);
-    if (it != r.by_node.end() && it->second->key.matches(n)) return it->second;
+    if (it != r.by_node.end() && &n.subgraph("body") == it->second.region.get() &&
+        it->second.gen->key.matchesBesideBody(n))
+      return it->second.gen;
   }
   const std::string text = NodeKey(n).text();
   std::shared_ptr<Generated> gen;
@@ -97,7 +105,7 @@ std::shared_ptr<Generated> generatedFor(const Node& n) {
     gen = r.by_key.emplace(text, std::move(g)).first->second;
   }
   std::lock_guard<std::mutex> lock(r.mu);
-  r.by_node.insert_or_assign(&n, gen);
+  r.by_node.insert_or_assign(&n, Registry::Bound{std::get<GraphAttr>(*n.attr("body")).graph, gen});
   return gen;
 }
 

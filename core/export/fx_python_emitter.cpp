@@ -157,8 +157,7 @@ void Emitter::emit(const Node& n) {
 
 std::vector<std::string> Emitter::emitBody(const Node& fused, const std::vector<std::string>& operands,
                                            std::vector<TensorType>* types) {
-  auto body = parseGraph(fused.s("body"), fused.describe() + " body");
-  if (!body) fail(body.error().message);
+  const Graph* body = &fused.subgraph("body");
   if (body->inputs().size() != operands.size())
     refuse(fused, "body takes " + std::to_string(body->inputs().size()) + " operands, the node has " +
                       std::to_string(operands.size()));

@@ -4,13 +4,14 @@
 //   fused_reduction(x0, x1, ...) {body, reduce="sum"|"mean", dims, keepdim}
 //
 // A chain of elementwise ops computed in one pass over memory. `body` is the
-// text IR of the fused sub-graph (core/text_ir.h): one Data input per operand
-// of the node, in order, and its returns are the node's outputs. Every
-// operand has the outputs' shape, holds one element, or broadcasts along one
-// contiguous run of dims (broadcastRunInner), so the kernel reaches all of
-// them from one flat index. Shape inference parses the
-// body and checks it against the operands, so the verifier checks fused
-// nodes as strictly as any other. Cost: the body's flops, but only the
+// fused sub-graph, a region the node owns (a graph-valued attribute,
+// core/attribute.h; the text IR prints it nested in the node): one Data
+// input per operand of the node, in order, and its returns are the node's
+// outputs. Every operand has the outputs' shape, holds one element, or
+// broadcasts along one contiguous run of dims (broadcastRunInner), so the
+// kernel reaches all of them from one flat index. Shape inference checks
+// the body against the operands, so the verifier checks fused nodes as
+// strictly as any other. Cost: the body's flops, but only the
 // operands and outputs as bytes moved, which is the point of fusing.
 //
 // fused_reduction is the same loop ending in a sum or mean (attributes as
@@ -18,14 +19,13 @@
 // outputs 1.. are the body's other outputs at the loop shape.
 #include "core/grad.h"
 #include "core/ops/op_helpers.h"
-#include "core/text_ir.h"
 
 namespace kiln {
 namespace {
 
-Graph parseBody(const Node& n) {
-  auto g = parseGraph(n.s("body"), "fused_elementwise body");
-  if (!g) opFail(n, "body: " + g.error().message);
+/// The body, checked against the node's operands.
+const Graph& checkedBody(const Node& n) {
+  const Graph* g = &n.subgraph("body");
   if (g->inputs().size() != n.numInputs())
     opFail(n, "body takes " + std::to_string(g->inputs().size()) + " operands, the node has " +
                   std::to_string(n.numInputs()));
@@ -34,13 +34,13 @@ Graph parseBody(const Node& n) {
       opFail(n, "operand " + std::to_string(i) + " is " + n.input(i)->type().str() + ", the body expects " +
                     g->inputs()[i]->type().str());
   if (g->outputs().empty()) opFail(n, "body returns nothing");
-  return std::move(*g);
+  return *g;
 }
 
 /// The body's output types, checked to share one loop shape that every
 /// operand broadcasts to.
 std::vector<TensorType> bodyOutputTypes(const Node& n) {
-  Graph body = parseBody(n);
+  const Graph& body = checkedBody(n);
   std::vector<TensorType> out;
   for (const GraphOutput& o : body.outputs()) out.push_back(o.value->type());
   const Shape& shape = out[0].shape;
@@ -67,7 +67,7 @@ std::vector<TensorType> inferFusedReduction(const Node& n) {
 }
 
 Cost fusedCost(const Node& n) {
-  Graph body = parseBody(n);
+  const Graph& body = checkedBody(n);
   double flops = 0;
   for (const auto& b : body.nodes()) flops += nodeCost(*b).flops;
   if (n.is(Op::fused_reduction)) flops += static_cast<double>(body.outputs()[0].value->type().numel());
@@ -84,12 +84,12 @@ void fusedGrad(GradContext& c) {
 
 void registerFusedOps(OpTable& t) {
   t.add({"fused_elementwise", "elementwise chain in one pass over memory (made by the fuse pass)", 1, -1,
-         kElementwise, {reqAttr("body", AttrKind::String)}, inferFused, fusedCost});
+         kElementwise, {reqAttr("body", AttrKind::Graph)}, inferFused, fusedCost});
   t.setGrad("fused_elementwise", fusedGrad);
   const std::vector<int64_t> all;
   t.add({"fused_reduction", "elementwise chain ending in a sum or mean, in one pass (made by the fuse pass)", 1, -1,
          kReduction,
-         {reqAttr("body", AttrKind::String), reqAttr("reduce", AttrKind::String), optAttr("dims", all),
+         {reqAttr("body", AttrKind::Graph), reqAttr("reduce", AttrKind::String), optAttr("dims", all),
           optAttr("keepdim", int64_t{0})},
          inferFusedReduction, fusedCost});
   t.setGrad("fused_reduction", fusedGrad);

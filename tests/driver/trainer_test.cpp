@@ -6,11 +6,14 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "backend/training_session.h"
 #include "core/data/batch_source.h"
+#include "driver/report.h"
 #include "driver/report_schema.h"
 #include "driver/trainer.h"
 #include "tests/backend/random_inputs.h"
@@ -184,6 +187,18 @@ TEST(Trainer, TheReportOfATrainedStepMeetsTheSchemaKilnStudioReads) {
   nlohmann::json newer = j;
   newer["version"] = 2;
   EXPECT_FALSE(checkReport(newer).ok());
+  // The writer checks the same schema: a report that breaks it is not written.
+  const std::string path = ::testing::TempDir() + "kiln_trainer_report.json";
+  std::remove(path.c_str());
+  auto broken = report;
+  broken["memory"].erase("peak_bytes");
+  st = writeReport(path, broken);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find("memory.peak_bytes: missing"), std::string::npos) << st.error().message;
+  EXPECT_FALSE(std::ifstream(path).good()) << "nothing written";
+  ASSERT_TRUE(writeReport(path, report).ok());
+  EXPECT_TRUE(std::ifstream(path).good());
+  std::remove(path.c_str());
 }
 
 }  // namespace
