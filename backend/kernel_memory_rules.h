@@ -10,14 +10,15 @@
 //    dying input when every one allows it (writes_over_input): whichever
 //    kernel the selection or autotuning binds, the plan stays valid.
 // The flags are read once per op (kernel predicates, which may build
-// oneDNN primitives, are not called), so the rules are cheap enough for
-// the peak estimate after every pass.
+// oneDNN primitives, are not called) into a table indexed by the op's
+// symbol, so the rules are cheap enough for the peak estimate after every
+// pass.
 #pragma once
 
-#include <map>
+#include <cstddef>
 #include <memory>
 #include <string>
-#include <string_view>
+#include <vector>
 
 #include "backend/kernel_table.h"
 #include "core/memory_rules.h"
@@ -29,25 +30,22 @@ MemoryRules kernelMemoryRules(const KernelTable<Def>& table, const DialectOrder&
   struct OpFlags {
     bool view = false, updates = true, overwrite = true;
   };
-  auto flags = std::make_shared<std::map<std::string, OpFlags, std::less<>>>();
-  for (const std::string& op : table.ops()) {
+  // An op without a kernel has no rule to give: no view, nothing in place
+  // (the executor reports the missing kernel).
+  auto flags = std::make_shared<std::vector<OpFlags>>(kOpCount, OpFlags{false, false, false});
+  for (size_t i = 0; i < kOpCount; ++i) {
     OpFlags f;
     bool any = false;
-    for (const Def* k : table.candidates(op)) {
+    for (const Def* k : table.candidates(static_cast<Op>(i))) {
       if (order.rank(k->dialect) < 0) continue;
       any = true;
       f.view = f.view || k->output_views_input0;
       f.updates = f.updates && k->updates_in_place;
       f.overwrite = f.overwrite && k->writes_over_input;
     }
-    if (any) (*flags)[op] = f;
+    if (any) (*flags)[i] = f;
   }
-  // An op without a kernel has no rule to give: no view, nothing in place
-  // (the executor reports the missing kernel).
-  auto of = [flags](const Node& n) -> OpFlags {
-    auto it = flags->find(n.op());
-    return it == flags->end() ? OpFlags{false, false, false} : it->second;
-  };
+  auto of = [flags](const Node& n) -> const OpFlags& { return (*flags)[static_cast<size_t>(n.kind())]; };
   MemoryRules r;
   r.target = std::move(target);
   r.is_view = [of](const Node& n) { return of(n).view; };

@@ -14,7 +14,10 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -53,8 +56,15 @@ Result<DialectOrder> parseDialectOrder(std::string_view list, const std::vector<
 template <typename Def>
 class KernelTable {
  public:
+  /// Register a kernel. Its op must be one the op table has (core/op_names.h):
+  /// a kernel for an op that does not exist is a programming error.
   void add(Def k) {
-    auto& v = by_op_[k.op];
+    const std::optional<Op> op = opByName(k.op);
+    if (!op) {
+      std::fprintf(stderr, "kiln: kernel '%s' registered for unknown op '%s'\n", k.name.c_str(), k.op.c_str());
+      std::abort();
+    }
+    auto& v = by_op_[*op];
     v.push_back(std::move(k));
     std::stable_sort(v.begin(), v.end(), [](const Def& a, const Def& b) { return a.priority > b.priority; });
   }
@@ -67,18 +77,24 @@ class KernelTable {
   /// `n`, best first (dialect order, then priority).
   std::vector<const Def*> applicable(const Node& n, const DialectOrder& order = {}) const {
     std::vector<const Def*> out;
-    for (const Def* k : candidates(n.op()))
+    for (const Def* k : candidates(n.kind()))
       if (order.rank(k->dialect) >= 0 && (!k->supports || k->supports(n))) out.push_back(k);
     std::stable_sort(out.begin(), out.end(),
                      [&](const Def* a, const Def* b) { return order.rank(a->dialect) < order.rank(b->dialect); });
     return out;
   }
   /// Every kernel registered for `op`, by priority.
-  std::vector<const Def*> candidates(std::string_view op) const {
+  std::vector<const Def*> candidates(Op op) const {
     std::vector<const Def*> out;
     if (auto it = by_op_.find(op); it != by_op_.end())
       for (const Def& k : it->second) out.push_back(&k);
     return out;
+  }
+  /// The same by the op's name (listings, cached choices); none for a name
+  /// that is not an op.
+  std::vector<const Def*> candidates(std::string_view op) const {
+    const std::optional<Op> id = opByName(op);
+    return id ? candidates(*id) : std::vector<const Def*>{};
   }
   /// The kernel called `name` (a cached choice), or nullptr.
   const Def* byName(std::string_view op, std::string_view name) const {
@@ -89,7 +105,7 @@ class KernelTable {
   /// Ops that have at least one kernel.
   std::vector<std::string> ops() const {
     std::vector<std::string> out;
-    for (const auto& [op, _] : by_op_) out.push_back(op);
+    for (const auto& [op, _] : by_op_) out.emplace_back(opName(op));
     return out;
   }
   /// Every dialect some kernel belongs to, sorted.
@@ -103,7 +119,7 @@ class KernelTable {
   }
 
  private:
-  std::map<std::string, std::vector<Def>, std::less<>> by_op_;
+  std::map<Op, std::vector<Def>> by_op_;  ///< in op-name order (KILN_OP_LIST is sorted)
 };
 
 /// Why no kernel fits `n` under `order`: the dialects that do have a kernel
