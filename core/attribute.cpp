@@ -82,11 +82,8 @@ std::string attrToString(const Attr& a) {
     }
     case AttrKind::String: return quote(std::get<std::string>(a));
     case AttrKind::DType: return std::string(dtypeName(std::get<DType>(a)));
-    case AttrKind::Graph: {
-      std::string s = printGraph(*std::get<GraphAttr>(a).graph, {.scopes = false, .provenance = false});
-      if (!s.empty() && s.back() == '\n') s.pop_back();
-      return s;
-    }
+    case AttrKind::Graph:
+      return printGraph(*std::get<GraphAttr>(a).graph, {.scopes = false, .provenance = false, .one_line = true});
   }
   return "";
 }

@@ -33,8 +33,8 @@ AttrKind attrKind(const Attr& a);
 std::string_view attrKindName(AttrKind k);
 /// Text-IR spelling; floats always carry a '.', an exponent, or inf/nan so
 /// they never read back as ints, and print with full precision. A graph
-/// prints as its text IR (several lines, without scopes or source
-/// locations), which the parser reads back in place.
+/// prints as its text IR on one line (without scopes or source locations),
+/// which the parser reads back in place.
 std::string attrToString(const Attr& a);
 /// Shortest text that reads back as exactly `v` ("1.0", "1e-05", "-inf").
 std::string formatDouble(double v);

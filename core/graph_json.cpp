@@ -201,6 +201,11 @@ Result<Graph> graphFromJson(const json& j, const std::string& where) {
       if (jn.contains("attrs")) {
         if (!jn["attrs"].is_object()) fail(at + ": 'attrs' must be an object");
         for (const auto& [k, v] : jn["attrs"].items()) attrs[k] = attrFromJson(v, at + ".attrs." + k);
+        try {
+          parseStringRegions(op, attrs);
+        } catch (const KilnException& e) {
+          fail(at + ": " + e.what());
+        }
       }
       const json& jout = field(jn, "outputs", at);
       if (!jout.is_array()) fail(at + ": 'outputs' must be a list");

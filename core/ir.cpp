@@ -6,7 +6,6 @@
 #include "core/model.h"
 #include "core/op_table.h"
 #include "core/result.h"
-#include "core/text_ir.h"
 
 namespace kiln {
 
@@ -121,15 +120,6 @@ Node* Graph::createNode(std::string_view op, std::vector<Value*> inputs, AttrMap
   n->attrs_ = std::move(attrs);
   n->scope_ = std::move(scope);
   n->provenance_ = std::move(provenance);
-  // A region written as a string (text IR and JSON before regions were
-  // attributes of their own: body="graph fused(...) {...}") is parsed once here.
-  for (auto& [name, value] : n->attrs_) {
-    const AttrSpec* spec = def->findAttr(name);
-    if (!spec || spec->kind != AttrKind::Graph || attrKind(value) != AttrKind::String) continue;
-    auto region = parseGraph(std::get<std::string>(value), n->describe() + " " + name);
-    if (!region) fail(n->describe() + ": attribute '" + name + "': " + region.error().message);
-    value = GraphAttr{std::make_shared<const Graph>(std::move(*region))};
-  }
   int count = static_cast<int>(n->inputs_.size());
   if (count < def->min_inputs || (def->max_inputs >= 0 && count > def->max_inputs))
     fail(n->describe() + ": takes " + std::to_string(def->min_inputs) +

@@ -38,7 +38,15 @@ struct PrintOptions {
   /// so a value keeps its number from one pass's dump to the next (the
   /// before/after diffs of kiln-studio's passes view). Still parses.
   bool value_ids = false;
+  /// The whole graph on one line ("graph g(...) { %0 = ... return %0 "o" }"):
+  /// how a region prints on the line of the node that owns it.
+  bool one_line = false;
 };
+
+/// The attributes `op` declares as graphs that `attrs` holds as strings (the
+/// form earlier text IR and JSON wrote: body="graph fused(...) {...}"),
+/// parsed into regions in place. Throws KilnException naming the attribute.
+void parseStringRegions(std::string_view op, AttrMap& attrs);
 
 /// Print a graph.
 std::string printGraph(const Graph& g, const PrintOptions& options = {});

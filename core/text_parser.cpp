@@ -386,6 +386,7 @@ class Parser {
     }
     Node* n;
     try {
+      parseStringRegions(op.text, attrs);
       n = g_.createWithTypes(op.text, std::move(ins), std::move(attrs), std::move(types), scope, loc);
     } catch (const KilnException& e) {
       lex_.error(op, e.what());
@@ -420,6 +421,19 @@ class Parser {
 };
 
 }  // namespace
+
+void parseStringRegions(std::string_view op, AttrMap& attrs) {
+  const OpDef* def = OpTable::get().find(op);
+  if (!def) return;
+  for (auto& [name, value] : attrs) {
+    if (attrKind(value) != AttrKind::String) continue;
+    const AttrSpec* spec = def->findAttr(name);
+    if (!spec || spec->kind != AttrKind::Graph) continue;
+    auto region = parseGraph(std::get<std::string>(value), std::string(op) + " " + name);
+    if (!region) fail("attribute '" + name + "': " + region.error().message);
+    value = GraphAttr{std::make_shared<const Graph>(std::move(*region))};
+  }
+}
 
 Result<Graph> parseGraph(const std::string& text, const std::string& where) {
   return catchErrors([&] { return Parser(text, where).parse(); });

@@ -22,20 +22,6 @@ std::string quoted(const std::string& s) {
   return attrToString(Attr{s});
 }
 
-/// A region's text on its node's line: its lines joined by one space, so
-/// the text IR keeps one line per node (FileCheck patterns, line diffs).
-std::string oneLine(const std::string& text) {
-  std::string flat;
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] != '\n') {
-      flat += text[i];
-      continue;
-    }
-    flat += ' ';
-    while (i + 1 < text.size() && text[i + 1] == ' ') ++i;
-  }
-  return flat;
-}
 
 class Printer {
  public:
@@ -69,7 +55,7 @@ class Printer {
         s += first ? "" : ", ";
         s += k;
         s += '=';
-        s += oneLine(attrToString(v));
+        s += attrToString(v);  // a region prints on one line: one line per node
         first = false;
       }
       s += "}";
@@ -87,9 +73,14 @@ class Printer {
       const Value* v = g.inputs()[i];
       s += (i ? ", " : "") + ref(v) + ": " + v->type().str() + " " + std::string(roleName(v->role()));
     }
-    s += ") {\n";
-    for (const auto& n : g.nodes()) s += "  " + node(*n) + "\n";
-    s += "  return";
+    const char* line = opts_.one_line ? " " : "\n  ";  // what starts each node line
+    s += ") {";
+    for (const auto& n : g.nodes()) {
+      s += line;
+      s += node(*n);
+    }
+    s += line;
+    s += "return";
     for (size_t i = 0; i < g.outputs().size(); ++i) {
       const GraphOutput& o = g.outputs()[i];
       s += i ? ", " : " ";
@@ -101,7 +92,7 @@ class Printer {
         s += outputRoleName(o.role);
       }
     }
-    return s + "\n}\n";
+    return s + (opts_.one_line ? " }" : "\n}\n");
   }
 
  private:

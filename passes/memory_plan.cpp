@@ -4,8 +4,6 @@
 #include <algorithm>
 #include <memory>
 
-#include "core/graph_hash.h"
-
 namespace kiln {
 namespace {
 
@@ -28,11 +26,11 @@ void widenToStages(Liveness& l, const NodeStages& stages) {
 
 }  // namespace
 
-MemoryPlan planMemory(const Graph& g, const ViewPredicate& is_view, const InPlaceUpdates* in_place,
-                      const NodeStages* stages) {
+/// Places the buffers of `live` (with writes in place); `plain` (views
+/// only) gives the op-by-op baseline.
+MemoryPlan planLiveness(Liveness live, const Liveness& plain, const NodeStages* stages) {
   MemoryPlan p;
-  p.graph_hash = structuralHash(g);
-  p.liveness = analyzeLiveness(g, is_view, in_place);
+  p.liveness = std::move(live);
   if (stages) {
     widenToStages(p.liveness, *stages);
     p.widened_to_stages = std::any_of(stages->begin(), stages->end(), [](const auto& s) { return s.second - s.first > 1; });
@@ -58,8 +56,7 @@ MemoryPlan planMemory(const Graph& g, const ViewPredicate& is_view, const InPlac
   }
 
   p.op_by_op_peak_bytes = p.input_bytes;
-  for (uint64_t live : liveBytesTimeline(analyzeLiveness(g, is_view)))
-    p.op_by_op_peak_bytes = std::max(p.op_by_op_peak_bytes, live);
+  for (uint64_t bytes : liveBytesTimeline(plain)) p.op_by_op_peak_bytes = std::max(p.op_by_op_peak_bytes, bytes);
 
   // Lower bound: the planned bytes alive at the busiest node.
   std::vector<uint64_t> made(p.liveness.order.size() + 1), freed(p.liveness.order.size() + 1);
@@ -101,11 +98,21 @@ MemoryPlan planMemory(const Graph& g, const ViewPredicate& is_view, const InPlac
   return p;
 }
 
-MemoryPlan planMemory(const Graph& g, const MemoryRules& rules, const NodeStages* stages) {
-  const InPlaceUpdates in_place = analyzeStepLiveness(g, rules).all();
-  MemoryPlan p = planMemory(g, rules.is_view, &in_place, stages);
-  p.target = rules.target;
+MemoryPlan planMemory(const Graph& g, const ViewPredicate& is_view, const InPlaceUpdates* in_place,
+                      const NodeStages* stages) {
+  return planLiveness(analyzeLiveness(g, is_view, in_place), analyzeLiveness(g, is_view), stages);
+}
+
+MemoryPlan planMemory(const StepLiveness& step, const std::string& target, const NodeStages* stages) {
+  MemoryPlan p = planLiveness(step.live, step.plain, stages);
+  p.target = target;
+  p.updates_in_place = step.updates.size();
+  p.elementwise_in_place = step.elementwise.size();
   return p;
+}
+
+MemoryPlan planMemory(const Graph& g, const MemoryRules& rules, const NodeStages* stages) {
+  return planMemory(analyzeStepLiveness(g, rules), rules.target, stages);
 }
 
 std::shared_ptr<const MemoryPlan> reusablePlan(std::shared_ptr<const MemoryPlan> plan, const Graph& g,
@@ -117,27 +124,23 @@ std::shared_ptr<const MemoryPlan> reusablePlan(std::shared_ptr<const MemoryPlan>
   size_t i = 0;
   for (const auto& n : g.nodes())
     if (order[i++] != n.get()) return nullptr;
-  return plan->graph_hash == structuralHash(g) ? plan : nullptr;
+  return plan;
 }
 
 Result<PassResult> runMemoryPlan(Graph& g, PassContext& ctx) {
   return catchErrors([&]() -> PassResult {
-    const StepLiveness s = analyzeStepLiveness(g, ctx.memory);
-    const InPlaceUpdates in_place = s.all();
-    auto plan = std::make_shared<MemoryPlan>(planMemory(g, ctx.memory.is_view, &in_place));
-    plan->target = ctx.memory.target;
+    auto plan = std::make_shared<MemoryPlan>(planMemory(g, ctx.memory));
     plan->made_by = "memory_plan pass";
     ctx.memory_plan = plan;
     const MemoryPlan& p = *plan;
-    const InPlaceUpdates &updates = s.updates, &elementwise = s.elementwise;
     PassResult r;
     r.statistics = {{"arena_bytes", static_cast<double>(p.arena_bytes)},
                     {"arena_lower_bound", static_cast<double>(p.arena_lower_bound)},
                     {"unshared_bytes", static_cast<double>(p.unshared_bytes)},
                     {"peak_bytes", static_cast<double>(p.peak_bytes)},
                     {"op_by_op_peak_bytes", static_cast<double>(p.op_by_op_peak_bytes)},
-                    {"updates_in_place", static_cast<double>(updates.size())},
-                    {"elementwise_in_place", static_cast<double>(elementwise.size())}};
+                    {"updates_in_place", static_cast<double>(p.updates_in_place)},
+                    {"elementwise_in_place", static_cast<double>(p.elementwise_in_place)}};
     return r;
   });
 }

@@ -40,7 +40,6 @@ constexpr uint64_t kArenaAlignment = 64;
 
 struct MemoryPlan {
   std::string target = "pytorch";  ///< whose memory rules (MemoryRules::target)
-  uint64_t graph_hash = 0;         ///< structuralHash of the graph planned
   bool widened_to_stages = false;  ///< planned for nodes running side by side
   /// "memory_plan pass" (PassContext::memory_plan) or "executor" (planned
   /// when binding: side-by-side stages, a cached step, a pipeline without
@@ -62,6 +61,8 @@ struct MemoryPlan {
   /// plan is measured against.
   uint64_t op_by_op_peak_bytes = 0;
   size_t peak_node = 0;  ///< index into liveness.order of the first peak
+  size_t updates_in_place = 0;      ///< updates written over their state (rules' plans)
+  size_t elementwise_in_place = 0;  ///< elementwise results written over a dying input (rules' plans)
 };
 
 /// The arena size a buffer of `bytes` takes.
@@ -83,10 +84,13 @@ MemoryPlan planMemory(const Graph& g, const ViewPredicate& is_view = {}, const I
 /// Plans `g` under a target's memory rules: its views, and every write in
 /// place they and the order allow (analyzeStepLiveness).
 MemoryPlan planMemory(const Graph& g, const MemoryRules& rules, const NodeStages* stages = nullptr);
+/// The same from the liveness already analysed under rules of `target`.
+MemoryPlan planMemory(const StepLiveness& step, const std::string& target, const NodeStages* stages = nullptr);
 
-/// `plan` when an executor can run it as it is: made for `g` as it is now
-/// (same nodes in the same order, same structure) under rules of the same
-/// target, with `stages` running one node at a time. Else nullptr: the
+/// `plan` when an executor can run it as it is: made for `g` (same nodes in
+/// the same order; the pass manager drops the plan when a later pass
+/// changes the graph) under rules of the same target, with `stages` running
+/// one node at a time. Else nullptr: the
 /// executor plans again (planMemory with `rules` and `stages`).
 std::shared_ptr<const MemoryPlan> reusablePlan(std::shared_ptr<const MemoryPlan> plan, const Graph& g,
                                                const MemoryRules& rules, const NodeStages& stages);

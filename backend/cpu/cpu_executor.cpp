@@ -120,7 +120,7 @@ Result<CpuExecutor> CpuExecutor::create(const Graph& graph, CpuExecutorOptions o
   // The plan of the steady state: outputs written in place share their
   // donor's buffer; nodes that run together share no bytes.
   ex.plan_ = reusablePlan(options.plan, graph, rules, ex.stages_);
-  if (!ex.plan_) ex.plan_ = std::make_shared<const MemoryPlan>(planMemory(graph, rules, &ex.stages_));
+  if (!ex.plan_) ex.plan_ = std::make_shared<const MemoryPlan>(planMemory(step, rules.target, &ex.stages_));
   const MemoryPlan& plan = *ex.plan_;
   // Each intermediate is dropped after the last node that reads it (the
   // arena slot is reused by the plan; a fresh buffer goes back to the pool).

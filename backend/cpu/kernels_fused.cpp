@@ -164,15 +164,19 @@ std::shared_ptr<const Program<T>> compile(const Node& node) {
 
 /// Programs by body: compiled on first use, shared by every node and run
 /// with the same body region (clones of a node share it). A program holds
-/// its body, so no other body can take its address while it is cached.
+/// its body, so no other body can take its address while it is cached; a
+/// body only its program still holds belongs to no graph any more, and its
+/// program is dropped when the next one is compiled (a long-lived process,
+/// kiln-studio or Python, compiles many graphs).
 template <class T>
 std::shared_ptr<const Program<T>> programFor(const Node& n) {
   static std::mutex mu;
   static std::unordered_map<const Graph*, std::shared_ptr<const Program<T>>> cache;
   std::lock_guard<std::mutex> lock(mu);
-  auto& p = cache[&n.subgraph("body")];
-  if (!p) p = compile<T>(n);
-  return p;
+  const Graph* body = &n.subgraph("body");
+  if (auto it = cache.find(body); it != cache.end()) return it->second;
+  std::erase_if(cache, [](const auto& entry) { return entry.second->body.use_count() == 1; });
+  return cache[body] = compile<T>(n);
 }
 
 /// Rounds each value to the nearest bf16 (kept in float): what storing it

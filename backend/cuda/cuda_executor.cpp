@@ -106,11 +106,10 @@ Status CudaExecutor::bind() {
     const MemoryRules rules = cudaMemoryRules(options_.kernels.dialects);
     for (size_t i = 0; i < nodes_.size(); ++i)
       if (Status st = checkKernelFollowsRules(*kernels_[i], *nodes_[i], rules); !st) fail(st.error().message);
-    const InPlaceUpdates in_place = analyzeStepLiveness(*graph_, rules).all();
-    NodeStages one_at_a_time;
-    for (size_t i = 0; i < nodes_.size(); ++i) one_at_a_time.emplace_back(i, i + 1);
-    plan_ = reusablePlan(options_.plan, *graph_, rules, one_at_a_time);
-    if (!plan_) plan_ = std::make_shared<const MemoryPlan>(planMemory(*graph_, rules));
+    const StepLiveness step = analyzeStepLiveness(*graph_, rules);
+    const InPlaceUpdates in_place = step.all();
+    plan_ = reusablePlan(options_.plan, *graph_, rules, {});  // one node at a time
+    if (!plan_) plan_ = std::make_shared<const MemoryPlan>(planMemory(step, rules.target));
     const MemoryPlan& plan = *plan_;
 
     auto alloc = [&](size_t bytes, const char* what) -> void* {

@@ -105,6 +105,8 @@ std::shared_ptr<Generated> generatedFor(const Node& n) {
     gen = r.by_key.emplace(text, std::move(g)).first->second;
   }
   std::lock_guard<std::mutex> lock(r.mu);
+  // Nodes whose region only this registry still holds are gone.
+  std::erase_if(r.by_node, [](const auto& entry) { return entry.second.region.use_count() == 1; });
   r.by_node.insert_or_assign(&n, Registry::Bound{std::get<GraphAttr>(*n.attr("body")).graph, gen});
   return gen;
 }

@@ -1,6 +1,7 @@
 // Options shared by the model importers.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <string>
 #include <vector>
@@ -38,6 +39,9 @@ struct ImportOptions {
   /// Empty: never asked.
   std::function<bool()> keep_going;
 };
+
+/// How many nodes an importer lowers between two keep_going questions.
+inline constexpr size_t kNodesBetweenCancelChecks = 256;
 
 /// Fails with ErrorKind::kCancelled when `o.keep_going` says stop.
 inline void stopIfCancelled(const ImportOptions& o) {

@@ -55,9 +55,6 @@ std::string unsupportedMessage(const FxNode& n) {
   return msg + "; the FX importer lowers " + std::to_string(all.size()) + " aten overloads (fxSupportedOps())";
 }
 
-/// How many nodes the importers lower between two ImportOptions::keep_going questions.
-constexpr size_t kNodesBetweenCancelChecks = 256;
-
 class Importer {
  public:
   Importer(const FxDocument& doc, const TensorMap& weights, const ImportOptions& options)

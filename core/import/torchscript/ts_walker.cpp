@@ -201,7 +201,6 @@ std::vector<SV> Walker::walkGraph(torch::jit::Graph& g, std::vector<SV> inputs, 
 }
 
 void Walker::walkBlock(torch::jit::Block* b, Frame& f) {
-  constexpr size_t kNodesBetweenCancelChecks = 256;
   for (torch::jit::Node* n : b->nodes()) {
     if (keep_going && ++visited_ % kNodesBetweenCancelChecks == 0 && !keep_going()) throw ImportCancelled{};
     visit(n, f);
