@@ -15,6 +15,7 @@
 #include "driver/messages.h"
 #include "driver/option_table.h"
 #include "driver/report.h"
+#include "driver/report_json.h"
 
 namespace kiln::cli {
 namespace {
@@ -39,7 +40,7 @@ int memory(const MemoryCmd& c) {
   std::cout << "kiln memory " << c.train.model.path << ": step graph " << g.numNodes() << " nodes\n";
   printMemorySummary(std::cout, plan, c.top, c.width);
   if (!c.json.empty()) {
-    if (Status st = writeFileAtomic(c.json, memoryJson(plan).dump(2) + "\n"); !st) return reportError(st.error());
+    if (Status st = writeFileAtomic(c.json, toJson(memoryReport(plan)).dump(2) + "\n"); !st) return reportError(st.error());
     std::cout << "wrote " << c.json << "\n";
   }
   return 0;

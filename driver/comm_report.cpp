@@ -59,36 +59,8 @@ uint64_t CommStep::sentBytes() const {
   return b;
 }
 
-void addCommunication(nlohmann::ordered_json& report, int ranks, const std::string& backend,
-                      const std::vector<CommStep>& steps) {
-  nlohmann::ordered_json out = {{"ranks", ranks}, {"backend", backend}};
-  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
-  for (const CommStep& s : steps) {
-    nlohmann::ordered_json cs = nlohmann::ordered_json::array();
-    for (const CollectiveRecord& r : s.collectives) {
-      nlohmann::ordered_json c = {{"bucket", r.bucket},         {"collective", r.collective},
-                                  {"algorithm", r.algorithm},   {"node", r.node},
-                                  {"tensors", r.tensors},       {"dense_bytes", r.dense_bytes},
-                                  {"sent_bytes", r.sent_bytes}, {"start_ms", r.start_ms},
-                                  {"begin_ms", r.begin_ms},     {"end_ms", r.end_ms},
-                                  {"waited_ms", r.waited_ms}};
-      if (r.blocks) {
-        c["blocks"] = r.blocks;
-        c["nonzero_blocks"] = r.nonzero_blocks;
-      }
-      cs.push_back(std::move(c));
-    }
-    rows.push_back({{"step", s.step},
-                    {"step_ms", s.step_ms},
-                    {"comm_ms", s.commMillis()},
-                    {"exposed_ms", s.exposedMillis()},
-                    {"overlap", s.overlap()},
-                    {"dense_bytes", s.denseBytes()},
-                    {"sent_bytes", s.sentBytes()},
-                    {"collectives", std::move(cs)}});
-  }
-  out["steps"] = std::move(rows);
-  report["communication"] = std::move(out);
+void addCommunication(Report& report, int ranks, const std::string& backend, const std::vector<CommStep>& steps) {
+  report.communication = ReportCommunication{ranks, backend, steps};
 }
 
 void printCommTable(std::ostream& out, int ranks, const std::string& backend, const std::vector<CommStep>& steps) {

@@ -26,41 +26,23 @@ std::string bytesStr(uint64_t b) {
 
 }  // namespace
 
-nlohmann::ordered_json memoryJson(const MemoryPlan& p) {
+ReportMemory memoryReport(const MemoryPlan& p) {
   const Liveness& l = p.liveness;
-  nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
+  ReportMemory m{"graph order", p.target, p.widened_to_stages, p.peak_bytes, static_cast<int64_t>(p.peak_node),
+                 l.order.empty() ? std::string() : l.order[p.peak_node]->describe(), p.op_by_op_peak_bytes,
+                 p.input_bytes, p.returned_bytes, p.arena_bytes, p.arena_lower_bound, p.unshared_bytes, p.timeline};
   for (size_t i = 0; i < l.buffers.size(); ++i) {
     const BufferLife& b = l.buffers[i];
-    nlohmann::ordered_json views = nlohmann::ordered_json::array();
-    for (const Value* v : b.views) views.push_back(v->name());
     const Node* prod = b.value->producer();
-    tensors.push_back({{"value", b.value->name()},
-                       {"type", b.value->type().str()},
-                       {"bytes", b.bytes},
-                       {"kind", kindOf(b)},
-                       {"producer", producerOf(b)},
-                       {"scope", prod ? prod->scope() : std::string()},
-                       {"first", b.def},
-                       {"last", b.last},
-                       {"offset", p.offsets[i] < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(p.offsets[i])},
-                       {"views", views},
-                       // made by a node the remat pass added to recompute it
-                       {"rematerialized", prod && prod->provenance().rfind("remat of ", 0) == 0}});
+    ReportTensor t{b.value->name(), b.value->type().str(), b.bytes, kindOf(b), producerOf(b),
+                   prod ? prod->scope() : std::string(), static_cast<int64_t>(b.def), static_cast<int64_t>(b.last)};
+    if (p.offsets[i] >= 0) t.offset = p.offsets[i];
+    for (const Value* v : b.views) t.views.push_back(v->name());
+    // made by a node the remat pass added to recompute it
+    t.rematerialized = prod && prod->provenance().rfind("remat of ", 0) == 0;
+    m.tensors.push_back(std::move(t));
   }
-  return {{"schedule", "graph order"},
-          {"rules", p.target},
-          {"widened_to_stages", p.widened_to_stages},
-          {"peak_bytes", p.peak_bytes},
-          {"peak_node", p.peak_node},
-          {"peak_at", l.order.empty() ? std::string() : l.order[p.peak_node]->describe()},
-          {"op_by_op_peak_bytes", p.op_by_op_peak_bytes},
-          {"input_bytes", p.input_bytes},
-          {"returned_bytes", p.returned_bytes},
-          {"arena_bytes", p.arena_bytes},
-          {"arena_lower_bound", p.arena_lower_bound},
-          {"unshared_bytes", p.unshared_bytes},
-          {"timeline", p.timeline},
-          {"tensors", tensors}};
+  return m;
 }
 
 std::string sparkline(const std::vector<uint64_t>& values, size_t width) {

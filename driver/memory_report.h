@@ -6,14 +6,13 @@
 
 #include <ostream>
 
-#include <nlohmann/json.hpp>
-
+#include "driver/report_types.h"
 #include "passes/memory_plan.h"
 
 namespace kiln::driver {
 
 /// The report's `memory` object (docs/report-schema.md).
-nlohmann::ordered_json memoryJson(const MemoryPlan& plan);
+ReportMemory memoryReport(const MemoryPlan& plan);
 
 /// Totals, the `top` largest tensors alive at the peak, and the timeline as
 /// a sparkline `width` characters wide.

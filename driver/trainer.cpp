@@ -64,7 +64,7 @@ Result<TrainLoopResult> runTraining(BoundStep& step, const TrainLoopOptions& o, 
   return r;
 }
 
-void addTrainingResult(nlohmann::ordered_json& report, const BoundStep& step, const TrainLoopResult& result) {
+void addTrainingResult(Report& report, const BoundStep& step, const TrainLoopResult& result) {
   const TrainingSession& s = *step.session;
   addSteps(report, result.records);
   if (result.profiled_steps > 0) addNodeTimes(report, s.executor().nodeMillis(), result.profiled_steps);

@@ -66,6 +66,6 @@ Result<TrainLoopResult> runTraining(BoundStep& step, const TrainLoopOptions& o, 
 
 /// Add what the run measured to a report of the step: the steps, the nodes'
 /// measured times, the communication.
-void addTrainingResult(nlohmann::ordered_json& report, const BoundStep& step, const TrainLoopResult& result);
+void addTrainingResult(Report& report, const BoundStep& step, const TrainLoopResult& result);
 
 }  // namespace kiln::driver

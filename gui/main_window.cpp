@@ -185,11 +185,11 @@ Result<std::shared_ptr<StudioDocument>> MainWindow::compileModel(const QString& 
   const std::string model = path.toStdString();
   driver::CompileOptions options = options_;
   options.model.path = model;
-  QFutureWatcher<Result<nlohmann::json>> watcher;
+  QFutureWatcher<Result<driver::Report>> watcher;
   QEventLoop loop;
   QObject::connect(&watcher, &QFutureWatcherBase::finished, &loop, &QEventLoop::quit);
   QPointer<QProgressDialog> dialog(&progress);
-  watcher.setFuture(QtConcurrent::run([options, &cancel, dialog]() -> Result<nlohmann::json> {
+  watcher.setFuture(QtConcurrent::run([options, &cancel, dialog]() -> Result<driver::Report> {
     return compileModelReport(options, [&cancel, dialog](int percent, const std::string& stage) {
       QMetaObject::invokeMethod(
           qApp,
@@ -204,7 +204,7 @@ Result<std::shared_ptr<StudioDocument>> MainWindow::compileModel(const QString& 
   }));
   if (!watcher.isFinished()) loop.exec();
   progress.reset();
-  Result<nlohmann::json> report = watcher.result();
+  Result<driver::Report> report = watcher.result();
   if (!report) {
     if (report.error().kind == ErrorKind::kCancelled) return Error{"compiling " + model + " was cancelled"};
     return report.error();
@@ -220,9 +220,9 @@ bool MainWindow::measure(QString* error, int ranks) {
   }
   // The options the open report was compiled with (its `options`), else kiln-studio's own.
   driver::CompileOptions options = options_;
-  if (auto it = doc_->report().find("options"); it != doc_->report().end()) {
+  if (const auto& given = doc_->report().options; !given.empty()) {
     options = {};
-    if (Status st = driver::optionsFromJson(*it, options); !st) {
+    if (Status st = driver::optionsFromJson(nlohmann::json(given), options); !st) {
       if (error) *error = QString::fromStdString(doc_->path() + ": " + st.error().message);
       return false;
     }

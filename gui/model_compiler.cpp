@@ -7,7 +7,7 @@
 
 namespace kiln::studio {
 
-Result<nlohmann::json> compileModelReport(driver::CompileOptions args, const CompileProgress& progress,
+Result<driver::Report> compileModelReport(driver::CompileOptions args, const CompileProgress& progress,
                                           const std::atomic<bool>* cancel) {
   const auto t0 = std::chrono::steady_clock::now();
   args.compile_only = true;
@@ -25,8 +25,7 @@ Result<nlohmann::json> compileModelReport(driver::CompileOptions args, const Com
   if (!setup) return setup.error();
   if (progress) progress(95, "writing the report");
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  // ordered_json keeps the CLI's key order; the document reads plain json.
-  return nlohmann::json(driver::buildReport("compile", args, *setup, ms));
+  return driver::buildReport("compile", args, *setup, ms);
 }
 
 }  // namespace kiln::studio

@@ -10,10 +10,9 @@
 #include <functional>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
 #include "core/result.h"
 #include "driver/compile_options.h"
+#include "driver/report_types.h"
 
 namespace kiln::studio {
 
@@ -28,7 +27,7 @@ using CompileProgress = std::function<bool(int percent, const std::string& stage
 /// (ErrorKind::kCancelled) when `progress` said stop or `cancel` became
 /// true, which the import also checks every few hundred nodes. Safe to
 /// call from any thread.
-Result<nlohmann::json> compileModelReport(driver::CompileOptions options, const CompileProgress& progress,
+Result<driver::Report> compileModelReport(driver::CompileOptions options, const CompileProgress& progress,
                                           const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace kiln::studio

@@ -6,36 +6,34 @@
 #include <memory>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
 #include "core/ir.h"
 #include "core/result.h"
+#include "driver/report_types.h"
 
 namespace kiln::studio {
 
 class StudioDocument {
  public:
-  /// Read `path` (a kiln-report JSON). Errors say what is wrong and where:
-  /// unreadable, not JSON, not a kiln report, a newer schema version.
+  /// Read `path` (a kiln-report JSON, driver/report_json.h). Errors say
+  /// what is wrong and where: unreadable, not JSON, not a kiln report,
+  /// another schema version, a key missing or of the wrong type.
   static Result<std::shared_ptr<StudioDocument>> open(const std::string& path);
-  /// A report already in memory (a model compiled in-process); `path` names
-  /// it in errors and the title.
-  static Result<std::shared_ptr<StudioDocument>> fromReport(nlohmann::json report, const std::string& path);
+  /// A report already in memory (a model compiled or trained in-process);
+  /// `path` names it in errors and the title.
+  static Result<std::shared_ptr<StudioDocument>> fromReport(driver::Report report, const std::string& path);
 
   const std::string& path() const { return path_; }
-  const nlohmann::json& report() const { return report_; }
+  const driver::Report& report() const { return report_; }
   /// The final step graph; nullptr when the report carries none (written
   /// before reports held `graph.ir`).
   const Graph* graph() const { return graph_.get(); }
   /// "compile" or "train".
-  std::string command() const;
+  const std::string& command() const { return report_.command; }
   /// The model path the report names.
-  std::string modelPath() const;
+  const std::string& modelPath() const { return report_.model.path; }
 
-  /// report.passes / report.kernels, or an empty array (no copy: the pass
-  /// entries may hold megabytes of IR).
-  const nlohmann::json& passes() const;
-  const nlohmann::json& kernels() const;
+  const std::vector<driver::ReportPass>& passes() const { return report_.passes; }
+  const std::vector<driver::ReportKernel>& kernels() const { return report_.kernels; }
 
   /// Whether the report keeps each pass's IR (kiln compile --report-pass-ir,
   /// or a model compiled by kiln-studio).
@@ -47,7 +45,7 @@ class StudioDocument {
 
  private:
   std::string path_;
-  nlohmann::json report_;
+  driver::Report report_;
   std::unique_ptr<Graph> graph_;
 };
 

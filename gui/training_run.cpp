@@ -57,14 +57,14 @@ Result<std::shared_ptr<StudioDocument>> measureInProcess(QWidget* parent, const 
   progress.setMinimumDuration(300);
   std::atomic<bool> cancel{false};
   std::atomic<int64_t> done{0};
-  QFutureWatcher<Result<nlohmann::json>> watcher;
+  QFutureWatcher<Result<driver::Report>> watcher;
   QEventLoop loop;
   QObject::connect(&watcher, &QFutureWatcherBase::finished, &loop, &QEventLoop::quit);
   QObject::connect(&progress, &QProgressDialog::canceled, [&] { cancel = true; });
   QTimer tick;
   QObject::connect(&tick, &QTimer::timeout, [&] { progress.setValue(int(done.load())); });
   tick.start(100);
-  watcher.setFuture(QtConcurrent::run([options, run, &cancel, &done]() -> Result<nlohmann::json> {
+  watcher.setFuture(QtConcurrent::run([options, run, &cancel, &done]() -> Result<driver::Report> {
     const auto t0 = std::chrono::steady_clock::now();
     auto step = driver::compileStep(options, TrainingGraphKind::Step);
     if (!step) return step.error();
@@ -79,12 +79,12 @@ Result<std::shared_ptr<StudioDocument>> measureInProcess(QWidget* parent, const 
     if (result->stopped) return driver::compileCancelled();
     auto report = driver::buildReport("train", options, *step, compile_ms);
     driver::addTrainingResult(report, *step, *result);
-    return nlohmann::json(report);
+    return report;
   }));
   if (!watcher.isFinished()) loop.exec();
   tick.stop();
   progress.reset();
-  Result<nlohmann::json> report = watcher.result();
+  Result<driver::Report> report = watcher.result();
   if (!report) {
     if (report.error().kind == ErrorKind::kCancelled)
       return Error{"training " + options.model.path + " was cancelled"};

@@ -19,6 +19,7 @@
 #include "driver/export_graph.h"
 #include "driver/option_table.h"
 #include "driver/report.h"
+#include "driver/report_json.h"
 
 namespace py = pybind11;
 
@@ -191,7 +192,7 @@ class Step {
   }
 
   std::string report() const {
-    return driver::buildReport("compile", options_, bound_, compile_ms_).dump();
+    return driver::toJson(driver::buildReport("compile", options_, bound_, compile_ms_)).dump();
   }
 
   void exportGraph(const std::string& path, const std::string& format) const {

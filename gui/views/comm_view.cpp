@@ -22,10 +22,10 @@ double round2(double v) {
   return std::round(v * 100) / 100;
 }
 
-const nlohmann::json* steps(const std::shared_ptr<const StudioDocument>& doc) {
-  if (!doc || !doc->report().contains("communication")) return nullptr;
-  const nlohmann::json& s = doc->report()["communication"]["steps"];
-  return s.is_array() && !s.empty() ? &s : nullptr;
+const std::vector<driver::CommStep>* steps(const std::shared_ptr<const StudioDocument>& doc) {
+  if (!doc || !doc->report().communication) return nullptr;
+  const auto& s = doc->report().communication->steps;
+  return s.empty() ? nullptr : &s;
 }
 
 }  // namespace
@@ -42,7 +42,7 @@ void CommChart::setDocument(std::shared_ptr<const StudioDocument> doc) {
 void CommChart::paintEvent(QPaintEvent*) {
   QPainter p(this);
   p.fillRect(rect(), Qt::white);
-  const nlohmann::json* all = steps(doc_);
+  const auto* all = steps(doc_);
   if (!all) {
     p.drawText(rect(), Qt::AlignCenter,
                "No data-parallel communication in this report (kiln train --nproc N --report).\n"
@@ -50,13 +50,13 @@ void CommChart::paintEvent(QPaintEvent*) {
     return;
   }
   double longest = 1;
-  for (const auto& s : *all) longest = std::max(longest, s.value("step_ms", 0.0));
+  for (const auto& s : *all) longest = std::max(longest, s.step_ms);
   const double left = 70, right = width() - 20, row = std::min(24.0, (height() - 30.0) / double(all->size()));
   auto x = [&](double ms) { return left + (right - left) * ms / longest; };
   for (size_t i = 0; i < all->size(); ++i) {
-    const nlohmann::json& s = (*all)[i];
+    const driver::CommStep& s = (*all)[i];
     const double top = 20 + row * double(i), h = row * 0.7;
-    const double step = s.value("step_ms", 0.0), comm = s.value("comm_ms", 0.0), exposed = s.value("exposed_ms", 0.0);
+    const double step = s.step_ms, comm = s.commMillis(), exposed = s.exposedMillis();
     p.setPen(Qt::black);
     p.drawText(QRectF(0, top, left - 6, h), Qt::AlignRight | Qt::AlignVCenter, QString("step %1").arg(i));
     p.fillRect(QRectF(x(0), top, x(step) - x(0), h / 2), QColor(0x4e, 0x79, 0xa7));          // the step
@@ -92,18 +92,18 @@ void CommView::setDocument(std::shared_ptr<const StudioDocument> doc) {
                                "sent",   "sent %",     "ms",        "hidden %"};
   table_->setColumnCount(static_cast<int>(columns.size()));
   table_->setHorizontalHeaderLabels(columns);
-  const nlohmann::json* all = steps(doc);
-  const nlohmann::json none = nlohmann::json::array();
-  const nlohmann::json& last = all ? all->back().value("collectives", none) : none;
+  const auto* all = steps(doc);
+  const std::vector<CollectiveRecord> none;
+  const std::vector<CollectiveRecord>& last = all ? all->back().collectives : none;
   table_->setRowCount(static_cast<int>(last.size()));
   int r = 0;
-  for (const auto& c : last) {
-    const double dense = c.value("dense_bytes", 0.0), sent = c.value("sent_bytes", 0.0);
-    const double ms = c.value("end_ms", 0.0) - c.value("begin_ms", 0.0), waited = c.value("waited_ms", 0.0);
-    const std::vector<QVariant> cells = {c.value("bucket", 0),
-                                         QString::fromStdString(c.value("collective", "")),
-                                         QString::fromStdString(c.value("algorithm", "")),
-                                         c.value("tensors", 0),
+  for (const CollectiveRecord& c : last) {
+    const double dense = double(c.dense_bytes), sent = double(c.sent_bytes);
+    const double ms = c.end_ms - c.begin_ms, waited = c.waited_ms;
+    const std::vector<QVariant> cells = {qlonglong(c.bucket),
+                                         QString::fromStdString(c.collective),
+                                         QString::fromStdString(c.algorithm),
+                                         qulonglong(c.tensors),
                                          kb(dense),
                                          kb(sent),
                                          round2(dense > 0 ? 100.0 * sent / dense : 0.0),

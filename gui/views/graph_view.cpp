@@ -103,7 +103,7 @@ void GraphView::colourByDialect(bool by_dialect) {
     canvas_->recolour();
     return;
   }
-  const nlohmann::json& kernels = doc_->kernels();
+  const auto& kernels = doc_->kernels();
   // A fixed colour per dialect, in the order the dialects first appear.
   static const QColor palette[] = {QColor(0x4e, 0x79, 0xa7), QColor(0xf2, 0x8e, 0x2b), QColor(0xe1, 0x57, 0x59),
                                    QColor(0x76, 0xb7, 0xb2), QColor(0x59, 0xa1, 0x4f), QColor(0xed, 0xc9, 0x48),
@@ -111,7 +111,7 @@ void GraphView::colourByDialect(bool by_dialect) {
   auto colours = std::make_shared<std::vector<QColor>>();
   std::map<std::string, QColor> dialects;
   for (size_t k = 0; k < nodes_.size(); ++k) {
-    const std::string d = k < kernels.size() && kernels[k].is_object() ? kernels[k].value("dialect", "?") : "?";
+    const std::string d = k < kernels.size() ? kernels[k].dialect : "?";
     auto it = dialects.find(d);
     if (it == dialects.end()) it = dialects.emplace(d, palette[dialects.size() % 8]).first;
     colours->push_back(it->second);
@@ -168,9 +168,8 @@ QString GraphView::describe(int node) const {
   s += "flops: " + std::to_string(static_cast<int64_t>(c.flops)) +
        ", bytes: " + std::to_string(static_cast<int64_t>(c.bytes)) + "\n";
   if (!doc_) return QString::fromStdString(s);
-  const nlohmann::json& kernels = doc_->kernels();
-  if (node < int(kernels.size()) && kernels[size_t(node)].is_object())
-    s += "kernel: " + kernels[size_t(node)].value("kernel", "") + "\n";
+  const auto& kernels = doc_->kernels();
+  if (node < int(kernels.size())) s += "kernel: " + kernels[size_t(node)].kernel + "\n";
   return QString::fromStdString(s);
 }
 

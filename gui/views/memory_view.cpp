@@ -45,26 +45,25 @@ void MemoryChart::setDocument(std::shared_ptr<const StudioDocument> doc) {
       ++k;
     }
   }
-  if (doc_ && doc_->report().contains("memory")) {
-    const nlohmann::json& m = doc_->report()["memory"];
-    for (const auto& v : m.value("timeline", nlohmann::json::array())) timeline_.push_back(v.get<double>());
-    peak_ = m.value("peak_bytes", 0.0);
-    peak_node_ = m.value("peak_node", int64_t{0});
+  if (doc_) {
+    const driver::ReportMemory& m = doc_->report().memory;
+    for (uint64_t v : m.timeline) timeline_.push_back(double(v));
+    peak_ = double(m.peak_bytes);
+    peak_node_ = m.peak_node;
     std::vector<Band> all;
-    for (const auto& t : m.value("tensors", nlohmann::json::array())) {
-      if (t.value("kind", "") == "input") continue;  // live all along: the floor, not a band
+    for (const driver::ReportTensor& t : m.tensors) {
+      if (t.kind == "input") continue;  // live all along: the floor, not a band
       // Intermediates are mostly unnamed (%12): their type names them then.
-      QString name = QString::fromStdString(t.value("value", ""));
-      if (name.isEmpty()) name = QString::fromStdString(t.value("type", ""));
-      all.push_back({name, QString::fromStdString(t.value("producer", "")),
-                     QString::fromStdString(t.value("scope", "")), t.value("first", int64_t{0}),
-                     t.value("last", int64_t{0}), t.value("bytes", 0.0), t.value("rematerialized", false)});
+      QString name = QString::fromStdString(t.value);
+      if (name.isEmpty()) name = QString::fromStdString(t.type);
+      all.push_back({name, QString::fromStdString(t.producer), QString::fromStdString(t.scope), t.first, t.last,
+                     double(t.bytes), t.rematerialized});
     }
     std::sort(all.begin(), all.end(), [](const Band& a, const Band& b) { return a.bytes > b.bytes; });
     all.resize(std::min(all.size(), kBands));
     bands_ = std::move(all);
+    budget_ = double(doc_->report().training.memory_budget);
   }
-  if (doc_ && doc_->report().contains("training")) budget_ = doc_->report()["training"].value("memory_budget", 0.0);
   update();
 }
 

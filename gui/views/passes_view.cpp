@@ -143,22 +143,18 @@ void PassesView::setDocument(std::shared_ptr<const StudioDocument> doc) {
   std::vector<std::vector<QVariant>> rows;
   QString summary = "No report open.";
   if (doc_) {
-    const nlohmann::json& passes = doc_->passes();
+    const auto& passes = doc_->passes();
     int64_t before = -1;
     double total = 0;
-    for (const auto& p : passes) {
-      if (!p.is_object()) continue;
-      const int64_t nodes = p.value("nodes", int64_t{0});
+    for (const driver::ReportPass& p : passes) {
       QString stats;
-      const nlohmann::json statistics = p.value("statistics", nlohmann::json::object());
-      for (const auto& [k, v] : statistics.items())
-        stats += QString("%1=%2 ").arg(QString::fromStdString(k)).arg(v.is_number() ? v.get<double>() : 0.0);
-      rows.push_back({QString::fromStdString(p.value("name", "")), std::round(p.value("millis", 0.0) * 1000) / 1000,
-                      p.value("changed", false) ? "yes" : "no", static_cast<qlonglong>(nodes),
-                      before < 0 ? QVariant("-") : QVariant(static_cast<qlonglong>(nodes - before)),
-                      p.value("flops", 0.0), bytes(p.value("peak_bytes", 0.0)), stats.trimmed()});
-      before = nodes;
-      total += p.value("millis", 0.0);
+      for (const auto& [k, v] : p.statistics) stats += QString("%1=%2 ").arg(QString::fromStdString(k)).arg(v);
+      rows.push_back({QString::fromStdString(p.name), std::round(p.millis * 1000) / 1000, p.changed ? "yes" : "no",
+                      static_cast<qlonglong>(p.nodes),
+                      before < 0 ? QVariant("-") : QVariant(static_cast<qlonglong>(p.nodes - before)), p.flops,
+                      bytes(double(p.peak_bytes)), stats.trimmed()});
+      before = p.nodes;
+      total += p.millis;
     }
     summary = QString(
                   "%1 passes, %2 ms in all. Peak memory is each pass's estimate of running its graph in "
@@ -181,27 +177,27 @@ void PassesView::setDocument(std::shared_ptr<const StudioDocument> doc) {
         "--report R.json --report-pass-ir, or open the model itself in kiln-studio.");
   } else {
     // The first pass that changed the graph.
-    const nlohmann::json& passes = doc_->passes();
+    const auto& passes = doc_->passes();
     size_t first = 0;
-    while (first + 1 < passes.size() && !(passes[first].is_object() && passes[first].value("changed", false))) ++first;
+    while (first + 1 < passes.size() && !passes[first].changed) ++first;
     showPass(first);
   }
 }
 
 int PassesView::passIndex(const QString& name) const {
   if (!doc_) return -1;
-  const nlohmann::json& passes = doc_->passes();
+  const auto& passes = doc_->passes();
   for (size_t i = 0; i < passes.size(); ++i)
-    if (passes[i].is_object() && QString::fromStdString(passes[i].value("name", "")) == name) return int(i);
+    if (QString::fromStdString(passes[i].name) == name) return int(i);
   return -1;
 }
 
 bool PassesView::showPass(size_t index) {
   if (!doc_ || !doc_->hasPassIr()) return false;
-  const nlohmann::json& passes = doc_->passes();
+  const auto& passes = doc_->passes();
   if (index >= passes.size()) return false;
   if (int(index) == shown_) return true;
-  const std::string name = passes[index].is_object() ? passes[index].value("name", "") : "";
+  const std::string& name = passes[index].name;
   const std::string where = doc_->path() + ": pass " + name;
   before_->setGraph(nullptr);
   after_->setGraph(nullptr);

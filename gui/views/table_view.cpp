@@ -49,24 +49,19 @@ void KernelsView::setDocument(std::shared_ptr<const StudioDocument> doc) {
   QString summary = "No report open.";
   bool timed = false;
   if (doc) {
-    const nlohmann::json& r = doc->report();
-    const nlohmann::json& kernels = doc->kernels();
+    const auto& kernels = doc->kernels();
     // Each node's time: measured in training (kiln train --report), else
     // its bound kernel's --autotune time.
     std::vector<double> ms;
     bool measured = false;
-    for (const auto& k : kernels) {
+    for (const driver::ReportKernel& k : kernels) {
       double t = -1;
-      if (!k.is_object()) {
-        ms.push_back(t);
-        continue;
-      }
-      if (k.contains("measured_ms") && k["measured_ms"].is_number()) {
-        t = k["measured_ms"].get<double>();
+      if (k.measured_ms) {
+        t = *k.measured_ms;
         measured = true;
-      } else if (k.contains("autotune") && k["autotune"].is_array()) {
-        for (const auto& c : k["autotune"])
-          if (c.is_object() && c.value("kernel", "") == k.value("kernel", "")) t = c.value("millis", -1.0);
+      } else {
+        for (const driver::ReportTiming& c : k.autotune)
+          if (c.kernel == k.kernel) t = c.millis;
       }
       ms.push_back(t);
     }
@@ -74,23 +69,20 @@ void KernelsView::setDocument(std::shared_ptr<const StudioDocument> doc) {
     for (double t : ms) total += std::max(t, 0.0);
     timed = total > 0;
     for (size_t i = 0; i < kernels.size(); ++i) {
-      const nlohmann::json& k = kernels[i];
-      const std::string node = k.is_object() ? k.value("node", "") : "";
-      rows.push_back({int(i), QString::fromStdString(node), op(node),
-                      QString::fromStdString(k.is_object() ? k.value("dialect", "") : ""),
-                      QString::fromStdString(k.is_object() ? k.value("kernel", "") : ""),
-                      k.is_object() ? k.value("stage", 0) : 0, ms[i] >= 0 ? QVariant(ms[i]) : QVariant("-"),
+      const driver::ReportKernel& k = kernels[i];
+      rows.push_back({int(i), QString::fromStdString(k.node), op(k.node), QString::fromStdString(k.dialect),
+                      QString::fromStdString(k.kernel), qlonglong(k.stage), ms[i] >= 0 ? QVariant(ms[i]) : QVariant("-"),
                       ms[i] >= 0 && total > 0 ? QVariant(100.0 * ms[i] / total) : QVariant("-")});
     }
-    const nlohmann::json execution = r.value("execution", nlohmann::json::object());
-    const int stages = execution.is_object() ? execution.value("stages", 0) : 0;
+    const driver::ReportExecution& execution = doc->report().execution;
+    const qlonglong stages = execution.stages;
     if (measured)
       summary = QString(
                     "%1 nodes, %2 stages. Times measured while training, per step, averaged over %3 steps; "
                     "%4 ms in kernels per step (nodes of a shared stage overlap).")
                     .arg(kernels.size())
                     .arg(stages)
-                    .arg(execution.is_object() ? execution.value("profiled_steps", 0) : 0)
+                    .arg(qlonglong(execution.profiled_steps.value_or(0)))
                     .arg(total, 0, 'f', 3);
     else
       summary = QString(

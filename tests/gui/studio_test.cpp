@@ -189,8 +189,7 @@ class StudioTest : public QObject {
       QVERIFY(f.open(QIODevice::ReadOnly));
       fixture = QJsonDocument::fromJson(f.readAll());
     }
-    QCOMPARE(QString::fromStdString(doc->report()["graph"]["hash"].get<std::string>()),
-             fixture["graph"]["hash"].toString());
+    QCOMPARE(QString::fromStdString(doc->report().graph.hash), fixture["graph"]["hash"].toString());
     // All five views have something to show.
     w.graphView()->waitForLayout();
     QVERIFY(w.graphView()->canvas()->drawnItems() > 0);
@@ -264,14 +263,14 @@ class StudioTest : public QObject {
         doc = w.document();
         QCOMPARE(QString::fromStdString(doc->command()), QString("train"));
       }
-      const nlohmann::json& r = doc->report();
-      QCOMPARE(QString::fromStdString(r["options"]["amp"].get<std::string>()), QString("bf16"));
-      QCOMPARE(QString::fromStdString(r["training"]["loss"].get<std::string>()), QString("mse"));
-      QCOMPARE(QString::fromStdString(r["training"]["optimizer"].get<std::string>()), QString("sgd"));
-      QCOMPARE(r["options"]["momentum"].get<double>(), 0.9);
+      const driver::Report& r = doc->report();
+      QCOMPARE(QString::fromStdString(r.options["amp"].get<std::string>()), QString("bf16"));
+      QCOMPARE(QString::fromStdString(r.training.loss), QString("mse"));
+      QCOMPARE(QString::fromStdString(r.training.optimizer), QString("sgd"));
+      QCOMPARE(r.options["momentum"].get<double>(), 0.9);
       bool amp_changed = false;
-      for (const auto& p : r["passes"])
-        if (p["name"] == "amp") amp_changed = p["changed"].get<bool>();
+      for (const auto& p : r.passes)
+        if (p.name == "amp") amp_changed = p.changed;
       QVERIFY(amp_changed);
     }
   }
@@ -284,11 +283,12 @@ class StudioTest : public QObject {
     QVERIFY2(w.measure(&error, 1), qPrintable(error));
     auto doc = w.document();
     QCOMPARE(QString::fromStdString(doc->command()), QString("train"));
-    const nlohmann::json& r = doc->report();
-    QCOMPARE(int(r["steps"].size()), 5);
-    QVERIFY(r["steps"][4]["loss"].get<double>() > 0);
-    QVERIFY(r["kernels"][0].contains("measured_ms"));
-    QVERIFY(!r.contains("communication"));
+    const driver::Report& r = doc->report();
+    QVERIFY(r.steps.has_value());
+    QCOMPARE(int(r.steps->size()), 5);
+    QVERIFY((*r.steps)[4].loss > 0);
+    QVERIFY(r.kernels[0].measured_ms.has_value());
+    QVERIFY(!r.communication.has_value());
     QVERIFY(doc->hasPassIr());
   }
 
