@@ -6,9 +6,13 @@
 //   DIR/step-00000100/trainer.json           steps done, optimizer, loss, seed
 //   DIR/latest                               "step-00000100"
 //
-// Saving writes the new step directory completely (files fsynced), then
-// replaces `latest` atomically, then deletes older step directories: a crash
-// at any point leaves `latest` naming a complete checkpoint.
+// Saving writes the new step directory under a temporary name (files and
+// directory fsynced; a failed sync is an error), renames it into place
+// under a name no directory has (the same step saved again becomes
+// step-00000100-r1), replaces `latest` atomically, and only then deletes
+// the oldest complete checkpoints beyond the number to keep. A crash at
+// any point leaves `latest` naming a complete checkpoint; another writer's
+// temporary directories are never touched.
 #pragma once
 
 #include <string>
@@ -26,7 +30,8 @@ struct Checkpoint {
   nlohmann::json trainer;  ///< must hold "steps_done"
 };
 
-Status writeCheckpoint(const std::string& dir, const Checkpoint& ckpt);
+/// Save `ckpt` in `dir` and keep the newest `keep` (>= 1) checkpoints there.
+Status writeCheckpoint(const std::string& dir, const Checkpoint& ckpt, int keep = 1);
 /// Reads DIR/latest's checkpoint; errors name the file that is missing or bad.
 Result<Checkpoint> readCheckpoint(const std::string& dir);
 

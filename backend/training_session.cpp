@@ -288,7 +288,7 @@ TensorMap TrainingSession::optimizerState() const {
   return opt;
 }
 
-Status TrainingSession::saveCheckpoint(const std::string& dir) const {
+Status TrainingSession::saveCheckpoint(const std::string& dir, int keep) const {
   TensorMap opt = optimizerState();
   CollectiveEngine* comm = config_.collectives.get();
   if (comm && comm->size() > 1) {
@@ -310,7 +310,7 @@ Status TrainingSession::saveCheckpoint(const std::string& dir) const {
   c.trainer["seed"] = config_.seed;
   c.trainer["lr"] = config_.lr;
   if (auto l = readLoss()) c.trainer["last_loss"] = *l;
-  return writeCheckpoint(dir, c);
+  return writeCheckpoint(dir, c, keep);
 }
 
 Status TrainingSession::loadCheckpoint(const std::string& dir) {

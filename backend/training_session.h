@@ -104,7 +104,8 @@ class TrainingSession {
   /// In a data-parallel run every rank calls saveCheckpoint and rank 0
   /// writes (ZeRO-1: after gathering every rank's optimizer state); each
   /// rank's loadCheckpoint takes the state its graph holds.
-  Status saveCheckpoint(const std::string& dir) const;
+  /// `keep`: how many checkpoints `dir` keeps, the newest (--keep-checkpoints).
+  Status saveCheckpoint(const std::string& dir, int keep = 1) const;
   Status loadCheckpoint(const std::string& dir);
 
   const Graph& graph() const { return *graph_; }

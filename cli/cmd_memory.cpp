@@ -40,7 +40,8 @@ int memory(const MemoryCmd& c) {
   std::cout << "kiln memory " << c.train.model.path << ": step graph " << g.numNodes() << " nodes\n";
   printMemorySummary(std::cout, plan, c.top, c.width);
   if (!c.json.empty()) {
-    if (Status st = writeFileAtomic(c.json, toJson(memoryReport(plan)).dump(2) + "\n"); !st) return reportError(st.error());
+    if (Status st = writeFileAtomic(c.json, toJson(memoryReport(plan)).dump(2) + "\n"); !st)
+      return reportError(st.error());
     std::cout << "wrote " << c.json << "\n";
   }
   return 0;

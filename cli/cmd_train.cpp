@@ -1,6 +1,6 @@
 // kiln train MODEL [--input-file B | --data D] --loss L --optimizer O --lr X
 //                  --steps N [--save-weights W] [--log-file L.jsonl]
-//                  [--checkpoint DIR [--checkpoint-every K]] [--resume DIR] [--report R.json]
+//                  [--checkpoint DIR [--checkpoint-every K] [--keep-checkpoints K]] [--resume DIR] [--report R.json]
 // Builds the whole training step (forward, loss, backward, optimizer) as one
 // graph and runs it N times. The loss is read back only every --log-every
 // steps (and for the progress line on a terminal), never inside a step.
@@ -34,6 +34,7 @@ struct TrainCmd {
   std::string save_weights, log_file, checkpoint, resume, report, trace;
   int64_t trace_steps = 3;
   int64_t checkpoint_every = 0;
+  int keep_checkpoints = 1;
   int64_t log_every = 1;
   bool comm_table = false;  ///< kiln comm: print the communication table at the end
 };
@@ -96,6 +97,9 @@ int train(const TrainCmd& c) {
   if (c.checkpoint_every < 0) return reportError(Error{"--checkpoint-every must be >= 0"});
   if (c.checkpoint_every > 0 && c.checkpoint.empty())
     return reportError(Error{"--checkpoint-every needs --checkpoint DIR"});
+  if (c.keep_checkpoints < 1 || c.keep_checkpoints > 10000)
+    return reportError(
+        Error{"--keep-checkpoints must be between 1 and 10000, got " + std::to_string(c.keep_checkpoints)});
   if (!c.report.empty())
     if (Status st = checkReportPath(c.report); !st) return reportError(st.error());
   if (c.trace_steps < 1) return reportError(Error{"--trace-steps must be at least 1"});
@@ -167,6 +171,7 @@ int train(const TrainCmd& c) {
   loop.profile_nodes = !c.report.empty() && lead;
   loop.checkpoint_dir = c.checkpoint;
   loop.checkpoint_every = c.checkpoint_every;
+  loop.keep_checkpoints = c.keep_checkpoints;
   loop.trace = trace.get();
   loop.trace_steps = c.trace_steps;
   auto run = runTraining(*setup, loop, progress);
@@ -177,7 +182,7 @@ int train(const TrainCmd& c) {
   const auto& last_metrics = run->last_metrics;
 
   if (!c.checkpoint.empty())  // every rank: ZeRO-1 gathers the optimizer state; rank 0 writes
-    if (Status st = s.saveCheckpoint(c.checkpoint); !st) return reportError(st.error());
+    if (Status st = s.saveCheckpoint(c.checkpoint, c.keep_checkpoints); !st) return reportError(st.error());
   if (!lead) return 0;
   if (!c.report.empty()) {
     auto report = buildReport("train", c.train, *setup, compile_ms);
@@ -219,6 +224,8 @@ void addTrainCommand(CLI::App& app) {
   sub->add_option("--log-every", c->log_every, "read the loss back every K steps (default 1)");
   sub->add_option("--checkpoint", c->checkpoint, "save weights and optimizer state in this directory (at the end)");
   sub->add_option("--checkpoint-every", c->checkpoint_every, "also save every K steps");
+  sub->add_option("--keep-checkpoints", c->keep_checkpoints,
+                  "keep the newest K checkpoints in the --checkpoint directory (default 1)");
   sub->add_option("--resume", c->resume, "continue from the latest checkpoint in this directory");
   sub->add_option("--trace", c->trace,
                   "write a Chrome trace-event file (Perfetto, chrome://tracing) of the first steps: a slice per "

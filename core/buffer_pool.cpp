@@ -1,5 +1,7 @@
 #include "core/buffer_pool.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
@@ -94,6 +96,11 @@ void releaseIdleBuffers() {
     for (void* p : blocks) std::free(p);
   pl.idle.clear();
   pl.stats.idle_bytes = 0;
+}
+
+uint64_t physicalMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
 }
 
 }  // namespace kiln

@@ -31,4 +31,7 @@ BufferPoolStats bufferPoolStats();
 /// Give every idle block back to the system.
 void releaseIdleBuffers();
 
+/// This machine's physical memory in bytes (0 when the system does not say).
+uint64_t physicalMemoryBytes();
+
 }  // namespace kiln

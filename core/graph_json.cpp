@@ -127,6 +127,7 @@ Result<TensorType> parseTensorType(const std::string& s) {
     pos = comma + 1;
     if (pos == dims.size()) return Error{"bad type '" + s + "'"};
   }
+  if (boundedNumel(t.shape) < 0) return Error{"type '" + s + "' has more than 2^40 elements"};
   return t;
 }
 

@@ -10,6 +10,16 @@ int64_t numelOf(const Shape& s) {
   return n;
 }
 
+int64_t boundedNumel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) {
+    if (d < 0) return -1;
+    if (d > 0 && n > kMaxTensorElements / d) return -1;
+    n *= d;
+  }
+  return n;
+}
+
 int64_t TensorType::numel() const { return numelOf(shape); }
 
 std::string shapeStr(const Shape& s) {

@@ -29,6 +29,14 @@ struct TensorType {
 std::string shapeStr(const Shape& s);
 /// Product of dims (1 for a scalar).
 int64_t numelOf(const Shape& s);
+/// The most elements one tensor may have (2^40: 4 TiB of f32). Every edge
+/// where a shape comes in (text types, --input-shape, --batch, FX dumps,
+/// safetensors headers) refuses more: far beyond any machine's memory, and
+/// far enough below int64 that shape arithmetic cannot overflow.
+inline constexpr int64_t kMaxTensorElements = int64_t{1} << 40;
+/// Product of dims, or -1 when a dim is negative or the product exceeds
+/// kMaxTensorElements (computed without overflowing).
+int64_t boundedNumel(const Shape& s);
 /// Contiguous (row-major) strides in elements.
 Shape contiguousStrides(const Shape& s);
 /// Normalize a possibly negative axis; throws KilnException if out of range.

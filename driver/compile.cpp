@@ -11,11 +11,13 @@
 
 #include "backend/comm/collective_engine.h"
 #include "backend/cpu/cpu_features.h"
+#include "core/buffer_pool.h"
 #include "core/data/shard_source.h"
 #include "core/import/loader/load_model.h"
 #include "core/import/recorded_inputs.h"
 #include "core/safetensors.h"
 #include "core/verifier.h"
+#include "driver/messages.h"
 #include "driver/step_cache.h"
 #include "driver/training_options.h"
 #include "passes/freeze.h"
@@ -223,6 +225,10 @@ Result<BoundStep> setUp(const CompileOptions& a, TrainingGraphKind kind, Compile
     }
   }
 
+  for (const TensorType& t : types)  // --batch and --seq-len can make a parsed shape too large
+    if (boundedNumel(t.shape) < 0)
+      return Error{"a batch input of " + t.str() + " has more than 2^40 elements (--input-shape, --batch, --seq-len)"};
+
   // 4. The model: its weights (not needed to only compile from the cache).
   if (!observer.onStage(0, "importing " + a.model.path)) return compileCancelled();
   Model model;
@@ -351,7 +357,21 @@ Result<BoundStep> setUp(const CompileOptions& a, TrainingGraphKind kind, Compile
     }
   }
 
-  if (!setup.batches) {
+  // A step that cannot fit in this machine's memory: one line now, not a
+  // bad_alloc at the first batch.
+  if (!a.compile_only && a.device == "cpu") {
+    const uint64_t need = setup.session->memoryPlan().peak_bytes, have = physicalMemoryBytes();
+    if (have && need > have)
+      return Error{"the step needs " + humanCount(double(need), "B") +
+                   " at its peak (its memory plan: weights, optimizer state, the batch and activations), more "
+                   "than this machine's " +
+                   humanCount(double(have), "B") +
+                   "; use a smaller batch (--batch, --input-shape, --seq-len) or --memory-budget to recompute "
+                   "activations (kiln memory shows the plan)"};
+  }
+
+  const bool synthetic = !setup.batches;
+  if (synthetic) {
     std::vector<SyntheticSpec> specs;
     // The whole batch from the seed, then this rank's part: N ranks train on
     // what one process would.
@@ -368,6 +388,10 @@ Result<BoundStep> setUp(const CompileOptions& a, TrainingGraphKind kind, Compile
   }
   if (a.prefetch > 0 && !a.compile_only)
     setup.batches = prefetchingSource(std::move(setup.batches), a.prefetch, a.trace);
+  // Only compiling, synthetic batches are made to the step's own types:
+  // nothing to check, and none is made (kiln memory plans steps larger than
+  // this machine).
+  if (synthetic && a.compile_only) return setup;
   auto b0 = setup.batches->batch(0);
   if (!b0) return b0.error();
   if (Status s = setup.session->checkBatch(*b0, setup.batch_where); !s) return s.error();

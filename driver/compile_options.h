@@ -64,7 +64,7 @@ struct CompileOptions {
   /// Where the prefetch thread's data-loading slices go (kiln train --trace).
   TraceRecorder* trace = nullptr;
   // Data parallel (driver/ranks.h, passes/data_parallel.h).
-  int nproc = 0;                          ///< --nproc: start this many ranks (0, 1: one process)
+  int nproc = 1;                          ///< --nproc: start this many ranks (1: one process)
   std::string bucket_size = "25MiB";      ///< --bucket-size: gradient bytes per allreduce
   std::vector<std::string> sparse_grads;  ///< --sparse-grads: block-sparse allreduce for these gradients
   bool dense_embeddings = false;          ///< --dense-embeddings: no automatic sparse embedding gradients

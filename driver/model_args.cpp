@@ -12,13 +12,14 @@ namespace kiln::driver {
 
 namespace {
 Result<TensorType> parseShapeArg(const std::string& s) {
-  if (s.find('[') != std::string::npos) return parseTensorType(s);
+  const bool typed = s.find('[') != std::string::npos;
   // "1x3x64x64" -> f32[1,3,64,64]
   std::string dims = s;
   for (char& c : dims)
     if (c == 'x') c = ',';
-  auto t = parseTensorType("f32[" + dims + "]");
-  if (!t.ok()) return Error{"bad --input-shape '" + s + "'; write it as 1x3x64x64 or i64[2,16]"};
+  auto t = parseTensorType(typed ? s : "f32[" + dims + "]");
+  if (!t.ok())
+    return Error{"bad --input-shape '" + s + "' (" + t.error().message + "); write it as 1x3x64x64 or i64[2,16]"};
   return t;
 }
 }  // namespace

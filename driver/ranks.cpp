@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,6 +21,7 @@
 
 #include "driver/messages.h"
 #include "driver/model_args.h"
+#include "driver/training_options.h"
 
 namespace kiln::driver {
 namespace {
@@ -64,6 +66,54 @@ Result<int> freePort() {
   return static_cast<int>(ntohs(addr.sin_port));
 }
 
+/// The signal the launcher was asked to stop with (SIGINT, SIGTERM), 0
+/// while none: the wait loop forwards it to the ranks.
+volatile sig_atomic_t g_stop_signal = 0;
+
+void recordStopSignal(int sig) {
+  g_stop_signal = sig;
+}
+
+/// Forward SIGINT and SIGTERM to the ranks while they run (restored after).
+class ForwardStopSignals {
+ public:
+  ForwardStopSignals() {
+    g_stop_signal = 0;
+    struct sigaction sa {};
+    sa.sa_handler = recordStopSignal;
+    sigemptyset(&sa.sa_mask);
+    for (int k = 0; k < 2; ++k) ::sigaction(kSignals[k], &sa, &old_[k]);
+  }
+  ~ForwardStopSignals() {
+    for (int k = 0; k < 2; ++k) ::sigaction(kSignals[k], &old_[k], nullptr);
+  }
+  ForwardStopSignals(const ForwardStopSignals&) = delete;
+  ForwardStopSignals& operator=(const ForwardStopSignals&) = delete;
+
+ private:
+  static constexpr int kSignals[2] = {SIGINT, SIGTERM};
+  struct sigaction old_[2] {};
+};
+
+/// Stop the ranks started so far: `sig`, then SIGKILL for any still running
+/// after `grace`; reaps them all.
+void stopRanks(const std::vector<pid_t>& pids, std::vector<bool>& done, int sig, std::chrono::milliseconds grace) {
+  for (size_t r = 0; r < pids.size(); ++r)
+    if (!done[r]) kill(pids[r], sig);
+  const auto until = std::chrono::steady_clock::now() + grace;
+  for (size_t r = 0; r < pids.size(); ++r) {
+    while (!done[r]) {
+      int status = 0;
+      if (waitpid(pids[r], &status, WNOHANG) != 0) {
+        done[r] = true;
+        break;
+      }
+      if (std::chrono::steady_clock::now() > until) kill(pids[r], SIGKILL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+}
+
 std::string describeStatus(int status) {
   if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) return std::string("was killed by signal ") + strsignal(WTERMSIG(status));
@@ -86,6 +136,8 @@ bool shouldLaunch(const CompileOptions& a) {
 }
 
 int launchRanks(const CompileOptions& a) {
+  // Options that every rank would refuse fail here once, not N times.
+  if (Status st = validateOptions(a); !st) return reportError(st.error());
   auto opts = commOptions(a);  // a malformed KILN_COMM_TIMEOUT fails here, not in N ranks
   if (!opts) return reportError(opts.error());
   auto port = freePort();
@@ -93,12 +145,24 @@ int launchRanks(const CompileOptions& a) {
   const std::vector<std::string> args = withoutNproc(ownArguments());
   const double timeout = std::chrono::duration<double>(opts->timeout).count();
   std::vector<pid_t> pids;
+  std::vector<bool> done;
+  const ForwardStopSignals forward;
+  const pid_t launcher = getpid();
   for (int r = 0; r < a.nproc; ++r) {
     const pid_t pid = fork();
-    if (pid < 0)
-      return reportError(
-          Error{std::string("--nproc: cannot start rank ") + std::to_string(r) + ": " + std::strerror(errno)});
+    if (pid < 0) {  // the ranks already started cannot train without this one
+      const int err = errno;
+      stopRanks(pids, done, SIGTERM, std::chrono::seconds(2));
+      return reportError(Error{std::string("--nproc: cannot start rank ") + std::to_string(r) + ": " +
+                               std::strerror(err) + "; stopped the " + std::to_string(r) + " started"});
+    }
     if (pid == 0) {
+      // A rank dies with its launcher (killed, crashed, Cancel in
+      // kiln-studio), also if that happened before this line.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != launcher) _exit(1);
+      signal(SIGINT, SIG_DFL);
+      signal(SIGTERM, SIG_DFL);
       setenv("RANK", std::to_string(r).c_str(), 1);
       setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
       setenv("WORLD_SIZE", std::to_string(a.nproc).c_str(), 1);
@@ -124,6 +188,7 @@ int launchRanks(const CompileOptions& a) {
       _exit(127);
     }
     pids.push_back(pid);
+    done.push_back(false);
   }
 
   // Wait for every rank; after the first failure, give the others the
@@ -133,8 +198,12 @@ int launchRanks(const CompileOptions& a) {
   std::string first_failure;
   std::optional<Clock::time_point> deadline;
   size_t left = pids.size();
-  std::vector<bool> done(pids.size(), false);
   while (left > 0) {
+    if (const int sig = g_stop_signal) {  // Ctrl-C or kill: the ranks stop too
+      std::cerr << "kiln: " << strsignal(sig) << ": stopping " << left << " rank(s)\n";
+      stopRanks(pids, done, sig, std::chrono::seconds(5));
+      return 128 + sig;
+    }
     int status = 0;
     const pid_t pid = waitpid(-1, &status, WNOHANG);
     if (pid > 0) {
@@ -168,6 +237,10 @@ int launchRanks(const CompileOptions& a) {
 }
 
 Status joinRanks(CompileOptions& a) {
+  if (a.nproc > 1 && std::getenv("RANK"))
+    return Error{"--nproc " + std::to_string(a.nproc) +
+                 " starts ranks itself, but RANK is set: this process is already one rank of a launcher "
+                 "(torchrun, or RANK/WORLD_SIZE set by hand); drop --nproc, or unset RANK"};
   auto opts = commOptions(a);
   if (!opts) return opts.error();
   if (opts->world_size <= 1) return {};

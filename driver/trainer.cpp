@@ -58,7 +58,7 @@ Result<TrainLoopResult> runTraining(BoundStep& step, const TrainLoopOptions& o, 
     ++r.steps_run;
     if (Status st = observer.onStep(record, read, logged, r.last_metrics); !st) return st.error();
     if (o.checkpoint_every > 0 && (i + 1) % o.checkpoint_every == 0 && i + 1 != o.steps)  // rank 0 writes
-      if (Status st = s.saveCheckpoint(o.checkpoint_dir); !st) return st.error();
+      if (Status st = s.saveCheckpoint(o.checkpoint_dir, o.keep_checkpoints); !st) return st.error();
   }
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return r;

@@ -27,6 +27,7 @@ struct TrainLoopOptions {
   bool profile_nodes = false;  ///< time every node of the steps after the first (the CPU executor)
   std::string checkpoint_dir;  ///< with checkpoint_every: save there every K steps (not after the last)
   int64_t checkpoint_every = 0;
+  int keep_checkpoints = 1;  ///< the newest checkpoints checkpoint_dir keeps
   TraceRecorder* trace = nullptr;  ///< record the first trace_steps steps
   int64_t trace_steps = 3;
 };

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "backend/comm/communicator.h"
 #include "backend/lr_schedule.h"
 #include "core/safetensors.h"
 #include "driver/byte_size.h"
@@ -47,6 +48,15 @@ Result<std::vector<double>> readClassWeights(const std::string& path) {
 
 }  // namespace
 
+namespace {
+/// A number as a user wrote it: 1e+09, 0.5, -1 (not std::to_string's 1000000000.000000).
+std::string shortNumber(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+}  // namespace
+
 Status validateOptions(const CompileOptions& a) {
   auto bad = [](const std::string& m) { return Status(Error{m}); };
   if (!parseLossKind(a.loss))
@@ -55,13 +65,13 @@ Status validateOptions(const CompileOptions& a) {
   if (a.loss != "cross_entropy" && (a.label_smoothing != 0 || a.ignore_index != -100 || !a.class_weights.empty()))
     return bad("--label-smoothing, --ignore-index and --class-weights need --loss cross_entropy");
   if (!(a.label_smoothing >= 0 && a.label_smoothing <= 1))
-    return bad("--label-smoothing must be in [0, 1], got " + std::to_string(a.label_smoothing));
+    return bad("--label-smoothing must be in [0, 1], got " + shortNumber(a.label_smoothing));
   if (!parseAmpMode(a.amp)) return bad("unknown --amp '" + a.amp + "'; use none, bf16 or fp16");
   if (!parseLrScheduleKind(a.lr_schedule))
     return bad("unknown learning-rate schedule '" + a.lr_schedule + "'; use constant or warmup_cosine");
   auto nonneg = [&](double v, const char* what) -> Status {
     if (!std::isfinite(v) || v < 0)
-      return bad(std::string(what) + " must be a finite number >= 0, got " + std::to_string(v));
+      return bad(std::string(what) + " must be a finite number >= 0, got " + shortNumber(v));
     return {};
   };
   for (auto [v, what] : {std::pair{a.lr, "--lr"},
@@ -81,9 +91,16 @@ Status validateOptions(const CompileOptions& a) {
   if (!a.model.input_file.empty() && !a.data.empty()) return bad("give either --input-file or --data, not both");
   if (!a.memory_budget.empty())
     if (auto b = parseByteSize(a.memory_budget); !b) return bad("--memory-budget: " + b.error().message);
-  if (a.nproc < 0) return bad("--nproc must be >= 1");
+  if (a.nproc < 1 || a.nproc > kMaxRanks)
+    return bad("--nproc must be between 1 and " + std::to_string(kMaxRanks) + ", got " + std::to_string(a.nproc));
+  if (a.threads < 0 || a.threads > kMaxThreads)
+    return bad("--threads must be between 0 (all cores) and " + std::to_string(kMaxThreads) + ", got " +
+               std::to_string(a.threads));
   if (auto b = parseByteSize(a.bucket_size); !b) return bad("--bucket-size: " + b.error().message);
-  if (a.comm_timeout < 0 || !std::isfinite(a.comm_timeout)) return bad("--comm-timeout must be > 0 seconds");
+  if (a.comm_timeout != 0 && !(a.comm_timeout >= CommOptions::kMinTimeoutSeconds &&
+                               a.comm_timeout <= CommOptions::kMaxTimeoutSeconds))
+    return bad("--comm-timeout must be between 0.001 and 604800 seconds (a week), got " +
+               shortNumber(a.comm_timeout));
   if (a.zero != 0 && a.zero != 1) return bad("--zero must be 0 or 1 (stage 1 shards the optimizer state)");
   if (a.zero == 1 && a.amp == "fp16")
     return bad(

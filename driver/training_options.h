@@ -10,6 +10,11 @@
 
 namespace kiln::driver {
 
+/// The most ranks --nproc starts and the most threads --threads asks for:
+/// past them a value is a typo, not a machine.
+inline constexpr int kMaxRanks = 4096;
+inline constexpr int kMaxThreads = 4096;
+
 /// Check every option's value, before anything is read or compiled.
 Status validateOptions(const CompileOptions& a);
 

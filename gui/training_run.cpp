@@ -49,7 +49,7 @@ Result<std::shared_ptr<StudioDocument>> measureInProcess(QWidget* parent, const 
   options.model.path = model.toStdString();
   options.steps = run.steps;
   options.keep_pass_ir = true;
-  options.nproc = 0;
+  options.nproc = 1;
   QProgressDialog progress(
       QString("Training %1 for %2 steps in this process...").arg(QFileInfo(model).fileName()).arg(run.steps), "Cancel",
       0, run.steps, parent);

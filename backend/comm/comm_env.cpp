@@ -78,8 +78,8 @@ Result<CommOptions> commOptionsFromEnv() {
     errno = 0;
     char* end = nullptr;
     const double s = std::strtod(t->c_str(), &end);
-    // At least a millisecond, at most a week: beyond either it is a typo.
-    if (errno != 0 || end == t->c_str() || *end != '\0' || !std::isfinite(s) || s < 0.001 || s > 7 * 24 * 3600.0)
+    if (errno != 0 || end == t->c_str() || *end != '\0' || !std::isfinite(s) || s < CommOptions::kMinTimeoutSeconds ||
+        s > CommOptions::kMaxTimeoutSeconds)
       return Error{"KILN_COMM_TIMEOUT='" + *t + "' is not a number of seconds (e.g. 60 or 2.5)"};
     o.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::llround(s * 1000.0)));
   }

@@ -42,6 +42,9 @@ struct CommOptions {
   std::string store_dir;
   /// How long a collective (and the rendezvous) waits for the other ranks.
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+  /// The bounds of a timeout a user gives (--comm-timeout, KILN_COMM_TIMEOUT):
+  /// beyond either it is a typo.
+  static constexpr double kMinTimeoutSeconds = 0.001, kMaxTimeoutSeconds = 7 * 24 * 3600.0;
 };
 
 /// The options torchrun-style launchers give a process: RANK, WORLD_SIZE,

@@ -178,6 +178,76 @@ TEST(TrainingSession, CheckpointDirectoryKeepsOnlyTheLatestCompleteStep) {
   EXPECT_FALSE(fs::exists(dir.path / "step-00000001"));
 }
 
+/// The checkpoint of `steps` steps: one parameter holding `steps`.
+Checkpoint checkpointAt(int64_t steps) {
+  Tensor w(DType::F32, {1});
+  w.set(0, static_cast<double>(steps));
+  return {{{"w", w}}, {}, {{"steps_done", steps}}};
+}
+
+std::string latestOf(const fs::path& dir) {
+  std::ifstream latest(dir / "latest");
+  std::string name;
+  latest >> name;
+  return name;
+}
+
+TEST(Checkpoints, KeepTheNewestKAndNeverAnotherWritersTemporaries) {
+  TempDir dir;
+  const std::string d = dir.path.string();
+  ASSERT_TRUE(writeCheckpoint(d, checkpointAt(1)).ok());
+  // Another writer's save in progress, and entries that are no checkpoint.
+  for (const char* other : {"step-00000009.tmp-4242", "step-notes", "step-0000001", "step-00000001-r0"})
+    fs::create_directories(dir.path / other);
+  for (int64_t step = 2; step <= 4; ++step) ASSERT_TRUE(writeCheckpoint(d, checkpointAt(step), 2).ok());
+  EXPECT_EQ(latestOf(dir.path), "step-00000004");
+  EXPECT_TRUE(fs::exists(dir.path / "step-00000004" / "model.safetensors"));
+  EXPECT_TRUE(fs::exists(dir.path / "step-00000003" / "model.safetensors"));
+  EXPECT_FALSE(fs::exists(dir.path / "step-00000002"));
+  EXPECT_FALSE(fs::exists(dir.path / "step-00000001"));
+  for (const char* other : {"step-00000009.tmp-4242", "step-notes", "step-0000001", "step-00000001-r0"})
+    EXPECT_TRUE(fs::exists(dir.path / other)) << other << " is not this writer's to remove";
+  auto back = readCheckpoint(d);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->model.at("w").at(0), 4.0);
+}
+
+TEST(Checkpoints, TheSameStepSavedAgainGetsANewNameBeforeTheOldOneGoes) {
+  TempDir dir;
+  const std::string d = dir.path.string();
+  ASSERT_TRUE(writeCheckpoint(d, checkpointAt(3), 2).ok());
+  Checkpoint again = checkpointAt(3);
+  again.model.at("w").set(0, 33.0);
+  ASSERT_TRUE(writeCheckpoint(d, again, 2).ok());
+  // Both complete; `latest` names the new one, which a resume reads.
+  EXPECT_EQ(latestOf(dir.path), "step-00000003-r1");
+  EXPECT_TRUE(fs::exists(dir.path / "step-00000003" / "model.safetensors"));
+  auto back = readCheckpoint(d);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->model.at("w").at(0), 33.0);
+  // Keeping one: the revision stays, the first save goes.
+  ASSERT_TRUE(writeCheckpoint(d, again, 1).ok());
+  EXPECT_EQ(latestOf(dir.path), "step-00000003-r2");
+  EXPECT_FALSE(fs::exists(dir.path / "step-00000003"));
+  EXPECT_FALSE(fs::exists(dir.path / "step-00000003-r1"));
+  EXPECT_FALSE(writeCheckpoint(d, again, 0).ok());
+}
+
+TEST(Checkpoints, AFailedSaveLeavesTheLatestCheckpointAsItWas) {
+  TempDir dir;
+  const std::string d = dir.path.string();
+  ASSERT_TRUE(writeCheckpoint(d, checkpointAt(1)).ok());
+  // A save that cannot write its files (trainer state without steps_done,
+  // then a directory path that is a file) fails and changes nothing.
+  EXPECT_FALSE(writeCheckpoint(d, Checkpoint{{}, {}, nlohmann::json::object()}).ok());
+  std::ofstream(dir.path / "blocked") << "a file";
+  EXPECT_FALSE(writeCheckpoint((dir.path / "blocked").string(), checkpointAt(2)).ok());
+  EXPECT_EQ(latestOf(dir.path), "step-00000001");
+  auto back = readCheckpoint(d);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->model.at("w").at(0), 1.0);
+}
+
 TEST(TrainingSession, ResumeErrorsAreSpecific) {
   TempDir dir;
   auto s = TrainingSession::create(tinyModel(), adamwConfig());

@@ -16,7 +16,7 @@ namespace kiln::fx {
 
 /// Largest element count of any tensor the importer accepts (2^40). Keeps all
 /// shape arithmetic in Kiln's inference far from int64 overflow.
-constexpr int64_t kMaxElements = int64_t{1} << 40;
+constexpr int64_t kMaxElements = kMaxTensorElements;
 /// Largest JSON nesting depth accepted (real dumps nest about 6 deep).
 constexpr size_t kMaxJsonDepth = 64;
 

@@ -7,20 +7,6 @@
 #include "core/result.h"
 
 namespace kiln::fx {
-namespace {
-
-/// Element count, or -1 when it exceeds kMaxElements (without overflowing).
-int64_t boundedNumel(const Shape& s) {
-  int64_t n = 1;
-  for (int64_t d : s) {
-    if (d < 0) return -1;
-    if (d > 0 && n > kMaxElements / d) return -1;
-    n *= d;
-  }
-  return n;
-}
-
-}  // namespace
 
 Node* Lowering::emitNode(std::string_view op, std::vector<Value*> inputs, AttrMap attrs) {
   Node* n = graph_.create(op, std::move(inputs), std::move(attrs), scope, provenance);
