@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -124,8 +125,8 @@ Status writeCheckpoint(const std::string& dir, const Checkpoint& ckpt, int keep)
   return {};
 }
 
-Result<Checkpoint> readCheckpoint(const std::string& dir) {
-  return catchErrors([&]() -> Checkpoint {
+Result<CheckpointFiles> readCheckpointFiles(const std::string& dir) {
+  return catchErrors([&]() -> CheckpointFiles {
     fs::path latest = fs::path(dir) / kLatest;
     auto name = readFile(latest.string());
     if (!name) fail("resume: " + dir + " is not a Kiln checkpoint directory (" + name.error().message + ")");
@@ -133,15 +134,31 @@ Result<Checkpoint> readCheckpoint(const std::string& dir) {
     while (!n.empty() && (n.back() == '\n' || n.back() == '\r' || n.back() == ' ')) n.pop_back();
     if (n.empty() || n.find('/') != std::string::npos || n.find("..") != std::string::npos)
       fail("resume: " + latest.string() + " does not name a checkpoint");
-    fs::path step_dir = fs::path(dir) / n;
-    Checkpoint c;
-    auto model = readSafetensors((step_dir / "model.safetensors").string());
+    const fs::path step_dir = fs::path(dir) / n;
+    CheckpointFiles f;
+    f.step_dir = step_dir.string();
+    for (auto [file, out] : {std::pair{"model.safetensors", &f.model}, std::pair{"optimizer.safetensors", &f.optimizer},
+                             std::pair{"trainer.json", &f.trainer}}) {
+      auto bytes = readFile((step_dir / file).string());
+      if (!bytes) fail("resume: " + bytes.error().message);
+      *out = std::move(*bytes);
+    }
+    return f;
+  });
+}
+
+Result<Checkpoint> parseCheckpoint(const CheckpointFiles& f) {
+  return catchErrors([&]() -> Checkpoint {
+    const fs::path step_dir(f.step_dir);
+    auto bytesOf = [](const std::string& s) {
+      return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+    };
+    auto model = parseSafetensors(bytesOf(f.model), (step_dir / "model.safetensors").string());
     if (!model) fail("resume: " + model.error().message);
-    auto opt = readSafetensors((step_dir / "optimizer.safetensors").string());
+    auto opt = parseSafetensors(bytesOf(f.optimizer), (step_dir / "optimizer.safetensors").string());
     if (!opt) fail("resume: " + opt.error().message);
-    auto meta = readFile((step_dir / "trainer.json").string());
-    if (!meta) fail("resume: " + meta.error().message);
-    c.trainer = nlohmann::json::parse(*meta, nullptr, false);
+    Checkpoint c;
+    c.trainer = nlohmann::json::parse(f.trainer, nullptr, false);
     if (c.trainer.is_discarded() || !c.trainer.is_object() || !c.trainer.contains("steps_done") ||
         !c.trainer["steps_done"].is_number_integer())
       fail("resume: " + (step_dir / "trainer.json").string() + " is not valid trainer state");
@@ -149,6 +166,12 @@ Result<Checkpoint> readCheckpoint(const std::string& dir) {
     c.optimizer = std::move(opt->tensors);
     return c;
   });
+}
+
+Result<Checkpoint> readCheckpoint(const std::string& dir) {
+  auto files = readCheckpointFiles(dir);
+  if (!files) return files.error();
+  return parseCheckpoint(*files);
 }
 
 }  // namespace kiln

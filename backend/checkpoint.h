@@ -35,4 +35,14 @@ Status writeCheckpoint(const std::string& dir, const Checkpoint& ckpt, int keep 
 /// Reads DIR/latest's checkpoint; errors name the file that is missing or bad.
 Result<Checkpoint> readCheckpoint(const std::string& dir);
 
+/// A checkpoint's files as bytes: what rank 0 of a data-parallel run reads
+/// and sends to ranks that cannot see its file system.
+struct CheckpointFiles {
+  std::string step_dir;  ///< DIR/step-N, for error messages
+  std::string model, optimizer, trainer;
+};
+Result<CheckpointFiles> readCheckpointFiles(const std::string& dir);
+/// The checkpoint in `files`; errors name step_dir's files.
+Result<Checkpoint> parseCheckpoint(const CheckpointFiles& files);
+
 }  // namespace kiln

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cstring>
 #include <set>
+#include <sstream>
 
 #include "backend/checkpoint.h"
 #include "backend/comm/collective_engine.h"
 #include "backend/comm/gather_tensors.h"
+#include "core/graph_hash.h"
 #include "passes/optimizer.h"
 
 namespace kiln {
@@ -76,11 +78,8 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::create(const Model& mo
         if (!id) return id.error();
         ro.nccl_id = *id;
       }
-      uint64_t len = ro.nccl_id.size();
       auto shared = catchErrors([&]() -> bool {
-        comm->communicator().broadcast(&len, sizeof len, 0);
-        ro.nccl_id.resize(len);
-        comm->communicator().broadcast(ro.nccl_id.data(), len, 0);
+        broadcastBytes(comm->communicator(), ro.nccl_id, 0);
         return true;
       });
       if (!shared) return Error{"sharing the NCCL id from rank 0: " + shared.error().message};
@@ -121,13 +120,60 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::create(const Model& mo
     if (!v && !is_const && !model.aliases.count(name)) s->untouched_[name] = t;
   }
   s->aliases_ = model.aliases;
+  s->model_fingerprint_ = "model graph " + hashHex(structuralHash(model.graph)) + "\n";
+  for (const Value* v : s->graph_->inputs())
+    if (v->role() == ValueRole::Param || v->role() == ValueRole::Buffer)
+      s->model_fingerprint_ += v->name() + " " + v->type().str() + "\n";
   if (Status st = s->broadcastState(); !st) return st.error();
   return s;
 }
 
+namespace {
+
+/// The first line where `mine` differs from rank 0's `theirs` (fingerprints
+/// as model_fingerprint_ makes them), in words.
+std::string firstDifference(const std::string& theirs, const std::string& mine) {
+  std::istringstream a(theirs), b(mine);
+  std::string x, y;
+  for (;;) {
+    const bool more_a = static_cast<bool>(std::getline(a, x)), more_b = static_cast<bool>(std::getline(b, y));
+    if (!more_a && !more_b) return "they differ";
+    if (x == y) continue;
+    auto nameOf = [](const std::string& line) { return line.substr(0, line.rfind(' ')); };
+    auto typeOf = [](const std::string& line) { return line.substr(line.rfind(' ') + 1); };
+    if (!more_a) return "'" + nameOf(y) + "' is not in rank 0's model";
+    if (!more_b) return "'" + nameOf(x) + "' of rank 0's model is missing here";
+    if (x.rfind("model graph ", 0) == 0 || y.rfind("model graph ", 0) == 0)
+      return "the model graphs differ (structural hash " + typeOf(y) + " here, " + typeOf(x) + " on rank 0)";
+    if (nameOf(x) == nameOf(y))
+      return "'" + nameOf(y) + "' is " + typeOf(y) + " here and " + typeOf(x) + " on rank 0";
+    return "'" + nameOf(y) + "' here where rank 0 has '" + nameOf(x) + "'";
+  }
+}
+
+}  // namespace
+
 Status TrainingSession::broadcastState() {
   CollectiveEngine* comm = config_.collectives.get();
   if (!comm || comm->size() <= 1) return {};
+  // Every rank must hold rank 0's model (the same file, the same options),
+  // or the broadcast below would pair up tensors that do not match. Each
+  // rank compares with rank 0, then all learn whether any rank differs.
+  std::string problem;
+  try {
+    std::string rank0 = model_fingerprint_;
+    broadcastBytes(comm->communicator(), rank0, 0);
+    if (rank0 != model_fingerprint_) problem = firstDifference(rank0, model_fingerprint_);
+    float differ = problem.empty() ? 0.0f : 1.0f;
+    comm->communicator().allreduceSum(&differ, 1, DType::F32);
+    if (problem.empty() && differ > 0)
+      problem = "another rank holds a different model (its error names the difference)";
+    else if (!problem.empty())
+      problem = "this rank's model is not rank 0's: " + problem;
+  } catch (const KilnException& e) {
+    return Error{std::string("comparing the model with rank 0's: ") + e.what()};
+  }
+  if (!problem.empty()) return Error{problem};
   // Every rank starts from rank 0's parameters and buffers, as DDP's
   // constructor makes them (ranks that loaded the same file change nothing).
   // state_ shares the model's buffers: copy before writing into them.
@@ -313,8 +359,37 @@ Status TrainingSession::saveCheckpoint(const std::string& dir, int keep) const {
   return writeCheckpoint(dir, c, keep);
 }
 
+namespace {
+
+/// The checkpoint in `dir` as rank 0 reads it, on every rank: the others may
+/// not see rank 0's file system (no shared disk between machines). Rank 0's
+/// error, if it has one, is every rank's.
+Result<Checkpoint> readCheckpointOnRank0(Communicator& comm, const std::string& dir) {
+  CheckpointFiles files;
+  std::string error;
+  if (comm.rank() == 0) {
+    auto read = readCheckpointFiles(dir);
+    if (read)
+      files = std::move(*read);
+    else
+      error = read.error().message;
+  }
+  try {
+    broadcastBytes(comm, error, 0);
+    if (!error.empty()) return Error{error + (comm.rank() == 0 ? "" : " (as rank 0 read it)")};
+    for (std::string* part : {&files.step_dir, &files.model, &files.optimizer, &files.trainer})
+      broadcastBytes(comm, *part, 0);
+  } catch (const KilnException& e) {
+    return Error{"resume: sending checkpoint " + dir + " from rank 0: " + e.what()};
+  }
+  return parseCheckpoint(files);
+}
+
+}  // namespace
+
 Status TrainingSession::loadCheckpoint(const std::string& dir) {
-  auto c = readCheckpoint(dir);
+  CollectiveEngine* comm = config_.collectives.get();
+  auto c = comm && comm->size() > 1 ? readCheckpointOnRank0(comm->communicator(), dir) : readCheckpoint(dir);
   if (!c) return c.error();
   std::string opt = std::string(optimizerKindName(config_.passes.training.optimizer.kind));
   if (c->trainer.value("optimizer", opt) != opt)

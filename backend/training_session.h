@@ -102,8 +102,10 @@ class TrainingSession {
 
   /// Save / restore everything a resumed run needs (see backend/checkpoint.h).
   /// In a data-parallel run every rank calls saveCheckpoint and rank 0
-  /// writes (ZeRO-1: after gathering every rank's optimizer state); each
-  /// rank's loadCheckpoint takes the state its graph holds.
+  /// writes (ZeRO-1: after gathering every rank's optimizer state); every
+  /// rank calls loadCheckpoint, rank 0 alone reads the files and sends them
+  /// (the others need not see its disk), and each rank takes the state its
+  /// graph holds.
   /// `keep`: how many checkpoints `dir` keeps, the newest (--keep-checkpoints).
   Status saveCheckpoint(const std::string& dir, int keep = 1) const;
   Status loadCheckpoint(const std::string& dir);
@@ -135,6 +137,10 @@ class TrainingSession {
   void pullState() const;
   /// Data-parallel runs: the parameters and buffers of rank 0 on every rank.
   Status broadcastState();
+  /// What every rank of a data-parallel run must agree on: the model's
+  /// structural hash and its parameters' and buffers' names and types, one
+  /// per line (checked against rank 0's before the weights are broadcast).
+  std::string model_fingerprint_;
   /// state_ handed to the runner before the next step (after create and
   /// loadCheckpoint), with the step number as its run index.
   Status pushState();

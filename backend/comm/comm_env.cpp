@@ -74,6 +74,24 @@ Result<CommOptions> commOptionsFromEnv() {
     return Error{"MASTER_PORT is not set (WORLD_SIZE=" + std::to_string(o.world_size) +
                  " needs MASTER_PORT for the TCP store on rank 0, or KILN_STORE_DIR for a shared directory)"};
   }
+  // torchrun: its agent already serves a c10d store on MASTER_PORT.
+  if (const auto use = env("TORCHELASTIC_USE_AGENT_STORE")) {
+    if (*use != "True" && *use != "False" && *use != "true" && *use != "false" && *use != "1" && *use != "0")
+      return Error{"TORCHELASTIC_USE_AGENT_STORE='" + *use + "' is not True or False"};
+    o.agent_store = *use == "True" || *use == "true" || *use == "1";
+  }
+  if (const auto id = env("TORCHELASTIC_RUN_ID")) {
+    if (id->empty() || id->size() > 256 || id->find('/') != std::string::npos)
+      return Error{"TORCHELASTIC_RUN_ID='" + *id + "' is not a run id (1 to 256 characters, no '/')"};
+    o.run_id = *id;
+  }
+  if (const auto n = env("TORCHELASTIC_RESTART_COUNT")) {
+    const auto v = parseInt(*n, 0, 1 << 20);
+    if (!v) return Error{"TORCHELASTIC_RESTART_COUNT='" + *n + "' is not a whole number (0 or more)"};
+    o.restart_count = static_cast<int>(*v);
+  }
+  if (o.agent_store && !o.store_dir.empty())
+    return Error{"KILN_STORE_DIR and TORCHELASTIC_USE_AGENT_STORE=True both name a store; unset one"};
   if (const auto t = env("KILN_COMM_TIMEOUT")) {
     errno = 0;
     char* end = nullptr;
@@ -84,6 +102,10 @@ Result<CommOptions> commOptionsFromEnv() {
     o.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::llround(s * 1000.0)));
   }
   return o;
+}
+
+std::string agentStorePrefix(const CommOptions& o) {
+  return "/kiln/" + o.run_id + "/attempt_" + std::to_string(o.restart_count) + "/";
 }
 
 }  // namespace kiln

@@ -40,12 +40,21 @@ struct CommOptions {
   int master_port = 0;
   /// File store instead of TCP when set: a directory every rank can reach.
   std::string store_dir;
+  /// torchrun: its agent serves a c10d TCPStore on master_addr:master_port
+  /// (TORCHELASTIC_USE_AGENT_STORE=True); the ranks are its clients, with
+  /// keys under agentStorePrefix (the run id and the restart attempt).
+  bool agent_store = false;
+  std::string run_id = "none";  ///< TORCHELASTIC_RUN_ID
+  int restart_count = 0;        ///< TORCHELASTIC_RESTART_COUNT
   /// How long a collective (and the rendezvous) waits for the other ranks.
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
   /// The bounds of a timeout a user gives (--comm-timeout, KILN_COMM_TIMEOUT):
   /// beyond either it is a typo.
   static constexpr double kMinTimeoutSeconds = 0.001, kMaxTimeoutSeconds = 7 * 24 * 3600.0;
 };
+
+/// Where a run's keys live in torchrun's agent store: "/kiln/RUN_ID/attempt_N/".
+std::string agentStorePrefix(const CommOptions& o);
 
 /// The options torchrun-style launchers give a process: RANK, WORLD_SIZE,
 /// MASTER_ADDR, MASTER_PORT (or KILN_STORE_DIR for a file store), and

@@ -78,4 +78,11 @@ TensorMap allGatherTensors(Communicator& comm, const TensorMap& mine) {
   return out;
 }
 
+void broadcastBytes(Communicator& comm, std::string& bytes, int root) {
+  uint64_t len = bytes.size();
+  comm.broadcast(&len, sizeof len, root);
+  bytes.resize(len);
+  if (len) comm.broadcast(bytes.data(), len, root);
+}
+
 }  // namespace kiln

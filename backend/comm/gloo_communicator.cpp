@@ -28,6 +28,7 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/types.h>
 
+#include "backend/comm/c10d_store.h"
 #include "backend/comm/tcp_store.h"
 #include "core/tensor.h"
 
@@ -197,8 +198,14 @@ void GlooCommunicator::rendezvous() {
   std::unique_ptr<gloo::rendezvous::Store> store;
   DirStore* dir = nullptr;
   TcpStore* tcp = nullptr;
+  C10dStore* agent = nullptr;
   std::string storeName;
-  if (!o.store_dir.empty()) {
+  if (o.agent_store) {  // torchrun's agent serves a c10d store on MASTER_PORT: every rank is its client
+    auto a = std::make_unique<C10dStore>(o.master_addr, o.master_port, agentStorePrefix(o), o.timeout);
+    agent = a.get();
+    storeName = "torchrun's store " + a->address();
+    store = std::move(a);
+  } else if (!o.store_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(o.store_dir, ec);
     if (!std::filesystem::is_directory(o.store_dir))
@@ -213,7 +220,9 @@ void GlooCommunicator::rendezvous() {
     storeName = "TCP store " + t->address();
     store = std::move(t);
   }
-  auto has = [&](const std::string& key) { return dir ? dir->has(key) : tcp->check(key); };
+  auto has = [&](const std::string& key) {
+    return dir ? dir->has(key) : agent ? agent->check(key) : tcp->check(key);
+  };
 
   // Arrive first, so that a missing rank is named rather than surfacing as
   // a timeout deep inside Gloo's connect.

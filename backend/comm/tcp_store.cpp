@@ -26,6 +26,7 @@
 #include <map>
 #include <thread>
 
+#include "backend/comm/socket_io.h"
 #include "core/result.h"
 
 namespace kiln {
@@ -49,91 +50,6 @@ namespace {
 constexpr uint32_t kMaxKey = 1 << 16;
 constexpr uint64_t kMaxValue = uint64_t{1} << 28;
 constexpr size_t kHeader = 1 + 4 + 8;
-
-enum class Io { Ok, Closed, Timeout };
-
-int remainingMs(Clock::time_point deadline) {
-  const auto ms = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
-  return static_cast<int>(std::clamp<int64_t>(ms, 0, INT_MAX));
-}
-
-Io waitFd(int fd, short events, Clock::time_point deadline) {
-  for (;;) {
-    pollfd p{fd, events, 0};
-    const int r = ::poll(&p, 1, remainingMs(deadline));
-    if (r > 0) return Io::Ok;  // ready, or an error the next send/recv reports
-    if (r == 0) return Io::Timeout;
-    if (errno != EINTR) return Io::Closed;
-  }
-}
-
-/// Moves all n bytes through `io` (send or recv: bytes moved, 0 for a closed
-/// peer, < 0 with errno), waiting for `events` when the socket would block.
-template <typename IoFn>
-Io transferAll(int fd, size_t n, short events, Clock::time_point deadline, IoFn io) {
-  size_t done = 0;
-  while (done < n) {
-    const ssize_t k = io(done, n - done);
-    if (k > 0) {
-      done += static_cast<size_t>(k);
-    } else if (k < 0 && errno == EINTR) {
-      continue;
-    } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      const Io w = waitFd(fd, events, deadline);
-      if (w != Io::Ok) return w;
-    } else {
-      return Io::Closed;  // 0: orderly close; <0: reset
-    }
-  }
-  return Io::Ok;
-}
-
-Io sendAll(int fd, const void* data, size_t n, Clock::time_point deadline) {
-  const auto* p = static_cast<const char*>(data);
-  // MSG_NOSIGNAL: a peer that went away must be an error, not SIGPIPE.
-  return transferAll(fd, n, POLLOUT, deadline,
-                     [&](size_t at, size_t left) { return ::send(fd, p + at, left, MSG_NOSIGNAL); });
-}
-
-Io recvAll(int fd, void* data, size_t n, Clock::time_point deadline) {
-  auto* p = static_cast<char*>(data);
-  return transferAll(fd, n, POLLIN, deadline, [&](size_t at, size_t left) { return ::recv(fd, p + at, left, 0); });
-}
-
-void putLe(char* p, uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-}
-
-uint64_t getLe(const char* p, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v |= static_cast<uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
-  return v;
-}
-
-void setNoDelay(int fd) {
-  int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-}
-
-// "localhost" may resolve to ::1 on one side and 127.0.0.1 on the other.
-std::string normalizeHost(const std::string& host) {
-  return host == "localhost" ? "127.0.0.1" : host;
-}
-
-struct AddrInfo {
-  addrinfo* list = nullptr;
-  int error = 0;
-  AddrInfo(const std::string& host, int port) {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICSERV;
-    error = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &list);
-  }
-  ~AddrInfo() {
-    if (list) ::freeaddrinfo(list);
-  }
-};
 
 }  // namespace
 
@@ -281,32 +197,8 @@ void TcpStore::dropConnection() {
 }
 
 void TcpStore::connectUntil(Clock::time_point deadline) {
-  AddrInfo ai(host_, port_);
-  if (ai.error != 0)
-    fail("TCP store " + address() + ": cannot resolve '" + host_ + "' (" + ::gai_strerror(ai.error) +
-         "; is MASTER_ADDR right?)");
-  // Retry: rank 0's server may start after the other ranks.
-  for (;;) {
-    for (addrinfo* a = ai.list; a; a = a->ai_next) {
-      const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
-      if (fd < 0) continue;
-      bool ok = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0;
-      if (!ok && errno == EINPROGRESS && waitFd(fd, POLLOUT, deadline) == Io::Ok) {
-        int err = 0;
-        socklen_t len = sizeof err;
-        ok = ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
-      }
-      if (ok) {
-        setNoDelay(fd);
-        fd_ = fd;
-        return;
-      }
-      ::close(fd);
-    }
-    const int left = remainingMs(deadline);
-    if (left <= 0) noAnswer();
-    std::this_thread::sleep_for(milliseconds(std::min(left, 50)));
-  }
+  fd_ = connectTcp(host_, port_, deadline, "TCP store " + address());
+  if (fd_ < 0) noAnswer();
 }
 
 bool TcpStore::request(char op, const std::string& key, const std::vector<char>* value, std::vector<char>* out) {

@@ -3,7 +3,8 @@
 # external launcher (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) train like
 # `--nproc 2`; a rank that never arrives and a rank that dies make the
 # others fail with a clear error within the timeout instead of hanging; bad
-# combinations are one clear line. (Numerical parity: tests/dist/dp_parity.py.)
+# combinations are one clear line; ranks holding different models fail at
+# start-up; a checkpoint only rank 0 can read resumes every rank. (Numerical parity: tests/dist/dp_parity.py.)
 # usage: dist_cli.sh KILN WORKDIR
 source "$(dirname "$0")/lib/common.sh"
 
@@ -95,5 +96,44 @@ expect_error "--zero 1 with fp16 loss scaling" "--zero 1 with --amp fp16 is not 
 expect_error "--zero for kiln grad (no optimizer)" "--zero" \
   grad "$M" --input-file "$B" --no-cache --nproc 2 --zero 1 --output "$W/grads.safetensors"
 passed "bad data-parallel combinations are clear errors"
+
+before=$fails
+# 5. Ranks holding different models (here: another batch size) fail before
+# any weight moves, each with one line; the rank that differs names how.
+port=$(free_port)
+for r in 0 1; do
+  RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port timeout 60 "$KILN" train "$M" --steps 1 --no-cache \
+    --comm-timeout 20 --batch $((8 * (r + 1))) >"$W/differ.$r.out" 2>&1 &
+  pid[$r]=$!
+done
+wait "${pid[0]}" && fail "rank 0 trained with a rank holding another model"
+wait "${pid[1]}" && fail "rank 1 trained with another model than rank 0's"
+grep -q "kiln: error: rank 1: .*this rank's model is not rank 0's: the model graphs differ" "$W/differ.1.out" ||
+  fail "rank 1's error does not name the difference: $(cat "$W/differ.1.out")"
+grep -q "kiln: error: rank 0: .*another rank holds a different model" "$W/differ.0.out" ||
+  fail "rank 0's error unclear: $(cat "$W/differ.0.out")"
+passed "ranks holding different models fail at start-up, naming the difference"
+
+before=$fails
+# 6. Resume from a checkpoint only rank 0 can see (no shared disk): rank 0
+# reads it and sends it; the run continues exactly as an uninterrupted one.
+"$KILN" train "$M" --input-file "$B" --steps 3 --no-cache --nproc 2 --checkpoint "$W/ckpt" >/dev/null 2>&1 ||
+  fail "--nproc 2 --checkpoint exited $?"
+"$KILN" train "$M" --input-file "$B" --steps 5 --no-cache --nproc 2 --save-weights "$W/straight.safetensors" \
+  >/dev/null 2>&1 || fail "--nproc 2 --steps 5 exited $?"
+port=$(free_port)
+for r in 0 1; do
+  resume="$W/ckpt"
+  [ $r = 1 ] && resume="$W/not-on-this-machine"
+  RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$KILN" train "$M" --input-file "$B" --steps 5 \
+    --no-cache --resume "$resume" --save-weights "$W/resumed.safetensors" >"$W/resume.$r.out" 2>&1 &
+  pid[$r]=$!
+done
+wait "${pid[0]}" || fail "resumed rank 0 exited $?: $(tail -2 "$W/resume.0.out")"
+wait "${pid[1]}" || fail "resumed rank 1 exited $?: $(tail -2 "$W/resume.1.out")"
+grep -q "resumed from .* at step 3" "$W/resume.0.out" || fail "rank 0 did not resume at step 3: $(cat "$W/resume.0.out")"
+"$KILN" compare "$W/resumed.safetensors" "$W/straight.safetensors" --tol 0 >/dev/null ||
+  fail "resumed from rank 0's checkpoint != an uninterrupted run"
+passed "a checkpoint only rank 0 can read: the ranks resume from it, as an uninterrupted run"
 
 [ $fails = 0 ] && echo "all data-parallel CLI checks passed" || { echo "$fails failed"; exit 1; }

@@ -17,8 +17,17 @@ namespace {
 
 class CommEnv : public ::testing::Test {
  protected:
-  static constexpr const char* kVars[] = {"RANK",           "WORLD_SIZE",        "MASTER_ADDR", "MASTER_PORT",
-                                          "KILN_STORE_DIR", "KILN_COMM_TIMEOUT", "LOCAL_RANK",  "LOCAL_WORLD_SIZE"};
+  static constexpr const char* kVars[] = {"RANK",
+                                          "WORLD_SIZE",
+                                          "MASTER_ADDR",
+                                          "MASTER_PORT",
+                                          "KILN_STORE_DIR",
+                                          "KILN_COMM_TIMEOUT",
+                                          "LOCAL_RANK",
+                                          "LOCAL_WORLD_SIZE",
+                                          "TORCHELASTIC_USE_AGENT_STORE",
+                                          "TORCHELASTIC_RUN_ID",
+                                          "TORCHELASTIC_RESTART_COUNT"};
   void SetUp() override {
     for (const char* v : kVars) {
       const char* old = std::getenv(v);
@@ -36,6 +45,34 @@ class CommEnv : public ::testing::Test {
   }
   std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
 };
+
+TEST_F(CommEnv, TorchrunsAgentStoreIsNamespacedByRunAndAttempt) {
+  ::setenv("RANK", "1", 1);
+  ::setenv("WORLD_SIZE", "2", 1);
+  ::setenv("MASTER_PORT", "29500", 1);
+  ::setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
+  ::setenv("TORCHELASTIC_RUN_ID", "job-7", 1);
+  ::setenv("TORCHELASTIC_RESTART_COUNT", "2", 1);
+  auto o = commOptionsFromEnv();
+  ASSERT_TRUE(o.ok()) << o.error().message;
+  EXPECT_TRUE(o->agent_store);
+  EXPECT_EQ(agentStorePrefix(*o), "/kiln/job-7/attempt_2/");
+  ::setenv("TORCHELASTIC_USE_AGENT_STORE", "False", 1);
+  o = commOptionsFromEnv();
+  ASSERT_TRUE(o.ok());
+  EXPECT_FALSE(o->agent_store);
+  ::setenv("TORCHELASTIC_USE_AGENT_STORE", "maybe", 1);
+  EXPECT_EQ(error(), "TORCHELASTIC_USE_AGENT_STORE='maybe' is not True or False");
+  ::setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
+  ::setenv("TORCHELASTIC_RUN_ID", "a/b", 1);
+  EXPECT_EQ(error(), "TORCHELASTIC_RUN_ID='a/b' is not a run id (1 to 256 characters, no '/')");
+  ::setenv("TORCHELASTIC_RUN_ID", "job-7", 1);
+  ::setenv("TORCHELASTIC_RESTART_COUNT", "-1", 1);
+  EXPECT_EQ(error(), "TORCHELASTIC_RESTART_COUNT='-1' is not a whole number (0 or more)");
+  ::setenv("TORCHELASTIC_RESTART_COUNT", "0", 1);
+  ::setenv("KILN_STORE_DIR", "/tmp/x", 1);
+  EXPECT_EQ(error(), "KILN_STORE_DIR and TORCHELASTIC_USE_AGENT_STORE=True both name a store; unset one");
+}
 
 TEST_F(CommEnv, UnsetMeansOneProcess) {
   const auto o = commOptionsFromEnv();

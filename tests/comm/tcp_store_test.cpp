@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/comm/c10d_store.h"
 #include "backend/comm/communicator.h"
 #include "core/result.h"
 #include "tests/comm/gloo_test_helpers.h"
@@ -55,6 +56,23 @@ TEST(GlooTcpStore, ErrorsAreOneClearLine) {
     EXPECT_NE(std::string(e.what()).find(": no answer from rank 0 within 0.3 s (is MASTER_ADDR/MASTER_PORT right?)"),
               std::string::npos)
         << e.what();
+  }
+  EXPECT_LT(Clock::now() - t0, 2s);
+}
+
+// The c10d client against a real torch.distributed.TCPStore is in
+// tests/cli/torchrun_cli.sh; here, what it says when nobody serves.
+TEST(C10dStore, NoServerIsOneClearLineWithinTheTimeout) {
+  const int port = freePort();
+  const auto t0 = Clock::now();
+  try {
+    C10dStore lonely("127.0.0.1", port, "/kiln/none/attempt_0/", 300ms);
+    lonely.set("k", {'1'});
+    ADD_FAILURE() << "set without a server returned";
+  } catch (const KilnException& e) {
+    EXPECT_EQ(std::string(e.what()), "torchrun's store 127.0.0.1:" + std::to_string(port) +
+                                         ": no answer within 0.3 s (is the torchrun agent running, and "
+                                         "MASTER_ADDR/MASTER_PORT its store?)");
   }
   EXPECT_LT(Clock::now() - t0, 2s);
 }
