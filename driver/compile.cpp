@@ -105,9 +105,9 @@ Result<BoundStep> setUp(const CompileOptions& a, TrainingGraphKind kind, Compile
   std::string token_file;
   bool types_from_batch = false;
   // kiln compile / memory --nproc N: one rank's step, compiled without peers.
-  const int ranks = a.collectives ? a.collectives->size() : a.compile_only ? std::max(a.nproc, 1) : 1;
+  const int ranks = a.collectives ? a.collectives->size() : a.compile_only ? a.nnodes * a.nproc : 1;
   const int rank = a.collectives ? a.collectives->rank() : 0;
-  if (a.nproc > 1 && !a.collectives && !a.compile_only)
+  if ((a.nproc > 1 || a.nnodes > 1) && !a.collectives && !a.compile_only)
     return Error{"--nproc starts ranks for kiln train and kiln grad only"};
   if (!a.model.input_file.empty()) {
     auto f = readSafetensors(a.model.input_file);

@@ -65,6 +65,10 @@ struct CompileOptions {
   TraceRecorder* trace = nullptr;
   // Data parallel (driver/ranks.h, passes/data_parallel.h).
   int nproc = 1;                          ///< --nproc: start this many ranks (1: one process)
+  int nnodes = 1;                         ///< --nnodes: machines, each starting --nproc ranks
+  int node_rank = 0;                      ///< --node-rank: this machine's index (0: it serves the store)
+  std::string master_addr;                ///< --master-addr: node 0's address ("": 127.0.0.1)
+  int master_port = 0;                    ///< --master-port: its store's port (0: a free one; one node only)
   std::string bucket_size = "25MiB";      ///< --bucket-size: gradient bytes per allreduce
   std::vector<std::string> sparse_grads;  ///< --sparse-grads: block-sparse allreduce for these gradients
   bool dense_embeddings = false;          ///< --dense-embeddings: no automatic sparse embedding gradients

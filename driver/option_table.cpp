@@ -18,6 +18,7 @@ namespace {
 constexpr uint32_t kSteps = kTrain | kComm | kGrad | kCompile | kBench | kMemory | kExport | kStudio;  // every step
 constexpr uint32_t kOptimizing = kTrain | kComm | kCompile | kBench | kMemory | kExport | kStudio;  // with an optimizer
 constexpr uint32_t kPassOptions = kSteps | kOpt;           // read by the passes (kiln opt too)
+constexpr uint32_t kLaunching = kTrain | kGrad | kComm;     // start ranks (driver/ranks.h)
 constexpr uint32_t kOptimizerPasses = kOptimizing | kOpt;  // read by the optimizer pass
 
 using K = KeyRule;
@@ -128,6 +129,16 @@ const std::vector<OptionSpec> kTable = {
      "slice of every batch, gradients are averaged as in PyTorch DDP. Also runs as one rank under an external "
      "launcher (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)",
      kPassOptions, K::Implied /* the rank count */, FIELD(nproc)},
+    {"--nnodes",
+     "data parallel over machines: run the same command on each of M machines with its --node-rank; each starts "
+     "--nproc ranks (torchrun's static form; needs --master-addr and --master-port)",
+     kPassOptions, K::Implied /* the rank count */, FIELD(nnodes)},
+    {"--node-rank", "data parallel over machines: this machine's index, 0..M-1 (node 0 serves the rendezvous store)",
+     kLaunching, K::Runtime, FIELD(node_rank)},
+    {"--master-addr", "data parallel: node 0's address, which every machine can reach (default 127.0.0.1)",
+     kLaunching, K::Runtime, FIELD(master_addr)},
+    {"--master-port", "data parallel: the rendezvous store's port on node 0 (default: a free port, one machine only)",
+     kLaunching, K::Runtime, FIELD(master_port)},
     {"--bucket-size", "data parallel: gradient bytes per allreduce bucket (default 25MiB, as DDP)", kPassOptions,
      K::DataParallel, FIELD(bucket_size)},
     {"--sparse-grads",

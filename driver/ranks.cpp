@@ -36,16 +36,25 @@ std::vector<std::string> ownArguments() {
   return args;
 }
 
-/// The arguments without --nproc N / --nproc=N.
-std::vector<std::string> withoutNproc(const std::vector<std::string>& args) {
+/// The arguments without the launcher's own flags (--nproc, --nnodes,
+/// --node-rank, --master-addr, --master-port; "--flag V" or "--flag=V"):
+/// what every rank runs.
+std::vector<std::string> withoutLauncherFlags(const std::vector<std::string>& args) {
+  static const char* kFlags[] = {"--nproc", "--nnodes", "--node-rank", "--master-addr", "--master-port"};
   std::vector<std::string> out;
   for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--nproc") {
-      ++i;
-      continue;
+    bool drop = false;
+    for (const char* f : kFlags) {
+      const std::string flag = f;
+      if (args[i] == flag) {
+        ++i;  // and its value
+        drop = true;
+      } else if (args[i].rfind(flag + "=", 0) == 0) {
+        drop = true;
+      }
+      if (drop) break;
     }
-    if (args[i].rfind("--nproc=", 0) == 0) continue;
-    out.push_back(args[i]);
+    if (!drop) out.push_back(args[i]);
   }
   return out;
 }
@@ -132,7 +141,7 @@ Result<CommOptions> commOptions(const CompileOptions& a) {
 }  // namespace
 
 bool shouldLaunch(const CompileOptions& a) {
-  return a.nproc > 1 && !std::getenv("RANK");
+  return (a.nproc > 1 || a.nnodes > 1) && !std::getenv("RANK");
 }
 
 int launchRanks(const CompileOptions& a) {
@@ -140,9 +149,14 @@ int launchRanks(const CompileOptions& a) {
   if (Status st = validateOptions(a); !st) return reportError(st.error());
   auto opts = commOptions(a);  // a malformed KILN_COMM_TIMEOUT fails here, not in N ranks
   if (!opts) return reportError(opts.error());
-  auto port = freePort();
+  // One machine: a free port on 127.0.0.1 unless given. Several: every
+  // launcher names node 0's address and port (validateOptions insists).
+  Result<int> port = a.master_port;
+  if (a.master_port == 0) port = freePort();
   if (!port) return reportError(port.error());
-  const std::vector<std::string> args = withoutNproc(ownArguments());
+  const std::string master = a.master_addr.empty() ? "127.0.0.1" : a.master_addr;
+  const int world = a.nnodes * a.nproc, first_rank = a.node_rank * a.nproc;
+  const std::vector<std::string> args = withoutLauncherFlags(ownArguments());
   const double timeout = std::chrono::duration<double>(opts->timeout).count();
   std::vector<pid_t> pids;
   std::vector<bool> done;
@@ -163,17 +177,18 @@ int launchRanks(const CompileOptions& a) {
       if (getppid() != launcher) _exit(1);
       signal(SIGINT, SIG_DFL);
       signal(SIGTERM, SIG_DFL);
-      setenv("RANK", std::to_string(r).c_str(), 1);
+      setenv("RANK", std::to_string(first_rank + r).c_str(), 1);
       setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
-      setenv("WORLD_SIZE", std::to_string(a.nproc).c_str(), 1);
-      setenv("MASTER_ADDR", "127.0.0.1", 1);
+      setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+      setenv("GROUP_RANK", std::to_string(a.node_rank).c_str(), 1);
+      setenv("MASTER_ADDR", master.c_str(), 1);
       setenv("MASTER_PORT", std::to_string(*port).c_str(), 1);
       setenv("KILN_COMM_TIMEOUT", std::to_string(timeout).c_str(), 1);
       setenv("LOCAL_WORLD_SIZE", std::to_string(a.nproc).c_str(), 1);
       // Ranks share the cores: idle OpenMP threads must sleep, not spin,
       // or they starve the other ranks and the communication threads.
       setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
-      if (r > 0) {  // rank 0 speaks for the run; the others only about errors
+      if (first_rank + r > 0) {  // rank 0 speaks for the run; the others only about errors
         const int null = open("/dev/null", O_WRONLY);
         if (null >= 0) dup2(null, STDOUT_FILENO);
       }
@@ -213,7 +228,8 @@ int launchRanks(const CompileOptions& a) {
           --left;
           const bool failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
           if (failed && first_failure.empty()) {
-            first_failure = "rank " + std::to_string(r) + " " + describeStatus(status);
+            first_failure =
+                "rank " + std::to_string(first_rank + static_cast<int>(r)) + " " + describeStatus(status);
             code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
             deadline =
                 Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout + 5));
@@ -224,23 +240,25 @@ int launchRanks(const CompileOptions& a) {
     if (deadline && Clock::now() > *deadline) {
       for (size_t r = 0; r < pids.size(); ++r)
         if (!done[r]) {
-          std::cerr << "kiln: error: rank " << r << " still running " << timeout + 5 << " s after " << first_failure
-                    << "; killing it\n";
+          std::cerr << "kiln: error: rank " << first_rank + static_cast<int>(r) << " still running " << timeout + 5
+                    << " s after " << first_failure << "; killing it\n";
           kill(pids[r], SIGKILL);
         }
       deadline.reset();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  if (!first_failure.empty()) std::cerr << "kiln: error: " << first_failure << " (of " << a.nproc << " ranks)\n";
+  if (!first_failure.empty())
+    std::cerr << "kiln: error: " << first_failure << " (of " << world << " ranks"
+              << (a.nnodes > 1 ? ", " + std::to_string(a.nproc) + " on this machine" : std::string()) << ")\n";
   return code;
 }
 
 Status joinRanks(CompileOptions& a) {
-  if (a.nproc > 1 && std::getenv("RANK"))
-    return Error{"--nproc " + std::to_string(a.nproc) +
+  if ((a.nproc > 1 || a.nnodes > 1) && std::getenv("RANK"))
+    return Error{std::string(a.nproc > 1 ? "--nproc " + std::to_string(a.nproc) : "--nnodes") +
                  " starts ranks itself, but RANK is set: this process is already one rank of a launcher "
-                 "(torchrun, or RANK/WORLD_SIZE set by hand); drop --nproc, or unset RANK"};
+                 "(torchrun, or RANK/WORLD_SIZE set by hand); drop the launcher's flags, or unset RANK"};
   auto opts = commOptions(a);
   if (!opts) return opts.error();
   if (opts->world_size <= 1) return {};

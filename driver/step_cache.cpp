@@ -90,7 +90,7 @@ std::vector<PassTraceEntry> traceFrom(const nlohmann::json& j) {
 
 Result<std::string> stepCacheKeyMaterial(const CompileOptions& a, TrainingGraphKind kind,
                                          const TensorMap& first_batch) {
-  const int ranks = a.collectives ? a.collectives->size() : a.compile_only ? a.nproc : 1;
+  const int ranks = a.collectives ? a.collectives->size() : a.compile_only ? a.nnodes * a.nproc : 1;
   // Every option that changes the compiled step, by the option table's
   // declaration (the model's and the class weights' files by fingerprint).
   auto options = compiledOptionsJson(a, ranks);

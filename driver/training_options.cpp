@@ -93,6 +93,19 @@ Status validateOptions(const CompileOptions& a) {
     if (auto b = parseByteSize(a.memory_budget); !b) return bad("--memory-budget: " + b.error().message);
   if (a.nproc < 1 || a.nproc > kMaxRanks)
     return bad("--nproc must be between 1 and " + std::to_string(kMaxRanks) + ", got " + std::to_string(a.nproc));
+  if (a.nnodes < 1 || a.nnodes > kMaxRanks)
+    return bad("--nnodes must be between 1 and " + std::to_string(kMaxRanks) + ", got " + std::to_string(a.nnodes));
+  if (static_cast<int64_t>(a.nnodes) * a.nproc > kMaxRanks)
+    return bad("--nnodes x --nproc is " + std::to_string(int64_t{a.nnodes} * a.nproc) + " ranks, more than " +
+               std::to_string(kMaxRanks));
+  if (a.node_rank < 0 || a.node_rank >= a.nnodes)
+    return bad("--node-rank must be between 0 and --nnodes - 1 (" + std::to_string(a.nnodes - 1) + "), got " +
+               std::to_string(a.node_rank));
+  if (a.master_port < 0 || a.master_port > 65535)
+    return bad("--master-port must be a port number (1..65535), got " + std::to_string(a.master_port));
+  if (a.nnodes > 1 && (a.master_addr.empty() || a.master_port == 0))
+    return bad("--nnodes " + std::to_string(a.nnodes) +
+               " needs --master-addr (node 0's address) and --master-port, the same on every machine");
   if (a.threads < 0 || a.threads > kMaxThreads)
     return bad("--threads must be between 0 (all cores) and " + std::to_string(kMaxThreads) + ", got " +
                std::to_string(a.threads));

@@ -65,6 +65,12 @@ Result<CommOptions> commOptionsFromEnv() {
     o.local_rank = static_cast<int>(*v);
   }
   if (const auto addr = env("MASTER_ADDR")) o.master_addr = *addr;
+  for (const char* name : {"GLOO_SOCKET_IFNAME", "KILN_SOCKET_IFNAME"})  // Kiln's own wins
+    if (const auto ifname = env(name)) {
+      if (ifname->empty() || ifname->size() >= 16 || ifname->find_first_of("/ \t") != std::string::npos)
+        return Error{std::string(name) + "='" + *ifname + "' is not a network interface name (e.g. eth0)"};
+      o.socket_ifname = *ifname;
+    }
   if (const auto dir = env("KILN_STORE_DIR")) o.store_dir = *dir;
   if (const auto port = env("MASTER_PORT")) {
     const auto p = parseInt(*port, 1, 65535);

@@ -38,6 +38,9 @@ struct CommOptions {
   /// connect there (torchrun's MASTER_ADDR / MASTER_PORT).
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
+  /// The network interface Gloo's connections use (KILN_SOCKET_IFNAME, else
+  /// GLOO_SOCKET_IFNAME); empty: the one with the route to master_addr.
+  std::string socket_ifname;
   /// File store instead of TCP when set: a directory every rank can reach.
   std::string store_dir;
   /// torchrun: its agent serves a c10d TCPStore on master_addr:master_port

@@ -5,6 +5,7 @@
 // exceptions into lines a user can act on.
 #include "backend/comm/gloo_communicator.h"
 
+#include <net/if.h>
 #include <netdb.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -246,7 +247,13 @@ void GlooCommunicator::rendezvous() {
   }
 
   gloo::transport::tcp::attr attr;
-  attr.hostname = localAddressFor(o.master_addr, o.master_port);
+  if (!o.socket_ifname.empty()) {  // KILN_SOCKET_IFNAME: that interface's address
+    if (::if_nametoindex(o.socket_ifname.c_str()) == 0)
+      fail("KILN_SOCKET_IFNAME=" + o.socket_ifname + ": no such network interface on this machine");
+    attr.iface = o.socket_ifname;
+  } else {
+    attr.hostname = localAddressFor(o.master_addr, o.master_port);
+  }
   auto device = gloo::transport::tcp::CreateDevice(attr);
   auto context = std::make_shared<gloo::rendezvous::Context>(o.rank, o.world_size);
   context->setTimeout(o.timeout);  // before connecting: the pairs take it then

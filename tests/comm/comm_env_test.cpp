@@ -27,7 +27,9 @@ class CommEnv : public ::testing::Test {
                                           "LOCAL_WORLD_SIZE",
                                           "TORCHELASTIC_USE_AGENT_STORE",
                                           "TORCHELASTIC_RUN_ID",
-                                          "TORCHELASTIC_RESTART_COUNT"};
+                                          "TORCHELASTIC_RESTART_COUNT",
+                                          "GLOO_SOCKET_IFNAME",
+                                          "KILN_SOCKET_IFNAME"};
   void SetUp() override {
     for (const char* v : kVars) {
       const char* old = std::getenv(v);
@@ -72,6 +74,19 @@ TEST_F(CommEnv, TorchrunsAgentStoreIsNamespacedByRunAndAttempt) {
   ::setenv("TORCHELASTIC_RESTART_COUNT", "0", 1);
   ::setenv("KILN_STORE_DIR", "/tmp/x", 1);
   EXPECT_EQ(error(), "KILN_STORE_DIR and TORCHELASTIC_USE_AGENT_STORE=True both name a store; unset one");
+}
+
+TEST_F(CommEnv, SocketInterfaceKilnsOverGloos) {
+  ::setenv("GLOO_SOCKET_IFNAME", "eth1", 1);
+  auto o = commOptionsFromEnv();
+  ASSERT_TRUE(o.ok()) << o.error().message;
+  EXPECT_EQ(o->socket_ifname, "eth1");
+  ::setenv("KILN_SOCKET_IFNAME", "veth0", 1);
+  o = commOptionsFromEnv();
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->socket_ifname, "veth0");
+  ::setenv("KILN_SOCKET_IFNAME", "a/b", 1);
+  EXPECT_EQ(error(), "KILN_SOCKET_IFNAME='a/b' is not a network interface name (e.g. eth0)");
 }
 
 TEST_F(CommEnv, UnsetMeansOneProcess) {
