@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/comm/store_protocol.h"
 #include "driver/messages.h"
 #include "driver/model_args.h"
 #include "driver/training_options.h"
@@ -155,6 +156,16 @@ int launchRanks(const CompileOptions& a) {
   if (a.master_port == 0) port = freePort();
   if (!port) return reportError(port.error());
   const std::string master = a.master_addr.empty() ? "127.0.0.1" : a.master_addr;
+  // The store's secret: made here for one machine; several machines must
+  // share one, which only the user can give them all.
+  std::string secret = opts->store_secret, job = opts->run_id;
+  if (secret.empty() && a.nnodes > 1)
+    return reportError(Error{"--nnodes " + std::to_string(a.nnodes) +
+                             ": set KILN_STORE_TOKEN to the same secret on every node (e.g. export "
+                             "KILN_STORE_TOKEN=$(openssl rand -hex 32)): rank 0's store admits only ranks that "
+                             "know it"});
+  if (secret.empty()) secret = store::newSecret();
+  if (!std::getenv("KILN_JOB_ID") && a.nnodes == 1) job = "kiln-" + store::newSecret().substr(0, 12);
   const int world = a.nnodes * a.nproc, first_rank = a.node_rank * a.nproc;
   const std::vector<std::string> args = withoutLauncherFlags(ownArguments());
   const double timeout = std::chrono::duration<double>(opts->timeout).count();
@@ -184,6 +195,8 @@ int launchRanks(const CompileOptions& a) {
       setenv("MASTER_ADDR", master.c_str(), 1);
       setenv("MASTER_PORT", std::to_string(*port).c_str(), 1);
       setenv("KILN_COMM_TIMEOUT", std::to_string(timeout).c_str(), 1);
+      setenv("KILN_STORE_TOKEN", secret.c_str(), 1);
+      setenv("KILN_JOB_ID", job.c_str(), 1);
       setenv("LOCAL_WORLD_SIZE", std::to_string(a.nproc).c_str(), 1);
       // Ranks share the cores: idle OpenMP threads must sleep, not spin,
       // or they starve the other ranks and the communication threads.

@@ -6,7 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   nlohmann-json3-dev libxxhash-dev libzstd-dev libcli11-dev libgtest-dev libbenchmark-dev
-  libopenblas-dev libdnnl-dev libgloo-dev ocl-icd-opencl-dev  # dnnl-config.cmake finds OpenCL (a Recommends, which --no-install-recommends skips)
+  libopenblas-dev libdnnl-dev libgloo-dev libssl-dev ocl-icd-opencl-dev  # dnnl-config.cmake finds OpenCL (a Recommends, which --no-install-recommends skips)
   libtorch-dev python3-torch python3-torchvision
   python3-dev pybind11-dev python3-pytest  # the Python module (python/) and its tests
   clang-14 libclang-rt-14-dev libomp-14-dev llvm-14-tools  # clang: fuzzers and the ASan+UBSan build (OpenMP from libomp)

@@ -86,10 +86,15 @@ Result<CommOptions> commOptionsFromEnv() {
       return Error{"TORCHELASTIC_USE_AGENT_STORE='" + *use + "' is not True or False"};
     o.agent_store = *use == "True" || *use == "true" || *use == "1";
   }
-  if (const auto id = env("TORCHELASTIC_RUN_ID")) {
-    if (id->empty() || id->size() > 256 || id->find('/') != std::string::npos)
-      return Error{"TORCHELASTIC_RUN_ID='" + *id + "' is not a run id (1 to 256 characters, no '/')"};
-    o.run_id = *id;
+  for (const char* name : {"TORCHELASTIC_RUN_ID", "KILN_JOB_ID"})  // Kiln's own wins
+    if (const auto id = env(name)) {
+      if (id->size() > 256 || id->find('/') != std::string::npos)
+        return Error{std::string(name) + "='" + *id + "' is not a run id (1 to 256 characters, no '/')"};
+      o.run_id = *id;
+    }
+  if (const auto token = env("KILN_STORE_TOKEN")) {
+    if (token->size() > 1024) return Error{"KILN_STORE_TOKEN is longer than 1024 characters"};
+    o.store_secret = *token;
   }
   if (const auto n = env("TORCHELASTIC_RESTART_COUNT")) {
     const auto v = parseInt(*n, 0, 1 << 20);

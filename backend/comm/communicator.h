@@ -47,7 +47,13 @@ struct CommOptions {
   /// (TORCHELASTIC_USE_AGENT_STORE=True); the ranks are its clients, with
   /// keys under agentStorePrefix (the run id and the restart attempt).
   bool agent_store = false;
-  std::string run_id = "none";  ///< TORCHELASTIC_RUN_ID
+  /// The job: KILN_JOB_ID, else TORCHELASTIC_RUN_ID. Kiln's TCP store
+  /// serves one job, torchrun's agent store keeps jobs apart by it.
+  std::string run_id = "none";
+  /// The secret every client of Kiln's TCP store proves it knows
+  /// (KILN_STORE_TOKEN; `kiln train --nproc` makes one per run). Empty: the
+  /// store accepts any client, and rank 0 warns.
+  std::string store_secret;
   int restart_count = 0;        ///< TORCHELASTIC_RESTART_COUNT
   /// How long a collective (and the rendezvous) waits for the other ranks.
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};

@@ -216,7 +216,13 @@ void GlooCommunicator::rendezvous() {
     store = std::move(d);
     storeName = "file store " + o.store_dir;
   } else {
-    auto t = std::make_unique<TcpStore>(o.master_addr, o.master_port, o.rank == 0, o.timeout);
+    auto t = std::make_unique<TcpStore>(o.master_addr, o.master_port, o.rank == 0, o.timeout,
+                                        StoreIdentity{o.store_secret, o.run_id});
+    if (o.rank == 0 && o.store_secret.empty())
+      std::fprintf(stderr,
+                   "kiln: warning: KILN_STORE_TOKEN is not set: the TCP store on %s lets any client that reaches "
+                   "its port join this run (give every rank the same secret; kiln train --nproc does)\n",
+                   t->address().c_str());
     tcp = t.get();
     storeName = "TCP store " + t->address();
     store = std::move(t);

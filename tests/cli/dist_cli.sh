@@ -29,14 +29,36 @@ wait %2 || fail "external rank 1 exited $?: $(tail -2 "$W/ext.1.out")"
 "$KILN" train "$M" --input-file "$B" --steps 3 --no-cache --nproc 2 --save-weights "$W/nproc.safetensors" >"$W/nproc.out" 2>&1 ||
   fail "--nproc 2 exited $?: $(tail -2 "$W/nproc.out")"
 "$KILN" compare "$W/ext.0.safetensors" "$W/nproc.safetensors" --tol 0 >/dev/null || fail "external ranks != --nproc 2"
+# Without KILN_STORE_TOKEN the store admits anyone: rank 0 says so.
+grep -q "warning: KILN_STORE_TOKEN is not set: the TCP store on 127.0.0.1:$port lets any client" "$W/ext.0.out" ||
+  fail "no warning about the store without a secret: $(cat "$W/ext.0.out")"
+grep -q "KILN_STORE_TOKEN" "$W/nproc.out" && fail "--nproc warned about a secret it makes itself: $(cat "$W/nproc.out")"
 passed "ranks from an external launcher (RANK, WORLD_SIZE, MASTER_PORT) train like --nproc 2; only rank 0 writes"
+
+before=$fails
+# 1b. A rank that does not know the job's secret is refused by rank 0's
+# store, and says so; rank 0 names the rank that never got in.
+port=$(free_port)
+for r in 0 1; do
+  RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port KILN_STORE_TOKEN=secret-$r timeout 60 "$KILN" train "$M" \
+    --input-file "$B" --steps 1 --no-cache --comm-timeout 3 >"$W/tok.$r.out" 2>&1 &
+done
+wait %1 && fail "rank 0 succeeded with a rank of another secret"
+wait %2 && fail "rank 1 succeeded with another secret"
+grep -q "kiln: error: rank 1: .*rank 0's store refused this rank: KILN_STORE_TOKEN differs" "$W/tok.1.out" ||
+  fail "another secret: rank 1 unclear: $(cat "$W/tok.1.out")"
+grep -q "kiln: error: rank 0: .*rank 1 did not arrive within 3 s" "$W/tok.0.out" ||
+  fail "another secret: rank 0 unclear: $(cat "$W/tok.0.out")"
+grep -q "refused the client at 127.0.0.1:[0-9]*: a client that does not know this job's secret" "$W/tok.0.out" ||
+  fail "another secret: rank 0's store did not log the refusal: $(cat "$W/tok.0.out")"
+passed "a rank with another KILN_STORE_TOKEN is refused by the store, and both sides say why"
 
 before=$fails
 # 2. A rank that never arrives: rank 0 alone fails within the timeout.
 port=$(free_port)
 t0=$(date +%s)
-out=$(RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port timeout 60 "$KILN" train "$M" --input-file "$B" \
-  --steps 1 --no-cache --comm-timeout 2 2>&1) && fail "rank 0 without rank 1 succeeded"
+out=$(RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port KILN_STORE_TOKEN=s timeout 60 "$KILN" train "$M" \
+  --input-file "$B" --steps 1 --no-cache --comm-timeout 2 2>&1) && fail "rank 0 without rank 1 succeeded"
 took=$(($(date +%s) - t0))
 [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] || fail "missing rank: more than one line: $out"
 grep -q "kiln: error: rank 0: .*rank 1 did not arrive within 2 s" <<<"$out" || fail "missing rank: unclear error: $out"

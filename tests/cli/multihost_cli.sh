@@ -31,6 +31,7 @@ train() { "$KILN" train "$M" --input-file "$B" --steps 3 --no-cache --comm-timeo
 train --nproc 4 --save-weights "$W/one.safetensors" >"$W/one.out" 2>&1 || fail "--nproc 4 exited $?: $(tail -2 "$W/one.out")"
 
 hosts=(--nnodes 2 --nproc 2 --master-addr 10.231.0.1 --master-port 29611)
+export KILN_STORE_TOKEN=multihost-test-secret  # several machines share the store's secret
 ip netns exec "$NS0" "$KILN" train "$M" --input-file "$B" --steps 3 --no-cache --comm-timeout 30 "${hosts[@]}" \
   --node-rank 0 --save-weights "$W/two.safetensors" >"$W/node0.out" 2>&1 &
 n0=$!
@@ -50,6 +51,10 @@ out=$("$KILN" train "$M" --input-file "$B" --steps 1 --no-cache --nnodes 2 --nod
   fail "--nnodes without --master-addr succeeded"
 grep -q "needs --master-addr" <<<"$out" && ok "--nnodes without the master's address: $out" ||
   fail "--nnodes without --master-addr: $out"
+out=$(env -u KILN_STORE_TOKEN "$KILN" train "$M" --input-file "$B" --steps 1 --no-cache "${hosts[@]}" --node-rank 1 2>&1) &&
+  fail "--nnodes without KILN_STORE_TOKEN succeeded"
+grep -q "set KILN_STORE_TOKEN to the same secret on every node" <<<"$out" && ok "--nnodes needs the store's secret: $out" ||
+  fail "--nnodes without KILN_STORE_TOKEN: $out"
 out=$(KILN_SOCKET_IFNAME=nosuch0 "$KILN" train "$M" --input-file "$B" --steps 1 --no-cache --nproc 2 2>&1) &&
   fail "a missing KILN_SOCKET_IFNAME interface succeeded"
 grep -q "KILN_SOCKET_IFNAME=nosuch0: no such network interface" <<<"$out" && ok "an unknown interface is named" ||
