@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/fault_injection.h"
 #include "core/file_io.h"
 #include "core/safetensors.h"
 
@@ -96,6 +97,7 @@ Status writeCheckpoint(const std::string& dir, const Checkpoint& ckpt, int keep)
     check(writeSafetensors((tmp / "model.safetensors").string(), ckpt.model));
     check(writeSafetensors((tmp / "optimizer.safetensors").string(), ckpt.optimizer));
     check(writeFileAtomic((tmp / "trainer.json").string(), ckpt.trainer.dump(2) + "\n"));
+    fault::sleepMillis(fault::millis("KILN_FAULT_CHECKPOINT_PAUSE_MS"));  // tests: a slow disk, a kill mid-write
     for (const char* f : {"model.safetensors", "optimizer.safetensors", "trainer.json"}) check(syncPath(tmp / f));
     check(syncPath(tmp));
     fs::rename(tmp, final_dir, ec);

@@ -10,6 +10,7 @@
 // it reads it.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,11 +35,33 @@ struct DeviceRunnerOptions {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
+  int local_world_size = 1;  ///< the ranks on this machine: at most one per GPU
   std::string nccl_id;
+  /// NCCL's initialisation and the step's collectives give up after these,
+  /// aborting the communicator (a rank that died or hangs would otherwise
+  /// stall the others' GPUs for ever).
+  std::chrono::milliseconds nccl_init_timeout{std::chrono::minutes(10)};
+  std::chrono::milliseconds nccl_timeout{std::chrono::minutes(30)};
   /// The memory_plan pass's plan (PassContext::memory_plan): run as it is
   /// when made for this graph under the backend's memoryRules.
   std::shared_ptr<const MemoryPlan> plan;
 };
+
+/// The GPU that the rank `local_rank` of `local_world_size` on this
+/// machine drives: its own, one GPU per rank. More ranks than GPUs is an
+/// error (NCCL needs a GPU per rank), as is a machine without any.
+inline Result<int> gpuForLocalRank(int local_rank, int local_world_size, int device_count) {
+  if (device_count < 1) return Error{"--device cuda: no CUDA device on this machine"};
+  if (local_world_size > device_count)
+    return Error{"--device cuda: " + std::to_string(local_world_size) + " ranks on this machine but " +
+                 std::to_string(device_count) + " GPU" + (device_count == 1 ? "" : "s") +
+                 " (NCCL needs one GPU per rank: --nproc at most " + std::to_string(device_count) +
+                 ", or CUDA_VISIBLE_DEVICES)"};
+  if (local_rank < 0 || local_rank >= local_world_size)
+    return Error{"--device cuda: local rank " + std::to_string(local_rank) + " of " +
+                 std::to_string(local_world_size)};
+  return local_rank;
+}
 
 class DeviceStepRunner : public StepRunner {
  public:

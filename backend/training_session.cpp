@@ -73,6 +73,9 @@ Result<std::unique_ptr<TrainingSession>> TrainingSession::create(const Model& mo
       ro.rank = comm->rank();
       ro.world_size = comm->size();
       ro.local_rank = s->config_.local_rank;
+      ro.local_world_size = s->config_.local_world_size;
+      ro.nccl_init_timeout = s->config_.rendezvous_timeout;
+      ro.nccl_timeout = s->config_.collective_timeout;
       if (ro.rank == 0) {
         auto id = backend->ncclUniqueId();
         if (!id) return id.error();
@@ -345,8 +348,22 @@ Status TrainingSession::saveCheckpoint(const std::string& dir, int keep) const {
       } catch (const KilnException& e) {
         return Error{"gathering the sharded optimizer state for checkpoint " + dir + ": " + e.what()};
       }
-    if (comm->rank() != 0) return {};
   }
+  Status written = comm && comm->size() > 1 && comm->rank() != 0 ? Status{} : writeOwnCheckpoint(dir, keep, opt);
+  if (comm && comm->size() > 1 && written) {
+    // The others wait for rank 0's write here, with the checkpoint timeout,
+    // not in the next step's first collective with the collective timeout.
+    // A rank 0 that fails to write exits, and the others fail at once.
+    try {
+      comm->communicator().barrier(config_.checkpoint_timeout);
+    } catch (const KilnException& e) {
+      return Error{"waiting for rank 0 to write checkpoint " + dir + ": " + e.what()};
+    }
+  }
+  return written;
+}
+
+Status TrainingSession::writeOwnCheckpoint(const std::string& dir, int keep, TensorMap& opt) const {
   Checkpoint c{stateDict(), std::move(opt), nlohmann::json::object()};
   c.trainer["format"] = "kiln-checkpoint";
   c.trainer["version"] = 1;
@@ -364,7 +381,8 @@ namespace {
 /// The checkpoint in `dir` as rank 0 reads it, on every rank: the others may
 /// not see rank 0's file system (no shared disk between machines). Rank 0's
 /// error, if it has one, is every rank's.
-Result<Checkpoint> readCheckpointOnRank0(Communicator& comm, const std::string& dir) {
+Result<Checkpoint> readCheckpointOnRank0(Communicator& comm, const std::string& dir,
+                                         std::chrono::milliseconds timeout) {
   CheckpointFiles files;
   std::string error;
   if (comm.rank() == 0) {
@@ -375,6 +393,7 @@ Result<Checkpoint> readCheckpointOnRank0(Communicator& comm, const std::string& 
       error = read.error().message;
   }
   try {
+    comm.barrier(timeout);  // the others wait for rank 0's reading with the checkpoint timeout
     broadcastBytes(comm, error, 0);
     if (!error.empty()) return Error{error + (comm.rank() == 0 ? "" : " (as rank 0 read it)")};
     for (std::string* part : {&files.step_dir, &files.model, &files.optimizer, &files.trainer})
@@ -389,7 +408,7 @@ Result<Checkpoint> readCheckpointOnRank0(Communicator& comm, const std::string& 
 
 Status TrainingSession::loadCheckpoint(const std::string& dir) {
   CollectiveEngine* comm = config_.collectives.get();
-  auto c = comm && comm->size() > 1 ? readCheckpointOnRank0(comm->communicator(), dir) : readCheckpoint(dir);
+  auto c = comm && comm->size() > 1 ? readCheckpointOnRank0(comm->communicator(), dir, config_.checkpoint_timeout) : readCheckpoint(dir);
   if (!c) return c.error();
   std::string opt = std::string(optimizerKindName(config_.passes.training.optimizer.kind));
   if (c->trainer.value("optimizer", opt) != opt)

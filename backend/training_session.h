@@ -11,6 +11,7 @@
 // a device backend would synchronize.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
@@ -54,8 +55,19 @@ struct TrainingConfig {
   /// the step's collectives run on it, and the initial parameters and
   /// buffers are broadcast from rank 0. nullptr: one process.
   std::shared_ptr<CollectiveEngine> collectives;
-  /// This rank among its machine's (LOCAL_RANK): which GPU it drives.
+  /// This rank among its machine's (LOCAL_RANK) and how many they are
+  /// (LOCAL_WORLD_SIZE): which GPU it drives.
   int local_rank = 0;
+  int local_world_size = 1;
+  /// How long NCCL's initialisation and the step's collectives wait on a
+  /// GPU before the communicator is aborted (CommOptions' rendezvous and
+  /// collective timeouts).
+  std::chrono::milliseconds rendezvous_timeout{std::chrono::minutes(10)};
+  std::chrono::milliseconds collective_timeout{std::chrono::minutes(30)};
+  /// How long the other ranks wait while rank 0 writes or reads a
+  /// checkpoint (CommOptions::checkpoint_timeout), instead of a collective's
+  /// timeout: a large model's checkpoint must not end the run.
+  std::chrono::milliseconds checkpoint_timeout{std::chrono::hours(1)};
 };
 
 /// A step graph compiled earlier (the compile cache): the session binds it
@@ -105,7 +117,8 @@ class TrainingSession {
   /// writes (ZeRO-1: after gathering every rank's optimizer state); every
   /// rank calls loadCheckpoint, rank 0 alone reads the files and sends them
   /// (the others need not see its disk), and each rank takes the state its
-  /// graph holds.
+  /// graph holds. The others wait for rank 0's disk with
+  /// TrainingConfig::checkpoint_timeout.
   /// `keep`: how many checkpoints `dir` keeps, the newest (--keep-checkpoints).
   Status saveCheckpoint(const std::string& dir, int keep = 1) const;
   Status loadCheckpoint(const std::string& dir);
@@ -129,6 +142,8 @@ class TrainingSession {
   const CpuExecutor* cpuExecutor() const { return cpu_ ? &cpu_->executor() : nullptr; }
 
  private:
+  /// This process's checkpoint write (rank 0's, or a single process's).
+  Status writeOwnCheckpoint(const std::string& dir, int keep, TensorMap& opt) const;
   TrainingSession() = default;
   /// The optimizer state for `v`, zeros before the first step writes it.
   Tensor optStateOrZeros(const Value* v) const;

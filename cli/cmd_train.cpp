@@ -1,6 +1,7 @@
 // kiln train MODEL [--input-file B | --data D] --loss L --optimizer O --lr X
 //                  --steps N [--save-weights W] [--log-file L.jsonl]
 //                  [--checkpoint DIR [--checkpoint-every K] [--keep-checkpoints K]] [--resume DIR] [--report R.json]
+//                  [--nproc N [--max-restarts K]]
 // Builds the whole training step (forward, loss, backward, optimizer) as one
 // graph and runs it N times. The loss is read back only every --log-every
 // steps (and for the progress line on a terminal), never inside a step.
@@ -35,6 +36,7 @@ struct TrainCmd {
   int64_t trace_steps = 3;
   int64_t checkpoint_every = 0;
   int keep_checkpoints = 1;
+  int max_restarts = 0;
   int64_t log_every = 1;
   bool comm_table = false;  ///< kiln comm: print the communication table at the end
 };
@@ -92,7 +94,10 @@ class ProgressPrinter : public TrainObserver {
 };
 
 int train(const TrainCmd& c) {
-  if (shouldLaunch(c.train)) return launchRanks(c.train);
+  if (shouldLaunch(c.train)) return launchRanks(c.train, {c.max_restarts, c.checkpoint});
+  if (c.max_restarts != 0)
+    return reportError(Error{"--max-restarts needs --nproc or --nnodes: the launcher restarts the ranks it starts "
+                             "(under torchrun, use its --max-restarts)"});
   if (c.log_every < 1) return reportError(Error{"--log-every must be at least 1"});
   if (c.checkpoint_every < 0) return reportError(Error{"--checkpoint-every must be >= 0"});
   if (c.checkpoint_every > 0 && c.checkpoint.empty())
@@ -227,6 +232,9 @@ void addTrainCommand(CLI::App& app) {
   sub->add_option("--keep-checkpoints", c->keep_checkpoints,
                   "keep the newest K checkpoints in the --checkpoint directory (default 1)");
   sub->add_option("--resume", c->resume, "continue from the latest checkpoint in this directory");
+  sub->add_option("--max-restarts", c->max_restarts,
+                  "data parallel: when a rank fails, stop the others and restart them all from the latest "
+                  "--checkpoint, at most K times (default 0)");
   sub->add_option("--trace", c->trace,
                   "write a Chrome trace-event file (Perfetto, chrome://tracing) of the first steps: a slice per "
                   "node with its op, kernel and bytes, the data loading on its own row");

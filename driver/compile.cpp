@@ -305,6 +305,12 @@ Result<BoundStep> setUp(const CompileOptions& a, TrainingGraphKind kind, Compile
   if (ranks > 1) {
     cfg.collectives = a.collectives;  // nullptr when only compiling
     cfg.local_rank = a.local_rank;
+    cfg.local_world_size = a.local_world_size;
+    // joinRanks settled these from the flags or the environment.
+    auto ms = [](double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); };
+    if (a.checkpoint_timeout > 0) cfg.checkpoint_timeout = ms(a.checkpoint_timeout);
+    if (a.comm_timeout > 0) cfg.collective_timeout = ms(a.comm_timeout);
+    if (a.rendezvous_timeout > 0) cfg.rendezvous_timeout = ms(a.rendezvous_timeout);
     auto isDp = [](const PassInfo* p) { return std::string_view(p->name) == "data_parallel"; };
     if (!pipeline->empty() && std::ranges::none_of(*pipeline, isDp))
       return Error{

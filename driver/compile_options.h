@@ -72,11 +72,14 @@ struct CompileOptions {
   std::string bucket_size = "25MiB";      ///< --bucket-size: gradient bytes per allreduce
   std::vector<std::string> sparse_grads;  ///< --sparse-grads: block-sparse allreduce for these gradients
   bool dense_embeddings = false;          ///< --dense-embeddings: no automatic sparse embedding gradients
-  double comm_timeout = 0;                ///< --comm-timeout seconds (0: $KILN_COMM_TIMEOUT, else 60)
+  double comm_timeout = 0;                ///< --comm-timeout seconds (0: $KILN_COMM_TIMEOUT, else 1800)
+  double rendezvous_timeout = 0;          ///< --rendezvous-timeout seconds (0: $KILN_RENDEZVOUS_TIMEOUT, else 600)
+  double checkpoint_timeout = 0;          ///< --checkpoint-timeout seconds (0: $KILN_CHECKPOINT_TIMEOUT, else 3600)
   int zero = 0;                           ///< --zero: ZeRO stage (1: optimizer state sharded over the ranks)
   /// This process's rank of a data-parallel run (joinRanks); nullptr: one process.
   std::shared_ptr<CollectiveEngine> collectives;
-  int local_rank = 0;  ///< this rank among its machine's (CommOptions::local_rank)
+  int local_rank = 0;        ///< this rank among its machine's (CommOptions::local_rank)
+  int local_world_size = 1;  ///< the ranks on its machine (CommOptions::local_world_size)
 };
 
 }  // namespace kiln::driver

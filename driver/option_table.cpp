@@ -152,8 +152,15 @@ const std::vector<OptionSpec> kTable = {
      "of the parameters; gradients are reduce-scattered, parameters all-gathered), with the same results as plain "
      "data parallel",
      kOptimizerPasses, K::DataParallel, FIELD(zero)},
-    {"--comm-timeout", "data parallel: seconds a rank waits for the others before it fails (default 60)", kSteps,
-     K::Runtime, FIELD(comm_timeout)},
+    {"--comm-timeout",
+     "data parallel: seconds a collective waits for the other ranks before it fails (default 1800, PyTorch's; a "
+     "rank that dies is noticed at once)",
+     kSteps, K::Runtime, FIELD(comm_timeout)},
+    {"--rendezvous-timeout", "data parallel: seconds the ranks wait for each other to start (default 600)", kSteps,
+     K::Runtime, FIELD(rendezvous_timeout)},
+    {"--checkpoint-timeout",
+     "data parallel: seconds the other ranks wait while rank 0 writes or reads a checkpoint (default 3600)", kSteps,
+     K::Runtime, FIELD(checkpoint_timeout)},
 
     // The compile cache and the output.
     {"--no-cache", "neither read nor write the compile cache (kiln cache)", kSteps, K::Runtime, FIELD(no_cache)},

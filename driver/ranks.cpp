@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -38,10 +39,12 @@ std::vector<std::string> ownArguments() {
 }
 
 /// The arguments without the launcher's own flags (--nproc, --nnodes,
-/// --node-rank, --master-addr, --master-port; "--flag V" or "--flag=V"):
+/// --node-rank, --master-addr, --master-port, --max-restarts; "--flag V" or
+/// "--flag=V"):
 /// what every rank runs.
 std::vector<std::string> withoutLauncherFlags(const std::vector<std::string>& args) {
-  static const char* kFlags[] = {"--nproc", "--nnodes", "--node-rank", "--master-addr", "--master-port"};
+  static const char* kFlags[] = {"--nproc", "--nnodes", "--node-rank", "--master-addr", "--master-port",
+                                 "--max-restarts"};
   std::vector<std::string> out;
   for (size_t i = 0; i < args.size(); ++i) {
     bool drop = false;
@@ -130,56 +133,55 @@ std::string describeStatus(int status) {
   return "ended";
 }
 
+std::chrono::milliseconds fromSeconds(double s) {
+  return std::chrono::milliseconds(static_cast<int64_t>(std::llround(s * 1000.0)));
+}
+
+double toSeconds(std::chrono::milliseconds ms) {
+  return std::chrono::duration<double>(ms).count();
+}
+
 /// The environment's communication options (commOptionsFromEnv), with
-/// --comm-timeout over KILN_COMM_TIMEOUT.
+/// the timeout flags over their variables.
 Result<CommOptions> commOptions(const CompileOptions& a) {
   auto opts = commOptionsFromEnv();
-  if (opts && a.comm_timeout > 0)
-    opts->timeout = std::chrono::milliseconds(static_cast<int64_t>(a.comm_timeout * 1000));
+  if (!opts) return opts;
+  if (a.comm_timeout > 0) opts->timeout = fromSeconds(a.comm_timeout);
+  if (a.rendezvous_timeout > 0) opts->rendezvous_timeout = fromSeconds(a.rendezvous_timeout);
+  if (a.checkpoint_timeout > 0) opts->checkpoint_timeout = fromSeconds(a.checkpoint_timeout);
   return opts;
 }
 
-}  // namespace
+/// What every rank of an attempt gets in its environment.
+struct RankEnvironment {
+  std::string master, secret, job;
+  int port = 0, world = 1, first_rank = 0, restart = 0;
+  CommOptions comm;
+};
 
-bool shouldLaunch(const CompileOptions& a) {
-  return (a.nproc > 1 || a.nnodes > 1) && !std::getenv("RANK");
-}
+/// How an attempt ended: code 0 when every rank succeeded; `signal` when
+/// the launcher was asked to stop; `fatal` when it could not start them
+/// (reported already; no restart helps).
+struct AttemptResult {
+  int code = 0;
+  int signal = 0;
+  std::string first_failure;
+  bool fatal = false;
+};
 
-int launchRanks(const CompileOptions& a) {
-  // Options that every rank would refuse fail here once, not N times.
-  if (Status st = validateOptions(a); !st) return reportError(st.error());
-  auto opts = commOptions(a);  // a malformed KILN_COMM_TIMEOUT fails here, not in N ranks
-  if (!opts) return reportError(opts.error());
-  // One machine: a free port on 127.0.0.1 unless given. Several: every
-  // launcher names node 0's address and port (validateOptions insists).
-  Result<int> port = a.master_port;
-  if (a.master_port == 0) port = freePort();
-  if (!port) return reportError(port.error());
-  const std::string master = a.master_addr.empty() ? "127.0.0.1" : a.master_addr;
-  // The store's secret: made here for one machine; several machines must
-  // share one, which only the user can give them all.
-  std::string secret = opts->store_secret, job = opts->run_id;
-  if (secret.empty() && a.nnodes > 1)
-    return reportError(Error{"--nnodes " + std::to_string(a.nnodes) +
-                             ": set KILN_STORE_TOKEN to the same secret on every node (e.g. export "
-                             "KILN_STORE_TOKEN=$(openssl rand -hex 32)): rank 0's store admits only ranks that "
-                             "know it"});
-  if (secret.empty()) secret = store::newSecret();
-  if (!std::getenv("KILN_JOB_ID") && a.nnodes == 1) job = "kiln-" + store::newSecret().substr(0, 12);
-  const int world = a.nnodes * a.nproc, first_rank = a.node_rank * a.nproc;
-  const std::vector<std::string> args = withoutLauncherFlags(ownArguments());
-  const double timeout = std::chrono::duration<double>(opts->timeout).count();
+/// Start a.nproc ranks running `args` and wait for them.
+AttemptResult runAttempt(const CompileOptions& a, const std::vector<std::string>& args, const RankEnvironment& env) {
   std::vector<pid_t> pids;
   std::vector<bool> done;
-  const ForwardStopSignals forward;
   const pid_t launcher = getpid();
   for (int r = 0; r < a.nproc; ++r) {
     const pid_t pid = fork();
     if (pid < 0) {  // the ranks already started cannot train without this one
       const int err = errno;
       stopRanks(pids, done, SIGTERM, std::chrono::seconds(2));
-      return reportError(Error{std::string("--nproc: cannot start rank ") + std::to_string(r) + ": " +
-                               std::strerror(err) + "; stopped the " + std::to_string(r) + " started"});
+      reportError(Error{std::string("--nproc: cannot start rank ") + std::to_string(r) + ": " + std::strerror(err) +
+                        "; stopped the " + std::to_string(r) + " started"});
+      return {1, 0, "", true};
     }
     if (pid == 0) {
       // A rank dies with its launcher (killed, crashed, Cancel in
@@ -188,20 +190,22 @@ int launchRanks(const CompileOptions& a) {
       if (getppid() != launcher) _exit(1);
       signal(SIGINT, SIG_DFL);
       signal(SIGTERM, SIG_DFL);
-      setenv("RANK", std::to_string(first_rank + r).c_str(), 1);
+      setenv("RANK", std::to_string(env.first_rank + r).c_str(), 1);
       setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
-      setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(env.world).c_str(), 1);
       setenv("GROUP_RANK", std::to_string(a.node_rank).c_str(), 1);
-      setenv("MASTER_ADDR", master.c_str(), 1);
-      setenv("MASTER_PORT", std::to_string(*port).c_str(), 1);
-      setenv("KILN_COMM_TIMEOUT", std::to_string(timeout).c_str(), 1);
-      setenv("KILN_STORE_TOKEN", secret.c_str(), 1);
-      setenv("KILN_JOB_ID", job.c_str(), 1);
+      setenv("MASTER_ADDR", env.master.c_str(), 1);
+      setenv("MASTER_PORT", std::to_string(env.port).c_str(), 1);
+      setenv("KILN_COMM_TIMEOUT", std::to_string(toSeconds(env.comm.timeout)).c_str(), 1);
+      setenv("KILN_RENDEZVOUS_TIMEOUT", std::to_string(toSeconds(env.comm.rendezvous_timeout)).c_str(), 1);
+      setenv("KILN_CHECKPOINT_TIMEOUT", std::to_string(toSeconds(env.comm.checkpoint_timeout)).c_str(), 1);
+      setenv("KILN_STORE_TOKEN", env.secret.c_str(), 1);
+      setenv("KILN_JOB_ID", env.job.c_str(), 1);
       setenv("LOCAL_WORLD_SIZE", std::to_string(a.nproc).c_str(), 1);
       // Ranks share the cores: idle OpenMP threads must sleep, not spin,
       // or they starve the other ranks and the communication threads.
       setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
-      if (first_rank + r > 0) {  // rank 0 speaks for the run; the others only about errors
+      if (env.first_rank + r > 0) {  // rank 0 speaks for the run; the others only about errors
         const int null = open("/dev/null", O_WRONLY);
         if (null >= 0) dup2(null, STDOUT_FILENO);
       }
@@ -219,52 +223,157 @@ int launchRanks(const CompileOptions& a) {
     done.push_back(false);
   }
 
-  // Wait for every rank; after the first failure, give the others the
-  // communication timeout (plus a margin) to notice and exit by themselves.
+  // Wait for every rank. After the first failure the others usually fail at
+  // once (their connections to it close) with their own message; one busy
+  // in a long computation is stopped after a short grace.
   using Clock = std::chrono::steady_clock;
-  int code = 0;
-  std::string first_failure;
+  const auto grace = std::min<Clock::duration>(env.comm.timeout, std::chrono::seconds(10));
+  AttemptResult result;
   std::optional<Clock::time_point> deadline;
   size_t left = pids.size();
   while (left > 0) {
     if (const int sig = g_stop_signal) {  // Ctrl-C or kill: the ranks stop too
       std::cerr << "kiln: " << strsignal(sig) << ": stopping " << left << " rank(s)\n";
       stopRanks(pids, done, sig, std::chrono::seconds(5));
-      return 128 + sig;
+      result.signal = sig;
+      return result;
     }
+    std::vector<std::pair<size_t, int>> ended;  // (rank, status) of those that ended since the last look
     int status = 0;
-    const pid_t pid = waitpid(-1, &status, WNOHANG);
-    if (pid > 0) {
+    for (pid_t pid; (pid = waitpid(-1, &status, WNOHANG)) > 0;)
       for (size_t r = 0; r < pids.size(); ++r)
         if (pids[r] == pid && !done[r]) {
           done[r] = true;
           --left;
-          const bool failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
-          if (failed && first_failure.empty()) {
-            first_failure =
-                "rank " + std::to_string(first_rank + static_cast<int>(r)) + " " + describeStatus(status);
-            code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-            deadline =
-                Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout + 5));
-          }
+          ended.emplace_back(r, status);
         }
+    if (!ended.empty()) {
+      // Of ranks that ended together, one killed by a signal is the cause:
+      // the others failed because their connections to it closed.
+      std::stable_sort(ended.begin(), ended.end(),
+                       [](const auto& x, const auto& y) { return WIFSIGNALED(x.second) && !WIFSIGNALED(y.second); });
+      for (const auto& [r, st] : ended) {
+        const bool failed = !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+        if (failed && result.first_failure.empty()) {
+          result.first_failure =
+              "rank " + std::to_string(env.first_rank + static_cast<int>(r)) + " " + describeStatus(st);
+          result.code = WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+          deadline = Clock::now() + grace;
+        }
+      }
       continue;
     }
     if (deadline && Clock::now() > *deadline) {
       for (size_t r = 0; r < pids.size(); ++r)
-        if (!done[r]) {
-          std::cerr << "kiln: error: rank " << first_rank + static_cast<int>(r) << " still running " << timeout + 5
-                    << " s after " << first_failure << "; killing it\n";
-          kill(pids[r], SIGKILL);
-        }
-      deadline.reset();
+        if (!done[r])
+          std::cerr << "kiln: rank " << env.first_rank + static_cast<int>(r) << " still running "
+                    << toSeconds(std::chrono::duration_cast<std::chrono::milliseconds>(grace)) << " s after "
+                    << result.first_failure << "; stopping it\n";
+      stopRanks(pids, done, SIGTERM, std::chrono::seconds(5));
+      break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  if (!first_failure.empty())
-    std::cerr << "kiln: error: " << first_failure << " (of " << world << " ranks"
-              << (a.nnodes > 1 ? ", " + std::to_string(a.nproc) + " on this machine" : std::string()) << ")\n";
-  return code;
+  return result;
+}
+
+/// `args` resuming from `checkpoint_dir` (any --resume given replaced).
+std::vector<std::string> withResume(const std::vector<std::string>& args, const std::string& checkpoint_dir) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--resume") {
+      ++i;
+      continue;
+    }
+    if (args[i].rfind("--resume=", 0) == 0) continue;
+    out.push_back(args[i]);
+  }
+  out.push_back("--resume");
+  out.push_back(checkpoint_dir);
+  return out;
+}
+
+/// DIR/latest's step directory ("step-00000010"), "" when there is none.
+std::string latestCheckpoint(const std::string& dir) {
+  std::ifstream f(dir + "/latest");
+  std::string name;
+  if (!f || !std::getline(f, name)) return "";
+  return name;
+}
+
+}  // namespace
+
+bool shouldLaunch(const CompileOptions& a) {
+  return (a.nproc > 1 || a.nnodes > 1) && !std::getenv("RANK");
+}
+
+int launchRanks(const CompileOptions& a, const LaunchOptions& launch) {
+  // Options that every rank would refuse fail here once, not N times.
+  if (Status st = validateOptions(a); !st) return reportError(st.error());
+  if (launch.max_restarts < 0 || launch.max_restarts > kMaxRestarts)
+    return reportError(Error{"--max-restarts must be between 0 and " + std::to_string(kMaxRestarts) + ", got " +
+                             std::to_string(launch.max_restarts)});
+  auto opts = commOptions(a);  // a malformed KILN_COMM_TIMEOUT fails here, not in N ranks
+  if (!opts) return reportError(opts.error());
+  RankEnvironment env;
+  env.comm = *opts;
+  env.master = a.master_addr.empty() ? "127.0.0.1" : a.master_addr;
+  env.world = a.nnodes * a.nproc;
+  env.first_rank = a.node_rank * a.nproc;
+  // The store's secret: made here for one machine; several machines must
+  // share one, which only the user can give them all.
+  env.secret = opts->store_secret;
+  env.job = opts->run_id;
+  if (env.secret.empty() && a.nnodes > 1)
+    return reportError(Error{"--nnodes " + std::to_string(a.nnodes) +
+                             ": set KILN_STORE_TOKEN to the same secret on every node (e.g. export "
+                             "KILN_STORE_TOKEN=$(openssl rand -hex 32)): rank 0's store admits only ranks that "
+                             "know it"});
+  if (env.secret.empty()) env.secret = store::newSecret();
+  if (!std::getenv("KILN_JOB_ID") && a.nnodes == 1) env.job = "kiln-" + store::newSecret().substr(0, 12);
+  const std::vector<std::string> args = withoutLauncherFlags(ownArguments());
+  const ForwardStopSignals forward;
+  std::vector<std::string> attempt_args = args;
+  for (env.restart = 0;; ++env.restart) {
+    // One machine: a free port on 127.0.0.1 unless given (a fresh one for
+    // each attempt). Several: every launcher names node 0's address and
+    // port (validateOptions insists).
+    Result<int> port = a.master_port;
+    if (a.master_port == 0) port = freePort();
+    if (!port) return reportError(port.error());
+    env.port = *port;
+    const AttemptResult r = runAttempt(a, attempt_args, env);
+    if (r.signal) return 128 + r.signal;
+    if (r.code == 0 || r.fatal) return r.code;
+    const std::string ranks = "(of " + std::to_string(env.world) + " ranks" +
+                              (a.nnodes > 1 ? ", " + std::to_string(a.nproc) + " on this machine" : std::string()) +
+                              ")";
+    if (env.restart >= launch.max_restarts || g_stop_signal) {
+      std::cerr << "kiln: error: " << r.first_failure << " " << ranks
+                << (launch.max_restarts > 0 ? "; no restarts left (--max-restarts " +
+                                                  std::to_string(launch.max_restarts) + ")"
+                                            : std::string())
+                << "\n";
+      return r.code;
+    }
+    // Restart every rank, from the newest checkpoint when there is one.
+    std::string from = "the start";
+    attempt_args = args;
+    if (!launch.checkpoint_dir.empty()) {
+      const std::string latest = latestCheckpoint(launch.checkpoint_dir);
+      if (!latest.empty()) {
+        attempt_args = withResume(args, launch.checkpoint_dir);
+        from = "checkpoint " + launch.checkpoint_dir + "/" + latest;
+      } else {
+        from += " (no checkpoint in " + launch.checkpoint_dir + " yet)";
+      }
+    } else {
+      from += " (no --checkpoint to resume from)";
+    }
+    std::cerr << "kiln: " << r.first_failure << " " << ranks << "; restarting the " << a.nproc << " ranks"
+              << (a.nnodes > 1 ? " of this machine" : "") << " from " << from << " (restart " << env.restart + 1
+              << " of " << launch.max_restarts << ")\n";
+  }
 }
 
 Status joinRanks(CompileOptions& a) {
@@ -283,6 +392,12 @@ Status joinRanks(CompileOptions& a) {
   if (a.threads == 0)
     a.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / opts->local_world_size);
   a.local_rank = opts->local_rank;
+  a.local_world_size = opts->local_world_size;
+  // Settled from the flags and the environment, for the session (NCCL's
+  // watchdog, the checkpoint barrier).
+  a.comm_timeout = toSeconds(opts->timeout);
+  a.rendezvous_timeout = toSeconds(opts->rendezvous_timeout);
+  a.checkpoint_timeout = toSeconds(opts->checkpoint_timeout);
   auto comm = createGlooCommunicator(*opts);
   if (!comm) return comm.error();
   a.collectives = std::make_shared<CollectiveEngine>(std::shared_ptr<Communicator>(std::move(*comm)));

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "backend/comm/collective_engine.h"
+#include "backend/fault_injection.h"
 
 namespace kiln::driver {
 
@@ -14,6 +15,7 @@ Result<TrainLoopResult> runTraining(BoundStep& step, const TrainLoopOptions& o, 
   TrainLoopResult r;
   r.first_step = s.stepsDone();
   s.setTrace(o.trace);
+  const int64_t fault_delay = fault::millis("KILN_FAULT_STEP_DELAY_MS");  // tests: ranks drifting apart
   const auto t0 = Clock::now();
   for (int64_t i = r.first_step; i < o.steps; ++i) {
     if (!observer.keepGoing()) {
@@ -28,6 +30,7 @@ Result<TrainLoopResult> runTraining(BoundStep& step, const TrainLoopOptions& o, 
       if (Status st = s.checkBatch(*batch, step.batch_where + " (step " + std::to_string(i) + ")"); !st)
         return st.error();
     const double lr = s.nextLr();
+    if (fault_delay > 0) fault::sleepMillis(fault::stepDelay(fault_delay, collectives ? collectives->rank() : 0, i));
     const auto step_t0 = Clock::now();
     if (Status st = s.step(*batch); !st) return st.error();
     const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - step_t0).count();

@@ -110,10 +110,11 @@ Status validateOptions(const CompileOptions& a) {
     return bad("--threads must be between 0 (all cores) and " + std::to_string(kMaxThreads) + ", got " +
                std::to_string(a.threads));
   if (auto b = parseByteSize(a.bucket_size); !b) return bad("--bucket-size: " + b.error().message);
-  if (a.comm_timeout != 0 && !(a.comm_timeout >= CommOptions::kMinTimeoutSeconds &&
-                               a.comm_timeout <= CommOptions::kMaxTimeoutSeconds))
-    return bad("--comm-timeout must be between 0.001 and 604800 seconds (a week), got " +
-               shortNumber(a.comm_timeout));
+  for (auto [flag, seconds] : {std::pair{"--comm-timeout", a.comm_timeout},
+                                std::pair{"--rendezvous-timeout", a.rendezvous_timeout},
+                                std::pair{"--checkpoint-timeout", a.checkpoint_timeout}})
+    if (seconds != 0 && !(seconds >= CommOptions::kMinTimeoutSeconds && seconds <= CommOptions::kMaxTimeoutSeconds))
+      return bad(std::string(flag) + " must be between 0.001 and 604800 seconds (a week), got " + shortNumber(seconds));
   if (a.zero != 0 && a.zero != 1) return bad("--zero must be 0 or 1 (stage 1 shards the optimizer state)");
   if (a.zero == 1 && a.amp == "fp16")
     return bad(

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <optional>
+#include <utility>
 #include <string>
 
 #include "backend/comm/communicator.h"
@@ -103,15 +104,18 @@ Result<CommOptions> commOptionsFromEnv() {
   }
   if (o.agent_store && !o.store_dir.empty())
     return Error{"KILN_STORE_DIR and TORCHELASTIC_USE_AGENT_STORE=True both name a store; unset one"};
-  if (const auto t = env("KILN_COMM_TIMEOUT")) {
-    errno = 0;
-    char* end = nullptr;
-    const double s = std::strtod(t->c_str(), &end);
-    if (errno != 0 || end == t->c_str() || *end != '\0' || !std::isfinite(s) || s < CommOptions::kMinTimeoutSeconds ||
-        s > CommOptions::kMaxTimeoutSeconds)
-      return Error{"KILN_COMM_TIMEOUT='" + *t + "' is not a number of seconds (e.g. 60 or 2.5)"};
-    o.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::llround(s * 1000.0)));
-  }
+  for (auto [name, field] : {std::pair{"KILN_COMM_TIMEOUT", &o.timeout},
+                              std::pair{"KILN_RENDEZVOUS_TIMEOUT", &o.rendezvous_timeout},
+                              std::pair{"KILN_CHECKPOINT_TIMEOUT", &o.checkpoint_timeout}})
+    if (const auto t = env(name)) {
+      errno = 0;
+      char* end = nullptr;
+      const double s = std::strtod(t->c_str(), &end);
+      if (errno != 0 || end == t->c_str() || *end != '\0' || !std::isfinite(s) ||
+          s < CommOptions::kMinTimeoutSeconds || s > CommOptions::kMaxTimeoutSeconds)
+        return Error{std::string(name) + "='" + *t + "' is not a number of seconds (0.001 to a week, e.g. 60 or 2.5)"};
+      *field = std::chrono::milliseconds(static_cast<int64_t>(std::llround(s * 1000.0)));
+    }
   return o;
 }
 

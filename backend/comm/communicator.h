@@ -55,8 +55,17 @@ struct CommOptions {
   /// store accepts any client, and rank 0 warns.
   std::string store_secret;
   int restart_count = 0;        ///< TORCHELASTIC_RESTART_COUNT
-  /// How long a collective (and the rendezvous) waits for the other ranks.
-  std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+  /// How long a collective waits for the other ranks (KILN_COMM_TIMEOUT;
+  /// PyTorch's default process-group timeout: 30 minutes, so a slow step
+  /// is not a failure; a rank that dies is noticed at once anyway).
+  std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+  /// How long the ranks wait for each other to start (KILN_RENDEZVOUS_TIMEOUT;
+  /// torchrun's join timeout: 10 minutes, for machines that start apart).
+  std::chrono::milliseconds rendezvous_timeout{std::chrono::minutes(10)};
+  /// How long the other ranks wait while rank 0 writes or reads a
+  /// checkpoint (KILN_CHECKPOINT_TIMEOUT; an hour: a large model's
+  /// weights and optimizer state on a slow disk).
+  std::chrono::milliseconds checkpoint_timeout{std::chrono::hours(1)};
   /// The bounds of a timeout a user gives (--comm-timeout, KILN_COMM_TIMEOUT):
   /// beyond either it is a typo.
   static constexpr double kMinTimeoutSeconds = 0.001, kMaxTimeoutSeconds = 7 * 24 * 3600.0;
@@ -67,7 +76,8 @@ std::string agentStorePrefix(const CommOptions& o);
 
 /// The options torchrun-style launchers give a process: RANK, WORLD_SIZE,
 /// MASTER_ADDR, MASTER_PORT (or KILN_STORE_DIR for a file store), and
-/// KILN_COMM_TIMEOUT (seconds). nullopt-like: world_size 1 when RANK and
+/// KILN_COMM_TIMEOUT, KILN_RENDEZVOUS_TIMEOUT, KILN_CHECKPOINT_TIMEOUT
+/// (seconds). nullopt-like: world_size 1 when RANK and
 /// WORLD_SIZE are both unset; an error names a variable that is set but
 /// malformed or inconsistent.
 Result<CommOptions> commOptionsFromEnv();
@@ -109,6 +119,9 @@ class Communicator {
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   /// Returns once every rank has called it.
   virtual void barrier() = 0;
+  /// The same, waiting up to `timeout` instead of the collective timeout
+  /// (the ranks waiting while rank 0 writes a checkpoint).
+  virtual void barrier(std::chrono::milliseconds timeout) = 0;
 };
 
 /// Connects to the other ranks through Gloo (TCP on the address

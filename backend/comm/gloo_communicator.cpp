@@ -187,7 +187,7 @@ GlooCommunicator::GlooCommunicator(const CommOptions& options) : options_(option
   } catch (const KilnException& e) {
     fail(where("rendezvous") + ": " + e.what());
   } catch (const std::exception& e) {
-    fail(where("rendezvous") + ": " + describeGlooError(e.what(), o.timeout));
+    fail(where("rendezvous") + ": " + describeGlooError(e.what(), o.rendezvous_timeout));
   }
 }
 
@@ -195,14 +195,14 @@ GlooCommunicator::~GlooCommunicator() = default;
 
 void GlooCommunicator::rendezvous() {
   const auto& o = options_;
-  const auto deadline = Clock::now() + o.timeout;
+  const auto deadline = Clock::now() + o.rendezvous_timeout;
   std::unique_ptr<gloo::rendezvous::Store> store;
   DirStore* dir = nullptr;
   TcpStore* tcp = nullptr;
   C10dStore* agent = nullptr;
   std::string storeName;
   if (o.agent_store) {  // torchrun's agent serves a c10d store on MASTER_PORT: every rank is its client
-    auto a = std::make_unique<C10dStore>(o.master_addr, o.master_port, agentStorePrefix(o), o.timeout);
+    auto a = std::make_unique<C10dStore>(o.master_addr, o.master_port, agentStorePrefix(o), o.rendezvous_timeout);
     agent = a.get();
     storeName = "torchrun's store " + a->address();
     store = std::move(a);
@@ -211,12 +211,12 @@ void GlooCommunicator::rendezvous() {
     std::filesystem::create_directories(o.store_dir, ec);
     if (!std::filesystem::is_directory(o.store_dir))
       fail("file store " + o.store_dir + ": cannot create the directory (" + ec.message() + ")");
-    auto d = std::make_unique<DirStore>(o.store_dir, o.timeout);
+    auto d = std::make_unique<DirStore>(o.store_dir, o.rendezvous_timeout);
     dir = d.get();
     store = std::move(d);
     storeName = "file store " + o.store_dir;
   } else {
-    auto t = std::make_unique<TcpStore>(o.master_addr, o.master_port, o.rank == 0, o.timeout,
+    auto t = std::make_unique<TcpStore>(o.master_addr, o.master_port, o.rank == 0, o.rendezvous_timeout,
                                         StoreIdentity{o.store_secret, o.run_id});
     if (o.rank == 0 && o.store_secret.empty())
       std::fprintf(stderr,
@@ -247,7 +247,7 @@ void GlooCommunicator::rendezvous() {
     if (Clock::now() >= deadline) {
       std::string who = missing.size() == 1 ? "rank " : "ranks ";
       for (size_t i = 0; i < missing.size(); ++i) who += (i ? ", " : "") + std::to_string(missing[i]);
-      fail(who + " did not arrive within " + formatSeconds(o.timeout) + " (" + storeName + ")");
+      fail(who + " did not arrive within " + formatSeconds(o.rendezvous_timeout) + " (" + storeName + ")");
     }
     std::this_thread::sleep_for(milliseconds(10));
   }
@@ -262,7 +262,7 @@ void GlooCommunicator::rendezvous() {
   }
   auto device = gloo::transport::tcp::CreateDevice(attr);
   auto context = std::make_shared<gloo::rendezvous::Context>(o.rank, o.world_size);
-  context->setTimeout(o.timeout);  // before connecting: the pairs take it then
+  context->setTimeout(o.rendezvous_timeout);  // before connecting: the pairs take it then
   gloo::rendezvous::PrefixStore prefixed("kiln/gloo", *store);
   context->connectFullMesh(prefixed, device);
   context_ = context;
@@ -271,8 +271,11 @@ void GlooCommunicator::rendezvous() {
   // store: rank 0 may stop serving it and the file store's keys may go.
   gloo::BarrierOptions b(context_);
   b.setTag(0);
+  b.setTimeout(o.rendezvous_timeout);
   gloo::barrier(b);
   if (dir) dir->removeOwnKeys();
+  // From here on, a collective's options take the collective timeout.
+  context_->setTimeout(o.timeout);
 }
 
 std::string GlooCommunicator::where(const char* what) const {
@@ -282,12 +285,17 @@ std::string GlooCommunicator::where(const char* what) const {
 
 template <typename Fn>
 void GlooCommunicator::guarded(const char* what, Fn&& fn) {
+  guarded(what, options_.timeout, std::forward<Fn>(fn));
+}
+
+template <typename Fn>
+void GlooCommunicator::guarded(const char* what, milliseconds timeout, Fn&& fn) {
   if (!broken_.empty()) fail(broken_);
   try {
     fn();
     return;
   } catch (const std::exception& e) {
-    broken_ = where(what) + ": " + describeGlooError(e.what(), options_.timeout);
+    broken_ = where(what) + ": " + describeGlooError(e.what(), timeout);
   }
   // Close every connection: the peers blocked on this rank then fail at once
   // instead of waiting out their own timeout.
@@ -451,11 +459,16 @@ void GlooCommunicator::broadcast(void* data, size_t bytes, int root) {
 }
 
 void GlooCommunicator::barrier() {
+  barrier(options_.timeout);
+}
+
+void GlooCommunicator::barrier(milliseconds timeout) {
   const uint32_t tag = nextTag();
-  guarded("barrier", [&] {
+  guarded("barrier", timeout, [&] {
     if (!context_) return;
     gloo::BarrierOptions opts(context_);
     opts.setTag(tag);
+    opts.setTimeout(timeout);
     gloo::barrier(opts);
   });
 }

@@ -28,7 +28,7 @@ namespace kiln {
 class GlooCommunicator final : public Communicator {
  public:
   /// Runs the rendezvous; throws KilnException (one line) when it fails or
-  /// a rank does not arrive within options.timeout.
+  /// a rank does not arrive within options.rendezvous_timeout.
   explicit GlooCommunicator(const CommOptions& options);
   ~GlooCommunicator() override;
 
@@ -54,6 +54,7 @@ class GlooCommunicator final : public Communicator {
                 const std::vector<size_t>& recv_counts, DType dtype) override;
   void broadcast(void* data, size_t bytes, int root) override;
   void barrier() override;
+  void barrier(std::chrono::milliseconds timeout) override;
 
  private:
   void rendezvous();
@@ -61,6 +62,9 @@ class GlooCommunicator final : public Communicator {
   /// exceptions, and break the communicator when one escapes.
   template <typename Fn>
   void guarded(const char* what, Fn&& fn);
+  /// The same, naming `timeout` if it times out.
+  template <typename Fn>
+  void guarded(const char* what, std::chrono::milliseconds timeout, Fn&& fn);
   /// "allreduce (rank 1 of 4)".
   std::string where(const char* what) const;
   void checkCounts(const char* what, const std::vector<size_t>& counts) const;

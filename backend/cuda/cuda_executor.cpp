@@ -174,6 +174,9 @@ Status CudaExecutor::bind() {
     // stream, each with a staging buffer of its own (several may be in
     // flight); a node waits for those whose outputs (or views of them) it reads.
     if (options_.nccl) {
+      // The host's waits on this executor's steps are bounded by NCCL's
+      // collective timeout and abort the communicator past it.
+      setHostWaitWatch(options_.nccl->hostWaitWatch());
       check(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking), "cudaStreamCreate (communication)");
       std::unordered_map<size_t, size_t> collective_of_buffer;
       for (size_t i = 0; i < nodes_.size(); ++i) {
@@ -222,6 +225,7 @@ Status CudaExecutor::bind() {
 }
 
 CudaExecutor::~CudaExecutor() {
+  if (options_.nccl) setHostWaitWatch(nullptr);
   drain(compute_);  // teardown, not a step
   drain(copy_);
   if (graph_exec_) cudaGraphExecDestroy(graph_exec_);

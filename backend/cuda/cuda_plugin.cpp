@@ -61,11 +61,13 @@ Result<std::unique_ptr<DeviceStepRunner>> create(const Graph& graph, const Devic
   if (o.world_size > 1) {
     // One GPU per rank of this machine; NCCL joins on the current device.
     int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1) return Error{"--device cuda: no CUDA device"};
-    device = o.local_rank % count;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+    auto gpu = gpuForLocalRank(o.local_rank, o.local_world_size, count);
+    if (!gpu) return gpu.error();
+    device = *gpu;
     if (cudaSetDevice(device) != cudaSuccess)
       return Error{"--device cuda: cannot select GPU " + std::to_string(device)};
-    auto comm = NcclCommunicator::create(o.rank, o.world_size, o.nccl_id);
+    auto comm = NcclCommunicator::create(o.rank, o.world_size, o.nccl_id, {o.nccl_init_timeout, o.nccl_timeout});
     if (!comm) return comm.error();
     nccl = std::move(*comm);
   }

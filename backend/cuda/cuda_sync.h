@@ -8,8 +8,12 @@
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
 
 #include "core/ir.h"
 
@@ -17,6 +21,18 @@ namespace kiln::cuda {
 
 /// Synchronizing calls made so far by this process through the functions below.
 uint64_t syncCalls();
+
+/// While one is set (an executor whose steps run NCCL collectives), the
+/// host's waits below poll the device with this deadline and, when it
+/// passes or NCCL reports an error, abort the communicator and throw
+/// (backend/comm/watchdog.h) instead of blocking for ever on a dead peer.
+struct HostWaitWatch {
+  std::chrono::milliseconds timeout;
+  std::function<std::string()> failure;  ///< NCCL's asynchronous error, "" while none
+  std::function<void()> abort;           ///< ncclCommAbort
+  std::string hint;                      ///< why it would not finish
+};
+void setHostWaitWatch(std::shared_ptr<const HostWaitWatch> watch);
 
 /// cudaStreamSynchronize; throws naming `what` and `node`.
 void streamSync(cudaStream_t s, const char* what, const Node* node = nullptr);

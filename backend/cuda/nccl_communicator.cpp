@@ -5,6 +5,8 @@
 #include <cstring>
 #include <functional>
 
+#include "backend/comm/watchdog.h"
+
 namespace kiln::cuda {
 namespace {
 
@@ -55,20 +57,27 @@ Result<std::string> NcclCommunicator::uniqueId() {
   });
 }
 
-Result<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(int rank, int size, const std::string& unique_id) {
+Result<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(int rank, int size, const std::string& unique_id,
+                                                                   NcclTimeouts timeouts) {
   return catchErrors([&]() -> std::unique_ptr<NcclCommunicator> {
     if (size < 1 || rank < 0 || rank >= size)
       fail("nccl communicator: rank " + std::to_string(rank) + " of " + std::to_string(size));
     std::unique_ptr<NcclCommunicator> c(new NcclCommunicator(rank, size));
+    c->timeouts_ = timeouts;
     if (size == 1 && unique_id.empty()) return c;  // local: nothing to meet
     ncclUniqueId id;
     if (unique_id.size() != sizeof id.internal)
       fail("nccl communicator: the unique id has " + std::to_string(unique_id.size()) + " bytes, expected " +
            std::to_string(sizeof id.internal));
     std::memcpy(id.internal, unique_id.data(), sizeof id.internal);
+    // Non-blocking: a rank that never joins must not hang this one.
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
     ncclComm_t comm = nullptr;
-    checkNccl(ncclCommInitRank(&comm, size, id, rank), c->where("joining the NCCL ranks"));
-    c->comm_ = comm;
+    const ncclResult_t r = ncclCommInitRankConfig(&comm, size, id, rank, &config);
+    c->comm_ = comm;  // aborted (not leaked) if joining fails below
+    c->settle(r, c->where("joining the NCCL ranks"), timeouts.init,
+              "a rank did not join (did every rank start, each with a GPU?)");
     return c;
   });
 }
@@ -77,28 +86,84 @@ NcclCommunicator::~NcclCommunicator() {
   if (comm_) ncclCommDestroy(asComm(comm_));
 }
 
+std::string NcclCommunicator::asyncError() const {
+  if (!comm_) return "";
+  ncclResult_t state = ncclSuccess;
+  if (ncclCommGetAsyncError(asComm(comm_), &state) != ncclSuccess) return "ncclCommGetAsyncError failed";
+  if (state == ncclSuccess || state == ncclInProgress) return "";
+  std::string why = ncclGetErrorString(state);
+  if (const char* last = ncclGetLastError(asComm(comm_)); last && *last) why += ": " + std::string(last);
+  return why;
+}
+
+void NcclCommunicator::abort() {
+  if (!comm_) return;
+  ncclCommAbort(asComm(comm_));  // ends the kernels that spin on a dead peer
+  comm_ = nullptr;
+  aborted_ = true;
+}
+
+void NcclCommunicator::settle(ncclResult_t r, const std::string& where, std::chrono::milliseconds timeout,
+                              const std::string& hint) {
+  if (r == ncclInProgress) {
+    ncclResult_t state = ncclInProgress;
+    watchUntilDone({[&] {
+                      if (ncclCommGetAsyncError(asComm(comm_), &state) != ncclSuccess) state = ncclInternalError;
+                      return state != ncclInProgress;
+                    },
+                    [] { return std::string(); }, [&] { abort(); }},
+                   timeout, where, hint);
+    r = state;
+  }
+  if (r != ncclSuccess) {
+    std::string why = ncclGetErrorString(r);
+    if (comm_)
+      if (const char* last = ncclGetLastError(asComm(comm_)); last && *last) why += ": " + std::string(last);
+    abort();
+    fail(where + ": " + why);
+  }
+}
+
+void NcclCommunicator::call(ncclResult_t r, const std::string& where) {
+  settle(r, where, timeouts_.collective, "a rank died or hangs");
+}
+
+std::shared_ptr<const HostWaitWatch> NcclCommunicator::hostWaitWatch() {
+  if (!comm_) return nullptr;
+  auto w = std::make_shared<HostWaitWatch>();
+  w->timeout = timeouts_.collective;
+  w->failure = [this] { return asyncError(); };
+  w->abort = [this] { abort(); };
+  w->hint = "a rank died or hangs in a collective (" + where("the step's collectives") + ")";
+  return w;
+}
+
 std::string NcclCommunicator::where(const char* what) const {
   return std::string("nccl ") + what + " (rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ")";
 }
 
 void NcclCommunicator::allreduceSum(void* data, size_t count, DType dtype, cudaStream_t stream) {
-  if (!comm_ || count == 0) return;
   const std::string w = where("allreduce");
-  checkNccl(ncclAllReduce(data, data, count, ncclType(dtype, w), ncclSum, asComm(comm_), stream), w, comm_);
+  if (aborted_) fail(w + ": the NCCL communicator was aborted after an earlier failure");
+  if (!comm_ || count == 0) return;
+  call(ncclAllReduce(data, data, count, ncclType(dtype, w), ncclSum, asComm(comm_), stream), w);
 }
 
 void NcclCommunicator::perRankSlices(const char* what, const std::vector<size_t>& counts, size_t elem_bytes,
                                      const std::function<ncclResult_t(size_t offset, size_t count, int root)>& call) {
   const std::string w = where(what);
   if (counts.size() != static_cast<size_t>(size_)) fail(w + ": " + std::to_string(counts.size()) + " counts");
+  if (aborted_) fail(w + ": the NCCL communicator was aborted after an earlier failure");
   if (!comm_) return;
   checkNccl(ncclGroupStart(), w);
   size_t at = 0;
   for (int r = 0; r < size_; ++r) {
-    if (counts[r]) checkNccl(call(at * elem_bytes, counts[r], r), w, comm_);
+    // In a group, non-blocking calls report ncclInProgress only at its end.
+    if (counts[r])
+      if (const ncclResult_t e = call(at * elem_bytes, counts[r], r); e != ncclInProgress) checkNccl(e, w, comm_);
     at += counts[r];
   }
-  checkNccl(ncclGroupEnd(), w, comm_);
+  this->call(ncclGroupEnd(), w);
 }
 
 void NcclCommunicator::reduceScatterSum(void* data, const std::vector<size_t>& counts, DType dtype,
@@ -121,9 +186,10 @@ void NcclCommunicator::allGather(void* data, const std::vector<size_t>& counts, 
 }
 
 void NcclCommunicator::broadcast(void* data, size_t bytes, int root, cudaStream_t stream) {
-  if (!comm_ || bytes == 0) return;
   const std::string w = where("broadcast");
-  checkNccl(ncclBroadcast(data, data, bytes, ncclUint8, root, asComm(comm_), stream), w, comm_);
+  if (aborted_) fail(w + ": the NCCL communicator was aborted after an earlier failure");
+  if (!comm_ || bytes == 0) return;
+  call(ncclBroadcast(data, data, bytes, ncclUint8, root, asComm(comm_), stream), w);
 }
 
 }  // namespace kiln::cuda

@@ -11,12 +11,18 @@
 // ncclReduceScatter and ncclAllGather take equal slices only.
 //
 // Errors throw KilnException naming the collective, the rank and NCCL's
-// reason. A peer that dies inside a collective is not detected here (NCCL
-// blocks in the kernel); the launcher reports the dead rank and ends the run.
+// reason. The communicator is non-blocking (ncclCommInitRankConfig with
+// blocking = 0): joining waits at most the rendezvous timeout, and the
+// host's waits on a step (cuda_sync.h's HostWaitWatch, installed by the
+// executor) at most the collective timeout; past either, or on NCCL's
+// asynchronous error, the communicator is aborted (its spinning kernels
+// end) and the wait throws one line naming the rank. An aborted
+// communicator fails every later call at once.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -24,10 +30,16 @@
 
 #include <nccl.h>
 
+#include "backend/cuda/cuda_sync.h"
 #include "core/dtype.h"
 #include "core/result.h"
 
 namespace kiln::cuda {
+
+struct NcclTimeouts {
+  std::chrono::milliseconds init{std::chrono::minutes(10)};        ///< joining the ranks
+  std::chrono::milliseconds collective{std::chrono::minutes(30)};  ///< a step's collectives
+};
 
 class NcclCommunicator {
  public:
@@ -36,7 +48,8 @@ class NcclCommunicator {
   /// Join the ranks that got `unique_id`, on the current CUDA device. With
   /// size 1 and no id no NCCL communicator is made (every collective is
   /// local); with an id, a one-rank NCCL communicator (for tests).
-  static Result<std::unique_ptr<NcclCommunicator>> create(int rank, int size, const std::string& unique_id);
+  static Result<std::unique_ptr<NcclCommunicator>> create(int rank, int size, const std::string& unique_id,
+                                                          NcclTimeouts timeouts = {});
   ~NcclCommunicator();
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -52,9 +65,21 @@ class NcclCommunicator {
   void allGather(void* data, const std::vector<size_t>& counts, DType dtype, cudaStream_t stream);
   void broadcast(void* data, size_t bytes, int root, cudaStream_t stream);
 
+  /// What the executor installs for the host's waits (cuda_sync.h):
+  /// nullptr without a communicator (one rank).
+  std::shared_ptr<const HostWaitWatch> hostWaitWatch();
+  /// NCCL's asynchronous error, "" while there is none.
+  std::string asyncError() const;
+  /// ncclCommAbort, once; later calls fail at once.
+  void abort();
+
  private:
   NcclCommunicator(int rank, int size) : rank_(rank), size_(size) {}
   std::string where(const char* what) const;
+  /// A call's result: ncclInProgress (non-blocking) waits until NCCL has
+  /// taken it, at most `timeout`; any other error throws naming `where`.
+  void settle(ncclResult_t r, const std::string& where, std::chrono::milliseconds timeout, const std::string& hint);
+  void call(ncclResult_t r, const std::string& where);
   /// One NCCL call per rank with a non-empty slice, as one group: `call`
   /// gets the slice's byte offset, element count and rank.
   void perRankSlices(const char* what, const std::vector<size_t>& counts, size_t elem_bytes,
@@ -62,6 +87,8 @@ class NcclCommunicator {
 
   int rank_ = 0, size_ = 1;
   void* comm_ = nullptr;  ///< ncclComm_t
+  NcclTimeouts timeouts_;
+  bool aborted_ = false;
 };
 
 }  // namespace kiln::cuda

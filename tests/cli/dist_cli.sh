@@ -41,7 +41,7 @@ before=$fails
 port=$(free_port)
 for r in 0 1; do
   RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port KILN_STORE_TOKEN=secret-$r timeout 60 "$KILN" train "$M" \
-    --input-file "$B" --steps 1 --no-cache --comm-timeout 3 >"$W/tok.$r.out" 2>&1 &
+    --input-file "$B" --steps 1 --no-cache --rendezvous-timeout 3 >"$W/tok.$r.out" 2>&1 &
 done
 wait %1 && fail "rank 0 succeeded with a rank of another secret"
 wait %2 && fail "rank 1 succeeded with another secret"
@@ -58,7 +58,7 @@ before=$fails
 port=$(free_port)
 t0=$(date +%s)
 out=$(RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port KILN_STORE_TOKEN=s timeout 60 "$KILN" train "$M" \
-  --input-file "$B" --steps 1 --no-cache --comm-timeout 2 2>&1) && fail "rank 0 without rank 1 succeeded"
+  --input-file "$B" --steps 1 --no-cache --rendezvous-timeout 2 2>&1) && fail "rank 0 without rank 1 succeeded"
 took=$(($(date +%s) - t0))
 [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] || fail "missing rank: more than one line: $out"
 grep -q "kiln: error: rank 0: .*rank 1 did not arrive within 2 s" <<<"$out" || fail "missing rank: unclear error: $out"

@@ -2,7 +2,7 @@
 # Out-of-range numbers on the command line: shapes whose element counts
 # overflow or pass 2^40 (--input-shape, --batch), a step larger than this
 # machine's memory (an error before anything is allocated, while kiln memory
-# still plans it), and the bounds of --nproc, --threads and --comm-timeout,
+# still plans it), and the bounds of --nproc, --threads, the timeouts, --max-restarts,
 # and --nproc under a launcher's RANK. Each is one "kiln: error:" line and a
 # clean non-zero exit: no SIGFPE, no std::bad_alloc.
 # usage: input_bounds_cli.sh KILN WORKDIR
@@ -50,6 +50,14 @@ expect_error comm_timeout_huge "--comm-timeout must be between" \
   "$KILN" train "$M" --no-cache --steps 1 --nproc 2 --comm-timeout 1e9
 expect_error comm_timeout_negative "--comm-timeout must be between" \
   "$KILN" train "$M" --no-cache --steps 1 --comm-timeout -1
+expect_error rendezvous_timeout_zero "--rendezvous-timeout must be between" \
+  "$KILN" train "$M" --no-cache --steps 1 --nproc 2 --rendezvous-timeout -5
+expect_error checkpoint_timeout_huge "--checkpoint-timeout must be between" \
+  "$KILN" train "$M" --no-cache --steps 1 --checkpoint-timeout 1e12
+expect_error max_restarts_negative "--max-restarts must be between 0 and 1000" \
+  "$KILN" train "$M" --no-cache --steps 1 --nproc 2 --max-restarts -1
+expect_error max_restarts_without_launcher "--max-restarts needs --nproc or --nnodes" \
+  "$KILN" train "$M" --no-cache --steps 1 --max-restarts 2
 expect_error nproc_under_rank "RANK is set" \
   env RANK=0 WORLD_SIZE=1 MASTER_PORT=29500 "$KILN" train "$M" --no-cache --steps 1 --nproc 2
 

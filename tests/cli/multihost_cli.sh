@@ -26,17 +26,17 @@ ip -n "$NS0" addr add 10.231.0.1/24 dev kmh0 && ip -n "$NS1" addr add 10.231.0.2
 M="$W/mlp.pt"
 B="$W/batch.safetensors"  # input0: [8, 32], target: [8]
 "$PY" "$SRC/tests/train/make_batch.py" mlp --out "$B" --from-export "$W" >/dev/null || { echo "FAIL batch"; exit 1; }
-train() { "$KILN" train "$M" --input-file "$B" --steps 3 --no-cache --comm-timeout 30 "$@"; }
+train() { "$KILN" train "$M" --input-file "$B" --steps 3 --no-cache --comm-timeout 30 --rendezvous-timeout 30 "$@"; }
 
 train --nproc 4 --save-weights "$W/one.safetensors" >"$W/one.out" 2>&1 || fail "--nproc 4 exited $?: $(tail -2 "$W/one.out")"
 
 hosts=(--nnodes 2 --nproc 2 --master-addr 10.231.0.1 --master-port 29611)
 export KILN_STORE_TOKEN=multihost-test-secret  # several machines share the store's secret
-ip netns exec "$NS0" "$KILN" train "$M" --input-file "$B" --steps 3 --no-cache --comm-timeout 30 "${hosts[@]}" \
+ip netns exec "$NS0" "$KILN" train "$M" --input-file "$B" --steps 3 --no-cache --comm-timeout 30 --rendezvous-timeout 30 "${hosts[@]}" \
   --node-rank 0 --save-weights "$W/two.safetensors" >"$W/node0.out" 2>&1 &
 n0=$!
 ip netns exec "$NS1" env KILN_SOCKET_IFNAME=kmh1 "$KILN" train "$M" --input-file "$B" --steps 3 --no-cache \
-  --comm-timeout 30 "${hosts[@]}" --node-rank 1 --save-weights "$W/node1.safetensors" >"$W/node1.out" 2>&1 &
+  --comm-timeout 30 --rendezvous-timeout 30 "${hosts[@]}" --node-rank 1 --save-weights "$W/node1.safetensors" >"$W/node1.out" 2>&1 &
 n1=$!
 wait $n0 || fail "node 0 exited $?: $(tail -3 "$W/node0.out")"
 wait $n1 || fail "node 1 exited $?: $(tail -3 "$W/node1.out")"

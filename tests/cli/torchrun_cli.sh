@@ -14,7 +14,7 @@ M="$W/mlp.pt"
 B="$W/batch.safetensors"
 "$PY" "$SRC/tests/train/make_batch.py" mlp --out "$B" --from-export "$W" >/dev/null || { echo "FAIL batch"; exit 1; }
 free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-train() { "$KILN" train "$M" --input-file "$B" --steps 3 --no-cache --comm-timeout 30 "$@"; }
+train() { "$KILN" train "$M" --input-file "$B" --steps 3 --no-cache --comm-timeout 30 --rendezvous-timeout 30 "$@"; }
 
 train --nproc 2 --save-weights "$W/nproc.safetensors" >"$W/nproc.out" 2>&1 ||
   { echo "FAIL --nproc 2 exited $?: $(tail -2 "$W/nproc.out")"; exit 1; }
@@ -22,7 +22,7 @@ train --nproc 2 --save-weights "$W/nproc.safetensors" >"$W/nproc.out" 2>&1 ||
 # 1. torchrun's agent starts the ranks.
 port=$(free_port)
 if timeout 120 "$PY" "$SRC/tests/dist/torchrun_launch.py" --nproc 2 --master-port "$port" --run-id job-a -- \
-  "$KILN" train "$M" --input-file "$B" --steps 3 --no-cache --comm-timeout 30 \
+  "$KILN" train "$M" --input-file "$B" --steps 3 --no-cache --comm-timeout 30 --rendezvous-timeout 30 \
   --save-weights "$W/torchrun.safetensors" >"$W/torchrun.out" 2>&1; then
   if "$KILN" compare "$W/torchrun.safetensors" "$W/nproc.safetensors" --tol 0 >/dev/null; then
     ok "under torchrun's agent (its c10d store on MASTER_PORT) the ranks train exactly as --nproc 2"

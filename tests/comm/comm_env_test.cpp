@@ -23,6 +23,10 @@ class CommEnv : public ::testing::Test {
                                           "MASTER_PORT",
                                           "KILN_STORE_DIR",
                                           "KILN_COMM_TIMEOUT",
+                                          "KILN_RENDEZVOUS_TIMEOUT",
+                                          "KILN_CHECKPOINT_TIMEOUT",
+                                          "KILN_STORE_TOKEN",
+                                          "KILN_JOB_ID",
                                           "LOCAL_RANK",
                                           "LOCAL_WORLD_SIZE",
                                           "TORCHELASTIC_USE_AGENT_STORE",
@@ -95,7 +99,13 @@ TEST_F(CommEnv, UnsetMeansOneProcess) {
   EXPECT_EQ(o->world_size, 1);
   EXPECT_EQ(o->rank, 0);
   EXPECT_EQ(o->master_addr, "127.0.0.1");
-  EXPECT_EQ(o->timeout, std::chrono::milliseconds(60000));
+  // PyTorch's defaults: a 30-minute process-group timeout, torchrun's
+  // 10-minute join; an hour for rank 0's checkpoint I/O.
+  EXPECT_EQ(o->timeout, std::chrono::minutes(30));
+  EXPECT_EQ(o->rendezvous_timeout, std::chrono::minutes(10));
+  EXPECT_EQ(o->checkpoint_timeout, std::chrono::hours(1));
+  EXPECT_EQ(o->store_secret, "");
+  EXPECT_EQ(o->run_id, "none");
 }
 
 TEST_F(CommEnv, LocalRankDefaultsToTheGlobalOneAndIsChecked) {
@@ -125,6 +135,11 @@ TEST_F(CommEnv, ReadsEveryVariable) {
   ::setenv("MASTER_ADDR", "10.1.2.3", 1);
   ::setenv("MASTER_PORT", "29500", 1);
   ::setenv("KILN_COMM_TIMEOUT", "2.5", 1);
+  ::setenv("KILN_RENDEZVOUS_TIMEOUT", "7", 1);
+  ::setenv("KILN_CHECKPOINT_TIMEOUT", "0.25", 1);
+  ::setenv("KILN_STORE_TOKEN", "s3cret", 1);
+  ::setenv("TORCHELASTIC_RUN_ID", "elastic", 1);
+  ::setenv("KILN_JOB_ID", "mine", 1);  // Kiln's own wins
   auto o = commOptionsFromEnv();
   ASSERT_TRUE(o.ok()) << o.error().message;
   EXPECT_EQ(o->rank, 3);
@@ -132,6 +147,10 @@ TEST_F(CommEnv, ReadsEveryVariable) {
   EXPECT_EQ(o->master_addr, "10.1.2.3");
   EXPECT_EQ(o->master_port, 29500);
   EXPECT_EQ(o->timeout, std::chrono::milliseconds(2500));
+  EXPECT_EQ(o->rendezvous_timeout, std::chrono::seconds(7));
+  EXPECT_EQ(o->checkpoint_timeout, std::chrono::milliseconds(250));
+  EXPECT_EQ(o->store_secret, "s3cret");
+  EXPECT_EQ(o->run_id, "mine");
   ::unsetenv("MASTER_PORT");
   ::setenv("KILN_STORE_DIR", "/tmp/kiln-store", 1);  // a file store needs no port
   o = commOptionsFromEnv();
@@ -159,6 +178,7 @@ TEST_F(CommEnv, MalformedValuesNameTheVariable) {
       {"0", "2", "70000", nullptr, "MASTER_PORT='70000'"},
       {"0", "2", "1", "soon", "KILN_COMM_TIMEOUT='soon'"},
       {"0", "2", "1", "-3", "KILN_COMM_TIMEOUT='-3'"},
+      {"0", "2", "1", "1e9", "KILN_COMM_TIMEOUT='1e9' is not a number of seconds (0.001 to a week"},
   };
   for (const Case& c : cases) {
     const std::pair<const char*, const char*> vars[] = {
@@ -168,6 +188,12 @@ TEST_F(CommEnv, MalformedValuesNameTheVariable) {
     EXPECT_NE(e.find(c.expected), std::string::npos) << "expected '" << c.expected << "', got '" << e << "'";
     EXPECT_EQ(e.find('\n'), std::string::npos) << e;
   }
+  ::unsetenv("KILN_COMM_TIMEOUT");
+  ::setenv("KILN_CHECKPOINT_TIMEOUT", "0", 1);
+  EXPECT_NE(error().find("KILN_CHECKPOINT_TIMEOUT='0'"), std::string::npos) << error();
+  ::unsetenv("KILN_CHECKPOINT_TIMEOUT");
+  ::setenv("KILN_RENDEZVOUS_TIMEOUT", "x", 1);
+  EXPECT_NE(error().find("KILN_RENDEZVOUS_TIMEOUT='x'"), std::string::npos) << error();
 }
 
 }  // namespace

@@ -55,6 +55,7 @@ inline CommOptions tcpOptions(int rank, int n, int port, std::chrono::millisecon
   o.master_addr = "127.0.0.1";
   o.master_port = port;
   o.timeout = timeout;
+  o.rendezvous_timeout = timeout;
   o.store_secret = "kiln-test-secret";
   return o;
 }

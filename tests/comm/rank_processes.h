@@ -35,6 +35,7 @@ inline CommOptions fileStoreOptions(const std::string& dir, int rank, int n, std
   o.world_size = n;
   o.store_dir = dir;
   o.timeout = timeout;
+  o.rendezvous_timeout = timeout;
   return o;
 }
 

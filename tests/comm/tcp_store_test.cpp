@@ -91,6 +91,7 @@ TEST(GlooTcpStore, PortInUseFailsAtOnce) {
   o.world_size = 2;
   o.master_port = port;
   o.timeout = 5s;
+  o.rendezvous_timeout = 5s;
   const auto comm = createGlooCommunicator(o);
   ASSERT_FALSE(comm.ok());
   EXPECT_NE(comm.error().message.find("rendezvous (rank 0 of 2): TCP store 127.0.0.1:" + std::to_string(port)),

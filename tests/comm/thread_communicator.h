@@ -111,6 +111,7 @@ class ThreadCommunicator : public Communicator {
     g_.arrive();
   }
   void barrier() override { g_.arrive(); }
+  void barrier(std::chrono::milliseconds) override { g_.arrive(); }
 
  private:
   template <typename T>
