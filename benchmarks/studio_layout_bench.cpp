@@ -10,7 +10,7 @@
 #include <string>
 
 #include "core/graphviz/render.h"
-#include "gui/scope_folding.h"
+#include "driver/scope_folding.h"
 #include "gui/studio_document.h"
 #include "gui/views/graph_canvas.h"
 
@@ -32,8 +32,8 @@ int main(int argc, char** argv) {
   const Graph& g = *(*doc)->graph();
   std::vector<const Node*> nodes;
   for (const auto& n : g.nodes()) nodes.push_back(n.get());
-  std::set<std::string> open = defaultOpenScopes(g, GraphCanvas::kMaxItems);
-  const std::set<std::string> all = allScopes(g);
+  std::set<std::string> open = driver::defaultOpenScopes(g, GraphCanvas::kMaxItems);
+  const std::set<std::string> all = driver::allScopes(g);
   std::printf("%zu nodes, %zu scopes; layout (dot) of the folded graph as scopes open:\n", g.numNodes(), all.size());
   std::printf("%8s %8s %10s %8s\n", "boxes", "open", "layout ms", "placed");
   // Open the remaining scopes in order, a few at a time, timing each layout.
@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
     if (!open.count(s)) closed.push_back(s);
   size_t next = 0;
   while (true) {
-    const FoldedGraph f = foldGraph(g, open);
+    const driver::FoldedGraph f = driver::foldGraph(g, open);
     QElapsedTimer t;
     t.start();
     auto plain = renderDot(foldedDot(f, nodes), "plain");

@@ -16,6 +16,7 @@ void addRunCommand(CLI::App& app);
 void addExportCommand(CLI::App& app);
 void addOpsCommand(CLI::App& app);
 void addCompareCommand(CLI::App& app);
+void addCompareReportsCommand(CLI::App& app);
 void addVerifyCommand(CLI::App& app);
 void addTrainCommand(CLI::App& app);
 void addCommCommand(CLI::App& app);  // cmd_train.cpp: kiln comm

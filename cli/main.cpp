@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
   kiln::cli::addExportCommand(app);
   kiln::cli::addOpsCommand(app);
   kiln::cli::addCompareCommand(app);
+  kiln::cli::addCompareReportsCommand(app);
   kiln::cli::addVerifyCommand(app);
   kiln::cli::addTrainCommand(app);
   kiln::cli::addCommCommand(app);

@@ -19,5 +19,9 @@ void setErrorPrefix(std::string prefix);
 std::ostream& nullStream();
 /// "12.3 MFLOP", "1.2 GB".
 std::string humanCount(double v, const char* unit);
+/// Three significant digits with a unit: "ms" as "41.2 us", "12.3 ms" or
+/// "1.05 s"; any other unit with an SI prefix ("1.10 GB", "523 MFLOP"); ""
+/// a count ("42", "1.23 M"). Negative values keep their sign.
+std::string formatQuantity(double v, const std::string& unit);
 
 }  // namespace kiln::driver

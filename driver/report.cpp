@@ -18,6 +18,7 @@
 #include "core/file_io.h"
 #include "core/graph_cost.h"
 #include "core/graph_hash.h"
+#include "core/op_table.h"
 #include "driver/memory_report.h"
 #include "driver/messages.h"
 #include "driver/option_table.h"
@@ -125,9 +126,21 @@ Report buildReport(const std::string& command, const CompileOptions& a, const Bo
     x.widest_stage = std::max<int64_t>(x.widest_stage, static_cast<int64_t>(end - first));
     if (end - first > 1) ++x.shared_stages, x.nodes_in_shared_stages += static_cast<int64_t>(end - first);
   }
+  // The executors bind the graph's nodes in order, one kernel each.
+  std::vector<const Node*> nodes;
+  for (const auto& n : g.nodes()) nodes.push_back(n.get());
+  const bool by_node = nodes.size() == s.kernelChoices().size();
   for (size_t i = 0; i < s.kernelChoices().size(); ++i) {
     const KernelChoice& k = s.kernelChoices()[i];
     ReportKernel e{k.node, k.kernel, k.dialect, static_cast<int64_t>(stage_of[i])};
+    if (by_node && nodes[i]->describe() == k.node) {
+      const Node& n = *nodes[i];
+      const Cost cost = nodeCost(n);
+      e.op = n.op();
+      e.scope = n.scope();
+      e.flops = cost.flops;
+      e.bytes = cost.bytes;
+    }
     for (const KernelTiming& c : k.timings)
       e.autotune.push_back({c.kernel, c.millis, c.error.empty() ? std::nullopt : std::optional(c.error)});
     r.kernels.push_back(std::move(e));

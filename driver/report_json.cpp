@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/file_io.h"
+
 namespace kiln::driver {
 namespace {
 
@@ -332,6 +334,10 @@ struct Fields<ReportKernel> {
     f.field("kernel", m.kernel);
     f.field("dialect", m.dialect);
     f.field("stage", m.stage);
+    f.field("op", m.op, kSince);
+    f.field("scope", m.scope, kSince);
+    f.field("flops", m.flops, kSince);
+    f.field("bytes", m.bytes, kSince);
     f.unlessDefault("autotune", m.autotune);
     f.field("measured_ms", m.measured_ms);
   }
@@ -480,6 +486,20 @@ nlohmann::ordered_json toJson(const Report& report) {
 
 nlohmann::ordered_json toJson(const ReportMemory& memory) {
   return Writer::write(memory);
+}
+
+Result<Report> readReport(const std::string& path) {
+  auto text = readFile(path);
+  if (!text) return text.error();
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(*text);
+  } catch (const nlohmann::json::parse_error& e) {
+    return Error{path + ": not JSON (" + std::string(e.what()) + ")"};
+  }
+  auto report = reportFromJson(json);
+  if (!report) return report.error().prefixed(path + ": ");
+  return report;
 }
 
 Result<Report> reportFromJson(const nlohmann::json& json) {

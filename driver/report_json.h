@@ -22,6 +22,8 @@ nlohmann::ordered_json toJson(const ReportMemory& memory);
 /// not a version change); keys added after version 1 was first written
 /// read as their defaults when absent.
 Result<Report> reportFromJson(const nlohmann::json& json);
+/// Read the report file at `path`; errors start with the path.
+Result<Report> readReport(const std::string& path);
 
 /// A counter kept as a double (FLOP, a pass's statistics) as JSON: an
 /// integer when whole.

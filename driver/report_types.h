@@ -105,6 +105,12 @@ struct ReportTiming {
 struct ReportKernel {
   std::string node, kernel, dialect;
   int64_t stage = 0;
+  /// The node's op and module scope, and its cost from the op table
+  /// (flops: a multiply-add counts 2; bytes read plus written): what
+  /// comparisons group by and a roofline places it with. Reports written
+  /// before these existed lack them (empty, 0).
+  std::string op, scope;
+  double flops = 0, bytes = 0;
   std::optional<double> measured_ms;  ///< kiln train --report: mean over the profiled steps
   std::vector<ReportTiming> autotune;
 };

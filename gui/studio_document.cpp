@@ -8,18 +8,10 @@ namespace kiln::studio {
 
 
 Result<std::shared_ptr<StudioDocument>> StudioDocument::open(const std::string& path) {
-  auto text = readFile(path);
-  if (!text) return text.error();
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(*text);
-  } catch (const nlohmann::json::parse_error& e) {
-    return Error{path + ": not JSON (" + std::string(e.what()) + ")"};
-  }
   // Every key the views read, with its type: a renamed or retyped key is an
   // error naming it, not a view that shows 0.
-  auto report = driver::reportFromJson(json);
-  if (!report) return report.error().prefixed(path + ": ");
+  auto report = driver::readReport(path);
+  if (!report) return report.error();
   return fromReport(std::move(*report), path);
 }
 

@@ -55,7 +55,7 @@ std::string escape(const std::string& s) {
 
 /// What a box says: a node's op and first result type; a folded scope's
 /// path, part and size.
-std::string labelOf(const FoldedGraph::Item& item, const Node* node) {
+std::string labelOf(const driver::FoldedGraph::Item& item, const Node* node) {
   if (item.node >= 0) return node->op() + (node->numOutputs() ? "\\n" + node->output()->type().str() : "");
   return item.scope + (item.split ? (item.backward ? " (backward)" : " (forward)") : "") + "\\n" +
          std::to_string(item.members) + " nodes";
@@ -63,9 +63,9 @@ std::string labelOf(const FoldedGraph::Item& item, const Node* node) {
 
 }  // namespace
 
-std::string foldedDot(const FoldedGraph& f, const std::vector<const Node*>& nodes) {
+std::string foldedDot(const driver::FoldedGraph& f, const std::vector<const Node*>& nodes) {
   auto declare = [&](size_t i) {
-    const FoldedGraph::Item& it = f.items[i];
+    const driver::FoldedGraph::Item& it = f.items[i];
     std::string s = "i";
     s += std::to_string(i);
     s += " [label=\"";
@@ -184,7 +184,7 @@ GraphCanvas::GraphCanvas(QWidget* parent) : QWidget(parent) {
   connect(cancel_, &QPushButton::clicked, this, [this] { cancelLayout(); });
   view->on_double_click = [this](int item) {
     if (item < 0 || item >= int(folded_.items.size())) return;
-    const FoldedGraph::Item& it = folded_.items[size_t(item)];
+    const driver::FoldedGraph::Item& it = folded_.items[size_t(item)];
     if (it.node < 0)
       openScope(it.scope);
     else if (!it.scope.empty())
@@ -216,7 +216,7 @@ void GraphCanvas::setGraph(const Graph* g) {
     for (const auto& n : g->nodes()) nodes_.push_back(n.get());
   marks_.clear();
   selected_ = pending_select_ = -1;
-  open_ = !g ? std::set<std::string>{} : g->numNodes() <= kFoldAbove ? allScopes(*g) : defaultOpenScopes(*g, kMaxItems);
+  open_ = !g ? std::set<std::string>{} : g->numNodes() <= kFoldAbove ? driver::allScopes(*g) : driver::defaultOpenScopes(*g, kMaxItems);
   relayout();
 }
 
@@ -251,13 +251,14 @@ void GraphCanvas::relayout() {
     setStatus("");
     return;
   }
-  folded_ = foldGraph(*graph_, open_);
+  folded_ = driver::foldGraph(*graph_, open_);
   setStatus(QString("laying out %1 boxes (%2 nodes)...").arg(folded_.items.size()).arg(nodes_.size()));
   cancel_->setVisible(true);
   layout_clock_.start();
   ticker_->start();
   const std::string dot = foldedDot(folded_, nodes_);
   const int generation = generation_;
+  running_generation_ = generation;
   disconnect(watcher_, nullptr, this, nullptr);
   connect(watcher_, &QFutureWatcher<GraphLayout>::finished, this,
           [this, generation] { showLayout(watcher_->result(), generation); });
@@ -274,8 +275,14 @@ void GraphCanvas::relayout() {
 
 void GraphCanvas::waitForLayout() {
   watcher_->waitForFinished();
-  // Deliver finished(), also when the layout ended before this was called.
-  QCoreApplication::processEvents();
+  // Draw the result here instead of waiting for the watcher's finished():
+  // the worker thread posts that signal only after the future is marked
+  // finished, so an event loop run right now may not see it yet (a test
+  // then found nothing drawn on a busy machine). When the signal comes, it
+  // finds this generation drawn and does nothing.
+  if (running_generation_ >= 0 && running_generation_ == generation_ && watcher_->isFinished() &&
+      !watcher_->isCanceled())
+    showLayout(watcher_->result(), running_generation_);
 }
 
 void GraphCanvas::cancelLayout() {
@@ -287,13 +294,14 @@ void GraphCanvas::cancelLayout() {
 }
 
 QColor GraphCanvas::fillOf(size_t item) const {
-  const FoldedGraph::Item& it = folded_.items[item];
+  const driver::FoldedGraph::Item& it = folded_.items[item];
   if (it.node < 0 || !colour_) return it.node < 0 ? kFoldFill : QColor(0xee, 0xee, 0xee);
   return colour_(it.node);
 }
 
 void GraphCanvas::showLayout(const GraphLayout& layout, int generation) {
-  if (generation != generation_) return;
+  if (generation != generation_ || generation == shown_generation_) return;
+  shown_generation_ = generation;
   ticker_->stop();
   cancel_->setVisible(false);
   if (!layout.error.isEmpty()) {
@@ -302,7 +310,7 @@ void GraphCanvas::showLayout(const GraphLayout& layout, int generation) {
   }
   item_boxes_.assign(folded_.items.size(), nullptr);
   const size_t folds = size_t(std::count_if(folded_.items.begin(), folded_.items.end(),
-                                            [](const FoldedGraph::Item& it) { return it.node < 0; }));
+                                            [](const driver::FoldedGraph::Item& it) { return it.node < 0; }));
   QPen edge_pen(QColor(0x80, 0x80, 0x80));
   for (const QPolygonF& e : layout.edges) {
     if (e.isEmpty()) continue;

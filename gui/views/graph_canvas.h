@@ -1,5 +1,5 @@
 // A graph drawn the way kiln-studio draws graphs: folded by module scope
-// when large (gui/scope_folding.h; a double-click on a folded scope opens
+// when large (driver/scope_folding.h; a double-click on a folded scope opens
 // it, on a node folds its scope back), laid out by Graphviz (dot) on a
 // worker thread with a Cancel, drawn in a QGraphicsScene with wheel zoom,
 // drag to pan and fit. The graph view shows the step with it; the passes
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "core/ir.h"
-#include "gui/scope_folding.h"
+#include "driver/scope_folding.h"
 
 namespace kiln::studio {
 
@@ -41,7 +41,7 @@ GraphLayout parsePlainLayout(const std::string& plain);
 /// index): a box per item, nodes drawn alone in a cluster of their scope so
 /// a scope's nodes stay together, each edge once (exposed for the layout
 /// benchmark).
-std::string foldedDot(const FoldedGraph& f, const std::vector<const Node*>& nodes);
+std::string foldedDot(const driver::FoldedGraph& f, const std::vector<const Node*>& nodes);
 
 class GraphCanvas : public QWidget {
  public:
@@ -80,7 +80,7 @@ class GraphCanvas : public QWidget {
   void openScope(const std::string& scope);
   void closeScope(const std::string& scope);
   const std::set<std::string>& openScopes() const { return open_; }
-  const FoldedGraph& folded() const { return folded_; }
+  const driver::FoldedGraph& folded() const { return folded_; }
 
   void waitForLayout();
   void cancelLayout();
@@ -107,7 +107,7 @@ class GraphCanvas : public QWidget {
   const Graph* graph_ = nullptr;
   std::vector<const Node*> nodes_;
   std::set<std::string> open_;
-  FoldedGraph folded_;
+  driver::FoldedGraph folded_;
   std::function<QColor(int)> colour_;
   std::vector<QColor> marks_;
   QGraphicsScene* scene_;
@@ -118,6 +118,8 @@ class GraphCanvas : public QWidget {
   QTimer* ticker_;                              ///< updates the status while a layout runs
   QElapsedTimer layout_clock_;                  ///< since the running layout started
   int generation_ = 0;                          ///< bumped by every layout and cancel; a stale result is dropped
+  int running_generation_ = -1;                 ///< the generation of the watcher's future (-1: none yet)
+  int shown_generation_ = -1;                   ///< the last generation drawn (showLayout draws each once)
   std::vector<QGraphicsRectItem*> item_boxes_;  ///< by item index (nullptr until drawn)
   int selected_ = -1;
   int pending_select_ = -1;  ///< selected when the running layout is drawn

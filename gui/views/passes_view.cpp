@@ -44,24 +44,24 @@ class DiffHighlighter : public QSyntaxHighlighter {
 };
 
 /// The frame colour of each node of one side of the diff.
-std::vector<QColor> marksOf(const std::vector<NodeChange>& changes) {
+std::vector<QColor> marksOf(const std::vector<driver::NodeChange>& changes) {
   std::vector<QColor> out;
-  for (NodeChange c : changes)
-    out.push_back(c == NodeChange::Added     ? kAdded
-                  : c == NodeChange::Removed ? kRemoved
-                  : c == NodeChange::Changed ? kChanged
+  for (driver::NodeChange c : changes)
+    out.push_back(c == driver::NodeChange::Added     ? kAdded
+                  : c == driver::NodeChange::Removed ? kRemoved
+                  : c == driver::NodeChange::Changed ? kChanged
                                              : QColor());
   return out;
 }
 
 /// Op-kind colours, paler for nodes the pass did not touch.
-std::function<QColor(int)> fillOf(const Graph* g, const std::vector<NodeChange>* changes) {
+std::function<QColor(int)> fillOf(const Graph* g, const std::vector<driver::NodeChange>* changes) {
   auto nodes = std::make_shared<std::vector<const Node*>>();
   for (const auto& n : g->nodes()) nodes->push_back(n.get());
   return [nodes, changes](int i) {
     if (i < 0 || i >= int(nodes->size())) return QColor(Qt::white);
     const QColor c = opKindColour(*(*nodes)[size_t(i)]);
-    return size_t(i) < changes->size() && (*changes)[size_t(i)] == NodeChange::Same ? c.lighter(150) : c;
+    return size_t(i) < changes->size() && (*changes)[size_t(i)] == driver::NodeChange::Same ? c.lighter(150) : c;
   };
 }
 
@@ -116,7 +116,7 @@ PassesView::PassesView(QWidget* parent) : TableView(parent) {
     if (before_->layoutRunning() || after_->layoutRunning() || !after_graph_ || reveal_tries_ <= 0) return;
     --reveal_tries_;
     for (size_t a = 0; a < diff_.after.size(); ++a)
-      if (diff_.after[a] != NodeChange::Same && !diff_.before_of_after[a].empty()) {
+      if (diff_.after[a] != driver::NodeChange::Same && !diff_.before_of_after[a].empty()) {
         const int b = diff_.before_of_after[a].front();
         auto alone = [](const GraphCanvas* c, int node) {
           return c->folded().items[size_t(c->folded().item_of_node[size_t(node)])].node == node;
@@ -206,8 +206,8 @@ bool PassesView::showPass(size_t index) {
   diff_ = {};
   shown_ = int(index);
   const std::string ir_before = doc_->passIrBefore(index), ir_after = doc_->passIrAfter(index);
-  auto b = parsePassGraph(ir_before, where + " (before)");
-  auto a = parsePassGraph(ir_after, where + " (after)");
+  auto b = driver::parsePassGraph(ir_before, where + " (before)");
+  auto a = driver::parsePassGraph(ir_after, where + " (after)");
   if (!b || !a) {
     headline_->setText(QString::fromStdString((!b ? b.error() : a.error()).message));
     ir_diff_->clear();
@@ -215,7 +215,7 @@ bool PassesView::showPass(size_t index) {
   }
   before_graph_ = std::move(*b);
   after_graph_ = std::move(*a);
-  diff_ = diffPassGraphs(*before_graph_, *after_graph_);
+  diff_ = driver::diffPassGraphs(*before_graph_, *after_graph_);
   reveal_tries_ = 2;
   headline_->setText(
       QString("<b>%1</b>: %2 nodes before, %3 after; <span style='color:%4'>%5 added</span>, "
@@ -236,7 +236,7 @@ bool PassesView::showPass(size_t index) {
   after_->setGraph(&after_graph_->graph);
   before_->setMarks(marksOf(diff_.before));
   after_->setMarks(marksOf(diff_.after));
-  const std::string text = unifiedDiff(ir_before, ir_after);
+  const std::string text = driver::unifiedDiff(ir_before, ir_after);
   ir_diff_->setPlainText(text.empty() ? QString("(the pass changed nothing)") : QString::fromStdString(text));
   // Keep the table's selection on the pass shown.
   QSignalBlocker block(table());

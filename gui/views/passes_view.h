@@ -3,7 +3,7 @@
 // the graph before and after it side by side (added nodes framed green,
 // removed red, changed orange; a click on one side selects the node's
 // counterparts on the other, matched by value numbers, data flow and
-// provenance: gui/graph_diff.h) and the text IR diff. The graphs need the
+// provenance: driver/graph_diff.h) and the text IR diff. The graphs need the
 // report's pass IR (kiln compile --report-pass-ir, or a model opened in
 // kiln-studio).
 #pragma once
@@ -13,7 +13,7 @@
 #include <memory>
 #include <optional>
 
-#include "gui/graph_diff.h"
+#include "driver/graph_diff.h"
 #include "gui/views/graph_canvas.h"
 #include "gui/views/table_view.h"
 
@@ -33,7 +33,7 @@ class PassesView : public TableView {
   int shownPass() const { return shown_; }
   GraphCanvas* before() const { return before_; }
   GraphCanvas* after() const { return after_; }
-  const GraphDiff& diff() const { return diff_; }
+  const driver::GraphDiff& diff() const { return diff_; }
   QString diffText() const { return ir_diff_->toPlainText(); }
   QString headline() const { return headline_->text(); }
   /// Wait for both layouts (tests, --screenshot).
@@ -46,8 +46,8 @@ class PassesView : public TableView {
   GraphCanvas* before_;
   GraphCanvas* after_;
   QPlainTextEdit* ir_diff_;
-  std::optional<PassGraph> before_graph_, after_graph_;
-  GraphDiff diff_;
+  std::optional<driver::PassGraph> before_graph_, after_graph_;
+  driver::GraphDiff diff_;
   int shown_ = -1;
   int reveal_tries_ = 0;  ///< layouts left to open the first change's scopes in
 };

@@ -8,8 +8,8 @@
 #include <set>
 
 #include "core/text_ir.h"
-#include "gui/graph_diff.h"
-#include "gui/scope_folding.h"
+#include "driver/graph_diff.h"
+#include "driver/scope_folding.h"
 #include "gui/views/graph_canvas.h"
 
 using namespace kiln;
@@ -55,8 +55,8 @@ class GraphModelTest : public QObject {
  private slots:
   void foldingPutsEveryNodeInOneBoxWithinTheBudget() {
     const Graph g = layeredGraph(12, 40);  // 961 nodes
-    const std::set<std::string> open = defaultOpenScopes(g, 60);
-    const FoldedGraph f = foldGraph(g, open);
+    const std::set<std::string> open = driver::defaultOpenScopes(g, 60);
+    const driver::FoldedGraph f = driver::foldGraph(g, open);
     QVERIFY2(f.items.size() <= 60, qPrintable(QString::number(f.items.size())));
     QVERIFY(f.items.size() >= 24);  // at least a forward and a backward box per layer
     QCOMPARE(f.item_of_node.size(), g.numNodes());
@@ -76,10 +76,10 @@ class GraphModelTest : public QObject {
     for (const auto& it : f.items) parts += it.node < 0 && it.scope.rfind("layer.3", 0) == 0 && it.split;
     QVERIFY(parts >= 2 && parts % 2 == 0);
     // Everything open: every node alone.
-    QCOMPARE(foldGraph(g, allScopes(g)).items.size(), g.numNodes());
+    QCOMPARE(driver::foldGraph(g, driver::allScopes(g)).items.size(), g.numNodes());
     // A small graph is not folded.
     const Graph small = layeredGraph(2, 4);
-    QCOMPARE(foldGraph(small, defaultOpenScopes(small, 60)).items.size(), small.numNodes());
+    QCOMPARE(driver::foldGraph(small, driver::defaultOpenScopes(small, 60)).items.size(), small.numNodes());
   }
 
   void canvasFoldsALargeGraphAndOpensScopes() {
@@ -136,21 +136,21 @@ class GraphModelTest : public QObject {
   return %5 "output0"
 }
 )IR";
-    auto b = parsePassGraph(before, "before");
-    auto a = parsePassGraph(after, "after");
+    auto b = driver::parsePassGraph(before, "before");
+    auto a = driver::parsePassGraph(after, "after");
     QVERIFY2(b.ok() && a.ok(), "parse");
     QCOMPARE(b->keys, (std::vector<std::string>{"%1", "%2", "%3", "%4", "%5", "%6"}));
-    const GraphDiff d = diffPassGraphs(*b, *a);
+    const driver::GraphDiff d = driver::diffPassGraphs(*b, *a);
     QCOMPARE(d.removed, 3);  // %2, %3, %6
     QCOMPARE(d.added, 1);    // %9
     QCOMPARE(d.changed, 2);  // %4 reads %9 now, %5's slope
-    QVERIFY(d.before[0] == NodeChange::Same);
-    QVERIFY(d.before[5] == NodeChange::Removed && d.after_of_before[5].empty());  // dead: nothing replaced it
+    QVERIFY(d.before[0] == driver::NodeChange::Same);
+    QVERIFY(d.before[5] == driver::NodeChange::Removed && d.after_of_before[5].empty());  // dead: nothing replaced it
     // %9 replaced %3 (data flow: %4 read %3, now reads %9) and %2 (provenance).
     QCOMPARE(std::set<int>(d.before_of_after[1].begin(), d.before_of_after[1].end()), (std::set<int>{1, 2}));
     QCOMPARE(d.after_of_before[3], (std::vector<int>{2}));  // %4 is itself
     // A graph whose node lines do not match its nodes is an error, not a crash.
-    QVERIFY(!parsePassGraph("not ir", "junk").ok());
+    QVERIFY(!driver::parsePassGraph("not ir", "junk").ok());
   }
 
   void unifiedDiffShowsHunksWithContext() {
@@ -160,12 +160,12 @@ class GraphModelTest : public QObject {
       if (i != 10 && i != 30) b += "line " + std::to_string(i) + "\n";
       if (i == 30) b += "changed 30\n";
     }
-    const std::string d = unifiedDiff(a, b, 2);
+    const std::string d = driver::unifiedDiff(a, b, 2);
     QCOMPARE(QString::fromStdString(d), QString("@@ -9,5 +9,4 @@\n line 8\n line 9\n-line 10\n line 11\n line 12\n"
                                                 "@@ -29,5 +28,5 @@\n line 28\n line 29\n-line 30\n+changed 30\n"
                                                 " line 31\n line 32\n"));
-    QVERIFY(unifiedDiff(a, a).empty());
-    QCOMPARE(QString::fromStdString(unifiedDiff("", "x\n")), QString("@@ -1,0 +1,1 @@\n+x\n"));
+    QVERIFY(driver::unifiedDiff(a, a).empty());
+    QCOMPARE(QString::fromStdString(driver::unifiedDiff("", "x\n")), QString("@@ -1,0 +1,1 @@\n+x\n"));
   }
 };
 

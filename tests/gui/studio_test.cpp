@@ -29,7 +29,7 @@
 namespace driver = kiln::driver;
 using kiln::studio::GraphView;
 using kiln::studio::MainWindow;
-using kiln::studio::NodeChange;
+using kiln::driver::NodeChange;
 using kiln::studio::PassesView;
 using kiln::studio::StudioDocument;
 
@@ -338,12 +338,12 @@ class StudioTest : public QObject {
     // Every added node is tied to what it replaced.
     int tied = 0;
     for (size_t a = 0; a < d.after.size(); ++a)
-      if (d.after[a] == NodeChange::Added) tied += !d.before_of_after[a].empty();
+      if (d.after[a] == driver::NodeChange::Added) tied += !d.before_of_after[a].empty();
     QCOMPARE(tied, d.added);
     // A click on a removed node selects what replaced it on the other side.
     int removed = -1;
     for (size_t b = 0; b < d.before.size() && removed < 0; ++b)
-      if (d.before[b] == NodeChange::Removed && !d.after_of_before[b].empty()) removed = int(b);
+      if (d.before[b] == driver::NodeChange::Removed && !d.after_of_before[b].empty()) removed = int(b);
     QVERIFY(removed >= 0);
     passes->before()->select(removed);
     passes->before()->on_selected(removed);  // what a click reports

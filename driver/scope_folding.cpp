@@ -1,11 +1,11 @@
-#include "gui/scope_folding.h"
+#include "driver/scope_folding.h"
 
 #include <map>
 #include <queue>
 #include <tuple>
 #include <unordered_map>
 
-namespace kiln::studio {
+namespace kiln::driver {
 namespace {
 
 /// "h.3.attn" -> {"h", "h.3", "h.3.attn"}.
@@ -146,4 +146,4 @@ FoldedGraph foldGraph(const Graph& g, const std::set<std::string>& open) {
   return out;
 }
 
-}  // namespace kiln::studio
+}  // namespace kiln::driver

@@ -13,7 +13,7 @@
 
 #include "core/ir.h"
 
-namespace kiln::studio {
+namespace kiln::driver {
 
 struct FoldedGraph {
   struct Item {
@@ -45,4 +45,4 @@ std::set<std::string> allScopes(const Graph& g);
 /// The graph with every scope not in `open` folded.
 FoldedGraph foldGraph(const Graph& g, const std::set<std::string>& open);
 
-}  // namespace kiln::studio
+}  // namespace kiln::driver

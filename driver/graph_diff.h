@@ -14,7 +14,7 @@
 #include "core/ir.h"
 #include "core/result.h"
 
-namespace kiln::studio {
+namespace kiln::driver {
 
 /// One pass's IR, parsed, with each node's line and result numbers.
 struct PassGraph {
@@ -43,4 +43,4 @@ GraphDiff diffPassGraphs(const PassGraph& before, const PassGraph& after);
 /// headers; empty when they are equal.
 std::string unifiedDiff(const std::string& before, const std::string& after, int context = 3);
 
-}  // namespace kiln::studio
+}  // namespace kiln::driver

@@ -1,4 +1,4 @@
-#include "gui/graph_diff.h"
+#include "driver/graph_diff.h"
 
 #include <algorithm>
 #include <map>
@@ -6,9 +6,9 @@
 #include <unordered_map>
 
 #include "core/text_ir.h"
-#include "gui/scope_folding.h"
+#include "driver/scope_folding.h"
 
-namespace kiln::studio {
+namespace kiln::driver {
 namespace {
 
 std::vector<std::string> splitLines(const std::string& text) {
@@ -209,4 +209,4 @@ std::string unifiedDiff(const std::string& before, const std::string& after, int
   return out;
 }
 
-}  // namespace kiln::studio
+}  // namespace kiln::driver
