@@ -38,9 +38,9 @@ int memory(const MemoryCmd& c) {
   const MemoryPlan& plan = setup->session->memoryPlan();  // what the CPU executor runs
   if (Status s = checkPlan(plan); !s) return reportError(s.error());
   std::cout << "kiln memory " << c.train.model.path << ": step graph " << g.numNodes() << " nodes\n";
-  printMemorySummary(std::cout, plan, c.top, c.width);
+  printMemorySummary(std::cout, plan, c.top, c.width, &setup->session->graph());
   if (!c.json.empty()) {
-    if (Status st = writeFileAtomic(c.json, toJson(memoryReport(plan)).dump(2) + "\n"); !st)
+    if (Status st = writeFileAtomic(c.json, toJson(memoryReport(plan, &setup->session->graph())).dump(2) + "\n"); !st)
       return reportError(st.error());
     std::cout << "wrote " << c.json << "\n";
   }

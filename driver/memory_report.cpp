@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <iomanip>
+#include <unordered_map>
+
+#include "core/op_table.h"
 
 #include "driver/messages.h"
 #include "driver/model_args.h"
@@ -24,9 +27,78 @@ std::string bytesStr(uint64_t b) {
   return humanCount(static_cast<double>(b), "B");
 }
 
+enum Category { kParameters, kOptimizerState, kGradients, kActivations, kTemporaries, kCommunication, kBatch, kOutputs };
+
+/// Each buffer's category (memoryCategoryNames), from the graph's roles and
+/// the data flow: a node is part of the backward when its provenance says
+/// "grad of" or it reads what the backward made (as kiln-studio folds it);
+/// an optimizer node reads optimizer state or makes a parameter's or the
+/// state's update.
+std::vector<Category> categorize(const Liveness& l, const Graph& g) {
+  std::unordered_map<const Value*, OutputRole> role;
+  for (const GraphOutput& o : g.outputs()) role.emplace(o.value, o.role);
+  std::unordered_map<const Node*, bool> backward, optimizer;
+  for (const Node* n : l.order) {
+    bool b = n->provenance().find("grad of ") != std::string::npos, opt = false;
+    for (const Value* v : n->inputs()) {
+      if (const Node* p = v->producer()) b = b || backward[p];
+      opt = opt || v->role() == ValueRole::OptState;
+    }
+    for (const Value* v : n->outputs())
+      if (auto it = role.find(v); it != role.end())
+        opt = opt || it->second == OutputRole::ParamUpdate || it->second == OutputRole::OptStateUpdate;
+    backward[n] = b;
+    optimizer[n] = opt;
+  }
+  std::vector<Category> out;
+  for (const BufferLife& b : l.buffers) {
+    const Value* v = b.value;
+    const Node* n = v->producer();
+    Category c = kTemporaries;
+    if (!n) {
+      c = v->role() == ValueRole::Param || v->role() == ValueRole::Buffer ? kParameters
+          : v->role() == ValueRole::OptState                             ? kOptimizerState
+                                                                          : kBatch;
+    } else if (auto it = role.find(v); it != role.end()) {
+      switch (it->second) {
+        case OutputRole::ParamUpdate:
+        case OutputRole::BufferUpdate:
+          c = kParameters;
+          break;
+        case OutputRole::OptStateUpdate:
+          c = kOptimizerState;
+          break;
+        case OutputRole::Gradient:
+          c = kGradients;
+          break;
+        default:
+          c = kOutputs;
+      }
+    } else if (n->def().has(kCollective)) {
+      c = kCommunication;
+    } else if (backward[n]) {
+      // A parameter's gradient goes to the optimizer, or first to a collective.
+      for (const Use& u : v->uses())
+        if (optimizer[u.user] || u.user->def().has(kCollective)) c = kGradients;
+    } else {
+      // Made by the forward: an activation when the backward reads it.
+      for (const Use& u : v->uses())
+        if (backward[u.user]) c = kActivations;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
 }  // namespace
 
-ReportMemory memoryReport(const MemoryPlan& p) {
+const std::vector<std::string>& memoryCategoryNames() {
+  static const std::vector<std::string> names{"parameters",    "optimizer state", "gradients", "activations",
+                                              "temporaries",   "communication",   "batch",     "outputs"};
+  return names;
+}
+
+ReportMemory memoryReport(const MemoryPlan& p, const Graph* graph) {
   const Liveness& l = p.liveness;
   ReportMemory m{"graph order", p.target, p.widened_to_stages, p.peak_bytes, static_cast<int64_t>(p.peak_node),
                  l.order.empty() ? std::string() : l.order[p.peak_node]->describe(), p.op_by_op_peak_bytes,
@@ -41,6 +113,19 @@ ReportMemory memoryReport(const MemoryPlan& p) {
     // made by a node the remat pass added to recompute it
     t.rematerialized = prod && prod->provenance().rfind("remat of ", 0) == 0;
     m.tensors.push_back(std::move(t));
+  }
+  if (graph) {
+    // At the peak, as the timeline counts: graph inputs always, the others
+    // from their producer to their last use.
+    const std::vector<Category> cats = categorize(l, *graph);
+    const auto& names = memoryCategoryNames();
+    std::vector<uint64_t> at_peak(names.size());
+    for (size_t i = 0; i < l.buffers.size(); ++i) {
+      const BufferLife& b = l.buffers[i];
+      m.tensors[i].category = names[cats[i]];
+      if (b.graph_input || (b.def <= p.peak_node && p.peak_node <= b.last)) at_peak[cats[i]] += b.bytes;
+    }
+    for (size_t c = 0; c < names.size(); ++c) m.categories.push_back({names[c], at_peak[c]});
   }
   return m;
 }
@@ -60,7 +145,7 @@ std::string sparkline(const std::vector<uint64_t>& values, size_t width) {
   return s;
 }
 
-void printMemorySummary(std::ostream& os, const MemoryPlan& p, size_t top, size_t width) {
+void printMemorySummary(std::ostream& os, const MemoryPlan& p, size_t top, size_t width, const Graph* graph) {
   const Liveness& l = p.liveness;
   os << "peak " << bytesStr(p.peak_bytes);
   if (!l.order.empty())
@@ -73,6 +158,16 @@ void printMemorySummary(std::ostream& os, const MemoryPlan& p, size_t top, size_
      << static_cast<double>(p.peak_bytes) / static_cast<double>(std::max<uint64_t>(p.op_by_op_peak_bytes, 1)) << "x)\n"
      << std::defaultfloat << "  intermediates: arena " << bytesStr(p.arena_bytes) << " (most alive at once "
      << bytesStr(p.arena_lower_bound) << "; a buffer each " << bytesStr(p.unshared_bytes) << ")\n";
+  if (graph) {
+    os << "  at the peak:";
+    const char* sep = " ";
+    for (const ReportCategory& c : memoryReport(p, graph).categories)
+      if (c.bytes) {
+        os << sep << c.name << " " << bytesStr(c.bytes);
+        sep = ", ";
+      }
+    os << "\n";
+  }
   os << "timeline (" << l.order.size() << " nodes, max per column): " << sparkline(p.timeline, width) << "\n";
   const std::vector<size_t> live = buffersLiveAt(p, p.peak_node);
   os << "largest tensors alive at the peak (" << live.size() << " in all):\n";

@@ -11,12 +11,23 @@
 
 namespace kiln::driver {
 
-/// The report's `memory` object (docs/report-schema.md).
-ReportMemory memoryReport(const MemoryPlan& plan);
+/// What a step's bytes are, in the order the memory view stacks them:
+/// parameters (and buffers, and their updates), optimizer state, gradients
+/// (of the parameters, on their way to the optimizer), activations (made by
+/// the forward, kept for the backward), temporaries (the rest of what nodes
+/// make), communication (what collectives make), the batch, and the step's
+/// other outputs (loss, metrics).
+const std::vector<std::string>& memoryCategoryNames();
+
+/// The report's `memory` object (docs/report-schema.md). With the graph
+/// the plan is of, each tensor gets its category, and the peak is split by
+/// category; without it (a plan alone) categories stay empty.
+ReportMemory memoryReport(const MemoryPlan& plan, const Graph* graph = nullptr);
 
 /// Totals, the `top` largest tensors alive at the peak, and the timeline as
 /// a sparkline `width` characters wide.
-void printMemorySummary(std::ostream& os, const MemoryPlan& plan, size_t top = 10, size_t width = 64);
+void printMemorySummary(std::ostream& os, const MemoryPlan& plan, size_t top = 10, size_t width = 64,
+                        const Graph* graph = nullptr);
 
 /// Live bytes over the schedule as block characters (▁ to █), each the
 /// maximum over its share of nodes.

@@ -43,6 +43,7 @@ std::string formatQuantity(double v, const std::string& unit) {
     return sign + digits(v) + " ms";
   }
   if (unit.empty() && v < 10000 && v == std::floor(v)) return sign + std::to_string(static_cast<int64_t>(v));
+  if (v < 999.5 && v == std::floor(v)) return sign + std::to_string(static_cast<int64_t>(v)) + " " + unit;  // "4 B"
   const char* prefixes[] = {"", "K", "M", "G", "T", "P", "E"};
   int i = 0;
   while (v >= 999.5 && i < 6) {

@@ -115,7 +115,7 @@ Report buildReport(const std::string& command, const CompileOptions& a, const Bo
   r.graph = {static_cast<int64_t>(g.numNodes()), graphFlops(g), s.memoryPlan().peak_bytes,
              hashHex(structuralHash(g)), printGraph(g)};
 
-  r.memory = memoryReport(s.memoryPlan());  // the plan the executor runs
+  r.memory = memoryReport(s.memoryPlan(), &g);  // the plan the executor runs
 
   const NodeStages& stages = s.executor().stages();
   std::vector<size_t> stage_of(s.kernelChoices().size());

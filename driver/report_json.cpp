@@ -292,6 +292,16 @@ struct Fields<ReportTensor> {
     f.nullable("offset", m.offset);
     f.field("views", m.views, kSince);
     f.field("rematerialized", m.rematerialized);
+    f.field("category", m.category, kSince);
+  }
+};
+
+template <>
+struct Fields<ReportCategory> {
+  template <class F, class M>
+  static void visit(F& f, M& m) {
+    f.field("name", m.name);
+    f.field("bytes", m.bytes);
   }
 };
 
@@ -313,6 +323,7 @@ struct Fields<ReportMemory> {
     f.field("unshared_bytes", m.unshared_bytes, kSince);
     f.field("timeline", m.timeline);
     f.field("tensors", m.tensors);
+    f.field("categories", m.categories, kSince);
   }
 };
 

@@ -82,6 +82,15 @@ struct ReportTensor {
   std::optional<int64_t> offset;  ///< in the arena; none for inputs and returned buffers (JSON null)
   std::vector<std::string> views;
   bool rematerialized = false;
+  /// What the bytes are (memoryCategoryNames()); "" in reports written
+  /// before categories existed.
+  std::string category;
+};
+
+/// One category's bytes at the peak (they add up to memory.peak_bytes).
+struct ReportCategory {
+  std::string name;
+  uint64_t bytes = 0;
 };
 
 struct ReportMemory {
@@ -94,6 +103,9 @@ struct ReportMemory {
            unshared_bytes = 0;
   std::vector<uint64_t> timeline;  ///< live bytes while each node runs
   std::vector<ReportTensor> tensors;
+  /// The peak by category, in memoryCategoryNames() order (empty in reports
+  /// written before categories existed).
+  std::vector<ReportCategory> categories;
 };
 
 struct ReportTiming {

@@ -1,4 +1,4 @@
-// kiln-studio [MODEL|REPORT] [kiln compile's options] [--view graph|passes|memory|kernels|comm]
+// kiln-studio [MODEL|REPORT [SECOND]] [kiln compile's options] [--view graph|passes|memory|kernels|comm|compare]
 //             [--measure] [--pass NAME] [--screenshot FILE.png|FILE.svg]
 // Opens a report (kiln compile/train --report) or a model (compiled in this
 // process with kiln compile's options, every pass's IR kept). With --screenshot it renders the view, saves it and
@@ -24,10 +24,13 @@ int main(int argc, char** argv) {
   kiln::driver::addOptions(&cli, options, kiln::driver::kStudio);
   cli.get_option("model")->description(
       "a report (kiln compile/train --report R.json) or a model (.pt, .fx.json), compiled with the options below");
-  std::string view = "graph", pass, screenshot;
+  std::string view = "graph", pass, screenshot, compare;
+  cli.add_option("compare", compare,
+                 "a second report or model: compare it with the first (the compare view; File > Compare)");
   bool measure = false;
   int measure_ranks = 2;
-  CLI::Option* view_opt = cli.add_option("--view", view, "the view to show: graph, passes, memory, kernels, comm");
+  CLI::Option* view_opt =
+      cli.add_option("--view", view, "the view to show: graph, passes, memory, kernels, comm, compare");
   cli.add_flag("--measure", measure,
                "also train the model 5 steps on 2 ranks (kiln train --nproc 2 --report) so the kernel times and the "
                "communication fill in");
@@ -52,11 +55,12 @@ int main(int argc, char** argv) {
   kiln::studio::MainWindow window;  // restores the last view shown
   window.setCompileOptions(options);
   if ((*view_opt || *shot_opt) && !window.showView(QString::fromStdString(view)))
-    return fail("unknown view '" + QString::fromStdString(view) + "' (graph, passes, memory, kernels, comm)");
+    return fail("unknown view '" + QString::fromStdString(view) + "' (graph, passes, memory, kernels, comm, compare)");
   if (!path.isEmpty()) {
     QString error;
     if (!window.openPath(path, &error)) return fail(error);
     if (measure && !window.measure(&error, measure_ranks)) return fail(error);
+    if (!compare.empty() && !window.compareWith(QString::fromStdString(compare), &error)) return fail(error);
   }
   if (*pass_opt) {
     const QString name = QString::fromStdString(pass);

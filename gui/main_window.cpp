@@ -28,6 +28,7 @@
 #include "gui/model_compiler.h"
 #include "gui/training_run.h"
 #include "gui/views/chart_views.h"
+#include "gui/views/compare_view.h"
 #include "gui/views/graph_view.h"
 #include "gui/views/passes_view.h"
 #include "gui/views/table_view.h"
@@ -43,7 +44,9 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   setWindowTitle("kiln-studio");
   tabs_ = new QTabWidget(this);
   graph_ = new GraphView(tabs_);
-  views_ = {graph_, new PassesView(tabs_), new MemoryView(tabs_), new KernelsView(tabs_), new CommView(tabs_)};
+  compare_ = new CompareView(tabs_);
+  views_ = {graph_,         new PassesView(tabs_), new MemoryView(tabs_), new KernelsView(tabs_),
+            new CommView(tabs_), compare_};
   for (View* v : views_) tabs_->addTab(v, v->name());
   // A click on the memory timeline selects that node in the graph.
   static_cast<MemoryView*>(views_[2])->chart()->on_node_clicked = [this](int node) {
@@ -75,6 +78,16 @@ void MainWindow::buildMenus() {
                                                       "Reports and models (*.json *.pt *.fx.json);;All files (*)");
     QString error;
     if (!path.isEmpty() && !openPath(path, &error, true)) QMessageBox::warning(this, "kiln-studio", error);
+  });
+  file->addAction("&Compare with...", QKeySequence("Ctrl+D"), this, [this] {
+    if (!doc_) {
+      QMessageBox::information(this, "kiln-studio", "Open a report first: it is the baseline (A) of the comparison.");
+      return;
+    }
+    const QString path = QFileDialog::getOpenFileName(this, "Compare the open report with", QString(),
+                                                      "Reports and models (*.json *.pt *.fx.json);;All files (*)");
+    QString error;
+    if (!path.isEmpty() && !compareWith(path, &error)) QMessageBox::warning(this, "kiln-studio", error);
   });
   recent_ = file->addMenu("Open &recent");
   rebuildRecentMenu();
@@ -120,7 +133,23 @@ void MainWindow::buildMenus() {
                     [this, i] { tabs_->setCurrentIndex(i); });
 }
 
-bool MainWindow::openPath(const QString& path, QString* error, bool ask) {
+bool MainWindow::compareWith(const QString& path, QString* error) {
+  if (!doc_) {
+    if (error) *error = "open a report first: it is the baseline of the comparison";
+    return false;
+  }
+  auto other = load(path, false);
+  if (!other) {
+    if (error) *error = QString::fromStdString(other.error().message);
+    return false;
+  }
+  compare_->setComparison(doc_, *other);
+  showView("compare");
+  statusBar()->showMessage("A: " + QString::fromStdString(doc_->path()) + "    B: " + path);
+  return true;
+}
+
+Result<std::shared_ptr<StudioDocument>> MainWindow::load(const QString& path, bool ask) {
   Result<std::shared_ptr<StudioDocument>> doc = Error{""};
   if (!path.endsWith(".json") || path.endsWith(".fx.json")) {
     doc = compileModel(path);
@@ -130,6 +159,11 @@ bool MainWindow::openPath(const QString& path, QString* error, bool ask) {
   } else {
     doc = StudioDocument::open(path.toStdString());
   }
+  return doc;
+}
+
+bool MainWindow::openPath(const QString& path, QString* error, bool ask) {
+  Result<std::shared_ptr<StudioDocument>> doc = load(path, ask);
   if (!doc) {
     if (error) *error = QString::fromStdString(doc.error().message);
     return false;

@@ -1,7 +1,8 @@
-// kiln-studio's window: the five views as tabs over one document, File
-// (open a report, or a model compiled in-process; recent files; export the
-// current view as SVG or PNG, the graph as DOT), View (find, fit, zoom) and
-// a remembered window state (QSettings).
+// kiln-studio's window: the views as tabs over one document (and the
+// compare view over two), File (open a report, or a model compiled
+// in-process; compare it with another; recent files; export the current
+// view as SVG or PNG, the graph as DOT), View (find, fit, zoom) and a
+// remembered window state (QSettings).
 #pragma once
 
 #include <QMainWindow>
@@ -15,6 +16,7 @@
 
 namespace kiln::studio {
 
+class CompareView;
 class GraphView;
 
 class MainWindow : public QMainWindow {
@@ -32,6 +34,10 @@ class MainWindow : public QMainWindow {
   /// makes it ask for them or for a batch file, and try again. Returns
   /// false with `error` set when it cannot.
   bool openPath(const QString& path, QString* error = nullptr, bool ask = false);
+  /// Compare the open document (A, the baseline) with the report or model
+  /// at `path` (B) in the compare view, and show it. False with `error`
+  /// set when nothing is open or B cannot be opened.
+  bool compareWith(const QString& path, QString* error = nullptr);
   /// Train the open document's model a few steps on `ranks` ranks (kiln
   /// train --nproc R --report; one rank trains in this process), with the
   /// options its report was compiled with, or the compile options, and show
@@ -41,7 +47,7 @@ class MainWindow : public QMainWindow {
   void setDocument(std::shared_ptr<const StudioDocument> doc);
   std::shared_ptr<const StudioDocument> document() const { return doc_; }
 
-  /// Show the view named `name` (graph, passes, memory, kernels, comm).
+  /// Show the view named `name` (graph, passes, memory, kernels, comm, compare).
   bool showView(const QString& name);
   View* currentView() const;
   View* view(const QString& name) const;
@@ -56,6 +62,8 @@ class MainWindow : public QMainWindow {
 
  private:
   Result<std::shared_ptr<StudioDocument>> compileModel(const QString& path);
+  /// A report, or a model compiled (asking for its inputs with `ask`).
+  Result<std::shared_ptr<StudioDocument>> load(const QString& path, bool ask);
   /// Ask for the input shapes or a batch file of `path`, which records
   /// none; false when the user cancels.
   bool askForInputs(const QString& path);
@@ -66,6 +74,7 @@ class MainWindow : public QMainWindow {
   QTabWidget* tabs_;
   std::vector<View*> views_;
   GraphView* graph_ = nullptr;
+  CompareView* compare_ = nullptr;
   QMenu* recent_ = nullptr;
   std::shared_ptr<const StudioDocument> doc_;
   driver::CompileOptions options_;

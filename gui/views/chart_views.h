@@ -1,8 +1,11 @@
 // The views that are drawn rather than tabulated: the memory timeline
-// (live bytes over the schedule, the largest tensors as bands of their own,
-// the peak and the budget marked, the nodes and tensors the remat pass
-// recomputes marked; hovering names the tensor under the cursor) and the communication view (per bucket dense against sent bytes,
-// and a row per step of compute and communication).
+// (live bytes over the schedule stacked by category -- parameters,
+// optimizer state, gradients, activations, ... -- or the largest tensors as
+// bands of their own; the peak and the budget marked, the nodes and tensors
+// the remat pass recomputes marked; hovering names what is under the
+// cursor; beside it the peak by category) and the communication view (per
+// bucket dense against sent bytes, and a row per step of compute and
+// communication).
 #pragma once
 
 #include <QTableWidget>
@@ -15,7 +18,17 @@ namespace kiln::studio {
 /// The timeline drawing, a widget of its own so it can be rendered alone.
 class MemoryChart : public QWidget {
  public:
+  /// Stacked by category (reports with memory.categories), or the largest
+  /// tensors as bands over the total.
+  enum class Mode { Categories, Tensors };
   explicit MemoryChart(QWidget* parent = nullptr);
+  void setMode(Mode m);
+  Mode mode() const { return mode_; }
+  /// Whether the open report has categories (else only Tensors is drawn).
+  bool hasCategories() const { return !category_names_.empty(); }
+  /// Per category (memory.categories' order): live bytes at each node.
+  const std::vector<std::vector<double>>& categoryTimelines() const { return category_lines_; }
+  const std::vector<QString>& categoryNames() const { return category_names_; }
   /// Called with the node under a click (the graph view selects it).
   std::function<void(int)> on_node_clicked;
   /// The node index at `pos` on the time axis, -1 outside the plot.
@@ -37,6 +50,11 @@ class MemoryChart : public QWidget {
     bool remat = false;  ///< recomputed by the remat pass (hatched)
   };
   QRectF plotArea() const;
+  void paintCategories(QPainter& p, const std::function<double(double)>& x, const std::function<double(double)>& y);
+  void paintBands(QPainter& p, const std::function<double(double)>& x, const std::function<double(double)>& y);
+  Mode mode_ = Mode::Categories;
+  std::vector<QString> category_names_;
+  std::vector<std::vector<double>> category_lines_;
   std::shared_ptr<const StudioDocument> doc_;
   std::vector<double> timeline_;
   std::vector<Band> bands_;  ///< largest tensors, drawn on the bottom, largest first
@@ -55,9 +73,15 @@ class MemoryView : public View {
   void setDocument(std::shared_ptr<const StudioDocument> doc) override;
   QWidget* renderTarget() override { return chart_; }
   MemoryChart* chart() const { return chart_; }
+  /// The peak by category: category, bytes, share.
+  QTableWidget* peakTable() const { return peak_table_; }
+  /// Stack by category (true) or show the largest tensors (false).
+  void showCategories(bool on);
 
  private:
   MemoryChart* chart_;
+  QTableWidget* peak_table_;
+  class QComboBox* stack_by_;
 };
 
 class CommChart : public QWidget {

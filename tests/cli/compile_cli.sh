@@ -5,7 +5,7 @@
 # frozen parameter keeps its value through kiln train), kiln train --report
 # adds the steps, --dump-dir, and one-line errors with no file left behind
 # for bad input, the model imported once. kiln memory prints the peak, the arena and the tensors at
-# the peak, and its JSON is the report's memory object.
+# the peak, the peak by category, and its JSON is the report's memory object.
 # usage: compile_cli.sh KILN WORKDIR
 source "$(dirname "$0")/lib/common.sh"
 
@@ -163,6 +163,33 @@ import json, sys
 w = sys.argv[1]
 m, r = json.load(open(f"{w}/mem.json")), json.load(open(f"{w}/full.json"))["memory"]
 assert m == r, "differs"
+EOF
+# The peak by category: the categories add up to the peak, each is the sum
+# of its tensors alive there, and with Adam the state and gradients show.
+out=$("$KILN" memory "$M" --optimizer adam --json "$W/adam.json" 2>&1) || fail "kiln memory --optimizer adam: $out"
+[[ "$out" == *"at the peak: parameters "*"optimizer state "*"activations "* ]] ||
+  fail "kiln memory does not split the peak by category: $out"
+"$PY" - "$W" <<'EOF' || fail "memory categories"
+import json, sys
+w = sys.argv[1]
+names = ["parameters", "optimizer state", "gradients", "activations", "temporaries", "communication", "batch", "outputs"]
+report = json.load(open(f"{w}/full.json"))
+for f in ("mem.json", "adam.json"):
+    m = json.load(open(f"{w}/{f}"))
+    cats = {c["name"]: c["bytes"] for c in m["categories"]}
+    assert [c["name"] for c in m["categories"]] == names, m["categories"]
+    assert sum(cats.values()) == m["peak_bytes"], (f, cats, m["peak_bytes"])
+    p = m["peak_node"]
+    alive = {n: 0 for n in names}
+    for t in m["tensors"]:
+        assert t["category"] in names, t
+        if t["kind"] == "input" or t["first"] <= p <= t["last"]:
+            alive[t["category"]] += t["bytes"]
+    assert alive == cats, (f, alive, cats)
+    assert cats["parameters"] >= report["model"]["param_bytes"], (cats, report["model"])
+    assert cats["activations"] > 0 and cats["batch"] > 0, (f, cats)
+adam = {c["name"]: c["bytes"] for c in json.load(open(f"{w}/adam.json"))["categories"]}
+assert adam["optimizer state"] >= 2 * report["model"]["param_bytes"], adam  # Adam's two moments
 EOF
 out=$("$KILN" memory "$M" --json "$W/missing/m.json" 2>&1 >/dev/null) && fail "memory --json into a missing dir exit 0"
 [[ "$out" == "kiln: error: "*"no such directory"* ]] || fail "memory --json missing dir: $out"

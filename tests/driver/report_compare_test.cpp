@@ -140,6 +140,8 @@ TEST(FormatQuantity, ThreeSignificantDigitsWithUnits) {
   EXPECT_EQ(formatQuantity(30600, ""), "30.6 K");
   EXPECT_EQ(formatQuantity(8.42495, ""), "8.42");
   EXPECT_EQ(formatQuantity(0, "B"), "0 B");
+  EXPECT_EQ(formatQuantity(4, "B"), "4 B");
+  EXPECT_EQ(formatQuantity(2.5, "FLOP"), "2.50 FLOP");
 }
 
 }  // namespace

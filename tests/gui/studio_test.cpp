@@ -9,7 +9,10 @@
 // shows a pass before and after with its changes and keeps the two sides'
 // selection in sync; bad files give one clear error; the window remembers
 // its view.
+#include <QDir>
 #include <QImage>
+#include <QJsonArray>
+#include <QJsonObject>
 #include <QJsonDocument>
 #include <QSet>
 #include <QSettings>
@@ -23,6 +26,7 @@
 #include "gui/main_window.h"
 #include "gui/model_compiler.h"
 #include "gui/views/chart_views.h"
+#include "gui/views/compare_view.h"
 #include "gui/views/graph_view.h"
 #include "gui/views/passes_view.h"
 
@@ -138,6 +142,49 @@ class StudioTest : public QObject {
     QCOMPARE(w.currentView()->name(), QString("graph"));
     QCOMPARE(w.graphView()->selectedNode(), node);
     QVERIFY(!chart->describeAt(middle).isEmpty());
+  }
+
+  // The memory view stacks the timeline by category: the categories add up
+  // to the plan's timeline at every node, and the side table to the peak.
+  void memoryViewStacksByCategory() {
+    MainWindow w;
+    w.resize(1200, 800);
+    w.show();
+    QString error;
+    QVERIFY2(w.openPath(env("KILN_STUDIO_TRAIN_REPORT"), &error), qPrintable(error));
+    QVERIFY(w.showView("memory"));
+    auto* view = static_cast<kiln::studio::MemoryView*>(w.view("memory"));
+    auto* chart = view->chart();
+    QVERIFY(chart->hasCategories());
+    QCOMPARE(chart->mode(), kiln::studio::MemoryChart::Mode::Categories);
+    const auto& m = w.document()->report().memory;
+    const auto& lines = chart->categoryTimelines();
+    QCOMPARE(lines.size(), size_t(8));
+    for (size_t i = 0; i < m.timeline.size(); ++i) {
+      double sum = 0;
+      for (const auto& line : lines) sum += line[i];
+      QCOMPARE(sum, double(m.timeline[i]));
+    }
+    // A trained 2-rank step has parameters, optimizer state, activations
+    // and communication buffers.
+    const auto& names = chart->categoryNames();
+    auto at_peak = [&](const QString& name) {
+      const auto it = std::find(names.begin(), names.end(), name);
+      return it == names.end() ? -1.0 : lines[size_t(it - names.begin())][size_t(m.peak_node)];
+    };
+    QVERIFY(at_peak("parameters") > 0);
+    QVERIFY(at_peak("activations") > 0);
+    QVERIFY(at_peak("communication") > 0 || at_peak("gradients") > 0);
+    double table_sum = 0;
+    QTableWidget* t = view->peakTable();
+    QVERIFY(t->rowCount() >= 3);
+    for (int r = 0; r < t->rowCount(); ++r) table_sum += t->item(r, 1)->data(Qt::UserRole).toDouble();
+    QCOMPARE(table_sum, double(m.peak_bytes));
+    QVERIFY2(chart->describeAt(QPoint(chart->width() / 2, chart->height() / 2)).contains("parameters"),
+             qPrintable(chart->describeAt(QPoint(chart->width() / 2, chart->height() / 2))));
+    view->showCategories(false);
+    QCOMPARE(chart->mode(), kiln::studio::MemoryChart::Mode::Tensors);
+    QVERIFY(w.exportCurrentView(QDir::temp().filePath("kiln-memory-categories.png"), &error));
   }
 
   void memoryViewMarksRecomputedValues() {
@@ -364,6 +411,65 @@ class StudioTest : public QObject {
     QVERIFY(passes->table()->rowCount() > 5);
     QVERIFY2(passes->headline().contains("--report-pass-ir"), qPrintable(passes->headline()));
     QVERIFY(!passes->showPass(0));
+  }
+
+  // Two reports of gpt2_mini made with different options (the second under
+  // --memory-budget 500KB): the compare view's rows are the reports' numbers.
+  void compareViewShowsTwoReportsSideBySide() {
+    MainWindow w;
+    w.resize(1200, 800);
+    w.show();
+    QString error;
+    QVERIFY(!w.compareWith(env("KILN_STUDIO_REMAT_REPORT"), &error));  // nothing open to compare with
+    QVERIFY2(w.openPath(env("KILN_STUDIO_COMPILE_REPORT"), &error), qPrintable(error));
+    QVERIFY(!w.compareWith(env("KILN_STUDIO_REMAT_REPORT") + ".missing.json", &error));
+    QVERIFY2(error.contains("missing.json"), qPrintable(error));
+    QVERIFY2(w.compareWith(env("KILN_STUDIO_REMAT_REPORT"), &error), qPrintable(error));
+    QCOMPARE(w.currentView()->name(), QString("compare"));
+    auto* view = static_cast<kiln::studio::CompareView*>(w.view("compare"));
+    const auto readJson = [](const QString& path) {
+      QFile f(path);
+      f.open(QIODevice::ReadOnly);
+      return QJsonDocument::fromJson(f.readAll()).object();
+    };
+    const QJsonObject a = readJson(env("KILN_STUDIO_COMPILE_REPORT")), b = readJson(env("KILN_STUDIO_REMAT_REPORT"));
+    const double peak_a = a["memory"].toObject()["peak_bytes"].toDouble();
+    const double peak_b = b["memory"].toObject()["peak_bytes"].toDouble();
+    QVERIFY(peak_b < peak_a);  // the budget lowered it
+    QTableWidget* summary = view->summaryTable();
+    int peak_row = -1;
+    for (int r = 0; r < summary->rowCount(); ++r)
+      if (summary->item(r, 0)->text() == "peak memory") peak_row = r;
+    QVERIFY(peak_row >= 0);
+    QCOMPARE(summary->item(peak_row, 1)->data(Qt::UserRole).toDouble(), peak_a);
+    QCOMPARE(summary->item(peak_row, 2)->data(Qt::UserRole).toDouble(), peak_b);
+    QCOMPARE(summary->item(peak_row, 3)->text(), QString::number(peak_b / peak_a, 'f', 2) + "x");
+    // Compile reports have no times: the ops table compares node counts,
+    // and its counts add up to each side's kernels.
+    QVERIFY(!view->comparison().measured);
+    QTableWidget* ops = view->table("op");
+    QCOMPARE(ops->columnCount(), 3);
+    double nodes_a = 0, nodes_b = 0;
+    for (int r = 0; r < ops->rowCount(); ++r) {
+      nodes_a += ops->item(r, 1)->data(Qt::UserRole).toDouble();
+      nodes_b += ops->item(r, 2)->data(Qt::UserRole).toDouble();
+    }
+    QCOMPARE(nodes_a, double(a["kernels"].toArray().size()));
+    QCOMPARE(nodes_b, double(b["kernels"].toArray().size()));
+    // remat ran in both pipelines; only B's recomputed (more nodes after it).
+    QTableWidget* passes = view->table("passes");
+    int remat = -1;
+    for (int r = 0; r < passes->rowCount(); ++r)
+      if (passes->item(r, 0)->text() == "remat") remat = r;
+    QVERIFY(remat >= 0);
+    QVERIFY(passes->item(remat, 2)->data(Qt::UserRole).toDouble() > passes->item(remat, 1)->data(Qt::UserRole).toDouble());
+    // The final graphs, matched as the passes view matches: every node of
+    // each side is the same, changed, added or removed.
+    const auto& d = view->graphDiff();
+    QCOMPARE(int(d.after.size()), b["graph"].toObject()["nodes"].toInt());
+    QCOMPARE(int(d.before.size()), a["graph"].toObject()["nodes"].toInt());
+    QVERIFY(d.added > 0);  // the recomputed nodes
+    QVERIFY(w.exportCurrentView(QDir::temp().filePath("kiln-compare-view.png"), &error));
   }
 
   void trainReportFillsTheCommunicationView() {
