@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "driver/messages.h"
+#include "driver/provenance_paths.h"
 
 namespace kiln::driver {
 namespace {
@@ -159,11 +160,15 @@ void printComparison(std::ostream& out, const ReportComparison& c, const std::st
     out << "  " << std::left << std::setw(int(width)) << "" << std::right;
     if (c.measured) out << std::setw(11) << "A" << std::setw(11) << "B" << std::setw(12) << "B - A";
     out << std::setw(9) << "A nodes" << std::setw(9) << "B nodes" << "\n";
+    std::vector<std::string> keys;
+    for (const TimeDelta& d : rows) keys.push_back(d.key);
+    const std::string dir = commonSourceDir(keys);  // nodes' source paths relative to the one they share
     size_t shown = 0;
     for (const TimeDelta& d : rows) {
       if (shown++ == top) break;
       if (!c.measured && d.a_nodes == d.b_nodes) break;  // the rest changed nothing
-      std::string key = d.key.size() > width - 1 ? d.key.substr(0, width - 4) + "..." : d.key;
+      std::string key = relativeToDir(d.key, dir);
+      if (key.size() > width - 1) key = key.substr(0, width - 4) + "...";
       out << "  " << std::left << std::setw(int(width)) << key << std::right;
       // A side without the key shows "-", not a time of 0.
       auto ms = [](double v, int64_t nodes) { return nodes ? formatQuantity(v, "ms") : std::string("-"); };

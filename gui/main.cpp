@@ -1,11 +1,14 @@
 // kiln-studio [MODEL|REPORT [SECOND]] [kiln compile's options] [--view graph|passes|memory|kernels|comm|compare]
-//             [--measure] [--pass NAME] [--screenshot FILE.png|FILE.svg]
+//             [--measure] [--pass NAME] [--colour op|dialect|time|flops|bytes|memory]
+//             [--screenshot FILE.png|FILE.svg]
 // Opens a report (kiln compile/train --report) or a model (compiled in this
 // process with kiln compile's options, every pass's IR kept). With --screenshot it renders the view, saves it and
 // exits (docs/studio.md's pictures are made so): exit 1 with one line on error.
 #include <QApplication>
 #include <QTimer>
+#include <algorithm>
 #include <cstdio>
+#include <iterator>
 
 #include <CLI/CLI.hpp>
 
@@ -37,6 +40,9 @@ int main(int argc, char** argv) {
   cli.add_option("--measure-ranks", measure_ranks,
                  "--measure on this many ranks (default 2; 1 trains in this process, without communication)")
       ->check(CLI::Range(1, 64));
+  std::string colour;
+  CLI::Option* colour_opt =
+      cli.add_option("--colour", colour, "the graph's colouring: op, dialect, time, flops, bytes, memory");
   CLI::Option* pass_opt = cli.add_option(
       "--pass", pass, "in the passes view, show this pass before and after (default: the first that changed)");
   CLI::Option* shot_opt = cli.add_option(
@@ -61,6 +67,14 @@ int main(int argc, char** argv) {
     if (!window.openPath(path, &error)) return fail(error);
     if (measure && !window.measure(&error, measure_ranks)) return fail(error);
     if (!compare.empty() && !window.compareWith(QString::fromStdString(compare), &error)) return fail(error);
+  }
+  if (*colour_opt) {
+    static const char* kNames[] = {"op", "dialect", "time", "flops", "bytes", "memory"};
+    const auto it = std::find(std::begin(kNames), std::end(kNames), colour);
+    if (it == std::end(kNames))
+      return fail("unknown colouring '" + QString::fromStdString(colour) +
+                  "' (op, dialect, time, flops, bytes, memory)");
+    window.graphView()->colourBy(kiln::studio::GraphView::Colouring(it - std::begin(kNames)));
   }
   if (*pass_opt) {
     const QString name = QString::fromStdString(pass);

@@ -8,6 +8,7 @@
 // communication).
 #pragma once
 
+#include <QComboBox>
 #include <QTableWidget>
 #include <functional>
 
@@ -81,7 +82,7 @@ class MemoryView : public View {
  private:
   MemoryChart* chart_;
   QTableWidget* peak_table_;
-  class QComboBox* stack_by_;
+  QComboBox* stack_by_;
 };
 
 class CommChart : public QWidget {

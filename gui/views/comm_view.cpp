@@ -10,17 +10,11 @@
 #include <cmath>
 
 #include "gui/views/chart_views.h"
+#include "gui/views/table_view.h"
 
 namespace kiln::studio {
 namespace {
 
-QString kb(double b) {
-  return b >= 1e6 ? QString::number(b / 1e6, 'f', 2) + " MB" : QString::number(b / 1e3, 'f', 1) + " KB";
-}
-
-double round2(double v) {
-  return std::round(v * 100) / 100;
-}
 
 const std::vector<driver::CommStep>* steps(const std::shared_ptr<const StudioDocument>& doc) {
   if (!doc || !doc->report().communication) return nullptr;
@@ -89,9 +83,16 @@ void CommView::setDocument(std::shared_ptr<const StudioDocument> doc) {
   table_->setSortingEnabled(false);
   table_->clear();
   const QStringList columns = {"bucket", "collective", "algorithm", "tensors", "dense",
-                               "sent",   "sent %",     "ms",        "hidden %"};
+                               "sent",   "sent/dense", "time",      "hidden"};
   table_->setColumnCount(static_cast<int>(columns.size()));
   table_->setHorizontalHeaderLabels(columns);
+  setHeaderTips(table_,
+                {{"bucket", "the gradient bucket; \"loss\": the allreduce of the loss and metrics (no bucket)"},
+                 {"dense", "what a dense allreduce of the bucket moves"},
+                 {"sent", "what rank 0 sent (sparse exchanges send less)"},
+                 {"sent/dense", "sent as a share of dense"},
+                 {"time", "from the collective's start to its end, on the communication thread"},
+                 {"hidden", "the share of that time the executor did not wait for (overlapped with compute)"}});
   const auto* all = steps(doc);
   const std::vector<CollectiveRecord> none;
   const std::vector<CollectiveRecord>& last = all ? all->back().collectives : none;
@@ -100,20 +101,21 @@ void CommView::setDocument(std::shared_ptr<const StudioDocument> doc) {
   for (const CollectiveRecord& c : last) {
     const double dense = double(c.dense_bytes), sent = double(c.sent_bytes);
     const double ms = c.end_ms - c.begin_ms, waited = c.waited_ms;
-    const std::vector<QVariant> cells = {qlonglong(c.bucket),
-                                         QString::fromStdString(c.collective),
-                                         QString::fromStdString(c.algorithm),
-                                         qulonglong(c.tensors),
-                                         kb(dense),
-                                         kb(sent),
-                                         round2(dense > 0 ? 100.0 * sent / dense : 0.0),
-                                         round2(ms),
-                                         round2(ms > 0 ? std::clamp(100.0 * (1 - waited / ms), 0.0, 100.0) : 100.0)};
-    for (size_t k = 0; k < cells.size(); ++k) {
-      auto* item = new QTableWidgetItem;
-      item->setData(Qt::DisplayRole, cells[k]);
-      table_->setItem(r, static_cast<int>(k), item);
+    // The loss and metrics travel in no bucket: said in words, not as -1.
+    auto* bucket = c.bucket < 0 ? new QTableWidgetItem("loss") : new NumberItem(double(c.bucket), "");
+    if (c.bucket < 0) {
+      bucket->setData(Qt::UserRole, -1.0);
+      bucket->setToolTip("the allreduce of the loss and metrics, right after the loss (no gradient bucket)");
     }
+    table_->setItem(r, 0, bucket);
+    table_->setItem(r, 1, new QTableWidgetItem(QString::fromStdString(c.collective)));
+    table_->setItem(r, 2, new QTableWidgetItem(QString::fromStdString(c.algorithm)));
+    table_->setItem(r, 3, new NumberItem(double(c.tensors), ""));
+    table_->setItem(r, 4, new NumberItem(dense, "B"));
+    table_->setItem(r, 5, new NumberItem(sent, "B"));
+    table_->setItem(r, 6, new NumberItem(dense > 0 ? 100.0 * sent / dense : 0.0, "%"));
+    table_->setItem(r, 7, new NumberItem(ms, "ms"));
+    table_->setItem(r, 8, new NumberItem(ms > 0 ? std::clamp(100.0 * (1 - waited / ms), 0.0, 100.0) : 100.0, "%"));
     ++r;
   }
   table_->setSortingEnabled(true);

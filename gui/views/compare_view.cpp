@@ -8,6 +8,7 @@
 #include <QVBoxLayout>
 
 #include "driver/messages.h"
+#include "driver/provenance_paths.h"
 
 namespace kiln::studio {
 namespace {
@@ -140,12 +141,15 @@ void CompareView::setComparison(std::shared_ptr<const StudioDocument> a, std::sh
 
 void CompareView::fillDeltas(QTableWidget* t, const std::vector<driver::TimeDelta>& rows) {
   const bool ms = comparison_.measured;
+  std::vector<std::string> keys;
+  for (const driver::TimeDelta& d : rows) keys.push_back(d.key);
+  const std::string dir = driver::commonSourceDir(keys);  // node keys: paths relative to it
   QStringList columns{"", "A nodes", "B nodes"};
   if (ms) columns = {"", "A", "B", "B - A", "A nodes", "B nodes"};
   setRows(t, columns, int(rows.size()));
   for (int r = 0; r < int(rows.size()); ++r) {
     const driver::TimeDelta& d = rows[size_t(r)];
-    auto* key = new QTableWidgetItem(QString::fromStdString(d.key));
+    auto* key = new QTableWidgetItem(QString::fromStdString(driver::relativeToDir(d.key, dir)));
     key->setToolTip(QString::fromStdString(d.key));
     t->setItem(r, 0, key);
     int c = 1;

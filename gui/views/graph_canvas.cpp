@@ -215,6 +215,7 @@ void GraphCanvas::setGraph(const Graph* g) {
   if (g)
     for (const auto& n : g->nodes()) nodes_.push_back(n.get());
   marks_.clear();
+  values_.clear();
   selected_ = pending_select_ = -1;
   open_ = !g ? std::set<std::string>{} : g->numNodes() <= kFoldAbove ? driver::allScopes(*g) : driver::defaultOpenScopes(*g, kMaxItems);
   relayout();
@@ -222,6 +223,26 @@ void GraphCanvas::setGraph(const Graph* g) {
 
 void GraphCanvas::setNodeColour(std::function<QColor(int)> colour) {
   colour_ = std::move(colour);
+}
+
+void GraphCanvas::setNodeValues(std::vector<double> values, bool max_for_folds) {
+  values_ = std::move(values);
+  max_for_folds_ = max_for_folds;
+  computeItemValues();
+  recolour();
+}
+
+void GraphCanvas::computeItemValues() {
+  item_values_.assign(values_.empty() ? 0 : folded_.items.size(), 0.0);
+  max_item_value_ = 0;
+  if (values_.empty()) return;
+  for (size_t n = 0; n < folded_.item_of_node.size() && n < values_.size(); ++n) {
+    const int item = folded_.item_of_node[n];
+    if (item < 0 || size_t(item) >= item_values_.size()) continue;
+    double& v = item_values_[size_t(item)];
+    v = max_for_folds_ ? std::max(v, values_[n]) : v + values_[n];
+  }
+  for (double v : item_values_) max_item_value_ = std::max(max_item_value_, v);
 }
 
 void GraphCanvas::setMarks(std::vector<QColor> marks) {
@@ -252,6 +273,7 @@ void GraphCanvas::relayout() {
     return;
   }
   folded_ = driver::foldGraph(*graph_, open_);
+  computeItemValues();
   setStatus(QString("laying out %1 boxes (%2 nodes)...").arg(folded_.items.size()).arg(nodes_.size()));
   cancel_->setVisible(true);
   layout_clock_.start();
@@ -294,6 +316,10 @@ void GraphCanvas::cancelLayout() {
 }
 
 QColor GraphCanvas::fillOf(size_t item) const {
+  if (!values_.empty()) {  // white (none) to red (the largest drawn box)
+    const double t = max_item_value_ > 0 ? std::clamp(itemValue(item) / max_item_value_, 0.0, 1.0) : 0.0;
+    return QColor::fromRgbF(1.0 - 0.16 * t, 1.0 - 0.85 * t, 1.0 - 0.84 * t);
+  }
   const driver::FoldedGraph::Item& it = folded_.items[item];
   if (it.node < 0 || !colour_) return it.node < 0 ? kFoldFill : QColor(0xee, 0xee, 0xee);
   return colour_(it.node);

@@ -60,6 +60,16 @@ class GraphCanvas : public QWidget {
   void setNodeColour(std::function<QColor(int node)> colour);
   /// Re-colour the drawn boxes (after the colour function changed).
   void recolour();
+  /// Colour by a number per node instead (a metric overlay: measured time,
+  /// flops, bytes, memory): nodes drawn alone by theirs, a folded scope by
+  /// its members' sum (or maximum, with `max_for_folds`), on one scale from
+  /// white to red whose top is the largest drawn box, so the heaviest scope
+  /// shows at a glance. An empty vector goes back to the colour function.
+  void setNodeValues(std::vector<double> values, bool max_for_folds = false);
+  /// The value a drawn item stands for (0 without values): what its colour says.
+  double itemValue(size_t item) const { return item < item_values_.size() ? item_values_[item] : 0; }
+  /// The largest of them: the scale's top.
+  double maxItemValue() const { return max_item_value_; }
   /// A coloured frame around these nodes (index -> colour; empty: none); a
   /// folded scope takes its first marked member's. Once laid out, the view
   /// shows the first marked box at a readable size instead of the whole graph.
@@ -102,6 +112,8 @@ class GraphCanvas : public QWidget {
   void relayout();
   void showLayout(const GraphLayout& layout, int generation);
   QColor fillOf(size_t item) const;
+  /// item_values_ and max_item_value_ for folded_ and values_.
+  void computeItemValues();
   void setStatus(const QString& s);
 
   const Graph* graph_ = nullptr;
@@ -110,6 +122,10 @@ class GraphCanvas : public QWidget {
   driver::FoldedGraph folded_;
   std::function<QColor(int)> colour_;
   std::vector<QColor> marks_;
+  std::vector<double> values_;       ///< per node (setNodeValues); empty: colour_
+  bool max_for_folds_ = false;
+  std::vector<double> item_values_;  ///< per item of folded_
+  double max_item_value_ = 0;
   QGraphicsScene* scene_;
   QGraphicsView* view_;
   QLabel* status_;

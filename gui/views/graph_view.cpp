@@ -8,6 +8,7 @@
 
 #include "core/graph_cost.h"
 #include "core/op_table.h"
+#include "driver/messages.h"
 
 namespace kiln::studio {
 namespace {
@@ -49,7 +50,12 @@ GraphView::GraphView(QWidget* parent) : View(parent) {
   find_ = find;
   find_->setPlaceholderText("find by op, scope, value name or type (Enter: next, Shift+Enter: previous)");
   colouring_ = new QComboBox(this);
-  colouring_->addItems({"colour by op kind", "colour by dialect"});
+  // In Colouring's order.
+  colouring_->addItems({"colour by op kind", "colour by dialect", "colour by measured time", "colour by flops",
+                        "colour by bytes moved", "colour by memory at the node"});
+  colouring_->setToolTip(
+      "Metrics go from white to red, the reddest being the largest box drawn; a folded scope shows the sum of its "
+      "nodes (memory: their maximum), so the heaviest scope stands out.");
   legend_ = new QLabel(this);
   bar->addWidget(find_, 1);
   bar->addWidget(colouring_);
@@ -66,7 +72,7 @@ GraphView::GraphView(QWidget* parent) : View(parent) {
   split->setSizes({1100, 300});  // the graph gets the room, the details a column
   layout->addWidget(split, 1);
   find->on_find = [this](bool backwards) { findNext(find_->text(), backwards); };
-  connect(colouring_, &QComboBox::currentIndexChanged, this, [this](int i) { colourByDialect(i == 1); });
+  connect(colouring_, &QComboBox::currentIndexChanged, this, [this](int i) { colourBy(Colouring(i)); });
   canvas_->on_selected = [this](int node) {
     selected_ = node;
     details_->setPlainText(describe(node));
@@ -87,15 +93,18 @@ void GraphView::setDocument(std::shared_ptr<const StudioDocument> doc) {
     for (const auto& n : g->nodes()) nodes_.push_back(n.get());
   canvas_->setGraph(g);
   if (doc_ && !g) details_->setPlainText("this report carries no graph (graph.ir)");
-  if (colouring_->currentIndex() == 1) colourByDialect(true);
+  if (colouring_->currentIndex() != 0) colourBy(colouring());
 }
 
-void GraphView::colourByDialect(bool by_dialect) {
-  if (colouring_->currentIndex() != (by_dialect ? 1 : 0)) {
-    colouring_->setCurrentIndex(by_dialect ? 1 : 0);  // comes back here through the signal
+void GraphView::colourBy(Colouring c) {
+  if (colouring_->currentIndex() != int(c)) {
+    colouring_->setCurrentIndex(int(c));  // comes back here through the signal
     return;
   }
   legend_->clear();
+  canvas_->setNodeValues({});
+  if (c != Colouring::OpKind && c != Colouring::Dialect && doc_) return colourByMetric(c);
+  const bool by_dialect = c == Colouring::Dialect;
   if (!by_dialect || !doc_) {
     canvas_->setNodeColour([this](int node) {
       return node >= 0 && node < int(nodes_.size()) ? opKindColour(*nodes_[size_t(node)]) : QColor(Qt::white);
@@ -124,6 +133,47 @@ void GraphView::colourByDialect(bool by_dialect) {
   for (const auto& [d, c] : dialects)
     legend += QString("<span style='background:%1'>&nbsp;%2&nbsp;</span> ").arg(c.name(), QString::fromStdString(d));
   legend_->setText(legend.trimmed());
+}
+
+void GraphView::colourByMetric(Colouring c) {
+  const auto& kernels = doc_->kernels();
+  const auto& timeline = doc_->report().memory.timeline;
+  std::vector<double> values(nodes_.size(), 0.0);
+  bool known = true;
+  for (size_t k = 0; k < nodes_.size(); ++k) {
+    switch (c) {
+      case Colouring::Time:
+        known = known && k < kernels.size() && kernels[k].measured_ms.has_value();
+        values[k] = k < kernels.size() ? kernels[k].measured_ms.value_or(0) : 0;
+        break;
+      case Colouring::Flops:
+        values[k] = nodeCost(*nodes_[k]).flops;
+        break;
+      case Colouring::Bytes:
+        values[k] = nodeCost(*nodes_[k]).bytes;
+        break;
+      default:
+        known = known && timeline.size() == nodes_.size();
+        values[k] = k < timeline.size() ? double(timeline[k]) : 0;
+    }
+  }
+  if (!known) {
+    legend_->setText(c == Colouring::Time ? "no measured times: Run > Measure (Ctrl+R) or kiln train --report"
+                                          : "this report's memory timeline does not match its graph");
+    return;
+  }
+  canvas_->setNodeValues(std::move(values), c == Colouring::Memory);
+  static const std::map<Colouring, std::pair<const char*, const char*>> kWhat{
+      {Colouring::Time, {"measured time per step", "ms"}},
+      {Colouring::Flops, {"flops", "FLOP"}},
+      {Colouring::Bytes, {"bytes read and written", "B"}},
+      {Colouring::Memory, {"bytes live while it runs", "B"}}};
+  const auto& [what, unit] = kWhat.at(c);
+  legend_->setText(QString("%1: white 0 to <span style='background:#d62728;color:white'>&nbsp;%2&nbsp;</span> "
+                           "(the largest box%3)")
+                       .arg(what)
+                       .arg(QString::fromStdString(driver::formatQuantity(canvas_->maxItemValue(), unit)))
+                       .arg(c == Colouring::Memory ? "" : "; a folded scope sums its nodes"));
 }
 
 int GraphView::findNext(const QString& text, bool backwards) {

@@ -1,9 +1,10 @@
 // The graph view: the step graph in a GraphCanvas (folded by module scope
 // when large, laid out off the GUI thread), a find box over op, scope,
 // value names and types (Enter: next, Shift+Enter: previous; a match inside
-// a folded scope opens it), colouring by op kind or by the kernel's
-// dialect, and a side panel with the selected node's op, attributes, types,
-// scope, provenance, kernel, flops and bytes.
+// a folded scope opens it), colouring by op kind, by the kernel's dialect or
+// by a metric (measured time, flops, bytes, memory at the node; folded
+// scopes by their sum), and a side panel with the selected node's op,
+// attributes, types, scope, provenance, kernel, flops and bytes.
 #pragma once
 
 #include <QComboBox>
@@ -38,8 +39,15 @@ class GraphView : public View {
   int selectedNode() const { return selected_; }
   /// Select node `node` (its index in the graph), centre it, show its details.
   void select(int node);
+  /// How nodes are coloured: by op kind, by their kernel's dialect, or by a
+  /// metric (white to red; a folded scope by its members' sum, memory by
+  /// their maximum): measured time per step, flops, bytes moved, or the
+  /// bytes live while the node runs.
+  enum class Colouring { OpKind, Dialect, Time, Flops, Bytes, Memory };
+  void colourBy(Colouring c);
+  Colouring colouring() const { return Colouring(colouring_->currentIndex()); }
   /// Colour the nodes by op kind (false) or by the dialect of their kernel.
-  void colourByDialect(bool by_dialect);
+  void colourByDialect(bool by_dialect) { colourBy(by_dialect ? Colouring::Dialect : Colouring::OpKind); }
   QString status() const { return canvas_->status(); }
   /// "dialects: cpu ..." when coloured by dialect; find's "no node matches".
   QString legend() const { return legend_->text(); }
@@ -47,6 +55,7 @@ class GraphView : public View {
 
  private:
   QString describe(int node) const;
+  void colourByMetric(Colouring c);
 
   std::shared_ptr<const StudioDocument> doc_;
   std::vector<const Node*> nodes_;

@@ -3,6 +3,9 @@
 #include <QHeaderView>
 #include <QVBoxLayout>
 
+#include "driver/messages.h"
+#include "driver/provenance_paths.h"
+
 namespace kiln::studio {
 namespace {
 
@@ -11,6 +14,31 @@ QString op(const std::string& node) {
 }
 
 }  // namespace
+
+NumberItem::NumberItem(double value, const std::string& unit) {
+  QString text;
+  if (unit == "%") {
+    text = QString::fromStdString(driver::formatQuantity(value, "")) + " %";
+  } else {
+    text = QString::fromStdString(driver::formatQuantity(value, unit));
+  }
+  setText(text);
+  setData(Qt::UserRole, value);
+  setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
+}
+
+bool NumberItem::operator<(const QTableWidgetItem& other) const {
+  const QVariant mine = data(Qt::UserRole), theirs = other.data(Qt::UserRole);
+  if (mine.isValid() && theirs.isValid()) return mine.toDouble() < theirs.toDouble();
+  if (!mine.isValid() && !theirs.isValid()) return QTableWidgetItem::operator<(other);  // text, or a plain number
+  return mine.isValid();  // numbers before "-"
+}
+
+void setHeaderTips(QTableWidget* t, const std::map<QString, QString>& tips) {
+  for (int c = 0; c < t->columnCount(); ++c)
+    if (QTableWidgetItem* h = t->horizontalHeaderItem(c))
+      if (auto it = tips.find(h->text()); it != tips.end()) h->setToolTip(it->second);
+}
 
 TableView::TableView(QWidget* parent) : View(parent) {
   auto* layout = new QVBoxLayout(this);
@@ -27,7 +55,7 @@ TableView::TableView(QWidget* parent) : View(parent) {
 }
 
 void TableView::fill(const QStringList& columns, const std::vector<std::vector<QVariant>>& rows,
-                     const QString& summary) {
+                     const QString& summary, const std::vector<std::string>& units) {
   table_->setSortingEnabled(false);
   table_->clear();
   table_->setColumnCount(static_cast<int>(columns.size()));
@@ -35,8 +63,15 @@ void TableView::fill(const QStringList& columns, const std::vector<std::vector<Q
   table_->setRowCount(static_cast<int>(rows.size()));
   for (size_t r = 0; r < rows.size(); ++r)
     for (size_t c = 0; c < rows[r].size(); ++c) {
-      auto* item = new QTableWidgetItem;
-      item->setData(Qt::DisplayRole, rows[r][c]);  // numbers sort as numbers
+      QTableWidgetItem* item = nullptr;
+      if (c < units.size() && !units[c].empty() && rows[r][c].typeId() == QMetaType::Double) {
+        item = new NumberItem(rows[r][c].toDouble(), units[c]);
+      } else {
+        item = new NumberItem(0, "");  // sorts "-" after the numbers
+        item->setData(Qt::UserRole, QVariant());
+        item->setData(Qt::DisplayRole, rows[r][c]);  // numbers sort as numbers
+        item->setTextAlignment(Qt::AlignLeft | Qt::AlignVCenter);
+      }
       table_->setItem(static_cast<int>(r), static_cast<int>(c), item);
     }
   table_->setSortingEnabled(true);
@@ -46,6 +81,7 @@ void TableView::fill(const QStringList& columns, const std::vector<std::vector<Q
 
 void KernelsView::setDocument(std::shared_ptr<const StudioDocument> doc) {
   std::vector<std::vector<QVariant>> rows;
+  full_names_.clear();
   QString summary = "No report open.";
   bool timed = false;
   if (doc) {
@@ -68,9 +104,15 @@ void KernelsView::setDocument(std::shared_ptr<const StudioDocument> doc) {
     double total = 0;
     for (double t : ms) total += std::max(t, 0.0);
     timed = total > 0;
+    // Source paths relative to the directory they share (the full node in the tooltip).
+    std::vector<std::string> names;
+    for (const driver::ReportKernel& k : kernels) names.push_back(k.node);
+    const std::string dir = driver::commonSourceDir(names);
     for (size_t i = 0; i < kernels.size(); ++i) {
       const driver::ReportKernel& k = kernels[i];
-      rows.push_back({int(i), QString::fromStdString(k.node), op(k.node), QString::fromStdString(k.dialect),
+      full_names_.push_back(QString::fromStdString(k.node));
+      rows.push_back({int(i), QString::fromStdString(driver::relativeToDir(k.node, dir)), op(k.node),
+                      QString::fromStdString(k.dialect),
                       QString::fromStdString(k.kernel), qlonglong(k.stage), ms[i] >= 0 ? QVariant(ms[i]) : QVariant("-"),
                       ms[i] >= 0 && total > 0 ? QVariant(100.0 * ms[i] / total) : QVariant("-")});
     }
@@ -79,11 +121,11 @@ void KernelsView::setDocument(std::shared_ptr<const StudioDocument> doc) {
     if (measured)
       summary = QString(
                     "%1 nodes, %2 stages. Times measured while training, per step, averaged over %3 steps; "
-                    "%4 ms in kernels per step (nodes of a shared stage overlap).")
+                    "%4 in kernels per step (nodes of a shared stage overlap).")
                     .arg(kernels.size())
                     .arg(stages)
                     .arg(qlonglong(execution.profiled_steps.value_or(0)))
-                    .arg(total, 0, 'f', 3);
+                    .arg(QString::fromStdString(driver::formatQuantity(total, "ms")));
     else
       summary = QString(
                     "%1 nodes, %2 stages. No measured times: Run > Measure (Ctrl+R) or kiln train --report "
@@ -91,8 +133,18 @@ void KernelsView::setDocument(std::shared_ptr<const StudioDocument> doc) {
                     .arg(kernels.size())
                     .arg(stages);
   }
-  fill({"#", "node", "op", "dialect", "kernel", "stage", "ms", "share %"}, rows, summary);
+  fill({"#", "node", "op", "dialect", "kernel", "stage", "time", "share"}, rows, summary,
+       {"", "", "", "", "", "", "ms", "%"});
+  setHeaderTips(table(), {{"stage", "the nodes of one stage run at the same time"},
+                          {"time", "per step: measured while training (kiln train --report), else the --autotune "
+                                   "time of the bound kernel"},
+                          {"share", "of the kernels' summed time per step"},
+                          {"dialect", "the kernel family: onednn, blas, cpu (Kiln's own), cuda, ..."}});
   table()->setColumnWidth(1, std::min(table()->columnWidth(1), 520));  // the times stay in sight
+  for (int r = 0; r < table()->rowCount(); ++r) {
+    const int node = table()->item(r, 0)->data(Qt::DisplayRole).toInt();
+    if (node >= 0 && node < int(full_names_.size())) table()->item(r, 1)->setToolTip(full_names_[size_t(node)]);
+  }
   // The most expensive nodes first when there are times, else graph order.
   table()->sortByColumn(timed ? 6 : 0, timed ? Qt::DescendingOrder : Qt::AscendingOrder);
 }

@@ -6,10 +6,26 @@
 
 #include <QLabel>
 #include <QTableWidget>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "gui/views/view.h"
 
 namespace kiln::studio {
+
+/// A table cell that shows a number with three significant digits and its
+/// unit ("41.2 us", "1.10 GB", "8.42 %") and sorts by the number itself
+/// (Qt::UserRole).
+class NumberItem : public QTableWidgetItem {
+ public:
+  /// `unit`: "ms", "B", "FLOP", "%" or "" (a plain number).
+  NumberItem(double value, const std::string& unit);
+  bool operator<(const QTableWidgetItem& other) const override;
+};
+
+/// Tooltips for column titles (the abbreviations and units they use).
+void setHeaderTips(QTableWidget* t, const std::map<QString, QString>& tips);
 
 class TableView : public View {
  public:
@@ -17,8 +33,11 @@ class TableView : public View {
   QTableWidget* table() const { return table_; }
 
  protected:
-  /// Fill the table: column titles, rows of cells (numbers sort as numbers).
-  void fill(const QStringList& columns, const std::vector<std::vector<QVariant>>& rows, const QString& summary);
+  /// Fill the table: column titles, rows of cells (numbers sort as
+  /// numbers). A double in a column with a unit (`units`, by column) shows
+  /// as a NumberItem.
+  void fill(const QStringList& columns, const std::vector<std::vector<QVariant>>& rows, const QString& summary,
+            const std::vector<std::string>& units = {});
 
  private:
   QLabel* summary_;
@@ -30,6 +49,9 @@ class KernelsView : public TableView {
   using TableView::TableView;
   QString name() const override { return "kernels"; }
   void setDocument(std::shared_ptr<const StudioDocument> doc) override;
+
+ private:
+  std::vector<QString> full_names_;  ///< each node with its absolute source paths (tooltips)
 };
 
 }  // namespace kiln::studio

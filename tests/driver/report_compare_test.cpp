@@ -9,6 +9,7 @@
 #include <string>
 
 #include "driver/messages.h"
+#include "driver/provenance_paths.h"
 
 namespace kiln::driver {
 namespace {
@@ -142,6 +143,22 @@ TEST(FormatQuantity, ThreeSignificantDigitsWithUnits) {
   EXPECT_EQ(formatQuantity(0, "B"), "0 B");
   EXPECT_EQ(formatQuantity(4, "B"), "4 B");
   EXPECT_EQ(formatQuantity(2.5, "FLOP"), "2.50 FLOP");
+}
+
+TEST(ProvenancePaths, RelativeToTheDirectoryTheyShare) {
+  const std::vector<std::string> nodes{"reshape (/home/ana/proj/models/zoo.py:200)",
+                                       "linear @h.0.attn (/home/ana/proj/models/blocks/attn.py:31)",
+                                       "add (grad of mul @a (/home/ana/proj/models/zoo.py:12))", "relu"};
+  const std::string dir = commonSourceDir(nodes);
+  EXPECT_EQ(dir, "/home/ana/proj/models/");
+  EXPECT_EQ(relativeToDir(nodes[0], dir), "reshape (zoo.py:200)");
+  EXPECT_EQ(relativeToDir(nodes[1], dir), "linear @h.0.attn (blocks/attn.py:31)");
+  EXPECT_EQ(relativeToDir(nodes[2], dir), "add (grad of mul @a (zoo.py:12))");
+  EXPECT_EQ(relativeToDir(nodes[3], dir), "relu");
+  EXPECT_EQ(commonSourceDir({"a (/usr/lib/x.py:1)", "b (/home/y.py:2)"}), "");  // only the root in common
+  EXPECT_EQ(commonSourceDir({"relu", "add"}), "");
+  EXPECT_EQ(commonSourceDir({"a (/p/q/x.py:1)", "b (/p/qr/y.py:2)"}), "/p/");  // whole directories
+  EXPECT_EQ(relativeToDir("a (/p/q/x.py:1)", ""), "a (/p/q/x.py:1)");
 }
 
 }  // namespace

@@ -29,7 +29,12 @@ out=$("$STUDIO" "$MODEL" --view passes --pass fuse --screenshot "$W/passes.svg" 
 grep -q "<svg" "$W/passes.svg" || fail "passes.svg is not SVG"
 ok "--pass fuse rendered as SVG"
 
-for args in "--view nosuch|unknown view 'nosuch'" "--pass nosuch|no pass 'nosuch'"; do
+out=$("$STUDIO" "$MODEL" --view graph --colour flops --screenshot "$W/flops.png" 2>&1) || fail "--colour flops exited $?: $out"
+[[ "$out" == *"wrote the graph view to $W/flops.png"* ]] || fail "--colour flops: $out"
+ok "the graph coloured by flops saved"
+
+for args in "--view nosuch|unknown view 'nosuch'" "--pass nosuch|no pass 'nosuch'" \
+  "--colour heat|unknown colouring 'heat'"; do
   a=${args%%|*}
   want=${args#*|}
   # shellcheck disable=SC2086

@@ -31,6 +31,7 @@
 #include "gui/views/passes_view.h"
 
 namespace driver = kiln::driver;
+using kiln::studio::GraphCanvas;
 using kiln::studio::GraphView;
 using kiln::studio::MainWindow;
 using kiln::driver::NodeChange;
@@ -142,6 +143,58 @@ class StudioTest : public QObject {
     QCOMPARE(w.currentView()->name(), QString("graph"));
     QCOMPARE(w.graphView()->selectedNode(), node);
     QVERIFY(!chart->describeAt(middle).isEmpty());
+  }
+
+  // Metric overlays: every box's value is its nodes' measured time (a
+  // folded scope's the sum), and the scale's top is the largest box.
+  void graphViewColoursByAMetric() {
+    MainWindow w;
+    w.resize(1200, 800);
+    w.show();
+    QString error;
+    QVERIFY2(w.openPath(env("KILN_STUDIO_TRAIN_REPORT"), &error), qPrintable(error));
+    GraphView* gv = w.graphView();
+    gv->waitForLayout();
+    gv->colourBy(GraphView::Colouring::Time);
+    QCOMPARE(gv->colouring(), GraphView::Colouring::Time);
+    QVERIFY2(gv->legend().contains("measured time per step"), qPrintable(gv->legend()));
+    const auto& kernels = w.document()->kernels();
+    GraphCanvas* canvas = gv->canvas();
+    auto check = [&](const char* what) {
+      const auto& folded = canvas->folded();
+      std::vector<double> expected(folded.items.size(), 0.0);
+      for (size_t n = 0; n < folded.item_of_node.size(); ++n)
+        expected[size_t(folded.item_of_node[n])] += kernels[n].measured_ms.value_or(0);
+      double top = 0;
+      for (size_t i = 0; i < expected.size(); ++i) {
+        QVERIFY2(std::abs(canvas->itemValue(i) - expected[i]) <= 1e-12 * std::max(1.0, expected[i]), what);
+        top = std::max(top, expected[i]);
+      }
+      QCOMPARE(canvas->maxItemValue(), top);
+    };
+    check("nodes drawn alone");
+    // Fold a block: its box shows the sum of its nodes' times.
+    canvas->closeScope("h.0");
+    gv->waitForLayout();
+    QVERIFY(canvas->folded().items.size() < kernels.size());
+    check("h.0 folded");
+    // Memory at the node: the report's timeline; a folded scope its maximum.
+    gv->colourBy(GraphView::Colouring::Memory);
+    const auto& timeline = w.document()->report().memory.timeline;
+    std::vector<double> most(canvas->folded().items.size(), 0.0);
+    for (size_t n = 0; n < timeline.size(); ++n) {
+      double& m = most[size_t(canvas->folded().item_of_node[n])];
+      m = std::max(m, double(timeline[n]));
+    }
+    for (size_t i = 0; i < most.size(); ++i) QCOMPARE(canvas->itemValue(i), most[i]);
+    gv->colourBy(GraphView::Colouring::OpKind);
+    QCOMPARE(canvas->maxItemValue(), 0.0);
+    // A compile report has no times, and the legend says how to get them.
+    QVERIFY2(w.openPath(env("KILN_STUDIO_COMPILE_REPORT"), &error), qPrintable(error));
+    gv->colourBy(GraphView::Colouring::Time);
+    QVERIFY2(gv->legend().contains("no measured times"), qPrintable(gv->legend()));
+    gv->colourBy(GraphView::Colouring::Flops);
+    QVERIFY(canvas->maxItemValue() > 0);
   }
 
   // The memory view stacks the timeline by category: the categories add up
@@ -358,7 +411,7 @@ class StudioTest : public QObject {
     QVERIFY(chart->nodeAt(QPoint(chart->width() / 2, chart->height() / 2)) > 0);  // memory
     auto* kernels = w.view("kernels")->findChild<QTableWidget*>();
     bool timed = false;
-    QVERIFY(kernels->item(0, 6)->data(Qt::DisplayRole).toDouble(&timed) >= 0 && timed);  // kernels
+    QVERIFY(kernels->item(0, 6)->data(Qt::UserRole).toDouble(&timed) >= 0 && timed);  // kernels
     QVERIFY(w.view("comm")->findChild<QTableWidget*>()->rowCount() >= 2);                // comm
   }
 
@@ -493,8 +546,11 @@ class StudioTest : public QObject {
     double share = 0;
     for (int r = 0; r < table->rowCount(); ++r) {
       bool ok = false;
-      QVERIFY(table->item(r, 6)->data(Qt::DisplayRole).toDouble(&ok) >= 0 && ok);
-      share += table->item(r, 7)->data(Qt::DisplayRole).toDouble();
+      QVERIFY(table->item(r, 6)->data(Qt::UserRole).toDouble(&ok) >= 0 && ok);
+      share += table->item(r, 7)->data(Qt::UserRole).toDouble();
+      // Shown with three significant digits and a unit, not 0.0299731.
+      const QString shown = table->item(r, 6)->text();
+      QVERIFY2(shown.endsWith(" us") || shown.endsWith(" ms") || shown.endsWith(" s"), qPrintable(shown));
     }
     QVERIFY2(std::abs(share - 100) < 1e-6, qPrintable(QString::number(share)));
     QVERIFY(w.view("kernels")->findChild<QLabel*>()->text().contains("measured while training"));
