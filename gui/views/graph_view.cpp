@@ -80,6 +80,13 @@ GraphView::GraphView(QWidget* parent) : View(parent) {
   canvas_->setNodeColour([this](int node) {
     return node >= 0 && node < int(nodes_.size()) ? opKindColour(*nodes_[size_t(node)]) : QColor(Qt::white);
   });
+  // Opening or folding a scope changes the boxes, so the scale's top: the
+  // legend follows.
+  canvas_->on_laid_out = [this] {
+    const Colouring c = colouring();
+    if (c != Colouring::OpKind && c != Colouring::Dialect && doc_ && canvas_->maxItemValue() > 0)
+      legend_->setText(metricLegend(c));
+  };
 }
 
 void GraphView::setDocument(std::shared_ptr<const StudioDocument> doc) {
@@ -163,17 +170,21 @@ void GraphView::colourByMetric(Colouring c) {
     return;
   }
   canvas_->setNodeValues(std::move(values), c == Colouring::Memory);
+  legend_->setText(metricLegend(c));
+}
+
+QString GraphView::metricLegend(Colouring c) const {
   static const std::map<Colouring, std::pair<const char*, const char*>> kWhat{
       {Colouring::Time, {"measured time per step", "ms"}},
       {Colouring::Flops, {"flops", "FLOP"}},
       {Colouring::Bytes, {"bytes read and written", "B"}},
       {Colouring::Memory, {"bytes live while it runs", "B"}}};
   const auto& [what, unit] = kWhat.at(c);
-  legend_->setText(QString("%1: white 0 to <span style='background:#d62728;color:white'>&nbsp;%2&nbsp;</span> "
-                           "(the largest box%3)")
-                       .arg(what)
-                       .arg(QString::fromStdString(driver::formatQuantity(canvas_->maxItemValue(), unit)))
-                       .arg(c == Colouring::Memory ? "" : "; a folded scope sums its nodes"));
+  return QString("%1: white 0 to <span style='background:#d62728;color:white'>&nbsp;%2&nbsp;</span> "
+                 "(the largest box%3)")
+      .arg(what)
+      .arg(QString::fromStdString(driver::formatQuantity(canvas_->maxItemValue(), unit)))
+      .arg(c == Colouring::Memory ? "" : "; a folded scope sums its nodes");
 }
 
 int GraphView::findNext(const QString& text, bool backwards) {

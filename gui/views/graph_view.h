@@ -56,6 +56,8 @@ class GraphView : public View {
  private:
   QString describe(int node) const;
   void colourByMetric(Colouring c);
+  /// "measured time per step: white 0 to 64.9 us (the largest box ...)".
+  QString metricLegend(Colouring c) const;
 
   std::shared_ptr<const StudioDocument> doc_;
   std::vector<const Node*> nodes_;

@@ -23,6 +23,7 @@
 #include <QtTest/QtTest>
 
 #include "driver/compile.h"
+#include "driver/messages.h"
 #include "gui/main_window.h"
 #include "gui/model_compiler.h"
 #include "gui/views/chart_views.h"
@@ -178,6 +179,9 @@ class StudioTest : public QObject {
     gv->waitForLayout();
     QVERIFY(canvas->folded().items.size() < kernels.size());
     check("h.0 folded");
+    // The legend's top follows the boxes drawn.
+    const QString top = QString::fromStdString(kiln::driver::formatQuantity(canvas->maxItemValue(), "ms"));
+    QVERIFY2(gv->legend().contains(top), qPrintable(gv->legend() + " lacks " + top));
     // Memory at the node: the report's timeline; a folded scope its maximum.
     gv->colourBy(GraphView::Colouring::Memory);
     const auto& timeline = w.document()->report().memory.timeline;
