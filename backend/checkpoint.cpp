@@ -127,16 +127,22 @@ Status writeCheckpoint(const std::string& dir, const Checkpoint& ckpt, int keep)
   return {};
 }
 
+Result<std::string> latestCheckpoint(const std::string& dir) {
+  const fs::path latest = fs::path(dir) / kLatest;
+  auto name = readFile(latest.string());
+  if (!name) return Error{"resume: " + dir + " is not a Kiln checkpoint directory (" + name.error().message + ")"};
+  std::string n = *name;
+  while (!n.empty() && (n.back() == '\n' || n.back() == '\r' || n.back() == ' ')) n.pop_back();
+  if (n.empty() || n.find('/') != std::string::npos || n.find("..") != std::string::npos)
+    return Error{"resume: " + latest.string() + " does not name a checkpoint"};
+  return n;
+}
+
 Result<CheckpointFiles> readCheckpointFiles(const std::string& dir) {
   return catchErrors([&]() -> CheckpointFiles {
-    fs::path latest = fs::path(dir) / kLatest;
-    auto name = readFile(latest.string());
-    if (!name) fail("resume: " + dir + " is not a Kiln checkpoint directory (" + name.error().message + ")");
-    std::string n = *name;
-    while (!n.empty() && (n.back() == '\n' || n.back() == '\r' || n.back() == ' ')) n.pop_back();
-    if (n.empty() || n.find('/') != std::string::npos || n.find("..") != std::string::npos)
-      fail("resume: " + latest.string() + " does not name a checkpoint");
-    const fs::path step_dir = fs::path(dir) / n;
+    auto n = latestCheckpoint(dir);
+    if (!n) fail(n.error().message);
+    const fs::path step_dir = fs::path(dir) / *n;
     CheckpointFiles f;
     f.step_dir = step_dir.string();
     for (auto [file, out] : {std::pair{"model.safetensors", &f.model}, std::pair{"optimizer.safetensors", &f.optimizer},

@@ -32,6 +32,9 @@ struct Checkpoint {
 
 /// Save `ckpt` in `dir` and keep the newest `keep` (>= 1) checkpoints there.
 Status writeCheckpoint(const std::string& dir, const Checkpoint& ckpt, int keep = 1);
+/// The step directory DIR/latest names ("step-00000100"); an error when
+/// there is none or it names something else.
+Result<std::string> latestCheckpoint(const std::string& dir);
 /// Reads DIR/latest's checkpoint; errors name the file that is missing or bad.
 Result<Checkpoint> readCheckpoint(const std::string& dir);
 

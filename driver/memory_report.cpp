@@ -90,6 +90,23 @@ std::vector<Category> categorize(const Liveness& l, const Graph& g) {
   return out;
 }
 
+/// The bytes of each category at the peak, as the timeline counts them:
+/// graph inputs always, the others from their producer to their last use.
+std::vector<ReportCategory> peakByCategory(const MemoryPlan& p, const std::vector<Category>& cats) {
+  const auto& names = memoryCategoryNames();
+  std::vector<ReportCategory> out;
+  for (const std::string& n : names) out.push_back({n, 0});
+  for (size_t i = 0; i < p.liveness.buffers.size(); ++i) {
+    const BufferLife& b = p.liveness.buffers[i];
+    if (b.graph_input || (b.def <= p.peak_node && p.peak_node <= b.last)) out[cats[i]].bytes += b.bytes;
+  }
+  return out;
+}
+
+std::vector<ReportCategory> peakByCategory(const MemoryPlan& p, const Graph& g) {
+  return peakByCategory(p, categorize(p.liveness, g));
+}
+
 }  // namespace
 
 const std::vector<std::string>& memoryCategoryNames() {
@@ -115,17 +132,9 @@ ReportMemory memoryReport(const MemoryPlan& p, const Graph* graph) {
     m.tensors.push_back(std::move(t));
   }
   if (graph) {
-    // At the peak, as the timeline counts: graph inputs always, the others
-    // from their producer to their last use.
     const std::vector<Category> cats = categorize(l, *graph);
-    const auto& names = memoryCategoryNames();
-    std::vector<uint64_t> at_peak(names.size());
-    for (size_t i = 0; i < l.buffers.size(); ++i) {
-      const BufferLife& b = l.buffers[i];
-      m.tensors[i].category = names[cats[i]];
-      if (b.graph_input || (b.def <= p.peak_node && p.peak_node <= b.last)) at_peak[cats[i]] += b.bytes;
-    }
-    for (size_t c = 0; c < names.size(); ++c) m.categories.push_back({names[c], at_peak[c]});
+    for (size_t i = 0; i < l.buffers.size(); ++i) m.tensors[i].category = memoryCategoryNames()[cats[i]];
+    m.categories = peakByCategory(p, cats);
   }
   return m;
 }
@@ -161,7 +170,7 @@ void printMemorySummary(std::ostream& os, const MemoryPlan& p, size_t top, size_
   if (graph) {
     os << "  at the peak:";
     const char* sep = " ";
-    for (const ReportCategory& c : memoryReport(p, graph).categories)
+    for (const ReportCategory& c : peakByCategory(p, *graph))
       if (c.bytes) {
         os << sep << c.name << " " << bytesStr(c.bytes);
         sep = ", ";

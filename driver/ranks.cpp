@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/checkpoint.h"
 #include "backend/comm/store_protocol.h"
 #include "driver/messages.h"
 #include "driver/model_args.h"
@@ -293,14 +294,6 @@ std::vector<std::string> withResume(const std::vector<std::string>& args, const 
   return out;
 }
 
-/// DIR/latest's step directory ("step-00000010"), "" when there is none.
-std::string latestCheckpoint(const std::string& dir) {
-  std::ifstream f(dir + "/latest");
-  std::string name;
-  if (!f || !std::getline(f, name)) return "";
-  return name;
-}
-
 }  // namespace
 
 bool shouldLaunch(const CompileOptions& a) {
@@ -360,10 +353,9 @@ int launchRanks(const CompileOptions& a, const LaunchOptions& launch) {
     std::string from = "the start";
     attempt_args = args;
     if (!launch.checkpoint_dir.empty()) {
-      const std::string latest = latestCheckpoint(launch.checkpoint_dir);
-      if (!latest.empty()) {
+      if (const auto latest = latestCheckpoint(launch.checkpoint_dir)) {
         attempt_args = withResume(args, launch.checkpoint_dir);
-        from = "checkpoint " + launch.checkpoint_dir + "/" + latest;
+        from = "checkpoint " + launch.checkpoint_dir + "/" + *latest;
       } else {
         from += " (no checkpoint in " + launch.checkpoint_dir + " yet)";
       }

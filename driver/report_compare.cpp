@@ -86,18 +86,18 @@ std::optional<double> measuredSum(const Report& r) {
   return sum;
 }
 
-std::string ratio(std::optional<double> a, std::optional<double> b) {
-  if (!a || !b || *a == 0) return "";
-  std::ostringstream s;
-  s << std::fixed << std::setprecision(*b / *a >= 9.995 ? 1 : 2) << *b / *a << "x";
-  return s.str();
-}
-
 std::string cell(std::optional<double> v, const std::string& unit) {
   return v ? formatQuantity(*v, unit) : "-";
 }
 
 }  // namespace
+
+std::string ratioText(std::optional<double> a, std::optional<double> b) {
+  if (!a || !b || *a == 0) return "";
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(*b / *a >= 9.995 ? 1 : 2) << *b / *a << "x";
+  return s.str();
+}
 
 std::optional<double> medianStepMillis(const Report& r) {
   if (!r.steps || r.steps->empty()) return std::nullopt;
@@ -150,7 +150,7 @@ void printComparison(std::ostream& out, const ReportComparison& c, const std::st
       << std::setw(9) << "B/A" << "\n";
   for (const ComparisonRow& r : c.summary)
     out << std::left << std::setw(26) << r.what << std::right << std::setw(12) << cell(r.a, r.unit) << std::setw(12)
-        << cell(r.b, r.unit) << std::setw(9) << ratio(r.a, r.b) << "\n";
+        << cell(r.b, r.unit) << std::setw(9) << ratioText(r.a, r.b) << "\n";
 
   auto table = [&](const char* title, const std::vector<TimeDelta>& rows, size_t width) {
     out << "\n" << title << (c.measured ? ", by the change in measured time per step" : ", by the change in nodes")

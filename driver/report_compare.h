@@ -53,6 +53,9 @@ struct ReportComparison {
 
 ReportComparison compareReports(const Report& a, const Report& b);
 
+/// "0.82x" (B/A, two decimals; one from 10x), "" when either is missing or A is 0.
+std::string ratioText(std::optional<double> a, std::optional<double> b);
+
 /// The median step time of a trained report (steps after the first, which
 /// pays for warm-up), nullopt without steps.
 std::optional<double> medianStepMillis(const Report& r);

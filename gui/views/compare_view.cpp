@@ -36,11 +36,6 @@ QString quantity(double v, const std::string& unit) {
   return QString::fromStdString(driver::formatQuantity(v, unit));
 }
 
-QString ratio(std::optional<double> a, std::optional<double> b) {
-  if (!a || !b || *a == 0) return "";
-  return QString::number(*b / *a, 'f', *b / *a >= 9.995 ? 1 : 2) + "x";
-}
-
 void setRows(QTableWidget* t, const QStringList& columns, int rows) {
   t->setSortingEnabled(false);
   t->clear();
@@ -124,7 +119,7 @@ void CompareView::setComparison(std::shared_ptr<const StudioDocument> a, std::sh
     summary_->setItem(r, 0, new QTableWidgetItem(QString::fromStdString(row.what)));
     summary_->setItem(r, 1, cell(row.a ? quantity(*row.a, row.unit) : "-", row.a.value_or(0)));
     summary_->setItem(r, 2, cell(row.b ? quantity(*row.b, row.unit) : "-", row.b.value_or(0)));
-    summary_->setItem(r, 3, cell(ratio(row.a, row.b), row.a && *row.a ? row.b.value_or(0) / *row.a : 0));
+    summary_->setItem(r, 3, cell(QString::fromStdString(driver::ratioText(row.a, row.b)), row.a && *row.a ? row.b.value_or(0) / *row.a : 0));
   }
   summary_->item(0, 0)->setToolTip(
       "step time: the median of the measured steps after the first (which pays for warm-up)");
