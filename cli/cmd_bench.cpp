@@ -23,8 +23,10 @@
 #include "cli/heap_meter.h"
 #include "core/file_io.h"
 #include "driver/compile.h"
+#include "driver/machine_roofs.h"
 #include "driver/messages.h"
 #include "driver/option_table.h"
+#include "driver/report_json.h"
 
 #ifdef KILN_HAVE_TORCH
 #include "backend/aten/torch_plugin.h"
@@ -45,7 +47,35 @@ struct BenchCmd {
   std::string json;
   int64_t warmup = 3;
   int profile = 0;  ///< print the N most expensive ops (0: none)
+  bool machine = false;  ///< measure the machine's roofs instead of a model
+  int64_t gemm_size = 2048;
 };
+
+/// kiln bench --machine: the roofs kiln train --report copies into reports.
+int benchMachine(const BenchCmd& c) {
+  if (c.gemm_size < 16 || c.gemm_size > 16384)
+    return reportError(Error{"--gemm-size must be between 16 and 16384, got " + std::to_string(c.gemm_size)});
+  std::cout << "measuring this machine (" << cpuModelName() << ", "
+            << (c.train.threads > 0 ? std::to_string(c.train.threads) : std::string("all")) << " threads):\n";
+  auto m = measureMachine(c.train.threads, c.gemm_size,
+                          [](const std::string& what) { std::cout << "  " << what << " ..." << std::endl; });
+  if (!m) return reportError(m.error());
+  std::cout << "  f32 GEMM  " << formatQuantity(m->fp32_gemm_flops, "FLOP") << "/s\n";
+  if (m->bf16_gemm_flops)
+    std::cout << "  bf16 GEMM " << formatQuantity(*m->bf16_gemm_flops, "FLOP") << "/s\n";
+  else
+    std::cout << "  bf16 GEMM not measured: this CPU has no bf16 instructions\n";
+  std::cout << "  memory    " << formatQuantity(m->bandwidth_bytes, "B") << "/s (read + written)\n";
+  const std::string file = machineFile(c.train.cache_dir);
+  if (Status st = saveMachine(file, *m); !st) return reportError(st.error());
+  std::cout << "wrote " << file << " (kiln train --report with " << m->threads
+            << " threads puts these roofs in its report)\n";
+  if (!c.json.empty()) {
+    if (Status st = writeFileAtomic(c.json, toJson(*m).dump(2) + "\n"); !st) return reportError(st.error());
+    std::cout << "wrote " << c.json << "\n";
+  }
+  return 0;
+}
 
 /// Kiln's time per kernel over the measured steps, largest first: where a
 /// step goes (CPU: wall time per node; CUDA: device time between events).
@@ -124,6 +154,8 @@ std::string batchDescription(const TensorMap& batch) {
 }
 
 int bench(const BenchCmd& c) {
+  if (c.machine) return benchMachine(c);
+  if (c.train.model.path.empty()) return reportError(Error{"kiln bench: a MODEL to time, or --machine"});
   if (c.warmup < 0) return reportError(Error{"--warmup must be >= 0"});
   if (c.train.steps < 1) return reportError(Error{"--steps must be at least 1 (the measured steps)"});
   if (!c.compare.empty() && c.compare != "torch")
@@ -306,6 +338,11 @@ void addBenchCommand(CLI::App& app) {
                   "also print Kiln's N most expensive kernels (time per step; with --device cuda, device time "
                   "per node over up to 3 extra steps run node by node)");
   sub->add_option("--json", c->json, "write the measurements here (JSON)");
+  sub->get_option("model")->required(false);
+  sub->add_flag("--machine", c->machine,
+                "measure this machine instead of a model: the f32 (and bf16) GEMM rate and the memory bandwidth, "
+                "kept in the cache directory's machine.json for the roofline of kiln train --report");
+  sub->add_option("--gemm-size", c->gemm_size, "--machine: n of the n x n x n products (default 2048)");
   sub->callback([c] {
     int rc = bench(*c);
     if (rc) throw CLI::RuntimeError(rc);

@@ -33,6 +33,9 @@ int run(const RunArgs& a) {
   auto t0 = std::chrono::steady_clock::now();
   auto model = loadAndVerify(a.model);
   if (!model.ok()) return reportError(model.error(), a.verbose);
+  if (model->shapes_only)
+    return reportError(
+        Error{a.model.path + ": a shapes-only dump (no weights) cannot run; export it with its weights"});
   auto t1 = std::chrono::steady_clock::now();
   CpuExecutorOptions opts;
   opts.num_threads = a.threads;

@@ -21,6 +21,7 @@
 #include "core/safetensors.h"
 #include "driver/comm_report.h"
 #include "driver/compile.h"
+#include "driver/machine_roofs.h"
 #include "driver/messages.h"
 #include "driver/option_table.h"
 #include "driver/ranks.h"
@@ -113,10 +114,10 @@ int train(const TrainCmd& c) {
   if (Status st = joinRanks(args); !st) return reportError(st.error());
   // Rank 0 speaks for a data-parallel run: it prints and writes the files.
   const bool lead = isLeadRank(args);
-  if (!c.trace.empty() && lead) {
+  if (!c.trace.empty() && lead)
     if (Status st = checkReportPath(c.trace); !st) return reportError(Error{"--trace: " + st.error().message});
+  if ((!c.trace.empty() || !c.report.empty()) && lead) {  // the report keeps the trace as its timeline
     trace = std::make_unique<TraceRecorder>();
-    trace->nameThread("main (executor)");
     args.trace = trace.get();
   }
   const auto t_start = std::chrono::steady_clock::now();
@@ -191,12 +192,13 @@ int train(const TrainCmd& c) {
   if (!lead) return 0;
   if (!c.report.empty()) {
     auto report = buildReport("train", c.train, *setup, compile_ms);
-    addTrainingResult(report, *setup, *run);
+    addTrainingResult(report, *setup, *run, trace.get());
+    addMachine(report, c.train.cache_dir);
     if (Status st = writeReport(c.report, report); !st) return reportError(st.error());
   }
   if (!c.save_weights.empty())
     if (Status st = writeSafetensors(c.save_weights, s.stateDict()); !st) return reportError(st.error());
-  if (trace) {
+  if (trace && !c.trace.empty()) {
     trace->stop();
     if (Status st = trace->write(c.trace); !st) return reportError(st.error());
     std::cout << "wrote a trace of " << std::min(c.trace_steps, steps - start) << " steps (" << trace->size()

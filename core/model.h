@@ -18,6 +18,11 @@ struct Model {
   std::map<std::string, std::string> aliases;
   /// Where the model came from (path), for messages.
   std::string source;
+  /// A shapes-only dump (models/export.py --shapes-only): the graph's
+  /// parameters, buffers and constants have types but `weights` has no
+  /// tensors for them. Such a model compiles (kiln compile, kiln memory,
+  /// kiln-studio) but cannot run or train.
+  bool shapes_only = false;
 
   /// Every state_dict key (aliases included) -> tensor, as PyTorch names them.
   TensorMap stateDict() const;

@@ -241,6 +241,10 @@ Result<BoundStep> setUp(const CompileOptions& a, TrainingGraphKind kind, Compile
     model = std::move(*m);
   }
   model.source = a.model.path;
+  if (model.shapes_only && !a.compile_only)
+    return Error{a.model.path +
+                 ": a shapes-only dump (no weights) can only be compiled (kiln compile, kiln memory, kiln-studio); "
+                 "to train or run it, export it with its weights (without --shapes-only)"};
   setup.import_ms = msSince(t0);
 
   // 5. The training configuration.

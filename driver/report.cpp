@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iomanip>
+#include <optional>
 #include <ostream>
 #include <sstream>
 
@@ -60,6 +61,21 @@ Status checkReportPath(const std::string& path) {
     return Error{"--report " + path + ": directory " + dir.string() + " is not writable"};
   return {};
 }
+
+namespace {
+
+/// The precision a node computes in (ReportKernel::dtype).
+std::string computeDtype(const Node& n) {
+  std::optional<DType> widest;
+  for (const Value* v : n.inputs()) {
+    const DType t = v->type().dtype;
+    if (t == DType::BF16 || t == DType::F16) return std::string(dtypeName(t));
+    if (isFloating(t) && (!widest || dtypeSize(t) > dtypeSize(*widest))) widest = t;
+  }
+  return widest ? std::string(dtypeName(*widest)) : std::string();
+}
+
+}  // namespace
 
 Report buildReport(const std::string& command, const CompileOptions& a, const BoundStep& setup, double compile_ms) {
   const TrainingSession& s = *setup.session;
@@ -140,6 +156,7 @@ Report buildReport(const std::string& command, const CompileOptions& a, const Bo
       e.scope = n.scope();
       e.flops = cost.flops;
       e.bytes = cost.bytes;
+      e.dtype = computeDtype(n);
     }
     for (const KernelTiming& c : k.timings)
       e.autotune.push_back({c.kernel, c.millis, c.error.empty() ? std::nullopt : std::optional(c.error)});

@@ -349,6 +349,7 @@ struct Fields<ReportKernel> {
     f.field("scope", m.scope, kSince);
     f.field("flops", m.flops, kSince);
     f.field("bytes", m.bytes, kSince);
+    f.field("dtype", m.dtype, kSince);
     f.unlessDefault("autotune", m.autotune);
     f.field("measured_ms", m.measured_ms);
   }
@@ -460,6 +461,65 @@ struct Fields<ReportCommunication> {
 };
 
 template <>
+struct Fields<TimelineRow> {
+  template <class F, class M>
+  static void visit(F& f, M& m) {
+    f.field("name", m.name);
+    f.field("kind", m.kind);
+    f.unlessDefault("thread", m.thread);
+  }
+};
+
+template <>
+struct Fields<TimelineSlice> {
+  template <class F, class M>
+  static void visit(F& f, M& m) {
+    f.field("row", m.row);
+    f.field("category", m.category);
+    f.field("name", m.name);
+    f.field("start_ms", m.start_ms);
+    f.field("dur_ms", m.dur_ms);
+    f.field("node", m.node);
+    f.unlessDefault("threads", m.threads);
+    f.unlessDefault("detail", m.detail);
+  }
+};
+
+template <>
+struct Fields<TimelineStep> {
+  template <class F, class M>
+  static void visit(F& f, M& m) {
+    f.field("step", m.step);
+    f.field("start_ms", m.start_ms);
+    f.field("end_ms", m.end_ms);
+  }
+};
+
+template <>
+struct Fields<ReportTimeline> {
+  template <class F, class M>
+  static void visit(F& f, M& m) {
+    f.field("rows", m.rows);
+    f.field("steps", m.steps);
+    f.field("slices", m.slices);
+  }
+};
+
+template <>
+struct Fields<ReportMachine> {
+  template <class F, class M>
+  static void visit(F& f, M& m) {
+    f.field("cpu", m.cpu);
+    f.field("threads", m.threads);
+    f.field("fp32_gemm_flops", m.fp32_gemm_flops);
+    f.field("bf16_gemm_flops", m.bf16_gemm_flops);
+    f.field("bandwidth_bytes", m.bandwidth_bytes);
+    f.field("gemm_size", m.gemm_size);
+    f.field("measured_at", m.measured_at);
+  }
+};
+
+template <>
 struct Fields<Report> {
   template <class F, class M>
   static void visit(F& f, M& m) {
@@ -481,6 +541,8 @@ struct Fields<Report> {
     f.field("compile", m.compile);
     f.field("steps", m.steps);
     f.field("communication", m.communication);
+    f.field("timeline", m.timeline);
+    f.field("machine", m.machine);
   }
 };
 
@@ -511,6 +573,20 @@ Result<Report> readReport(const std::string& path) {
   auto report = reportFromJson(json);
   if (!report) return report.error().prefixed(path + ": ");
   return report;
+}
+
+nlohmann::ordered_json toJson(const ReportMachine& machine) {
+  return Writer::write(machine);
+}
+
+Result<ReportMachine> machineFromJson(const nlohmann::json& json) {
+  if (!json.is_object()) return Error{std::string("expected an object, got ") + typeName(json)};
+  ReportMachine m;
+  std::string error;
+  Reader reader(json, "", error);
+  Fields<ReportMachine>::visit(reader, m);
+  if (!error.empty()) return Error{error};
+  return m;
 }
 
 Result<Report> reportFromJson(const nlohmann::json& json) {

@@ -15,6 +15,11 @@ nlohmann::ordered_json toJson(const Report& report);
 /// The `memory` object alone (`kiln memory --json`).
 nlohmann::ordered_json toJson(const ReportMemory& memory);
 
+/// A machine's roofs (kiln bench --machine's machine.json entries) and back;
+/// errors name the key.
+nlohmann::ordered_json toJson(const ReportMachine& machine);
+Result<ReportMachine> machineFromJson(const nlohmann::json& json);
+
 /// Read a report. Errors name the key and the version: "not a kiln report
 /// (...)", "report version 2: this Kiln reads version 1", "report version
 /// 1: memory.peak_bytes: missing", "...: passes[2].millis: expected a

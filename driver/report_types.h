@@ -123,6 +123,10 @@ struct ReportKernel {
   /// before these existed lack them (empty, 0).
   std::string op, scope;
   double flops = 0, bytes = 0;
+  /// The precision its arithmetic runs in: "bf16" or "f16" when an input is
+  /// of that type, else the widest float input's ("f32", "f64"); what the
+  /// roofline takes the compute roof by. Empty in older reports.
+  std::string dtype;
   std::optional<double> measured_ms;  ///< kiln train --report: mean over the profiled steps
   std::vector<ReportTiming> autotune;
 };
@@ -181,6 +185,51 @@ struct ReportCommunication {
   std::vector<CommStep> steps;
 };
 
+/// One row of the timeline: an executor thread, a pool thread, the data
+/// prefetch thread, or the communication thread's collectives.
+struct TimelineRow {
+  std::string name;
+  std::string kind;  ///< "executor", "pool", "prefetch", "comm" or "" (another thread)
+  int64_t thread = 0;  ///< pool rows: the OpenMP thread number (1, 2, ...)
+};
+
+/// One slice of the timeline.
+struct TimelineSlice {
+  int64_t row = 0;  ///< index into ReportTimeline::rows
+  /// "node" (a kernel ran), "data" (a batch was made), "comm" (a collective
+  /// on the wire), "wait" (blocked on a batch or a collective: idle).
+  std::string category;
+  std::string name;                  ///< the op, "batch 3", "bucket 2", "wait for allreduce"
+  double start_ms = 0, dur_ms = 0;   ///< from the start of the first recorded step
+  int64_t node = -1;                 ///< node slices (and waits): index into `kernels`
+  int64_t threads = 0;               ///< node slices: the threads the kernel was given
+  std::string detail;                ///< what the tooltip adds (kernel, bytes, queue time, ...)
+};
+
+struct TimelineStep {
+  int64_t step = 0;
+  double start_ms = 0, end_ms = 0;
+};
+
+/// What ran when on which thread during the first recorded steps (kiln
+/// train --report; the --trace file's slices).
+struct ReportTimeline {
+  std::vector<TimelineRow> rows;
+  std::vector<TimelineStep> steps;
+  std::vector<TimelineSlice> slices;
+};
+
+/// What the machine can do (kiln bench --machine): the roofs of a roofline.
+struct ReportMachine {
+  std::string cpu;  ///< the CPU's model name
+  int64_t threads = 0;
+  double fp32_gemm_flops = 0;                 ///< FLOP/s of Kiln's f32 matmul at the measured size
+  std::optional<double> bf16_gemm_flops;      ///< where the CPU has bf16 instructions
+  double bandwidth_bytes = 0;                 ///< bytes/s read plus written by a large elementwise add
+  int64_t gemm_size = 0;                      ///< n of the n x n x n products measured
+  std::string measured_at;                    ///< when (UTC, ISO 8601)
+};
+
 struct Report {
   std::string schema = "kiln-report";
   int64_t version = kReportVersion;
@@ -202,6 +251,8 @@ struct Report {
   ReportCompile compile;
   std::optional<std::vector<StepRecord>> steps;       ///< kiln train
   std::optional<ReportCommunication> communication;  ///< kiln train --nproc N
+  std::optional<ReportTimeline> timeline;            ///< kiln train
+  std::optional<ReportMachine> machine;              ///< kiln train, after kiln bench --machine
 };
 
 }  // namespace kiln::driver

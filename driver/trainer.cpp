@@ -5,8 +5,33 @@
 
 #include "backend/comm/collective_engine.h"
 #include "backend/fault_injection.h"
+#include "driver/timeline.h"
 
 namespace kiln::driver {
+
+namespace {
+
+/// The step's collectives on the trace's "communication" row, from when the
+/// communication thread took each up to when its outputs were complete.
+void traceCollectives(TraceRecorder* trace, TraceRecorder::Clock::time_point origin,
+                      const std::vector<CollectiveRecord>& records) {
+  if (!trace || !trace->recording()) return;
+  auto at = [&](double ms) {
+    return origin + std::chrono::duration_cast<TraceRecorder::Clock::duration>(
+                        std::chrono::duration<double, std::milli>(ms));
+  };
+  for (const CollectiveRecord& c : records)
+    trace->sliceOnRow("communication", "comm", c.bucket < 0 ? "loss" : "bucket " + std::to_string(c.bucket),
+                      "comm", at(c.begin_ms), at(c.end_ms),
+                      {{"node", c.node},
+                       {"collective", c.collective},
+                       {"algorithm", c.algorithm},
+                       {"bytes", std::to_string(c.sent_bytes)},
+                       {"queued_ms", std::to_string(c.begin_ms - c.start_ms)},
+                       {"waited_ms", std::to_string(c.waited_ms)}});
+}
+
+}  // namespace
 
 Result<TrainLoopResult> runTraining(BoundStep& step, const TrainLoopOptions& o, TrainObserver& observer) {
   using Clock = std::chrono::steady_clock;
@@ -15,6 +40,7 @@ Result<TrainLoopResult> runTraining(BoundStep& step, const TrainLoopOptions& o, 
   TrainLoopResult r;
   r.first_step = s.stepsDone();
   s.setTrace(o.trace);
+  if (o.trace) o.trace->nameThread("main (executor)", "executor");
   const int64_t fault_delay = fault::millis("KILN_FAULT_STEP_DELAY_MS");  // tests: ranks drifting apart
   const auto t0 = Clock::now();
   for (int64_t i = r.first_step; i < o.steps; ++i) {
@@ -23,7 +49,7 @@ Result<TrainLoopResult> runTraining(BoundStep& step, const TrainLoopOptions& o, 
       break;
     }
     if (o.trace && i - r.first_step == o.trace_steps) o.trace->stop();  // a few steps show where time goes
-    TraceScope step_slice(o.trace, "step " + std::to_string(i), "step");
+    TraceScope step_slice(o.trace, "step " + std::to_string(i), "step", {{"step", std::to_string(i)}});
     auto batch = step.batches->batch(i);
     if (!batch) return batch.error();
     if (i > 0 && !step.fixed_batch)  // the first batch was checked when compiling
@@ -34,7 +60,10 @@ Result<TrainLoopResult> runTraining(BoundStep& step, const TrainLoopOptions& o, 
     const auto step_t0 = Clock::now();
     if (Status st = s.step(*batch); !st) return st.error();
     const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - step_t0).count();
-    if (collectives) r.comm.push_back({i, step_ms, collectives->takeRecords()});
+    if (collectives) {
+      r.comm.push_back({i, step_ms, collectives->takeRecords()});
+      traceCollectives(o.trace, collectives->stepOrigin(), r.comm.back().collectives);
+    }
     // Node times of the steps after the first, which pays for first-touch
     // allocation and warm-up.
     // Not where profiled runs run otherwise (a device's node by node): the
@@ -67,12 +96,14 @@ Result<TrainLoopResult> runTraining(BoundStep& step, const TrainLoopOptions& o, 
   return r;
 }
 
-void addTrainingResult(Report& report, const BoundStep& step, const TrainLoopResult& result) {
+void addTrainingResult(Report& report, const BoundStep& step, const TrainLoopResult& result,
+                       const TraceRecorder* trace) {
   const TrainingSession& s = *step.session;
   addSteps(report, result.records);
   if (result.profiled_steps > 0) addNodeTimes(report, s.executor().nodeMillis(), result.profiled_steps);
   if (CollectiveEngine* c = s.config().collectives.get())
     addCommunication(report, c->size(), c->communicator().backend(), result.comm);
+  if (trace) report.timeline = timelineFromTrace(*trace, s.executor().threads());
 }
 
 }  // namespace kiln::driver

@@ -28,7 +28,8 @@ struct TrainLoopOptions {
   std::string checkpoint_dir;  ///< with checkpoint_every: save there every K steps (not after the last)
   int64_t checkpoint_every = 0;
   int keep_checkpoints = 1;  ///< the newest checkpoints checkpoint_dir keeps
-  TraceRecorder* trace = nullptr;  ///< record the first trace_steps steps
+  /// Record the first trace_steps steps (the calling thread's row is the executor's).
+  TraceRecorder* trace = nullptr;
   int64_t trace_steps = 3;
 };
 
@@ -66,7 +67,9 @@ struct TrainLoopResult {
 Result<TrainLoopResult> runTraining(BoundStep& step, const TrainLoopOptions& o, TrainObserver& observer);
 
 /// Add what the run measured to a report of the step: the steps, the nodes'
-/// measured times, the communication.
-void addTrainingResult(Report& report, const BoundStep& step, const TrainLoopResult& result);
+/// measured times, the communication, and with `trace` (the loop's) the
+/// timeline of the steps it recorded.
+void addTrainingResult(Report& report, const BoundStep& step, const TrainLoopResult& result,
+                       const TraceRecorder* trace = nullptr);
 
 }  // namespace kiln::driver

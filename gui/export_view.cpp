@@ -4,7 +4,10 @@
 #include <QImage>
 #include <QPainter>
 #include <QSaveFile>
+#include <QRegularExpression>
 #include <QSvgGenerator>
+
+#include "gui/views/table_view.h"
 
 namespace kiln::studio {
 namespace {
@@ -70,6 +73,53 @@ bool exportView(View& view, const QString& path, QString* error) {
   QSaveFile file(path);
   if (!file.open(QIODevice::WriteOnly) || !image.save(&file, "PNG") || !file.commit()) {
     if (error) *error = path + ": cannot write the PNG (" + file.errorString() + ")";
+    return false;
+  }
+  return true;
+}
+
+namespace {
+
+QString csvField(const QString& v) {
+  if (!v.contains(QRegularExpression("[\",\r\n]"))) return v;
+  QString q = v;
+  q.replace("\"", "\"\"");
+  return "\"" + q + "\"";
+}
+
+}  // namespace
+
+bool exportTableCsv(const QTableWidget& table, const QString& path, QString* error) {
+  // A column's unit: that of its NumberItems (every number of a column has one).
+  std::vector<QString> units(size_t(table.columnCount()));
+  for (int c = 0; c < table.columnCount(); ++c)
+    for (int r = 0; r < table.rowCount() && units[size_t(c)].isEmpty(); ++r)
+      if (const QTableWidgetItem* item = table.item(r, c))
+        units[size_t(c)] = item->data(NumberItem::kUnitRole).toString();
+  QString out;
+  for (int c = 0; c < table.columnCount(); ++c) {
+    const QTableWidgetItem* h = table.horizontalHeaderItem(c);
+    QString title = h ? h->text() : QString::number(c);
+    if (!units[size_t(c)].isEmpty()) title += " (" + units[size_t(c)] + ")";
+    out += (c ? "," : "") + csvField(title);
+  }
+  out += "\r\n";
+  for (int r = 0; r < table.rowCount(); ++r) {
+    for (int c = 0; c < table.columnCount(); ++c) {
+      const QTableWidgetItem* item = table.item(r, c);
+      QString v;
+      if (item) {
+        const QVariant number = item->data(Qt::UserRole);
+        const bool has_unit = !item->data(NumberItem::kUnitRole).toString().isEmpty();
+        v = has_unit && number.isValid() ? QString::number(number.toDouble(), 'g', 12) : item->text();
+      }
+      out += (c ? "," : "") + csvField(v);
+    }
+    out += "\r\n";
+  }
+  QSaveFile file(path);
+  if (!file.open(QIODevice::WriteOnly) || file.write(out.toUtf8()) < 0 || !file.commit()) {
+    if (error) *error = path + ": cannot write the CSV (" + file.errorString() + ")";
     return false;
   }
   return true;

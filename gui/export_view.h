@@ -12,4 +12,10 @@ namespace kiln::studio {
 /// Write `view` to `path`; the format comes from the extension (.png, .svg).
 bool exportView(View& view, const QString& path, QString* error);
 
+/// Write `table` to `path` as CSV (RFC 4180): the column titles, then the
+/// rows in the order shown. A number shown with a unit ("41.2 us") is
+/// written as its full-precision value in the column's unit, named in the
+/// title ("time (ms)"). Written atomically.
+bool exportTableCsv(const QTableWidget& table, const QString& path, QString* error);
+
 }  // namespace kiln::studio

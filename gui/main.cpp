@@ -1,6 +1,7 @@
-// kiln-studio [MODEL|REPORT [SECOND]] [kiln compile's options] [--view graph|passes|memory|kernels|comm|compare]
+// kiln-studio [MODEL|REPORT [SECOND]] [kiln compile's options]
+//             [--view graph|passes|memory|kernels|comm|timeline|roofline|compare]
 //             [--measure] [--pass NAME] [--colour op|dialect|time|flops|bytes|memory]
-//             [--screenshot FILE.png|FILE.svg]
+//             [--screenshot FILE.png|FILE.svg] [--csv FILE.csv]
 // Opens a report (kiln compile/train --report) or a model (compiled in this
 // process with kiln compile's options, every pass's IR kept). With --screenshot it renders the view, saves it and
 // exits (docs/studio.md's pictures are made so): exit 1 with one line on error.
@@ -22,7 +23,7 @@ int main(int argc, char** argv) {
   QApplication::setOrganizationName("kiln");
   QApplication::setApplicationName("kiln-studio");
   // kiln compile's options, from the same option table (driver/option_table.h).
-  CLI::App cli{"kiln-studio: the graph, passes, memory, kernels and communication of a Kiln step"};
+  CLI::App cli{"kiln-studio: the graph, passes, memory, kernels, communication, timeline and roofline of a Kiln step"};
   kiln::driver::CompileOptions options;
   kiln::driver::addOptions(&cli, options, kiln::driver::kStudio);
   cli.get_option("model")->description(
@@ -33,7 +34,8 @@ int main(int argc, char** argv) {
   bool measure = false;
   int measure_ranks = 2;
   CLI::Option* view_opt =
-      cli.add_option("--view", view, "the view to show: graph, passes, memory, kernels, comm, compare");
+      cli.add_option("--view", view,
+                     "the view to show: graph, passes, memory, kernels, comm, timeline, roofline, compare");
   cli.add_flag("--measure", measure,
                "also train the model 5 steps on 2 ranks (kiln train --nproc 2 --report) so the kernel times and the "
                "communication fill in");
@@ -48,6 +50,8 @@ int main(int argc, char** argv) {
   CLI::Option* shot_opt = cli.add_option(
       "--screenshot", screenshot,
       "save the view as the window shows it (.png), or its whole content as vector (.svg), and exit");
+  std::string csv;
+  CLI::Option* csv_opt = cli.add_option("--csv", csv, "write the view's table as CSV (File > Export table) and exit");
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -60,8 +64,9 @@ int main(int argc, char** argv) {
   const QString path = QString::fromStdString(options.model.path);
   kiln::studio::MainWindow window;  // restores the last view shown
   window.setCompileOptions(options);
-  if ((*view_opt || *shot_opt) && !window.showView(QString::fromStdString(view)))
-    return fail("unknown view '" + QString::fromStdString(view) + "' (graph, passes, memory, kernels, comm, compare)");
+  if ((*view_opt || *shot_opt || *csv_opt) && !window.showView(QString::fromStdString(view)))
+    return fail("unknown view '" + QString::fromStdString(view) +
+                "' (graph, passes, memory, kernels, comm, timeline, roofline, compare)");
   if (!path.isEmpty()) {
     QString error;
     if (!window.openPath(path, &error)) return fail(error);
@@ -83,6 +88,13 @@ int main(int argc, char** argv) {
     if (index < 0) return fail("no pass '" + name + "' in this report");
     if (!passes->showPass(size_t(index)))
       return fail(passes->headline().isEmpty() ? "cannot show pass " + name : passes->headline());
+  }
+  if (*csv_opt) {
+    if (path.isEmpty()) return fail("--csv needs a report or a model to open");
+    QString error;
+    if (!window.exportCurrentTable(QString::fromStdString(csv), &error)) return fail(error);
+    std::printf("wrote the %s view's table to %s\n", view.c_str(), csv.c_str());
+    if (!*shot_opt) return 0;
   }
   if (*shot_opt) {
     if (path.isEmpty()) return fail("--screenshot needs a report or a model to open");

@@ -31,7 +31,9 @@
 #include "gui/views/compare_view.h"
 #include "gui/views/graph_view.h"
 #include "gui/views/passes_view.h"
+#include "gui/views/roofline_view.h"
 #include "gui/views/table_view.h"
+#include "gui/views/timeline_view.h"
 
 namespace kiln::studio {
 namespace {
@@ -45,14 +47,29 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   tabs_ = new QTabWidget(this);
   graph_ = new GraphView(tabs_);
   compare_ = new CompareView(tabs_);
-  views_ = {graph_,         new PassesView(tabs_), new MemoryView(tabs_), new KernelsView(tabs_),
-            new CommView(tabs_), compare_};
+  auto* memory = new MemoryView(tabs_);
+  auto* kernels = new KernelsView(tabs_);
+  auto* timeline = new TimelineView(tabs_);
+  auto* roofline = new RooflineView(tabs_);
+  views_ = {graph_, new PassesView(tabs_), memory, kernels, new CommView(tabs_), timeline, roofline, compare_};
   for (View* v : views_) tabs_->addTab(v, v->name());
   // A click on the memory timeline selects that node in the graph.
-  static_cast<MemoryView*>(views_[2])->chart()->on_node_clicked = [this](int node) {
+  memory->chart()->on_node_clicked = [this](int node) {
     showView("graph");
     graph_->select(node);
   };
+  // A click on a kernel's slice selects its node in the graph and the kernels table.
+  auto selectEverywhere = [this, kernels](int node) {
+    graph_->select(node);
+    kernels->selectNode(node);
+    statusBar()->showMessage(QString("node %1 selected in the graph and kernels views").arg(node));
+  };
+  timeline->chart()->on_node_clicked = selectEverywhere;
+  roofline->chart()->on_node_clicked = selectEverywhere;
+  connect(roofline->table(), &QTableWidget::cellActivated, this, [roofline, selectEverywhere](int row, int) {
+    if (QTableWidgetItem* item = roofline->table()->item(row, 0))
+      selectEverywhere(item->data(Qt::UserRole + 1).toInt());
+  });
   setCentralWidget(tabs_);
   buildMenus();
   QSettings s;
@@ -97,6 +114,17 @@ void MainWindow::buildMenus() {
                                                       "SVG (*.svg);;PNG (*.png)");
     QString error;
     if (!path.isEmpty() && !exportCurrentView(path, &error)) QMessageBox::warning(this, "kiln-studio", error);
+  });
+  file->addAction("Export &table as CSV...", QKeySequence("Ctrl+Shift+E"), this, [this] {
+    if (!currentView()) return;
+    if (!currentView()->csvTable()) {
+      QMessageBox::information(this, "kiln-studio", "The " + currentView()->name() + " view has no table.");
+      return;
+    }
+    const QString path =
+        QFileDialog::getSaveFileName(this, "Export the table", currentView()->name() + ".csv", "CSV (*.csv)");
+    QString error;
+    if (!path.isEmpty() && !exportCurrentTable(path, &error)) QMessageBox::warning(this, "kiln-studio", error);
   });
   file->addAction("Export graph as &DOT...", this, [this] {
     if (!doc_ || !doc_->graph()) return;
@@ -307,6 +335,16 @@ bool MainWindow::exportCurrentView(const QString& path, QString* error) {
   if (!v) return false;
   waitForLayouts();
   return exportView(*v, path, error);
+}
+
+bool MainWindow::exportCurrentTable(const QString& path, QString* error) {
+  View* v = currentView();
+  QTableWidget* t = v ? v->csvTable() : nullptr;
+  if (!t) {
+    if (error) *error = "the " + (v ? v->name() : QString("current")) + " view has no table to export";
+    return false;
+  }
+  return exportTableCsv(*t, path, error);
 }
 
 bool MainWindow::screenshotCurrentView(const QString& path, QString* error) {

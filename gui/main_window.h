@@ -1,7 +1,7 @@
 // kiln-studio's window: the views as tabs over one document (and the
 // compare view over two), File (open a report, or a model compiled
 // in-process; compare it with another; recent files; export the current
-// view as SVG or PNG, the graph as DOT), View (find, fit, zoom) and a
+// view as SVG or PNG, its table as CSV, the graph as DOT), View (find, fit, zoom) and a
 // remembered window state (QSettings).
 #pragma once
 
@@ -47,7 +47,7 @@ class MainWindow : public QMainWindow {
   void setDocument(std::shared_ptr<const StudioDocument> doc);
   std::shared_ptr<const StudioDocument> document() const { return doc_; }
 
-  /// Show the view named `name` (graph, passes, memory, kernels, comm, compare).
+  /// Show the view named `name` (graph, passes, memory, kernels, comm, timeline, roofline, compare).
   bool showView(const QString& name);
   View* currentView() const;
   View* view(const QString& name) const;
@@ -55,6 +55,9 @@ class MainWindow : public QMainWindow {
   /// Render the current view to `path` (.png or .svg): the whole content
   /// (a graph's whole scene). False on failure.
   bool exportCurrentView(const QString& path, QString* error = nullptr);
+  /// Write the current view's table as CSV (gui/export_view.h). False with
+  /// `error` set when it has none or the file cannot be written.
+  bool exportCurrentTable(const QString& path, QString* error = nullptr);
   /// Save the current view as shown in the window (PNG): --screenshot.
   bool screenshotCurrentView(const QString& path, QString* error = nullptr);
   /// Block until the graph layouts running on worker threads are drawn.

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 
+#include "driver/machine_roofs.h"
 #include "driver/option_table.h"
 #include "driver/report.h"
 #include "driver/trainer.h"
@@ -66,19 +67,24 @@ Result<std::shared_ptr<StudioDocument>> measureInProcess(QWidget* parent, const 
   tick.start(100);
   watcher.setFuture(QtConcurrent::run([options, run, &cancel, &done]() -> Result<driver::Report> {
     const auto t0 = std::chrono::steady_clock::now();
-    auto step = driver::compileStep(options, TrainingGraphKind::Step);
+    TraceRecorder trace;  // the report's timeline
+    driver::CompileOptions traced = options;
+    traced.trace = &trace;
+    auto step = driver::compileStep(traced, TrainingGraphKind::Step);
     if (!step) return step.error();
     const double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     driver::TrainLoopOptions o;
     o.steps = run.steps;
     o.record_steps = true;
     o.profile_nodes = true;
+    o.trace = &trace;
     MeasureObserver observer(cancel, done);
     auto result = driver::runTraining(*step, o, observer);
     if (!result) return result.error();
     if (result->stopped) return driver::compileCancelled();
     auto report = driver::buildReport("train", options, *step, compile_ms);
-    driver::addTrainingResult(report, *step, *result);
+    driver::addTrainingResult(report, *step, *result, &trace);
+    driver::addMachine(report, options.cache_dir);
     return report;
   }));
   if (!watcher.isFinished()) loop.exec();

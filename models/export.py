@@ -3,6 +3,7 @@
 
     export.py NAME --format {trace,script,fx} [--format ...] --out-dir DIR
               [--train] [--no-dropout] [--state-dict] [--dtype float64] [--batch N]
+    export.py NAME --format fx --shapes-only --out-dir DIR [--train] [--batch N] ...
     export.py --list
 
 Writes into DIR:
@@ -24,6 +25,14 @@ training-parity tests (tests/train/) need. Only one format of
 .pt can exist per directory (trace and script both write NAME.pt), so asking
 for both is an error. --dtype float64 casts the weights and inputs before
 tracing (the training-parity tests' exact mode). All safetensors files are byte-for-byte reproducible.
+
+--shapes-only (fx only): trace on the meta device, so no weight is ever
+allocated, and write NAME.fx.json alone: "shapes_only": true, no
+"weights_file", no NAME.safetensors, and no input/expected files (a meta
+forward has no values). Kiln can compile such a dump, not train or run it.
+The zoo.SHAPES_ONLY models (llama_7b_shape: LLaMA-7B's shape) are built on
+the meta device and export only this way, in train mode; any other model is
+built as usual and moved to the meta device.
 """
 
 import argparse
@@ -91,22 +100,69 @@ def input_types_json(inputs) -> str:
     return json.dumps([{"dtype": fx_dump.dtype_name(t.dtype), "shape": list(t.shape)} for t in inputs])
 
 
+def check_shapes_only(name: str, formats: Sequence[str], shapes_only: bool, state_dict: bool = False) -> None:
+    """ValueError (one line) for a combination --shapes-only cannot do."""
+    if shapes_only:
+        other = [f for f in formats if f != "fx"]
+        if other:
+            raise ValueError(f"--shapes-only works with --format fx only (got {', '.join(other)}): "
+                             f"trace and script archives need weight values")
+        if not formats:
+            raise ValueError("--shapes-only needs --format fx")
+        if state_dict:
+            raise ValueError("--shapes-only writes no weights: --state-dict cannot be combined with it")
+    elif zoo.is_shapes_only(name):
+        raise ValueError(f"{name} is built on the meta device (no weights): export it with "
+                         f"--format fx --shapes-only")
+
+
+def export_shapes_only(name: str, out_dir: str, train: Optional[bool] = None, log=None,
+                       no_dropout: bool = False, dtype: torch.dtype = torch.float32,
+                       batch: Optional[int] = None) -> Dict[str, float]:
+    """Shapes-only FX dump of `name` into out_dir: NAME.fx.json only (see the
+    module docstring). The model is built on the meta device (zoo.SHAPES_ONLY)
+    or moved there, so no weight memory is used."""
+    if train is None:
+        train = zoo.is_train(name)
+    os.makedirs(out_dir, exist_ok=True)
+    times: Dict[str, float] = {}
+    t0 = time.time()
+    model, inputs = build(name, train, no_dropout, dtype, batch)
+    model, inputs = fx_dump.to_meta(model, inputs)
+    times["build"] = time.time() - t0
+    t0 = time.time()
+    inference = name in zoo.INFERENCE_EXPORT  # as the ordinary export: eval under no_grad
+    doc = fx_dump.dump_fx(model, inputs, os.path.join(out_dir, name), train=train and not inference,
+                          no_grad=inference, shapes_only=True)
+    times["fx"] = time.time() - t0
+    if log is not None:
+        print(f"{name} [{'train' if train else 'eval'}, shapes only]: "
+              + ", ".join(f"{k} {v:.2f}s" for k, v in times.items())
+              + f"; {len(doc['nodes'])} nodes, {len(doc['placeholders'])} placeholders", file=log)
+    return times
+
+
 def export(name: str, formats: Sequence[str], out_dir: str, train: Optional[bool] = None,
            state_dict: bool = False, log=None, no_dropout: bool = False,
            dtype: torch.dtype = torch.float32, batch: Optional[int] = None,
-           inference: Optional[bool] = None) -> Dict[str, float]:
+           inference: Optional[bool] = None, shapes_only: bool = False) -> Dict[str, float]:
     """Export `name` in `formats` (subset of trace/script/fx) into out_dir.
     Returns seconds spent per step ("expected", "trace", "script", "fx", ...).
     no_dropout: zero every dropout probability first (zoo.zero_dropout).
     dtype: the floating-point type of the weights and inputs (traced with it).
     batch: the example inputs' batch size instead of the zoo's.
     inference: export in eval mode under torch.no_grad() (default: the zoo's
-    INFERENCE_EXPORT models); False: the ordinary grad-enabled export."""
+    INFERENCE_EXPORT models); False: the ordinary grad-enabled export.
+    shapes_only: NAME.fx.json alone, traced on the meta device
+    (export_shapes_only); formats must be ["fx"]."""
     if train is None:
         train = zoo.is_train(name)
     bad = [f for f in formats if f not in FORMATS]
     if bad:
         raise ValueError(f"unknown format(s) {bad}; choose from {FORMATS}")
+    check_shapes_only(name, formats, shapes_only, state_dict)
+    if shapes_only:
+        return export_shapes_only(name, out_dir, train, log, no_dropout, dtype, batch)
     if "trace" in formats and "script" in formats:
         raise ValueError("trace and script both write NAME.pt: export them into different dirs")
     os.makedirs(out_dir, exist_ok=True)
@@ -229,6 +285,10 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32",
                    help="weights and inputs in this type (float64: for exact parity checks)")
     p.add_argument("--batch", type=int, help="example inputs' batch size (default: the zoo's)")
+    p.add_argument("--shapes-only", action="store_true",
+                   help="fx only: trace on the meta device (no weights allocated) and write NAME.fx.json "
+                        "alone, with \"shapes_only\": true and no weights file; Kiln can compile it but "
+                        "not train or run it. Required for models built on the meta device (llama_7b_shape)")
     p.add_argument("--list", action="store_true", help="list models and supported formats")
     args = p.parse_args(argv)
     if args.list:
@@ -239,6 +299,11 @@ def main(argv=None) -> int:
     if args.name not in zoo._REGISTRY:
         p.error(f"unknown model {args.name!r}; known: {', '.join(zoo._REGISTRY)}")
     formats = parse_formats(args.name, args.format)
+    try:
+        check_shapes_only(args.name, formats, args.shapes_only, args.state_dict)
+    except ValueError as exc:
+        print(f"export.py: error: {exc}", file=sys.stderr)
+        return 2
     unsupported = [f for f in formats if f not in zoo.formats(args.name)]
     if unsupported:
         print(f"warning: {args.name} is not known to export as {unsupported} on torch 1.13",
@@ -246,7 +311,8 @@ def main(argv=None) -> int:
     train = True if args.train else None
     try:
         export(args.name, formats, args.out_dir, train=train, state_dict=args.state_dict,
-               log=sys.stdout, no_dropout=args.no_dropout, dtype=getattr(torch, args.dtype), batch=args.batch)
+               log=sys.stdout, no_dropout=args.no_dropout, dtype=getattr(torch, args.dtype), batch=args.batch,
+               shapes_only=args.shapes_only)
     except ValueError as exc:
         p.error(str(exc))
     return 0

@@ -7,6 +7,14 @@ writes PREFIX.fx.json (the graph; schema in docs/fx-format.md) and
 PREFIX.safetensors (every state_dict key, tied ones included, plus the
 tensor constants the tracer lifted, under "__constant__.<name>").
 
+    dump_fx(module, example_inputs, path_prefix, shapes_only=True)
+
+traces a module whose parameters and buffers are on the meta device (no
+storage: a 7e9-parameter model costs nothing), with meta example inputs, and
+writes only PREFIX.fx.json: the same document with "shapes_only": true and no
+"weights_file". Step 4 below then runs the graph on the meta values for the
+nodes' dtypes/shapes and checks the outputs' dtypes/shapes only.
+
 How the graph is made (works on torch 1.13 and 2.x):
 
   1. capture: make_fx over  fn(*flat) = functional_call(module, {key: flat[i]},
@@ -32,15 +40,17 @@ How the graph is made (works on torch 1.13 and 2.x):
      nodes (detach for autograd, empty() reserves) are removed.
   4. check: the final graph is run with an Interpreter on fresh copies of the
      weights; this gives every node's dtype/shape and is compared with the
-     module's own forward.
+     module's own forward (shapes_only: on the meta tensors, comparing the
+     outputs' dtypes and shapes only).
 
 CLI:
-    fx_dump.py MODEL --out-dir DIR [--train]      dump a zoo model
+    fx_dump.py MODEL --out-dir DIR [--train] [--shapes-only]   dump a zoo model
     fx_dump.py --op-census [--modes eval,train]    table of every aten overload
                                                    over the zoo (markdown)
 """
 
 import argparse
+import contextlib
 import json
 import math
 import operator
@@ -116,6 +126,52 @@ def _other_dirs_to_skip() -> List[str]:
 
 
 _SKIP_DIRS = [_TORCH_DIR] + _other_dirs_to_skip()
+
+
+class _MetaShapePatches:
+    """Context manager for tracing on the meta device, where a tensor has a
+    shape but no values. repeat_interleave(x, r: int, dim) expands (torch
+    1.13; later versions may expand it without an index) into
+    repeat_interleave.Tensor(repeats) + index_select, and the meta kernel of
+    repeat_interleave.Tensor cannot size its result without
+    `output_size`, which the values would give. With an int `r` it is
+    x.size(dim) * r (x.numel() * r without dim), so while this is active
+    torch.repeat_interleave / Tensor.repeat_interleave pass it: the graph
+    then records repeat_interleave.Tensor(repeats, output_size=N), the same
+    op and value. Used only for shapes-only dumps, so ordinary dumps keep
+    their graphs."""
+
+    _TARGETS = ((torch, "repeat_interleave"), (torch.Tensor, "repeat_interleave"))
+
+    def __init__(self):
+        self.saved = []
+
+    @staticmethod
+    def _with_output_size(orig):
+        def repeat_interleave(input, repeats=None, dim=None, *, output_size=None):
+            if repeats is None:  # repeat_interleave(repeats): the index overload
+                return orig(input, output_size=output_size)
+            if output_size is None and isinstance(repeats, int) and not isinstance(repeats, bool):
+                output_size = (input.numel() if dim is None else input.size(dim)) * repeats
+            return orig(input, repeats, dim, output_size=output_size)
+        return repeat_interleave
+
+    def __enter__(self):
+        for owner, name in self._TARGETS:
+            own = name in vars(owner)
+            orig = getattr(owner, name)
+            self.saved.append((owner, name, own, vars(owner).get(name)))
+            setattr(owner, name, self._with_output_size(orig))
+        return self
+
+    def __exit__(self, *exc):
+        for owner, name, own, orig in reversed(self.saved):
+            if own:
+                setattr(owner, name, orig)
+            else:
+                delattr(owner, name)  # back to the inherited C method
+        self.saved = []
+        return False
 
 # --------------------------------------------------------------------------
 # Names and encodings
@@ -578,19 +634,40 @@ def format_doc(doc: dict) -> str:
 # --------------------------------------------------------------------------
 
 
+def _require_meta(entries: Sequence[StateEntry], inputs: Sequence[torch.Tensor]) -> None:
+    """shapes_only: every parameter, buffer and input must be a meta tensor."""
+    off = [e.key for e in entries if not e.tensor.is_meta]
+    off += [f"input{i}" for i, x in enumerate(inputs) if not (isinstance(x, torch.Tensor) and x.is_meta)]
+    if off:
+        raise ValueError(f"shapes_only: {len(off)} parameters/buffers/inputs are not on the meta device "
+                         f"(first: {off[0]}); build the module and inputs on torch.device('meta') "
+                         f"or move them there with .to('meta')")
+
+
 def trace_fx(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor], train: bool = False,
-             no_grad: bool = False):
+             no_grad: bool = False, shapes_only: bool = False):
     """Capture `module` as a functional aten graph (no_grad: as captured under
     torch.no_grad(), with the inference fast paths).
 
     Returns (doc, weights, gm): the JSON document (without "weights_file"),
-    the dict of tensors for the weights file, and the GraphModule."""
+    the dict of tensors for the weights file, and the GraphModule.
+
+    shapes_only: the module's state and the inputs are meta tensors (see
+    _require_meta); the graph is run on them for the nodes' dtypes/shapes,
+    only the outputs' dtypes/shapes are checked against the module's own
+    (meta) forward, the document gets "shapes_only": true, and `weights` is
+    empty (there are no values to write)."""
     inputs = tuple(example_inputs)
     was_training = module.training
     module.train(train)
     try:
         entries = collect_state(module)
-        gm = _capture(module, entries, inputs, no_grad)
+        if shapes_only:
+            _require_meta(entries, inputs)
+            with _MetaShapePatches():
+                gm = _capture(module, entries, inputs, no_grad)
+        else:
+            gm = _capture(module, entries, inputs, no_grad)
     finally:
         module.train(was_training)
     graph = gm.graph
@@ -634,7 +711,8 @@ def trace_fx(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor], tr
             key = f"__constant__.{node.target}"
             constants.append({"name": node.name, "kind": "constant", "key": key,
                               **describe(value)})
-            weights[key] = value.detach().clone()
+            if not shapes_only:
+                weights[key] = value.detach().clone()
 
     # Run the final graph on fresh state: node metadata + self-check.
     flat = _clone_state(entries, grad=False)
@@ -646,12 +724,14 @@ def trace_fx(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor], tr
     module.train(train)
     try:
         torch.manual_seed(0)
-        with torch.enable_grad():
+        with torch.enable_grad(), (_MetaShapePatches() if shapes_only else contextlib.nullcontext()):
             ref = _state_fn(module, entries)(*ref_state, *inputs)
     finally:
         module.train(was_training)
     has_random = any(_is_random(n.target) for n in graph.nodes if n.op == "call_function")
-    if not has_random:
+    if shapes_only:  # meta tensors: no values to compare
+        _check_types("output", got, ref)
+    elif not has_random:
         _check_close("output", got, [r.detach() for r in ref])
         by_ph = {p.name: i for i, p in enumerate(phs)}
         for m in mutations:
@@ -681,9 +761,10 @@ def trace_fx(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor], tr
     outputs = [encode(a) for a in out_node.args[0]]
 
     # Weights: every state key (tied keys under each name) with initial values.
-    for e in entries:
-        for k in e.keys:
-            weights[k] = e.tensor.detach().clone()
+    if not shapes_only:
+        for e in entries:
+            for k in e.keys:
+                weights[k] = e.tensor.detach().clone()
     aliases = {a: e.key for e in entries for a in e.aliases}
 
     doc = {
@@ -693,6 +774,7 @@ def trace_fx(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor], tr
                      "tracer": "make_fx+functionalize"},
         "mode": "train" if train else "eval",
         "random": has_random,
+        **({"shapes_only": True} if shapes_only else {}),
         "placeholders": placeholders,
         "constants": constants,
         "aliases": aliases,
@@ -704,32 +786,53 @@ def trace_fx(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor], tr
     return doc, weights, gm
 
 
-def _check_close(what: str, got: Sequence[torch.Tensor], ref: Sequence[torch.Tensor]):
+def _check_types(what: str, got: Sequence[torch.Tensor], ref: Sequence[torch.Tensor]):
+    """Shapes-only self-check: same number of values, dtypes and shapes."""
     if len(got) != len(ref):
         raise RuntimeError(f"fx_dump self-check: {what}: {len(got)} values, expected {len(ref)}")
     for i, (g, r) in enumerate(zip(got, ref)):
         if g.shape != r.shape or g.dtype != r.dtype:
             raise RuntimeError(f"fx_dump self-check: {what} {i}: {g.dtype}{list(g.shape)} "
                                f"vs {r.dtype}{list(r.shape)}")
+
+
+def _check_close(what: str, got: Sequence[torch.Tensor], ref: Sequence[torch.Tensor]):
+    _check_types(what, got, ref)
+    for i, (g, r) in enumerate(zip(got, ref)):
         if not torch.allclose(g.double(), r.double(), rtol=1e-4, atol=1e-5, equal_nan=True):
             diff = (g.double() - r.double()).abs().max().item()
             raise RuntimeError(f"fx_dump self-check: {what} {i} differs (max abs diff {diff:g})")
 
 
+def to_meta(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor]):
+    """(module moved to the meta device, inputs as meta tensors): for a
+    shapes-only dump of a model built with real weights (their memory is
+    freed). Already-meta modules and inputs are returned as they are."""
+    if any(not t.is_meta for t in list(module.parameters()) + list(module.buffers())):
+        module = module.to("meta")
+    return module, tuple(x if x.is_meta else x.to("meta") for x in example_inputs)
+
+
 def dump_fx(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor], path_prefix: str,
-            train: bool = False, no_grad: bool = False) -> dict:
-    """Write PREFIX.fx.json and PREFIX.safetensors; returns the JSON document."""
-    doc, weights, _ = trace_fx(module, example_inputs, train, no_grad)
-    base = os.path.basename(path_prefix)
-    head = ("format", "version", "producer", "mode", "random")
-    doc = {**{k: doc[k] for k in head}, "weights_file": base + ".safetensors",
-           **{k: v for k, v in doc.items() if k not in head}}
+            train: bool = False, no_grad: bool = False, shapes_only: bool = False) -> dict:
+    """Write PREFIX.fx.json and PREFIX.safetensors; returns the JSON document.
+
+    shapes_only: `module`'s parameters/buffers and `example_inputs` are on the
+    meta device; writes PREFIX.fx.json only, with "shapes_only": true and no
+    "weights_file" (see trace_fx)."""
+    doc, weights, _ = trace_fx(module, example_inputs, train, no_grad, shapes_only=shapes_only)
+    if not shapes_only:
+        base = os.path.basename(path_prefix)
+        head = ("format", "version", "producer", "mode", "random")
+        doc = {**{k: doc[k] for k in head}, "weights_file": base + ".safetensors",
+               **{k: v for k, v in doc.items() if k not in head}}
     d = os.path.dirname(path_prefix)
     if d:
         os.makedirs(d, exist_ok=True)
     with open(path_prefix + ".fx.json", "w", encoding="utf-8") as f:
         f.write(format_doc(doc))
-    st_io.save(path_prefix + ".safetensors", weights, {"format": FORMAT})
+    if not shapes_only:
+        st_io.save(path_prefix + ".safetensors", weights, {"format": FORMAT})
     return doc
 
 # --------------------------------------------------------------------------
@@ -795,6 +898,9 @@ def main(argv=None) -> int:
     p.add_argument("model", nargs="?", help="zoo model name (see models/zoo.py)")
     p.add_argument("--out-dir", default=".", help="directory for MODEL.fx.json / MODEL.safetensors")
     p.add_argument("--train", action="store_true", help="trace the forward in train mode")
+    p.add_argument("--shapes-only", action="store_true",
+                   help="trace on the meta device and write MODEL.fx.json only (no weights; "
+                        "\"shapes_only\": true); required for zoo.SHAPES_ONLY models")
     p.add_argument("--op-census", action="store_true",
                    help="print a markdown table of every aten overload over the zoo")
     p.add_argument("--modes", default="eval,train", help="census modes (comma separated)")
@@ -815,10 +921,16 @@ def main(argv=None) -> int:
         return 0
     if not args.model:
         p.error("give a MODEL or --op-census")
+    if zoo.is_shapes_only(args.model) and not args.shapes_only:
+        print(f"fx_dump.py: error: {args.model} is built on the meta device (no weights): "
+              f"dump it with --shapes-only", file=sys.stderr)
+        return 2
     model, inputs = zoo.build(args.model)
+    if args.shapes_only:
+        model, inputs = to_meta(model, inputs)
     train = args.train or zoo.is_train(args.model)
     doc = dump_fx(model, inputs, os.path.join(args.out_dir, args.model), train=train,
-                  no_grad=args.model in zoo.INFERENCE_EXPORT)
+                  no_grad=args.model in zoo.INFERENCE_EXPORT, shapes_only=args.shapes_only)
     print(f"{args.model}: {len(doc['nodes'])} nodes, {len(doc['placeholders'])} placeholders, "
           f"{len(doc['constants'])} constants, {len(doc['mutations'])} mutations")
     return 0

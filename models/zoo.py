@@ -819,6 +819,48 @@ def _tv_vit() -> nn.Module:
 
 
 # --------------------------------------------------------------------------
+# Construction on the meta device (shapes-only models)
+# --------------------------------------------------------------------------
+
+# Factory functions that take a `device` argument (the list torch 2.x's
+# torch.device("meta") context manager redirects, as far as 1.13 has them).
+_FACTORY_NAMES = ("empty", "empty_strided", "empty_quantized", "ones", "zeros", "full", "arange", "range",
+                  "eye", "linspace", "logspace", "rand", "randn", "randint", "randperm",
+                  "tensor", "as_tensor", "asarray", "scalar_tensor", "tril_indices", "triu_indices",
+                  "bartlett_window", "blackman_window", "hamming_window", "hann_window", "kaiser_window",
+                  "sparse_coo_tensor", "vander")
+
+
+class _MetaFactories(torch.overrides.TorchFunctionMode):
+    """torch 1.13 stand-in for `with torch.device("meta"):` (2.x): factory
+    calls without an explicit device create meta tensors."""
+
+    _FACTORIES = {getattr(torch, n) for n in _FACTORY_NAMES if hasattr(torch, n)}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if func in self._FACTORIES and kwargs.get("device") is None:
+            kwargs["device"] = "meta"
+        return func(*args, **kwargs)
+
+
+def on_meta(ctor: Callable[[], nn.Module]) -> Callable[[], nn.Module]:
+    """A constructor that builds the module on the meta device: parameters
+    and buffers have dtypes and shapes but no storage, so a 7e9-parameter
+    model costs no memory. (torch.device as a context manager on 2.x.)"""
+    def build_on_meta() -> nn.Module:
+        ctx = torch.device("meta") if hasattr(torch.device, "__enter__") else _MetaFactories()
+        with ctx:
+            model = ctor()
+        bad = [k for k, t in list(model.named_parameters()) + list(model.named_buffers()) if not t.is_meta]
+        if bad:
+            raise RuntimeError(f"on_meta: {len(bad)} tensors were not created on the meta device "
+                               f"(first: {bad[0]})")
+        return model
+    return build_on_meta
+
+
+# --------------------------------------------------------------------------
 # Registry
 # --------------------------------------------------------------------------
 
@@ -919,13 +961,27 @@ _REGISTRY: Dict[str, Tuple[Callable[[], nn.Module], tuple, Tuple[str, ...]]] = {
     # EmbeddingBags, 512 rows of 32 tokens.
     "bat_bag": (lambda: BagClassifier(vocab=100000, d=64, classes=2),
                 (_ints((512, 32), 100000),), ("trace",)),
+    # LLaMA-7B's shape (vocabulary 32000, width 4096, 32 heads, 32 K/V
+    # heads, SwiGLU 11008, 32 layers: 6.7e9 parameters), one sequence of 2048
+    # tokens, built on the meta device: no weights exist, so it exports only
+    # as a shapes-only FX dump (export.py --shapes-only; see SHAPES_ONLY),
+    # which Kiln can compile (memory plans, schedules) but not run.
+    "llama_7b_shape": (on_meta(lambda: LlamaDecoder(vocab=32000, d_model=4096, n_head=32, n_kv_head=32,
+                                                    d_ff=11008, n_layer=32)),
+                       (_ints((1, 2048), 32000),), ("fx",)),
 }
 
 # Built on request only (export.py NAME), never by the test suites.
 BENCH_ONLY = {"gpt2_small", "gpt2_cls50k", "tv_resnet50", "bat_resnet50", "bat_vit_b16", "bat_gpt2_40m",
               "bat_llama", "bat_lstm", "bat_cells", "bat_cells_long", "bat_bert_base6", "bat_unet",
-              "bat_video", "bat_bag"}
+              "bat_video", "bat_bag", "llama_7b_shape"}
 NAMES: List[str] = [n for n in _REGISTRY if n not in BENCH_ONLY]
+
+# Models built on the meta device (on_meta): their parameters have no values,
+# so they export only shapes-only (export.py --shapes-only), their example
+# inputs are meta tensors too, and they are dumped in train mode (the
+# compiler builds the training step from the forward).
+SHAPES_ONLY = {"llama_7b_shape"}
 
 # Models exported as a user exports for inference: eval mode, under
 # torch.no_grad() (models/export.py, models/fx_dump.py), so that their
@@ -935,12 +991,17 @@ NAMES: List[str] = [n for n in _REGISTRY if n not in BENCH_ONLY]
 INFERENCE_EXPORT = {"tv_vit_nograd"}
 
 # Models whose forward is meant to run in train mode.
-TRAIN_NAMES = {n for n in NAMES if n.endswith("_train")}
+TRAIN_NAMES = {n for n in NAMES if n.endswith("_train")} | SHAPES_ONLY
 
 
 def is_train(name: str) -> bool:
     """True if the model's reference forward runs in train mode."""
     return name in TRAIN_NAMES
+
+
+def is_shapes_only(name: str) -> bool:
+    """True if `name` is built on the meta device (no weight values)."""
+    return name in SHAPES_ONLY
 
 
 def formats(name: str) -> Tuple[str, ...]:
@@ -989,7 +1050,8 @@ def build(name: str, train=None, no_dropout: bool = False, batch: Optional[int] 
     The module comes back in train mode for the *_train models (or if
     train=True), eval mode otherwise. no_dropout=True zeroes every dropout
     probability (see zero_dropout); weights and inputs are the same.
-    batch: the example inputs' first dimension instead of the zoo's."""
+    batch: the example inputs' first dimension instead of the zoo's.
+    SHAPES_ONLY models come back on the meta device, inputs included."""
     if name not in _REGISTRY:
         raise KeyError(f"unknown model {name!r}; known: {', '.join(NAMES)}")
     ctor, specs, _ = _REGISTRY[name]
@@ -1003,7 +1065,10 @@ def build(name: str, train=None, no_dropout: bool = False, batch: Optional[int] 
     if batch is not None:
         specs = [(s[0], (batch,) + tuple(s[1][1:]), s[2]) if s and s[0] == "int64" else (batch,) + tuple(s[1:])
                  for s in specs]
-    return model, _make_inputs(specs)
+    inputs = _make_inputs(specs)
+    if name in SHAPES_ONLY:
+        inputs = tuple(x.to("meta") for x in inputs)
+    return model, inputs
 
 
 if __name__ == "__main__":
@@ -1014,6 +1079,10 @@ if __name__ == "__main__":
         t0 = time.time()
         m, ins = build(n)
         t1 = time.time()
+        if n in SHAPES_ONLY:  # meta weights: no forward to run (export.py --shapes-only traces it)
+            print(f"{n:24s} build {t1 - t0:6.2f}s params {sum(p.numel() for p in m.parameters()) / 1e6:6.2f}M "
+                  f"on the meta device, in {[tuple(i.shape) for i in ins]}")
+            continue
         out = m(*ins)
         t2 = time.time()
         outs = out if isinstance(out, tuple) else (out,)

@@ -10,7 +10,7 @@ PACKAGES=(
   libtorch-dev python3-torch python3-torchvision
   python3-dev pybind11-dev python3-pytest  # the Python module (python/) and its tests
   clang-14 libclang-rt-14-dev libomp-14-dev llvm-14-tools  # clang: fuzzers and the ASan+UBSan build (OpenMP from libomp)
-  qt6-base-dev qt6-charts-dev qt6-svg-dev libgraphviz-dev xvfb xauth
+  qt6-base-dev qt6-charts-dev qt6-svg-dev libgraphviz-dev xvfb xauth python3-pil  # kiln-studio; Pillow grabs the Xvfb screen
 )
 
 missing=()

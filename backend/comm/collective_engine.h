@@ -62,6 +62,8 @@ class CollectiveEngine {
 
   /// The origin of the records' times: the start of the current step.
   void beginStep();
+  /// That origin (the trace places the records' times with it).
+  std::chrono::steady_clock::time_point stepOrigin() const { return step_origin_; }
   /// The records of the collectives since the last call, in start order.
   std::vector<CollectiveRecord> takeRecords();
 

@@ -211,7 +211,8 @@ void CpuExecutor::runKernel(size_t i, NodeRun& r, KernelContext& ctx) {
                   {{"node", n.describe()},
                    {"kernel", kernels_[i]->name},
                    {"bytes", std::to_string(bytes)},
-                   {"index", std::to_string(i)}});
+                   {"index", std::to_string(i)},
+                   {"threads", std::to_string(ctx.num_threads)}});
   }
 }
 
@@ -304,7 +305,7 @@ Result<std::vector<Tensor>> CpuExecutor::run(const TensorMap& inputs, const std:
           own.num_threads = 1;
           try {
             if (trace_ && trace_->recording() && omp_get_thread_num() > 0)
-              trace_->nameThread("cpu pool " + std::to_string(omp_get_thread_num()));
+              trace_->nameThread("cpu pool " + std::to_string(omp_get_thread_num()), "pool");
             runKernel(first + k, runs[k], own);
           } catch (...) {
             runs[k].error = std::current_exception();
@@ -332,8 +333,14 @@ Result<std::vector<Tensor>> CpuExecutor::run(const TensorMap& inputs, const std:
 }
 
 void CpuExecutor::awaitCollective(CollectiveEngine& comm, size_t i) const {
+  // The executor blocked on the wire: a "wait" slice on its row (idle time).
+  const bool traced = trace_ && trace_->recording();
+  const auto t0 = traced ? TraceRecorder::Clock::now() : TraceRecorder::Clock::time_point();
   try {
     comm.wait(i);
+    if (traced)
+      trace_->slice("wait for " + nodes_[i]->op(), "wait", t0, TraceRecorder::Clock::now(),
+                    {{"index", std::to_string(i)}});
   } catch (const KilnException& e) {
     fail(nodes_[i]->describe() + ": " + e.what());
   }

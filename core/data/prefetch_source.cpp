@@ -47,7 +47,7 @@ class Prefetcher final : public PrefetchSource {
       ++stats_.served_waited;
       stats_.waited_ms += std::chrono::duration<double, std::milli>(t1 - t0).count();
       lock.unlock();
-      if (trace_) trace_->slice("wait for batch " + std::to_string(step), "data", t0, t1);
+      if (trace_) trace_->slice("wait for batch " + std::to_string(step), "wait", t0, t1);
     }
     return out;
   }
@@ -63,7 +63,7 @@ class Prefetcher final : public PrefetchSource {
 
  private:
   void loop() {
-    if (trace_) trace_->nameThread("data prefetch");
+    if (trace_) trace_->nameThread("data prefetch", "prefetch");
     std::unique_lock<std::mutex> lock(mu_);
     while (true) {
       wake_.wait(lock, [&] { return stop_ || !wanted_.empty(); });

@@ -37,11 +37,15 @@ class MemoryChart : public QWidget {
   void setDocument(std::shared_ptr<const StudioDocument> doc);
   /// The tensor drawn at `pos` ("" where none): what the tooltip says.
   QString describeAt(QPoint pos) const;
+  /// The keyboard's cursor: Left/Right (Home/End) move it node by node,
+  /// Enter selects its node as a click would; -1 before the first key.
+  int cursorNode() const { return cursor_; }
 
  protected:
   void paintEvent(QPaintEvent*) override;
   void mouseMoveEvent(QMouseEvent* e) override;
   void mousePressEvent(QMouseEvent* e) override;
+  void keyPressEvent(QKeyEvent* e) override;
 
  private:
   struct Band {
@@ -62,6 +66,7 @@ class MemoryChart : public QWidget {
   double peak_ = 0, budget_ = 0;
   int64_t peak_node_ = 0;
   std::vector<int64_t> remat_nodes_;  ///< nodes that recompute a value (marked under the axis)
+  int cursor_ = -1;
 
  public:
   size_t rematNodes() const { return remat_nodes_.size(); }
@@ -76,6 +81,7 @@ class MemoryView : public View {
   MemoryChart* chart() const { return chart_; }
   /// The peak by category: category, bytes, share.
   QTableWidget* peakTable() const { return peak_table_; }
+  QTableWidget* csvTable() override { return peak_table_; }
   /// Stack by category (true) or show the largest tensors (false).
   void showCategories(bool on);
 
@@ -102,6 +108,7 @@ class CommView : public View {
   explicit CommView(QWidget* parent = nullptr);
   QString name() const override { return "comm"; }
   void setDocument(std::shared_ptr<const StudioDocument> doc) override;
+  QTableWidget* csvTable() override { return table_; }
 
  private:
   QTableWidget* table_;

@@ -207,4 +207,9 @@ void CompareView::fillGraphs(const StudioDocument& a, const StudioDocument& b) {
   graph_text_->setPlainText(text.empty() ? QString("(the final graphs are the same)") : QString::fromStdString(text));
 }
 
+QTableWidget* CompareView::csvTable() {
+  auto* shown = qobject_cast<QTableWidget*>(tabs_->currentWidget());
+  return shown ? shown : summary_;
+}
+
 }  // namespace kiln::studio

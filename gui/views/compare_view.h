@@ -30,6 +30,8 @@ class CompareView : public View {
   QTableWidget* summaryTable() const { return summary_; }
   /// "op", "scope", "node", "passes".
   QTableWidget* table(const QString& which) const;
+  /// The tab in sight's table (the summary's when the graphs tab is).
+  QTableWidget* csvTable() override;
   /// The final graphs' diff (counts valid when both reports carry graph.ir).
   const driver::GraphDiff& graphDiff() const { return graph_diff_; }
   QString headline() const { return headline_->text(); }

@@ -103,13 +103,18 @@ std::string foldedDot(const driver::FoldedGraph& f, const std::vector<const Node
 
 namespace {
 
-/// Zoom with the wheel, pan by dragging; double-click reports the item.
+/// Zoom with the wheel, pan by dragging; double-click reports the item;
+/// keys go to on_key first (true: handled), else scroll as usual.
 class ZoomView : public QGraphicsView {
  public:
   using QGraphicsView::QGraphicsView;
   std::function<void(int item)> on_double_click;
+  std::function<bool(QKeyEvent*)> on_key;
 
  protected:
+  void keyPressEvent(QKeyEvent* e) override {
+    if (!on_key || !on_key(e)) QGraphicsView::keyPressEvent(e);
+  }
   void wheelEvent(QWheelEvent* e) override {
     const double f = e->angleDelta().y() > 0 ? 1.2 : 1 / 1.2;
     scale(f, f);
@@ -190,6 +195,7 @@ GraphCanvas::GraphCanvas(QWidget* parent) : QWidget(parent) {
     else if (!it.scope.empty())
       closeScope(it.scope);
   };
+  view->on_key = [this](QKeyEvent* e) { return navigate(e->key()); };
   connect(scene_, &QGraphicsScene::selectionChanged, this, [this] {
     const auto items = scene_->selectedItems();
     if (items.isEmpty()) return;
@@ -418,6 +424,42 @@ size_t GraphCanvas::drawnNodes() const {
   size_t n = 0;
   for (size_t i = 0; i < item_boxes_.size(); ++i) n += item_boxes_[i] && folded_.items[i].node >= 0;
   return n;
+}
+
+bool GraphCanvas::navigate(int key) {
+  if (selected_ < 0 || selected_ >= int(nodes_.size())) return false;
+  const Node& n = *nodes_[size_t(selected_)];
+  int next = -1;
+  if (key == Qt::Key_Left || key == Qt::Key_Right) {
+    next = selected_ + (key == Qt::Key_Right ? 1 : -1);
+  } else if (key == Qt::Key_Up) {  // what made its first input that a node made
+    for (const Value* v : n.inputs())
+      if (const Node* p = v->producer()) {
+        next = int(std::find(nodes_.begin(), nodes_.end(), p) - nodes_.begin());
+        break;
+      }
+  } else if (key == Qt::Key_Down) {  // the first node reading one of its outputs
+    for (size_t i = size_t(selected_) + 1; i < nodes_.size() && next < 0; ++i)
+      for (const Value* v : nodes_[i]->inputs())
+        if (v->producer() == &n) {
+          next = int(i);
+          break;
+        }
+  } else if (key == Qt::Key_Return || key == Qt::Key_Enter) {  // open or fold, as a double click
+    const int item = folded_.item_of_node[size_t(selected_)];
+    const driver::FoldedGraph::Item& it = folded_.items[size_t(item)];
+    if (it.node < 0)
+      select(selected_, /*reveal=*/true);
+    else if (!it.scope.empty())
+      closeScope(it.scope);
+    return true;
+  } else {
+    return false;
+  }
+  if (next < 0 || next >= int(nodes_.size())) return true;  // nothing that way: stay
+  select(next, /*reveal=*/true);
+  if (on_selected) on_selected(next);
+  return true;
 }
 
 void GraphCanvas::select(int node, bool reveal) {

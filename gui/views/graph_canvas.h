@@ -81,6 +81,12 @@ class GraphCanvas : public QWidget {
   int selectedNode() const { return selected_; }
   /// Told the node a click selected (its first node for a folded scope).
   std::function<void(int node)> on_selected;
+  /// Keyboard navigation from the selected node: Left/Right the previous or
+  /// next node in schedule order, Up the producer of its first input, Down
+  /// the first node reading it (scopes open to show them), Enter opens the
+  /// folded scope it is in or folds its scope. False: not such a key, or
+  /// nothing selected (the view scrolls).
+  bool navigate(int key);
   /// Told the status line (layout progress, node counts, errors).
   std::function<void(const QString&)> on_status;
   /// Told when a layout has been drawn.

@@ -1,6 +1,7 @@
 // The memory view (chart_views.h): report.memory's timeline and tensors.
 #include <QComboBox>
 #include <QHBoxLayout>
+#include <QKeyEvent>
 #include <QHeaderView>
 #include <QLabel>
 #include <QMouseEvent>
@@ -11,6 +12,7 @@
 
 #include "driver/messages.h"
 #include "gui/views/chart_views.h"
+#include "gui/views/table_view.h"
 
 namespace kiln::studio {
 namespace {
@@ -35,12 +37,8 @@ const QColor kBandColors[kBands] = {QColor(0x4e, 0x79, 0xa7), QColor(0xf2, 0x8e,
 }  // namespace
 
 MemoryChart::MemoryChart(QWidget* parent) : QWidget(parent) {
-  setMouseTracking(true);
+  setUpChart(this);
   setMinimumSize(400, 250);
-  setAutoFillBackground(true);
-  QPalette p = palette();
-  p.setColor(QPalette::Window, Qt::white);
-  setPalette(p);
 }
 
 void MemoryChart::setMode(Mode m) {
@@ -56,6 +54,7 @@ void MemoryChart::setDocument(std::shared_ptr<const StudioDocument> doc) {
   category_lines_.clear();
   peak_ = budget_ = 0;
   remat_nodes_.clear();
+  cursor_ = -1;
   if (doc_ && doc_->graph()) {
     int64_t k = 0;
     for (const auto& n : doc_->graph()->nodes()) {
@@ -147,6 +146,10 @@ void MemoryChart::paintEvent(QPaintEvent*) {
   const QString label = QString("peak %1 at node %2 (weights, state and batch included)").arg(mb(peak_)).arg(peak_node_);
   const double px = x(double(peak_node_)), w = p.fontMetrics().horizontalAdvance(label);
   p.drawText(QPointF(px + 4 + w > a.right() ? std::max(a.left() + 4, px - 4 - w) : px + 4, a.top() + 14), label);
+  if (cursor_ >= 0 && cursor_ < int(timeline_.size())) {  // the keyboard's cursor
+    p.setPen(QPen(QColor(0x33, 0x33, 0x33), 1, Qt::DotLine));
+    p.drawLine(QPointF(x(double(cursor_)), a.top()), QPointF(x(double(cursor_)), a.bottom()));
+  }
   if (budget_ > 0) {
     p.setPen(QPen(Qt::darkGreen, 1.5));
     p.drawLine(QPointF(a.left(), y(budget_)), QPointF(a.right(), y(budget_)));
@@ -255,6 +258,29 @@ QString MemoryChart::describeAt(QPoint pos) const {
   return s;
 }
 
+void MemoryChart::keyPressEvent(QKeyEvent* e) {
+  const int n = int(timeline_.size());
+  if (n == 0) return QWidget::keyPressEvent(e);
+  const int page = std::max(1, n / 20);
+  switch (e->key()) {
+    case Qt::Key_Left: cursor_ = std::max(0, cursor_ - 1); break;
+    case Qt::Key_Right: cursor_ = std::min(n - 1, cursor_ + 1); break;
+    case Qt::Key_PageUp: cursor_ = std::max(0, cursor_ - page); break;
+    case Qt::Key_PageDown: cursor_ = std::min(n - 1, cursor_ + page); break;
+    case Qt::Key_Home: cursor_ = 0; break;
+    case Qt::Key_End: cursor_ = n - 1; break;
+    case Qt::Key_Return:
+    case Qt::Key_Enter:
+      if (cursor_ >= 0 && on_node_clicked) on_node_clicked(cursor_);
+      return;
+    default: return QWidget::keyPressEvent(e);
+  }
+  update();
+  const QRectF a = plotArea();
+  const QPoint at(int(a.left() + a.width() * cursor_ / std::max(1.0, double(n - 1))), int(a.center().y()));
+  QToolTip::showText(mapToGlobal(at), describeAt(at), this);
+}
+
 void MemoryChart::mouseMoveEvent(QMouseEvent* e) {
   const QString s = describeAt(e->pos());
   if (s.isEmpty())
@@ -277,6 +303,12 @@ MemoryView::MemoryView(QWidget* parent) : View(parent) {
   peak_table_ = new QTableWidget(this);
   peak_table_->setColumnCount(3);
   peak_table_->setHorizontalHeaderLabels({"at the peak", "bytes", "share"});
+  setHeaderTips(peak_table_,
+                {{"at the peak", "what the bytes live at the peak are: parameters (and buffers), optimizer state, "
+                                 "gradients, activations kept for the backward, temporaries, communication "
+                                 "buffers, the batch, the outputs"},
+                 {"bytes", "live at the peak node, by category; they add up to the peak"},
+                 {"share", "of the peak"}});
   peak_table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
   peak_table_->verticalHeader()->setVisible(false);
   peak_table_->horizontalHeader()->setStretchLastSection(true);
@@ -302,14 +334,9 @@ void MemoryView::setDocument(std::shared_ptr<const StudioDocument> doc) {
       if (c.bytes == 0) continue;
       peak_table_->setRowCount(r + 1);
       peak_table_->setItem(r, 0, new QTableWidgetItem(QString::fromStdString(c.name)));
-      auto* bytes = new QTableWidgetItem(mb(double(c.bytes)));
-      bytes->setData(Qt::UserRole, double(c.bytes));
-      bytes->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
-      peak_table_->setItem(r, 1, bytes);
-      auto* share = new QTableWidgetItem(
-          QString::number(100.0 * double(c.bytes) / std::max(1.0, double(m.peak_bytes)), 'f', 1) + " %");
-      share->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
-      peak_table_->setItem(r++, 2, share);
+      peak_table_->setItem(r, 1, new NumberItem(double(c.bytes), "B"));
+      const double share = 100.0 * double(c.bytes) / std::max(1.0, double(m.peak_bytes));
+      peak_table_->setItem(r++, 2, new NumberItem(share, "%"));
     }
     peak_table_->resizeColumnsToContents();
   }

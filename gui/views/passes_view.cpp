@@ -13,16 +13,6 @@ namespace {
 
 const QColor kAdded(0x2c, 0xa0, 0x2c), kRemoved(0xd6, 0x27, 0x28), kChanged(0xff, 0x7f, 0x0e);
 
-QString bytes(double b) {
-  const char* units[] = {"B", "KB", "MB", "GB"};
-  int u = 0;
-  while (b >= 1000 && u < 3) {
-    b /= 1000;
-    ++u;
-  }
-  return QString::number(b, 'f', u ? 2 : 0) + " " + units[u];
-}
-
 /// The IR diff in colour: removed lines red, added green, hunk headers grey.
 class DiffHighlighter : public QSyntaxHighlighter {
  public:
@@ -149,10 +139,10 @@ void PassesView::setDocument(std::shared_ptr<const StudioDocument> doc) {
     for (const driver::ReportPass& p : passes) {
       QString stats;
       for (const auto& [k, v] : p.statistics) stats += QString("%1=%2 ").arg(QString::fromStdString(k)).arg(v);
-      rows.push_back({QString::fromStdString(p.name), std::round(p.millis * 1000) / 1000, p.changed ? "yes" : "no",
+      rows.push_back({QString::fromStdString(p.name), p.millis, p.changed ? "yes" : "no",
                       static_cast<qlonglong>(p.nodes),
                       before < 0 ? QVariant("-") : QVariant(static_cast<qlonglong>(p.nodes - before)), p.flops,
-                      bytes(double(p.peak_bytes)), stats.trimmed()});
+                      double(p.peak_bytes), stats.trimmed()});
       before = p.nodes;
       total += p.millis;
     }
@@ -164,7 +154,15 @@ void PassesView::setDocument(std::shared_ptr<const StudioDocument> doc) {
   }
   {
     QSignalBlocker block(table());
-    fill({"pass", "ms", "changed", "nodes", "delta", "flops", "peak", "statistics"}, rows, summary);
+    fill({"pass", "time", "changed", "nodes", "delta", "flops", "peak", "statistics"}, rows, summary,
+         {"", "ms", "", "", "", "FLOP", "B", ""});
+    setHeaderTips(table(), {{"time", "how long the pass took"},
+                            {"changed", "whether the pass changed the graph (unchanged passes show the same graph "
+                                        "before and after)"},
+                            {"delta", "nodes added (+) or removed (-) by the pass"},
+                            {"flops", "the step's arithmetic after the pass (a multiply-add counts 2)"},
+                            {"peak", "the pass's estimate of the peak memory of running its graph in node order"},
+                            {"statistics", "the pass's own counters (what it fused, folded, recomputed, ...)"}});
     table()->setSortingEnabled(false);
     for (int r = 0; r < table()->rowCount(); ++r) table()->item(r, 0)->setData(Qt::UserRole, r);
     table()->setSortingEnabled(true);

@@ -24,6 +24,7 @@ NumberItem::NumberItem(double value, const std::string& unit) {
   }
   setText(text);
   setData(Qt::UserRole, value);
+  setData(kUnitRole, QString::fromStdString(unit));
   setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
 }
 
@@ -147,6 +148,15 @@ void KernelsView::setDocument(std::shared_ptr<const StudioDocument> doc) {
   }
   // The most expensive nodes first when there are times, else graph order.
   table()->sortByColumn(timed ? 6 : 0, timed ? Qt::DescendingOrder : Qt::AscendingOrder);
+}
+
+void KernelsView::selectNode(int node) {
+  for (int r = 0; r < table()->rowCount(); ++r)
+    if (table()->item(r, 0)->data(Qt::DisplayRole).toInt() == node) {
+      table()->selectRow(r);
+      table()->scrollToItem(table()->item(r, 0));
+      return;
+    }
 }
 
 }  // namespace kiln::studio

@@ -16,9 +16,10 @@ namespace kiln::studio {
 
 /// A table cell that shows a number with three significant digits and its
 /// unit ("41.2 us", "1.10 GB", "8.42 %") and sorts by the number itself
-/// (Qt::UserRole).
+/// (Qt::UserRole); its unit is kept in kUnitRole (CSV export names it).
 class NumberItem : public QTableWidgetItem {
  public:
+  static constexpr int kUnitRole = Qt::UserRole + 2;
   /// `unit`: "ms", "B", "FLOP", "%" or "" (a plain number).
   NumberItem(double value, const std::string& unit);
   bool operator<(const QTableWidgetItem& other) const override;
@@ -31,6 +32,7 @@ class TableView : public View {
  public:
   explicit TableView(QWidget* parent = nullptr);
   QTableWidget* table() const { return table_; }
+  QTableWidget* csvTable() override { return table_; }
 
  protected:
   /// Fill the table: column titles, rows of cells (numbers sort as
@@ -49,6 +51,8 @@ class KernelsView : public TableView {
   using TableView::TableView;
   QString name() const override { return "kernels"; }
   void setDocument(std::shared_ptr<const StudioDocument> doc) override;
+  /// Select node `node`'s row (the table keeps its sorting) and scroll to it.
+  void selectNode(int node);
 
  private:
   std::vector<QString> full_names_;  ///< each node with its absolute source paths (tooltips)

@@ -30,6 +30,9 @@
 #include "gui/views/compare_view.h"
 #include "gui/views/graph_view.h"
 #include "gui/views/passes_view.h"
+#include "gui/views/roofline_view.h"
+#include "gui/views/table_view.h"
+#include "gui/views/timeline_view.h"
 
 namespace driver = kiln::driver;
 using kiln::studio::GraphCanvas;
@@ -70,7 +73,7 @@ class StudioTest : public QObject {
     QString error;
     QVERIFY2(w.openPath(env("KILN_STUDIO_COMPILE_REPORT"), &error), qPrintable(error));
     QTemporaryDir dir;
-    for (const char* name : {"graph", "passes", "memory", "kernels", "comm"}) {
+    for (const char* name : {"graph", "passes", "memory", "kernels", "comm", "timeline", "roofline"}) {
       QVERIFY(w.showView(name));
       QApplication::processEvents();
       const QString png = dir.filePath(QString(name) + ".png"), svg = dir.filePath(QString(name) + ".svg");
@@ -561,6 +564,234 @@ class StudioTest : public QObject {
     // A compile report has none, and says where they come from.
     QVERIFY2(w.openPath(env("KILN_STUDIO_COMPILE_REPORT"), &error), qPrintable(error));
     QVERIFY(w.view("kernels")->findChild<QLabel*>()->text().contains("kiln train --report"));
+  }
+
+  void timelineShowsEveryThreadOfTheRecordedSteps() {
+    MainWindow w;
+    w.resize(1400, 800);
+    w.show();
+    QString error;
+    QVERIFY2(w.openPath(env("KILN_STUDIO_TRAIN_REPORT"), &error), qPrintable(error));
+    const driver::Report& r = w.document()->report();
+    QVERIFY(r.timeline.has_value());
+    const driver::ReportTimeline& t = *r.timeline;
+    QCOMPARE(int(t.steps.size()), 3);  // kiln train --steps 3: every step recorded
+    QVERIFY(w.showView("timeline"));
+    auto* view = static_cast<kiln::studio::TimelineView*>(w.view("timeline"));
+    auto* chart = view->chart();
+    QTableWidget* table = view->idleTable();
+    // A row per thread: the executor first, a row per pool thread, the collectives' row (2 ranks).
+    QCOMPARE(table->rowCount(), int(t.rows.size()));
+    QCOMPARE(table->item(0, 0)->text(), QString("main (executor)"));
+    int pool = 0, comm = -1;
+    for (size_t i = 0; i < t.rows.size(); ++i) {
+      pool += t.rows[i].kind == "pool";
+      if (t.rows[i].kind == "comm") comm = int(i);
+    }
+    QCOMPARE(pool, int(r.execution.threads) - 1);
+    QVERIFY(comm > 0);
+    for (size_t k = 0; k < t.steps.size(); ++k) {
+      view->showStep(int(k));
+      const double lo = t.steps[k].start_ms, hi = t.steps[k].end_ms;
+      QVERIFY(chart->rangeLo() <= lo && chart->rangeHi() >= hi);
+      // Every node once per step, on the executor or a pool thread.
+      std::vector<int> ran(r.kernels.size(), 0);
+      double executor_busy = 0, comm_busy = 0;
+      for (const driver::TimelineSlice& x : t.slices) {
+        if (x.start_ms < lo || x.start_ms > hi) continue;
+        if (x.category == "node") ++ran[size_t(x.node)];
+        // One thread runs one thing at a time: its busy time is the sum of its slices.
+        if (x.row == 0 && x.category != "wait") executor_busy += std::min(x.start_ms + x.dur_ms, hi) - x.start_ms;
+        if (x.row == comm) comm_busy += std::min(x.start_ms + x.dur_ms, hi) - x.start_ms;
+      }
+      QVERIFY(std::all_of(ran.begin(), ran.end(), [](int n) { return n == 1; }));
+      auto cell = [&](int row, int col) { return table->item(row, col)->data(Qt::UserRole).toDouble(); };
+      QVERIFY2(std::abs(cell(0, 1) - executor_busy) < 1e-6 * (hi - lo) + 1e-9,
+               qPrintable(QString("executor busy %1 != %2").arg(cell(0, 1)).arg(executor_busy)));
+      QVERIFY(std::abs(cell(comm, 1) - comm_busy) < 1e-6 * (hi - lo) + 1e-9);
+      for (int row = 0; row < table->rowCount(); ++row) {
+        // Busy, intra-op and idle add up to the step; the share is idle over it.
+        QVERIFY(std::abs(cell(row, 1) + cell(row, 2) + cell(row, 3) - (hi - lo)) < 1e-6 * (hi - lo));
+        QVERIFY(std::abs(cell(row, 4) - 100 * cell(row, 3) / (hi - lo)) < 1e-6);
+      }
+    }
+    // A click on a kernel's slice selects its node in the graph and the kernels table:
+    // the longest kernel of the last step on the executor's row, zoomed to fill the view.
+    view->showStep(2);
+    int widest = -1;
+    for (size_t i = 0; i < t.slices.size(); ++i) {
+      const driver::TimelineSlice& x = t.slices[i];
+      if (x.category == "node" && x.row == 0 && x.start_ms >= t.steps[2].start_ms &&
+          (widest < 0 || x.dur_ms > t.slices[size_t(widest)].dur_ms))
+        widest = int(i);
+    }
+    QVERIFY(widest >= 0);
+    const driver::TimelineSlice& longest = t.slices[size_t(widest)];
+    chart->setRange(longest.start_ms - longest.dur_ms, longest.start_ms + 2 * longest.dur_ms);
+    QVERIFY(chart->sliceRect(size_t(widest)).width() > 100);
+    const QPoint at = chart->sliceRect(size_t(widest)).center().toPoint();
+    QCOMPARE(chart->sliceAt(at), widest);
+    const std::string& widest_node = r.kernels[size_t(longest.node)].node;
+    QVERIFY(chart->describeAt(at).contains(QString::fromStdString(widest_node)));
+    QTest::mouseClick(chart, Qt::LeftButton, {}, at);
+    const int node = int(t.slices[size_t(widest)].node);
+    QCOMPARE(w.graphView()->selectedNode(), node);
+    auto* kernels = w.view("kernels")->findChild<QTableWidget*>();
+    QVERIFY(!kernels->selectedItems().isEmpty());
+    QCOMPARE(kernels->item(kernels->selectedItems().first()->row(), 0)->data(Qt::DisplayRole).toInt(), node);
+    // Home fits the step again; zoom around a point keeps it in place; keys pan and fit back.
+    QTest::keyClick(chart, Qt::Key_Home);
+    const double lo = chart->rangeLo(), hi = chart->rangeHi();
+    QVERIFY(lo <= t.steps[2].start_ms && hi >= t.steps[2].end_ms && hi - lo < 1.1 * (t.steps[2].end_ms - lo));
+    chart->zoom(2, (chart->rowRect(0).left() + chart->rowRect(0).right()) / 2);
+    QVERIFY(std::abs((chart->rangeHi() - chart->rangeLo()) - (hi - lo) / 2) < 1e-9 * (hi - lo) + 1e-12);
+    QTest::keyClick(chart, Qt::Key_Right);
+    QVERIFY(chart->rangeLo() > lo);
+    QTest::keyClick(chart, Qt::Key_Home);
+    QCOMPARE(chart->rangeLo(), lo);
+    // A compile report has no timeline, and says where one comes from.
+    QVERIFY2(w.openPath(env("KILN_STUDIO_COMPILE_REPORT"), &error), qPrintable(error));
+    QCOMPARE(view->idleTable()->rowCount(), 0);
+    QVERIFY(view->findChild<QLabel*>()->text().contains("kiln train --report"));
+  }
+
+  void rooflinePlacesEveryMeasuredKernelUnderTheRoofs() {
+    MainWindow w;
+    w.resize(1400, 800);
+    w.show();
+    QString error;
+    QVERIFY2(w.openPath(env("KILN_STUDIO_TRAIN_REPORT"), &error), qPrintable(error));
+    const driver::Report& r = w.document()->report();
+    QVERIFY2(r.machine.has_value(), "the fixture ran kiln bench --machine into the train report's cache directory");
+    const driver::ReportMachine& m = *r.machine;
+    QVERIFY(w.showView("roofline"));
+    auto* view = static_cast<kiln::studio::RooflineView*>(w.view("roofline"));
+    auto* chart = view->chart();
+    // From the report itself: the points are the measured kernels with arithmetic;
+    // the table has every measured kernel, first the one losing the most time below its roof.
+    size_t with_flops = 0, measured = 0;
+    double most_lost = 0;
+    for (const driver::ReportKernel& k : r.kernels) {
+      if (!k.measured_ms || *k.measured_ms <= 0 || k.bytes <= 0) continue;
+      ++measured;
+      with_flops += k.flops > 0;
+      const double s = *k.measured_ms / 1000;
+      const double compute = k.dtype == "bf16" && m.bf16_gemm_flops ? *m.bf16_gemm_flops : m.fp32_gemm_flops;
+      const double of_roof = k.flops > 0 ? (k.flops / s) / std::min(compute, m.bandwidth_bytes * k.flops / k.bytes)
+                                         : (k.bytes / s) / m.bandwidth_bytes;
+      most_lost = std::max(most_lost, *k.measured_ms * std::max(0.0, 1 - of_roof));
+    }
+    QVERIFY(with_flops > 10);
+    QCOMPARE(chart->points().size(), with_flops);
+    QCOMPARE(size_t(view->table()->rowCount()), measured);
+    view->table()->sortByColumn(6, Qt::DescendingOrder);
+    const double first = view->table()->item(0, 6)->data(Qt::UserRole).toDouble();
+    QVERIFY2(std::abs(first - most_lost) < 1e-9 * std::max(1.0, most_lost),
+             qPrintable(QString("%1 != %2").arg(first).arg(most_lost)));
+    // Points where their numbers say: higher FLOP/s higher up, more intensity further right.
+    const auto& pts = chart->points();
+    for (size_t i = 0; i < pts.size(); ++i) {
+      QVERIFY(std::abs(chart->pointPos(i).y() - chart->yOf(pts[i].flops_per_s)) < 1e-9);
+      QVERIFY(std::abs(chart->pointPos(i).x() - chart->xOf(pts[i].intensity)) < 1e-9);
+    }
+    QVERIFY(chart->yOf(m.fp32_gemm_flops) > chart->rect().top() && chart->yOf(m.fp32_gemm_flops) < chart->height());
+    // Hover names the node; a click selects it.
+    size_t biggest = 0;
+    for (size_t i = 0; i < pts.size(); ++i)
+      if (pts[i].ms > pts[biggest].ms) biggest = i;
+    const QPoint at = chart->pointPos(biggest).toPoint();
+    const int hit = chart->pointAt(at);
+    QVERIFY(hit >= 0);
+    const size_t node = pts[size_t(hit)].kernel;
+    QVERIFY(chart->describeAt(at).contains(QString::fromStdString(r.kernels[node].node)));
+    QTest::mouseClick(chart, Qt::LeftButton, {}, at);
+    QCOMPARE(w.graphView()->selectedNode(), int(node));
+    QVERIFY(view->findChild<QLabel*>()->text().contains("kiln bench --machine"));
+  }
+
+  void everyTableExportsAsCsv() {
+    MainWindow w;
+    QString error;
+    QVERIFY2(w.openPath(env("KILN_STUDIO_TRAIN_REPORT"), &error), qPrintable(error));
+    QVERIFY2(w.compareWith(env("KILN_STUDIO_TRAIN_REPORT"), &error), qPrintable(error));
+    QTemporaryDir dir;
+    for (const char* name : {"passes", "memory", "kernels", "comm", "timeline", "roofline", "compare"}) {
+      QVERIFY(w.showView(name));
+      QTableWidget* table = w.currentView()->csvTable();
+      QVERIFY2(table && table->rowCount() > 0, name);
+      const QString path = dir.filePath(QString(name) + ".csv");
+      QVERIFY2(w.exportCurrentTable(path, &error), qPrintable(error));
+      QFile f(path);
+      QVERIFY(f.open(QIODevice::ReadOnly));
+      const QStringList lines = QString::fromUtf8(f.readAll()).split("\r\n", Qt::SkipEmptyParts);
+      QCOMPARE(lines.size(), table->rowCount() + 1);
+      // Every column titled; a number shown with a unit is written whole, the unit in the title.
+      for (int c = 0; c < table->columnCount(); ++c) {
+        const QString unit = table->item(0, c) ? table->item(0, c)->data(kiln::studio::NumberItem::kUnitRole).toString()
+                                                : QString();
+        const QString title = table->horizontalHeaderItem(c)->text();
+        QVERIFY2(lines[0].contains(unit.isEmpty() ? title : title + " (" + unit + ")"), qPrintable(lines[0]));
+        if (unit.isEmpty() || lines[1].contains('"')) continue;  // quoted text: not split here
+        bool ok = false;
+        const double written = lines[1].split(',')[c].toDouble(&ok);
+        const double shown = table->item(0, c)->data(Qt::UserRole).toDouble();
+        QVERIFY2(ok && std::abs(written - shown) <= 1e-9 * std::abs(shown),
+                 qPrintable(QString("%1 column %2: %3 vs %4").arg(name).arg(c).arg(lines[1]).arg(shown)));
+      }
+    }
+    QVERIFY(w.showView("graph"));
+    QVERIFY(!w.exportCurrentTable(dir.filePath("graph.csv"), &error));
+    QVERIFY2(error.contains("has no table"), qPrintable(error));
+    QVERIFY(!QFile::exists(dir.filePath("graph.csv")));
+  }
+
+  void keyboardReachesTheChartsAndTheGraph() {
+    MainWindow w;
+    w.resize(1400, 800);
+    w.show();
+    QString error;
+    QVERIFY2(w.openPath(env("KILN_STUDIO_TRAIN_REPORT"), &error), qPrintable(error));
+    GraphView* g = w.graphView();
+    g->waitForLayout();
+    const kiln::Graph& graph = *w.document()->graph();
+    std::vector<const kiln::Node*> nodes;
+    for (const auto& n : graph.nodes()) nodes.push_back(n.get());
+    // Graph: Right steps through the schedule, Up goes to the producer of the first input.
+    int start = -1;
+    for (size_t i = 1; i + 1 < nodes.size() && start < 0; ++i)
+      if (!nodes[i + 1]->inputs().empty() && nodes[i + 1]->inputs()[0]->producer()) start = int(i);
+    QVERIFY(start > 0);
+    g->select(start);
+    g->waitForLayout();
+    QWidget* canvas = g->canvas()->view();
+    QTest::keyClick(canvas, Qt::Key_Right);
+    g->waitForLayout();
+    QCOMPARE(g->selectedNode(), start + 1);
+    QTest::keyClick(canvas, Qt::Key_Up);
+    g->waitForLayout();
+    const kiln::Node* producer = nodes[size_t(start + 1)]->inputs()[0]->producer();
+    QCOMPARE(g->selectedNode(), int(std::find(nodes.begin(), nodes.end(), producer) - nodes.begin()));
+    QTest::keyClick(canvas, Qt::Key_Down);  // the first reader of the producer's outputs
+    g->waitForLayout();
+    QVERIFY(g->selectedNode() > int(std::find(nodes.begin(), nodes.end(), producer) - nodes.begin()));
+    // Memory: a cursor moved by the keys, Enter selects its node in the graph.
+    QVERIFY(w.showView("memory"));
+    auto* memory = static_cast<kiln::studio::MemoryView*>(w.view("memory"))->chart();
+    QTest::keyClick(memory, Qt::Key_Home);
+    QCOMPARE(memory->cursorNode(), 0);
+    QTest::keyClick(memory, Qt::Key_Right);
+    QTest::keyClick(memory, Qt::Key_Right);
+    QCOMPARE(memory->cursorNode(), 2);
+    QTest::keyClick(memory, Qt::Key_Return);
+    QCOMPARE(g->selectedNode(), 2);
+    // Roofline: Right steps to a point, Enter selects its node.
+    QVERIFY(w.showView("roofline"));
+    auto* roofline = static_cast<kiln::studio::RooflineView*>(w.view("roofline"))->chart();
+    QTest::keyClick(roofline, Qt::Key_Right);
+    QTest::keyClick(roofline, Qt::Key_Right);
+    QVERIFY(roofline->cursorPoint() >= 0);
+    QTest::keyClick(roofline, Qt::Key_Return);
+    QCOMPARE(g->selectedNode(), int(roofline->points()[size_t(roofline->cursorPoint())].kernel));
   }
 
   void badFilesGiveOneClearError() {

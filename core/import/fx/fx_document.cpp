@@ -373,6 +373,7 @@ FxDocument parseFxDocument(const std::string& text) {
   if (mode != "train" && mode != "eval") root.get("mode").fail("expected \"train\" or \"eval\", got " + quote(mode));
   doc.train = mode == "train";
   doc.weights_file = root.optStr("weights_file");
+  if (auto s = root.find("shapes_only")) doc.shapes_only = s->boolean();
 
   std::set<std::string> names;
   auto claim = [&](const JsonAt& at, const std::string& name) {

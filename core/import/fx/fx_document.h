@@ -91,6 +91,9 @@ struct FxNode {
 struct FxDocument {
   bool train = false;        ///< "mode": "train"
   std::string weights_file;  ///< may be empty when absent
+  /// "shapes_only": true: no weights_file; the parameters, buffers and
+  /// constants have types but no values (models/export.py --shapes-only).
+  bool shapes_only = false;
   std::vector<FxPlaceholder> placeholders;
   std::vector<FxPlaceholder> constants;
   std::map<std::string, std::string> aliases;  ///< alias key -> canonical key

@@ -113,13 +113,14 @@ class Importer {
       }
       bool param = p.kind == FxPlaceholder::Kind::Param;
       addInput(p, p.key, param ? ValueRole::Param : ValueRole::Buffer);
-      model_.weights[p.key] = weight(p);
+      if (!doc_.shapes_only) model_.weights[p.key] = weight(p);
     }
     for (const FxPlaceholder& c : doc_.constants) {
       std::string name = "__const." + c.name;
       addInput(c, name, ValueRole::Const);
-      model_.weights[name] = weight(c);
+      if (!doc_.shapes_only) model_.weights[name] = weight(c);
     }
+    model_.shapes_only = doc_.shapes_only;
     if (options_.input_types.empty()) return;
     // FX dumps are traced for one set of example shapes; Kiln cannot re-trace them.
     std::vector<Value*> data;
@@ -388,6 +389,10 @@ Result<Model> importFx(const std::string& path, const ImportOptions& options) {
   if (!text.ok()) return text.error();
   return fx::guarded(path, [&] {
     fx::FxDocument doc = fx::parseFxDocument(*text);
+    if (doc.shapes_only) {
+      if (!doc.weights_file.empty()) fail("a shapes-only dump (\"shapes_only\": true) names a \"weights_file\"");
+      return fx::importDocument(doc, TensorMap{}, path, options);
+    }
     if (doc.weights_file.empty()) fail("the dump names no \"weights_file\"");
     std::filesystem::path weights_path = std::filesystem::path(path).parent_path() / doc.weights_file;
     auto weights = readSafetensors(weights_path.string());
