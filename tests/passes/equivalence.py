@@ -38,6 +38,18 @@ sum g * x_hat), that noise is all of the tensor. A loss is compared
 relative to at least the first step's: once the batch is memorized it is
 log-sum-exp minus the target logit, a difference of terms of that size.
 
+The torchvision models PyTorch itself cannot reproduce at the zoo's batch
+(parity.ILL_CONDITIONED: BatchNorm over 2x2 maps, ReLU6 kinks) have
+gradients that depend on the order a convolution sums in. There PyTorch's
+own float32 gradients with channels-last tensors differ from its NCHW ones
+by as much as the channels_last pass moves Kiln's (tv_mobilenet_v2 on an
+AVX2-only CPU: 15.6% of features.16.conv.0.1.bias's scale for both, while
+Kiln's NCHW float32 gradients are within 1.7e-4 of PyTorch's float64
+ones). For those models a gradient may also differ by up to twice
+PyTorch's own channels-last spread for that tensor, a running statistic
+and the loss by twice the spread of those PyTorch's forward gives; a
+wrong rule is O(1) where that spread is small and still fails.
+
 Exits 1 on a mismatch, 2 when something could not run.
 """
 
@@ -89,22 +101,50 @@ def adam_slack(name, step, opt_state, ref_state):
     return 2 * (adam_step(opt_state[m], opt_state[v], step) - adam_step(ref_state[m], ref_state[v], step)).abs()
 
 
+def torch_layout_spread(pt, batch):
+    """Per parameter: the largest difference between PyTorch's own float32
+    gradients of the traced model `pt` on `batch` (cross-entropy) with
+    channels-last tensors and with NCHW ones; per buffer, between the
+    running statistics that forward leaves; "__loss__": between the losses."""
+    import torch
+    b = st_io.load(batch)
+    grads = []
+    for channels_last in (False, True):
+        m = torch.jit.load(pt)
+        m.train()
+        x = b["input0"]
+        if channels_last:
+            m = m.to(memory_format=torch.channels_last)
+            x = x.contiguous(memory_format=torch.channels_last)
+        out = m(x)
+        out = out[0] if isinstance(out, (tuple, list)) else out
+        loss = torch.nn.functional.cross_entropy(out, b["target"])
+        loss.backward()
+        grads.append({**{n: p.grad.double() for n, p in m.named_parameters() if p.grad is not None},
+                      **{n: t.double() for n, t in m.named_buffers() if t.is_floating_point()},
+                      "__loss__": loss.detach().double()})
+    return {n: (grads[1][n] - grads[0][n]).abs().max().item() for n in grads[0] if n in grads[1]}
+
+
 class Comparison:
     def __init__(self, tol):
         self.tol, self.worst, self.slacked, self.bad = tol, 0.0, 0, []
+        self.layout_noise = 0  # tensors beyond tol within PyTorch's own channels-last spread
 
-    def tensors(self, what, got, want, slack_of=None, scale_of=None, tol=None):
-        tol = self.tol if tol is None else tol
+    def tensors(self, what, got, want, slack_of=None, scale_of=None, tol=None, tol_of=None):
+        base_tol = self.tol if tol is None else tol
         if set(got) != set(want):
             self.bad.append(f"{what}: tensor names differ: {sorted(set(got) ^ set(want))}")
         for k in sorted(set(got) & set(want)):
             x, y = got[k], want[k]
+            tol = max(base_tol, tol_of(k)) if tol_of else base_tol
             slack = slack_of(k) if slack_of and y.is_floating_point() and y.numel() else None
             floor = scale_of(k) if scale_of else 0.0
             if slack is None and floor > 0:
                 scale = max(y.double().abs().max().item(), floor) if y.numel() else floor
                 e = (x.double() - y.double()).abs().max().item() / scale if y.numel() else 0.0
                 ok = e <= tol
+                self.layout_noise += int(base_tol < e <= tol)
             elif slack is None:
                 e = rel_max(x, y) if y.numel() else 0.0
                 ok = e <= tol
@@ -120,10 +160,10 @@ class Comparison:
                 self.bad.append(f"{what}: {k}: relative error {e:.3g} > {tol:g}"
                                 + ("" if slack is None else " (or beyond Adam's noise slack)"))
 
-    def loss(self, what, got, want, first):
+    def loss(self, what, got, want, first, tol=None):
         e = abs(got - want) / max(abs(want), abs(first), 1e-30)
         self.worst = max(self.worst, e)
-        if e > self.tol:
+        if e > max(self.tol, tol or 0.0):
             self.bad.append(f"{what}: loss {got} vs {want}")
 
 
@@ -160,7 +200,15 @@ def main() -> int:
             return max((t.double().abs().max().item() for t in sib if t.numel() and t.is_floating_point()),
                        default=0.0)
 
-        c.tensors("grad", grads["optimized"], ref, scale_of=module_scale, tol=a.grad_tol)
+        tol_of = None
+        if a.name in parity.ILL_CONDITIONED and loss == "cross_entropy":
+            spread = torch_layout_spread(pt, batch)
+
+            def tol_of(k):
+                scale = max(ref[k].double().abs().max().item() if ref[k].numel() else 0.0, module_scale(k))
+                return 2 * spread.get(k, 0.0) / scale if scale > 0 else 0.0
+
+        c.tensors("grad", grads["optimized"], ref, scale_of=module_scale, tol=a.grad_tol, tol_of=tol_of)
 
         first_loss = None
         for step in range(1, a.steps + 1):
@@ -182,8 +230,16 @@ def main() -> int:
             shutil.rmtree(os.path.join(a.work_dir, f"train.unoptimized.{step - 1}.ckpt"), ignore_errors=True)
             (w_opt, l_opt, s_opt), (w_ref, l_ref, s_ref) = runs["optimized"], runs["unoptimized"]
             first_loss = l_ref if first_loss is None else first_loss
-            c.tensors(f"train step {step}", w_opt, w_ref, lambda k: adam_slack(k, step, s_opt, s_ref))
-            c.loss(f"train step {step}", l_opt, l_ref, first_loss)
+            # Buffers (running statistics) of ill-conditioned models: up to twice PyTorch's own spread.
+            buffer_tol = None
+            if tol_of:
+                def buffer_tol(k, w=w_ref):
+                    scale = w[k].double().abs().max().item() if w[k].numel() else 0.0
+                    return 2 * spread.get(k, 0.0) / scale if scale > 0 and f"exp_avg.{k}" not in s_ref else 0.0
+            c.tensors(f"train step {step}", w_opt, w_ref, lambda k: adam_slack(k, step, s_opt, s_ref),
+                      tol_of=buffer_tol)
+            c.loss(f"train step {step}", l_opt, l_ref, first_loss,
+                   2 * spread["__loss__"] / max(abs(l_ref), abs(first_loss)) if tol_of else None)
     except Exception as e:  # noqa: BLE001 - any failure to run is exit 2 with its message
         print(f"{a.name}: ERROR: {e}")
         return parity.tidy_outputs(a.work_dir, 2, False)
@@ -195,8 +251,9 @@ def main() -> int:
         print(f"{a.name}: FAIL {line}")
     print(f"{a.name}: optimized vs unoptimized pipeline, grad and {a.steps} AdamW steps (each from the same state): "
           f"worst relative error {c.worst:.3g} (tol {a.tol:g}, gradients {a.grad_tol:g}; {c.slacked} weight elements "
-          f"within Adam's noise "
-          f"slack){'' if not c.bad else ' -- FAILED'}")
+          f"within Adam's noise slack"
+          + (f"; {c.layout_noise} gradients within PyTorch's own channels-last spread" if c.layout_noise else "")
+          + f"){'' if not c.bad else ' -- FAILED'}")
     return parity.tidy_outputs(a.work_dir, 1 if c.bad else 0, False)
 
 

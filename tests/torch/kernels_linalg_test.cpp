@@ -67,9 +67,12 @@ TEST_F(KernelsLinalg, MatmulAttentionShapes) {
 TEST_F(KernelsLinalg, MatmulF64) {
   checkMatmul({2, 7, 9}, {2, 9, 3}, torch::kFloat64);
 }
-// bf16 keeps 8 mantissa bits: both sides accumulate in f32 and round once,
-// in different orders, so they agree to about one bf16 rounding of the
-// largest output.
+// bf16 keeps 8 mantissa bits: Kiln accumulates in f32 and rounds once, and
+// so does the reference, libtorch's product of the same bf16 values in f32
+// rounded to bf16 (libtorch's own bf16 matmul accumulates in bf16 on CPUs
+// without bf16 instructions: 5% off the exact product at [96,256] @
+// [256,384] on an AVX2-only CPU); they agree to about one bf16 rounding of
+// the largest output.
 constexpr double kBf16Tol = 1e-2;
 
 TEST_F(KernelsLinalg, MatmulBF16EveryShapeRule) {
@@ -88,7 +91,7 @@ TEST_F(KernelsLinalg, MatmulBF16EveryShapeRule) {
     auto x = torch::randn(a).to(torch::kBFloat16), y = torch::randn(b).to(torch::kBFloat16);
     auto out = runOp("matmul", {x, y});
     ASSERT_EQ(out.size(), 1u);
-    expectClose(out[0], torch::matmul(x, y), kBf16Tol,
+    expectClose(out[0], torch::matmul(x.to(torch::kFloat32), y.to(torch::kFloat32)).to(torch::kBFloat16), kBf16Tol,
                 "bf16 matmul " + shapeStr(Shape(a.begin(), a.end())) + " @ " + shapeStr(Shape(b.begin(), b.end())));
   }
 }

@@ -86,9 +86,16 @@ void checkConv(const ConvCase& c, torch::ScalarType dt = torch::kFloat32) {
   std::vector<torch::Tensor> ins = {x, w};
   if (c.bias) ins.push_back(b);
   AttrMap attrs = {{"stride", c.stride}, {"padding", c.padding}, {"dilation", c.dilation}, {"groups", c.groups}};
-  auto expected = torch::conv2d(x, w, c.bias ? b : torch::Tensor(), c.stride, c.padding, c.dilation, c.groups);
+  // bf16: libtorch's convolution of the same values in f32, rounded once
+  // (what Kiln computes; libtorch's own bf16 convolution accumulates in bf16
+  // on CPUs without bf16 instructions).
+  const bool bf16 = dt == torch::kBFloat16;
+  auto f = [&](const torch::Tensor& t) { return bf16 ? t.to(torch::kFloat32) : t; };
+  auto expected = torch::conv2d(f(x), f(w), c.bias ? f(b) : torch::Tensor(), c.stride, c.padding, c.dilation, c.groups)
+                      .to(dt);
   std::vector<std::string> kernels = {"blas.conv2d"};
-  if (dt != torch::kFloat64) kernels.push_back("onednn.conv2d");
+  // oneDNN: f32, and bf16 where it has kernels for it (AVX-512; on AVX2 it refuses and blas runs it).
+  if (dt == torch::kFloat32 || (bf16 && cpu::cpuHasAvx512())) kernels.push_back("onednn.conv2d");
   // bf16: both sides accumulate in f32 and round once, in different orders.
   const double tol = dt == torch::kFloat64 ? 1e-12 : dt == torch::kBFloat16 ? 1e-2 : 1e-5;
   for (const std::string& k : kernels) {
@@ -101,40 +108,45 @@ void checkConv(const ConvCase& c, torch::ScalarType dt = torch::kFloat32) {
   expectClose(out[0], expected, tol, "selected kernel");
 }
 
-/// conv2d's two backward ops in bf16 against libtorch's bf16 autograd: the
-/// input and weight gradients of sum(conv(x, w) * g).
+/// conv2d's two backward ops in bf16 against libtorch's autograd on the same
+/// bf16 values in f32, rounded once (Kiln accumulates in f32): the input and
+/// weight gradients of sum(conv(x, w) * g).
 void checkConvBackwardBf16(const ConvCase& c) {
-  auto x = torch::randn(c.x).to(torch::kBFloat16).requires_grad_();
-  auto w = torch::randn(c.w).to(torch::kBFloat16).requires_grad_();
-  auto y = torch::conv2d(x, w, {}, c.stride, c.padding, c.dilation, c.groups);
+  auto x = torch::randn(c.x).to(torch::kBFloat16), w = torch::randn(c.w).to(torch::kBFloat16);
+  auto xf = x.to(torch::kFloat32).requires_grad_(), wf = w.to(torch::kFloat32).requires_grad_();
+  auto y = torch::conv2d(xf, wf, {}, c.stride, c.padding, c.dilation, c.groups);
   auto g = torch::randn(y.sizes()).to(torch::kBFloat16);
-  y.backward(g);
+  y.backward(g.to(torch::kFloat32));
   AttrMap attrs = {{"stride", c.stride}, {"padding", c.padding}, {"dilation", c.dilation}, {"groups", c.groups}};
   AttrMap in_attrs = attrs, w_attrs = attrs;
   in_attrs["input_shape"] = c.x;
   w_attrs["weight_shape"] = c.w;
-  auto dx = runOp("conv2d_input_backward", {g, w.detach()}, in_attrs);
-  auto dw = runOp("conv2d_weight_backward", {g, x.detach()}, w_attrs);
+  auto dx = runOp("conv2d_input_backward", {g, w}, in_attrs);
+  auto dw = runOp("conv2d_weight_backward", {g, x}, w_attrs);
   ASSERT_EQ(dx.size(), 1u);
   ASSERT_EQ(dw.size(), 1u);
   // The weight gradient sums over batch and pixels: a few more roundings.
-  expectClose(dx[0], x.grad(), 1e-2, "bf16 input gradient");
-  expectClose(dw[0], w.grad(), 2e-2, "bf16 weight gradient");
-  OneNode in_node("conv2d_input_backward", {g, w.detach()}, in_attrs);
+  expectClose(dx[0], xf.grad().to(torch::kBFloat16), 1e-2, "bf16 input gradient");
+  expectClose(dw[0], wf.grad().to(torch::kBFloat16), 2e-2, "bf16 weight gradient");
+  OneNode in_node("conv2d_input_backward", {g, w}, in_attrs);
   if (cpu::cpuHasAvx512()) EXPECT_EQ(KernelRegistry::cpu().select(*in_node.node)->name, "onednn.conv2d_input_backward");
 }
 
 /// conv2d and its backward ops with channels_last=1 (NHWC activations,
 /// OIHW weights; passes/channels_last.cpp) against libtorch's NCHW
 /// convolution and autograd on the same values: forward (with the bias),
-/// input gradient and weight gradient, in f32 and bf16 (whose gradients
-/// libtorch computes in bf16 too, hence the looser bounds).
+/// input gradient and weight gradient, in f32 and bf16 (the reference: the
+/// same bf16 values in f32, rounded once, as Kiln accumulates; the
+/// gradients' sums round more, hence the looser bounds).
 void checkConvChannelsLast(const ConvCase& c, torch::ScalarType dt) {
-  auto x = torch::randn(c.x).to(dt).requires_grad_(), w = torch::randn(c.w).to(dt).requires_grad_();
+  auto xv = torch::randn(c.x).to(dt), wv = torch::randn(c.w).to(dt);
   auto b = torch::randn({c.w[0]}).to(dt);
-  auto y = torch::conv2d(x, w, c.bias ? b : torch::Tensor(), c.stride, c.padding, c.dilation, c.groups);
-  auto g = torch::randn(y.sizes()).to(dt);
-  y.backward(g);
+  auto x = xv.to(torch::kFloat32).detach().requires_grad_(), w = wv.to(torch::kFloat32).detach().requires_grad_();
+  auto yf = torch::conv2d(x, w, c.bias ? b.to(torch::kFloat32) : torch::Tensor(), c.stride, c.padding, c.dilation,
+                          c.groups);
+  auto g = torch::randn(yf.sizes()).to(dt);
+  yf.backward(g.to(torch::kFloat32));
+  auto y = yf.detach().to(dt);
   auto nhwc = [](const torch::Tensor& t) { return t.detach().permute({0, 2, 3, 1}).contiguous(); };
   auto nchw = [](const torch::Tensor& t) { return t.permute({0, 3, 1, 2}); };
   AttrMap attrs = {{"stride", c.stride},
@@ -142,7 +154,7 @@ void checkConvChannelsLast(const ConvCase& c, torch::ScalarType dt) {
                    {"dilation", c.dilation},
                    {"groups", c.groups},
                    {"channels_last", int64_t{1}}};
-  std::vector<torch::Tensor> ins = {nhwc(x), w.detach()};
+  std::vector<torch::Tensor> ins = {nhwc(xv), wv};
   if (c.bias) ins.push_back(b);
   AttrMap in_attrs = attrs, w_attrs = attrs;
   in_attrs["input_shape"] = Ints{c.x[0], c.x[2], c.x[3], c.x[1]};
@@ -153,23 +165,25 @@ void checkConvChannelsLast(const ConvCase& c, torch::ScalarType dt) {
       std::function<std::vector<torch::Tensor>(const std::string&, const std::vector<torch::Tensor>&, const AttrMap&)>;
   auto check = [&](const Runner& run, const std::string& how) {
     auto out = run("conv2d", ins, attrs);
-    auto dx = run("conv2d_input_backward", {nhwc(g), w.detach()}, in_attrs);
-    auto dw = run("conv2d_weight_backward", {nhwc(g), nhwc(x)}, w_attrs);
+    auto dx = run("conv2d_input_backward", {nhwc(g), wv}, in_attrs);
+    auto dw = run("conv2d_weight_backward", {nhwc(g), nhwc(xv)}, w_attrs);
     ASSERT_EQ(out.size(), 1u);
     ASSERT_EQ(dx.size(), 1u);
     ASSERT_EQ(dw.size(), 1u);
     expectClose(nchw(out[0]), y, bf16 ? 1e-2 : 1e-5, how + " forward");
-    expectClose(nchw(dx[0]), x.grad(), bf16 ? 1e-2 : 1e-5, how + " input gradient");
-    expectClose(dw[0], w.grad(), bf16 ? 2e-2 : 1e-5, how + " weight gradient");
+    expectClose(nchw(dx[0]), x.grad().to(dt), bf16 ? 1e-2 : 1e-5, how + " input gradient");
+    expectClose(dw[0], w.grad().to(dt), bf16 ? 2e-2 : 1e-5, how + " weight gradient");
   };
   check([](const std::string& op, const std::vector<torch::Tensor>& in, const AttrMap& a) { return runOp(op, in, a); },
         "selected");
-  // oneDNN runs them by default; the reference loops (on transposed copies) agree too.
+  // oneDNN runs them by default (bf16 where it has kernels for it: AVX-512);
+  // the reference loops (on transposed copies) agree too.
+  const bool no_dnnl_bf16 = bf16 && !cpu::cpuHasAvx512();
   OneNode fwd("conv2d", ins, attrs);
-  EXPECT_EQ(KernelRegistry::cpu().select(*fwd.node)->name, "onednn.conv2d");
-  OneNode wgrad("conv2d_weight_backward", {nhwc(g), nhwc(x)}, w_attrs);
-  // Except an ungrouped f32 1x1 without AVX-512: a plain GEMM, faster on OpenBLAS there (kernels_conv_grad.cpp).
-  const bool gemm = c.w[2] == 1 && c.w[3] == 1 && c.groups == 1 && !bf16 && !cpu::cpuHasAvx512();
+  EXPECT_EQ(KernelRegistry::cpu().select(*fwd.node)->name, no_dnnl_bf16 ? "blas.conv2d" : "onednn.conv2d");
+  OneNode wgrad("conv2d_weight_backward", {nhwc(g), nhwc(xv)}, w_attrs);
+  // And an ungrouped f32 1x1 without AVX-512: a plain GEMM, faster on OpenBLAS there (kernels_conv_grad.cpp).
+  const bool gemm = no_dnnl_bf16 || (c.w[2] == 1 && c.w[3] == 1 && c.groups == 1 && !bf16 && !cpu::cpuHasAvx512());
   EXPECT_EQ(KernelRegistry::cpu().select(*wgrad.node)->name,
             gemm ? "blas.conv2d_weight_backward" : "onednn.conv2d_weight_backward");
   check([](const std::string& op, const std::vector<torch::Tensor>& in,
