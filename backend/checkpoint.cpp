@@ -138,6 +138,18 @@ Result<std::string> latestCheckpoint(const std::string& dir) {
   return n;
 }
 
+Result<int64_t> checkpointStepsDone(const std::string& dir) {
+  auto n = latestCheckpoint(dir);
+  if (!n) return n.error();
+  const std::string path = (fs::path(dir) / *n / "trainer.json").string();
+  auto text = readFile(path);
+  if (!text) return Error{"resume: " + text.error().message};
+  const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
+  if (!j.is_object() || !j.contains("steps_done") || !j["steps_done"].is_number_integer())
+    return Error{"resume: " + path + " is not valid trainer state"};
+  return j["steps_done"].get<int64_t>();
+}
+
 Result<CheckpointFiles> readCheckpointFiles(const std::string& dir) {
   return catchErrors([&]() -> CheckpointFiles {
     auto n = latestCheckpoint(dir);

@@ -35,6 +35,9 @@ Status writeCheckpoint(const std::string& dir, const Checkpoint& ckpt, int keep 
 /// The step directory DIR/latest names ("step-00000100"); an error when
 /// there is none or it names something else.
 Result<std::string> latestCheckpoint(const std::string& dir);
+/// The steps done of DIR/latest's checkpoint, from its trainer.json alone
+/// (which step to compile for before the weights are read).
+Result<int64_t> checkpointStepsDone(const std::string& dir);
 /// Reads DIR/latest's checkpoint; errors name the file that is missing or bad.
 Result<Checkpoint> readCheckpoint(const std::string& dir);
 

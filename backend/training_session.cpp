@@ -435,4 +435,40 @@ Status TrainingSession::loadCheckpoint(const std::string& dir) {
   return {};
 }
 
+Status TrainingSession::setWeights(const TensorMap& state_dict) {
+  if (config_.compile_only) return Error{"this session was built to compile only (it holds no weights)"};
+  pullState();
+  TensorMap next = state_;
+  for (const Value* v : graph_->inputs()) {
+    if (v->role() != ValueRole::Param && v->role() != ValueRole::Buffer) continue;
+    auto it = state_dict.find(v->name());
+    if (it == state_dict.end()) return Error{"no tensor '" + v->name() + "' to take the weights from"};
+    if (it->second.type() != v->type())
+      return Error{"'" + v->name() + "' is " + it->second.type().str() + ", this step needs " + v->type().str()};
+    next[v->name()] = it->second;
+  }
+  state_ = std::move(next);
+  runner_stale_ = true;
+  return {};
+}
+
+Status TrainingSession::adoptState(const TrainingSession& prev) {
+  if (Status st = setWeights(prev.stateDict()); !st) return Error{"carrying the training state over: " + st.error().message};
+  const TensorMap opt = prev.optimizerState();
+  for (const Value* v : graph_->inputs()) {
+    if (v->role() != ValueRole::OptState) continue;
+    auto it = opt.find(v->name());
+    if (it == opt.end()) {
+      state_.erase(v->name());  // zeros at the next step, as for a parameter that starts training now
+      continue;
+    }
+    if (it->second.type() != v->type())
+      return Error{"carrying the training state over: optimizer state '" + v->name() + "' is " +
+                   it->second.type().str() + ", this step needs " + v->type().str()};
+    state_[v->name()] = it->second;
+  }
+  steps_ = prev.steps_;
+  return {};
+}
+
 }  // namespace kiln

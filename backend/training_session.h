@@ -123,6 +123,18 @@ class TrainingSession {
   Status saveCheckpoint(const std::string& dir, int keep = 1) const;
   Status loadCheckpoint(const std::string& dir);
 
+  /// Carry the training on from `prev`, a session of the same model compiled
+  /// with other options (a recipe's schedule point: more parameters frozen,
+  /// another sequence length or image size): its parameters and buffers, the
+  /// optimizer state of the parameters this graph still updates (a state
+  /// `prev` has none of starts at zero), and its step count (the learning
+  /// rate schedule and random ops go on from there).
+  Status adoptState(const TrainingSession& prev);
+  /// Replace the parameters and buffers by `state_dict`'s tensors of the same
+  /// names and types (an evaluation session takes the training session's
+  /// weights, or their moving average, before each evaluation).
+  Status setWeights(const TensorMap& state_dict);
+
   const Graph& graph() const { return *graph_; }
   /// Trace every node the following steps run (kiln train --trace).
   void setTrace(TraceRecorder* trace) { runner_->setTrace(trace); }
@@ -136,6 +148,8 @@ class TrainingSession {
   const StepExecutor& executor() const { return *runner_; }
   StepExecutor& executor() { return *runner_; }
   const TrainingConfig& config() const { return config_; }
+  /// Tied parameters: extra state_dict key -> the input that holds it (Model::aliases).
+  const std::map<std::string, std::string>& aliases() const { return aliases_; }
   /// The CPU executor (its nodes and stages, for tests); nullptr when the
   /// session runs on a device.
   CpuExecutor* cpuExecutor() { return cpu_ ? &cpu_->executor() : nullptr; }

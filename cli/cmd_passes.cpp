@@ -25,7 +25,8 @@ void listPasses(bool verbose) {
     if (verbose) std::cout << "  " << std::setw(w) << "" << p.description << "\n";
   }
   for (auto [kind, title] :
-       {std::pair{TrainingGraphKind::Step, "kiln train"}, std::pair{TrainingGraphKind::Gradients, "kiln grad"}}) {
+       {std::pair{TrainingGraphKind::Step, "kiln train"}, std::pair{TrainingGraphKind::Gradients, "kiln grad"},
+        std::pair{TrainingGraphKind::Eval, "the evaluation step (kiln train --eval-data)"}}) {
     std::cout << "\ndefault pipeline of " << title << ":\n";
     int i = 1;
     for (const PipelineEntry& e : trainingPipeline(kind))

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/checkpoint.h"
 #include "cli/commands.h"
 #include "core/op_table.h"
 #include "core/safetensors.h"
@@ -25,6 +26,7 @@
 #include "driver/messages.h"
 #include "driver/option_table.h"
 #include "driver/ranks.h"
+#include "driver/recipe.h"
 #include "driver/report.h"
 #include "driver/trainer.h"
 
@@ -82,6 +84,27 @@ class ProgressPrinter : public TrainObserver {
     return {};
   }
 
+  Status onEvaluation(const ReportEvaluation& e) override {
+    if (tty_) std::fprintf(stderr, "\r\033[K");  // the progress line makes room
+    if (log_) {
+      nlohmann::json j{{"step", e.step}, {"eval_loss", e.loss}, {"train_seconds", e.train_seconds}};
+      if (e.accuracy) j["eval_accuracy"] = *e.accuracy;
+      if (e.perplexity) j["eval_perplexity"] = *e.perplexity;
+      *log_ << j.dump() << "\n";
+      log_->flush();
+    }
+    if (out_) {
+      *out_ << "eval after step " << e.step << ": loss " << fmt(e.loss, 5);
+      if (e.accuracy) *out_ << ", accuracy " << fmt(*e.accuracy, 4);
+      if (e.perplexity) *out_ << ", perplexity " << fmt(*e.perplexity, 5);
+      *out_ << " (" << fmt(e.eval_ms, 3) << " ms; " << fmt(e.train_seconds, 4) << " s of training)" << std::endl;
+    }
+    return {};
+  }
+
+  /// Where evaluation lines go (rank 0's stdout).
+  void setOut(std::ostream* out) { out_ = out; }
+
   void finish() {
     if (tty_ && steps_ > start_) std::fprintf(stderr, "\n");
   }
@@ -91,8 +114,28 @@ class ProgressPrinter : public TrainObserver {
   bool print_now_ = false;  ///< this step's progress line is due (decided before it read the loss)
   int64_t steps_, start_;
   std::ofstream* log_;
+  std::ostream* out_ = nullptr;
   Clock::time_point t0_, last_print_;
 };
+
+/// The recipe's schedule points and its target, after the run.
+void printRecipeSummary(std::ostream& out, const RecipeRunner& recipe, const TrainLoopResult& run) {
+  const ReportRecipe& r = recipe.record();
+  for (const ReportSchedulePoint& p : r.schedule)
+    out << "schedule: step " << p.step << " " << p.change << ": " << p.nodes << "-node step, " << p.trainable_params
+        << " trainable parameters (compiled in " << fmt(p.compile_ms, 3) << " ms, compile cache " << p.cache << ")\n";
+  if (recipe.evaluates() && run.eval_seconds > 0)
+    out << "evaluated " << r.evaluations.size() << " times in " << fmt(run.eval_seconds, 3)
+        << " s (not counted as training time)\n";
+  if (!r.target) return;
+  const std::string goal = r.target->metric + (r.target->metric == "accuracy" ? " >= " : " <= ") +
+                           fmt(r.target->value, 6);
+  if (r.target->reached)
+    out << "reached " << goal << " after " << *r.target->step << " steps and " << fmt(*r.target->train_seconds, 4)
+        << " s of training\n";
+  else
+    out << "did not reach " << goal << " in " << run.steps_run << " steps\n";
+}
 
 int train(const TrainCmd& c) {
   if (shouldLaunch(c.train)) return launchRanks(c.train, {c.max_restarts, c.checkpoint});
@@ -121,7 +164,17 @@ int train(const TrainCmd& c) {
     args.trace = trace.get();
   }
   const auto t_start = std::chrono::steady_clock::now();
-  auto setup = compileStep(args, TrainingGraphKind::Step);
+  // The recipe (evaluation, schedule); the step is compiled for the step the
+  // run starts at (a resumed run's may have more frozen).
+  auto recipe = RecipeRunner::create(args);
+  if (!recipe) return reportError(recipe.error(), c.train.verbose);
+  int64_t first_step = 0;
+  if (!c.resume.empty() && (*recipe)->hasSchedule()) {
+    auto done = checkpointStepsDone(c.resume);
+    if (!done) return reportError(done.error());
+    first_step = *done;
+  }
+  auto setup = compileStep((*recipe)->optionsAt(first_step), TrainingGraphKind::Step);
   if (!setup) return reportError(setup.error(), c.train.verbose);
   const double compile_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
@@ -131,6 +184,7 @@ int train(const TrainCmd& c) {
   }
   const int64_t start = s.stepsDone();
   const int64_t steps = c.train.steps;
+  if (Status st = (*recipe)->start(*setup, start); !st) return reportError(st.error());
 
   std::ostream& out = lead ? std::cout : nullStream();
   out << "kiln train " << c.train.model.path << ": " << setup->num_params << " trainable parameters, step graph "
@@ -170,6 +224,7 @@ int train(const TrainCmd& c) {
     if (!log) return reportError(Error{c.log_file + ": cannot open the log file for writing"});
   }
   ProgressPrinter progress(lead && ::isatty(STDERR_FILENO), steps, start, log.is_open() ? &log : nullptr);
+  progress.setOut(&out);
   TrainLoopOptions loop;
   loop.steps = steps;
   loop.log_every = c.log_every;
@@ -180,24 +235,32 @@ int train(const TrainCmd& c) {
   loop.keep_checkpoints = c.keep_checkpoints;
   loop.trace = trace.get();
   loop.trace_steps = c.trace_steps;
+  if ((*recipe)->active()) loop.recipe = recipe->get();
+  if ((*recipe)->evaluates())
+    out << "evaluation: " << (*recipe)->evaluator().batches() << " batches of "
+        << (*recipe)->evaluator().step().batches->describe() << ", " << (*recipe)->metric()
+        << (c.train.target ? " to reach " + fmt(*c.train.target, 6) : std::string()) << "\n";
   auto run = runTraining(*setup, loop, progress);
   if (!run) return reportError(run.error(), c.train.verbose);
   progress.finish();
+  TrainingSession& trained = *setup->session;  // a schedule point may have replaced the step
   const double secs = run->seconds;
   const double last_loss = run->last_loss;
   const auto& last_metrics = run->last_metrics;
 
   if (!c.checkpoint.empty())  // every rank: ZeRO-1 gathers the optimizer state; rank 0 writes
-    if (Status st = s.saveCheckpoint(c.checkpoint, c.keep_checkpoints); !st) return reportError(st.error());
+    if (Status st = trained.saveCheckpoint(c.checkpoint, c.keep_checkpoints); !st) return reportError(st.error());
   if (!lead) return 0;
   if (!c.report.empty()) {
     auto report = buildReport("train", c.train, *setup, compile_ms);
-    addTrainingResult(report, *setup, *run, trace.get());
+    addTrainingResult(report, *setup, *run, trace.get(), loop.recipe);
     addMachine(report, c.train.cache_dir);
     if (Status st = writeReport(c.report, report); !st) return reportError(st.error());
   }
   if (!c.save_weights.empty())
-    if (Status st = writeSafetensors(c.save_weights, s.stateDict()); !st) return reportError(st.error());
+    if (Status st = writeSafetensors(c.save_weights, trained.stateDict()); !st) return reportError(st.error());
+  if (!c.train.save_ema.empty())
+    if (Status st = writeSafetensors(c.train.save_ema, averagedWeights(trained)); !st) return reportError(st.error());
   if (trace && !c.trace.empty()) {
     trace->stop();
     if (Status st = trace->write(c.trace); !st) return reportError(st.error());
@@ -205,18 +268,21 @@ int train(const TrainCmd& c) {
               << " slices) to " << c.trace << " (open it in https://ui.perfetto.dev or chrome://tracing)\n";
   }
 
-  std::cout << "trained " << (steps - start) << " steps in " << fmt(secs, 3) << " s ("
-            << fmt(static_cast<double>(steps - start) / std::max(secs, 1e-9), 3) << " steps/s)";
-  if (steps > start) {
+  std::cout << "trained " << run->steps_run << " steps in " << fmt(secs, 3) << " s ("
+            << fmt(static_cast<double>(run->steps_run) / std::max(secs, 1e-9), 3) << " steps/s)";
+  if (run->steps_run > 0) {
     std::cout << "; final loss " << fmt(last_loss, 6);
     for (const auto& [k, v] : last_metrics) std::cout << ", " << k << " " << fmt(v, 4);
   }
   std::cout << "\n";
+  printRecipeSummary(std::cout, **recipe, *run);
   if (c.comm_table && args.collectives)
     printCommTable(std::cout, args.collectives->size(), args.collectives->communicator().backend(), run->comm);
   if (!c.save_weights.empty()) std::cout << "wrote weights to " << c.save_weights << "\n";
+  if (!c.train.save_ema.empty()) std::cout << "wrote the averaged weights to " << c.train.save_ema << "\n";
   if (!c.report.empty()) std::cout << "wrote report to " << c.report << "\n";
-  if (!c.checkpoint.empty()) std::cout << "wrote checkpoint (step " << s.stepsDone() << ") to " << c.checkpoint << "\n";
+  if (!c.checkpoint.empty())
+    std::cout << "wrote checkpoint (step " << trained.stepsDone() << ") to " << c.checkpoint << "\n";
   return 0;
 }
 

@@ -12,6 +12,7 @@
 #include "backend/comm/collective_engine.h"
 #include "backend/cpu/cpu_features.h"
 #include "core/buffer_pool.h"
+#include "core/data/resize_source.h"
 #include "core/data/shard_source.h"
 #include "core/import/loader/load_model.h"
 #include "core/import/recorded_inputs.h"
@@ -114,7 +115,7 @@ Result<BoundStep> setUp(const CompileOptions& a, TrainingGraphKind kind, Compile
     if (!f) return f.error();
     auto part = shardBatch(f->tensors, rank, ranks, a.model.input_file);
     if (!part) return part.error();
-    first = std::move(*part);
+    first = a.image_size > 0 ? resizeImages(*part, a.image_size) : std::move(*part);
     types = typesOf(first);
     if (types.empty())
       return Error{a.model.input_file + ": holds no tensor named input0 (inputs are keyed input0, input1, ...)"};
@@ -126,6 +127,7 @@ Result<BoundStep> setUp(const CompileOptions& a, TrainingGraphKind kind, Compile
     auto src = safetensorsDirSource(a.data);
     if (!src) return src.error();
     *src = shardedSource(std::move(*src), rank, ranks);
+    if (a.image_size > 0) *src = resizedSource(std::move(*src), a.image_size);
     auto b = (*src)->batch(0);
     if (!b) return b.error();
     first = std::move(*b);
@@ -138,6 +140,12 @@ Result<BoundStep> setUp(const CompileOptions& a, TrainingGraphKind kind, Compile
     if (!std::filesystem::exists(a.data)) return Error{a.data + ": no such file or directory"};
     token_file = a.data;
   }
+  if (a.image_size > 0 && !types_from_batch)
+    return Error{"--image-size / --resize-schedule resize the images of --data or --input-file batches; synthetic "
+                 "and token batches take their shapes from --input-shape or the model"};
+  if (a.image_size > 0 &&
+      std::ranges::none_of(types, [](const TensorType& t) { return t.rank() == 4 && isFloating(t.dtype); }))
+    return Error{"--image-size / --resize-schedule: the batch has no 4-D floating image input [N, C, H, W] to resize"};
 
   // 2. The compile cache: a step compiled before with the same inputs.
   std::optional<CachedStep> cached;
@@ -240,6 +248,29 @@ Result<BoundStep> setUp(const CompileOptions& a, TrainingGraphKind kind, Compile
     ++setup.imports;
     model = std::move(*m);
   }
+  // Selective backprop: the model just imported scores the whole batch; the
+  // step trains the same model imported at the selected rows.
+  std::shared_ptr<const Graph> scoring;
+  int64_t selected = 0;
+  if (a.selective_backprop > 0 && kind == TrainingGraphKind::Step) {
+    if (types.empty() || types[0].shape.empty()) return Error{"--selective-backprop needs a batched input0"};
+    const int64_t rows = types[0].shape[0];
+    selected = selectedRows(a.selective_backprop, rows);
+    if (selected >= rows)
+      return Error{"--selective-backprop " + std::to_string(a.selective_backprop) + " keeps all " +
+                   std::to_string(rows) + " rows of the batch; give a smaller fraction or a larger batch"};
+    if (!cached) {
+      std::vector<TensorType> picked = types;
+      for (TensorType& t : picked)
+        if (!t.shape.empty()) t.shape[0] = selected;
+      auto trained = importWith(a, picked, observer);
+      if (!trained)
+        return trained.error().prefixed("--selective-backprop: the model at " + std::to_string(selected) + " rows: ");
+      ++setup.imports;
+      scoring = std::make_shared<const Graph>(std::move(model.graph));
+      model = std::move(*trained);
+    }
+  }
   model.source = a.model.path;
   if (model.shapes_only && !a.compile_only)
     return Error{a.model.path +
@@ -260,6 +291,10 @@ Result<BoundStep> setUp(const CompileOptions& a, TrainingGraphKind kind, Compile
   }
   if (auto it = first.find("target"); it != first.end()) to.target = it->second.type();
   if (!token_file.empty()) to.target = TensorType{DType::I64, types[0].shape};
+  if (selected > 0) {  // the loss pass runs on the forward at the selected rows
+    if (to.target && !to.target->shape.empty()) to.target->shape[0] = selected;
+    to.selective = {a.selective_backprop, scoring};
+  }
   if (to.amp.mode == AmpMode::Bf16 && a.device != "cuda" && !cpu::cpuHasNativeBf16()) {
     static bool said = false;  // once per process (a stale cache entry sets up twice)
     if (!said)

@@ -26,6 +26,7 @@ struct CompileOptions {
   std::string token_type = "u16";
   int64_t seq_len = 0;  ///< token windows; 0: the model's input length
   int64_t batch = 0;    ///< synthetic/token batch size; 0: the model's
+  int64_t image_size = 0;  ///< --image-size: resize 4-D image inputs to this square size on loading; 0: as read
   std::string loss = "cross_entropy";
   double label_smoothing = 0;     ///< --label-smoothing (cross_entropy)
   int64_t ignore_index = -100;    ///< --ignore-index (cross_entropy)
@@ -41,6 +42,17 @@ struct CompileOptions {
   int64_t warmup_steps = 0;
   double min_lr = 0;
   std::vector<std::string> freeze;  ///< --freeze patterns (passes/freeze.h)
+  // The training recipe (driver/recipe.h): kiln train only.
+  std::string eval_data;          ///< --eval-data: held-out batches (a directory or a token file)
+  int64_t eval_every = 0;         ///< --eval-every: evaluate every N steps (0: after the last only)
+  std::string metric;             ///< --metric: accuracy, loss or perplexity ("": by the loss; driver/recipe.h)
+  std::optional<double> target;   ///< --target: stop when the metric reaches it
+  std::string freeze_schedule;    ///< --freeze-schedule: STEP:PATTERN,... (freezing more as training goes)
+  double ema = 0;                 ///< --ema: decay of the weights' moving average (0: none; passes/ema.h)
+  std::string save_ema;           ///< --save-ema: write the averaged weights (safetensors) here
+  std::string seq_warmup;         ///< --seq-warmup START:STEPS: token windows from START up to --seq-len
+  std::string resize_schedule;    ///< --resize-schedule STEP:SIZE,...: --image-size from each STEP on
+  double selective_backprop = 0;  ///< --selective-backprop: the fraction of each batch the backward sees (0: all)
   std::string amp = "none";         ///< --amp: none, bf16 or fp16 (passes/amp.h)
   std::string memory_budget;        ///< --memory-budget: peak bytes for remat ("2GiB"); empty: none
   int64_t steps = 10;

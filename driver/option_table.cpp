@@ -38,6 +38,10 @@ const std::vector<OptionSpec> kTable = {
     {"--seq-len", "token window length (default: the model's input length)", kOptimizing, K::Compiled, FIELD(seq_len)},
     {"--batch", "batch size of synthetic or token batches (default: the model's)", kOptimizing, K::Compiled,
      FIELD(batch)},
+    {"--image-size",
+     "resize every 4-D image input [N, C, H, W] of --data / --input-file batches to SIZE x SIZE when it is read "
+     "(bilinear, as F.interpolate(align_corners=False); the batch reader's thread)",
+     kOptimizing, K::Implied /* the batch's types */, FIELD(image_size)},
 
     // The loss.
     {"--loss",
@@ -77,6 +81,43 @@ const std::vector<OptionSpec> kTable = {
      "train no parameter matching this glob on state_dict names; without * ? [ a name or module prefix (layer1 "
      "freezes layer1.0.conv1.weight) (repeatable)",
      kPassOptions, K::Compiled, FIELD(freeze)},
+
+    // The training recipe (driver/recipe.h).
+    {"--eval-data",
+     "held-out batches to evaluate on (a directory of safetensors batches read once through, or a token file cut "
+     "into whole batches): the forward in eval mode, compiled once",
+     kTrain, K::Runtime, FIELD(eval_data)},
+    {"--eval-every", "evaluate every N steps (default 0: after the last step only)", kTrain, K::Runtime,
+     FIELD(eval_every)},
+    {"--metric",
+     "the evaluation's metric for --target and the log: accuracy (default for cross_entropy), loss or perplexity",
+     kTrain, K::Runtime, FIELD(metric), "accuracy,loss,perplexity"},
+    {"--target",
+     "stop when the evaluation's --metric reaches this (accuracy at or above it; loss or perplexity at or below "
+     "it) and report the steps and training time to it",
+     kTrain, K::Runtime, FIELD(target)},
+    {"--freeze-schedule",
+     "progressive freezing: STEP:PATTERN,... freezes the parameters PATTERN selects (as --freeze) from STEP on; "
+     "each new frozen set is a step compiled through the cache, its backward and optimizer state gone",
+     kTrain, K::Runtime /* each scheduled step keys on its own frozen set */, FIELD(freeze_schedule)},
+    {"--seq-warmup",
+     "sequence-length warm-up over a token file (--data): windows of START tokens first, growing linearly (in "
+     "multiples of 8) to the full --seq-len by step STEPS; one compiled step per length (START:STEPS)",
+     kTrain, K::Runtime /* each length is a step of its own */, FIELD(seq_warmup)},
+    {"--resize-schedule",
+     "progressive resizing: STEP:SIZE,... trains on images resized to SIZE x SIZE from STEP on (as --image-size; "
+     "evaluation at the data's own size); one compiled step per size",
+     kTrain, K::Runtime /* each size is a step of its own */, FIELD(resize_schedule)},
+    {"--selective-backprop",
+     "selective backprop: the forward scores the whole batch, the backward learns from the FRACTION of it with the "
+     "highest loss only (a static top-k in the step; the model is imported at both sizes; 0: off)",
+     kOptimizing, K::Compiled, FIELD(selective_backprop)},
+    {"--ema",
+     "keep an exponential moving average of the weights with this decay (e.g. 0.999), updated by the step graph "
+     "as torch.optim.swa_utils.AveragedModel's EMA; evaluations use it (0: off, default)",
+     kOptimizerPasses, K::Compiled, FIELD(ema)},
+    {"--save-ema", "write the averaged weights (--ema) with the current buffers here (safetensors)", kTrain,
+     K::Runtime, FIELD(save_ema)},
 
     // Precision and memory.
     {"--amp",

@@ -520,6 +520,54 @@ struct Fields<ReportMachine> {
 };
 
 template <>
+struct Fields<ReportSchedulePoint> {
+  template <class F, class M>
+  static void visit(F& f, M& m) {
+    f.field("step", m.step);
+    f.field("change", m.change);
+    f.field("compile_ms", m.compile_ms);
+    f.field("cache", m.cache);
+    f.field("nodes", m.nodes);
+    f.field("trainable_params", m.trainable_params);
+  }
+};
+
+template <>
+struct Fields<ReportEvaluation> {
+  template <class F, class M>
+  static void visit(F& f, M& m) {
+    f.field("step", m.step);
+    f.field("train_seconds", m.train_seconds);
+    f.field("eval_ms", m.eval_ms);
+    f.field("loss", m.loss);
+    f.field("accuracy", m.accuracy);
+    f.field("perplexity", m.perplexity);
+  }
+};
+
+template <>
+struct Fields<ReportTarget> {
+  template <class F, class M>
+  static void visit(F& f, M& m) {
+    f.field("metric", m.metric);
+    f.field("value", m.value);
+    f.field("reached", m.reached);
+    f.field("step", m.step);
+    f.field("train_seconds", m.train_seconds);
+  }
+};
+
+template <>
+struct Fields<ReportRecipe> {
+  template <class F, class M>
+  static void visit(F& f, M& m) {
+    f.field("schedule", m.schedule);
+    f.field("evaluations", m.evaluations);
+    f.field("target", m.target);
+  }
+};
+
+template <>
 struct Fields<Report> {
   template <class F, class M>
   static void visit(F& f, M& m) {
@@ -543,6 +591,7 @@ struct Fields<Report> {
     f.field("communication", m.communication);
     f.field("timeline", m.timeline);
     f.field("machine", m.machine);
+    f.field("recipe", m.recipe);
   }
 };
 

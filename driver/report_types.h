@@ -230,6 +230,43 @@ struct ReportMachine {
   std::string measured_at;                    ///< when (UTC, ISO 8601)
 };
 
+/// A recipe's schedule point (kiln train --freeze-schedule, ...): from
+/// `step` on, the run trains a step compiled with other options.
+struct ReportSchedulePoint {
+  int64_t step = 0;
+  std::string change;  ///< what changed, in words ("freeze layer1")
+  double compile_ms = 0;  ///< compiling (or loading from the cache) and binding the new step
+  std::string cache;      ///< the compile cache's answer: hit, miss, rebuilt or off
+  int64_t nodes = 0;      ///< the new step graph's nodes
+  int64_t trainable_params = 0;  ///< parameter elements it trains
+};
+
+/// One held-out evaluation (kiln train --eval-data), after `step` steps.
+struct ReportEvaluation {
+  int64_t step = 0;
+  double train_seconds = 0;  ///< training wall time up to here, evaluations excluded
+  double eval_ms = 0;        ///< this evaluation's own time
+  double loss = 0;           ///< mean over the evaluation batches
+  std::optional<double> accuracy;    ///< classification (cross_entropy)
+  std::optional<double> perplexity;  ///< exp(loss), cross_entropy
+};
+
+/// When the run first reached --target (kiln train --target).
+struct ReportTarget {
+  std::string metric;
+  double value = 0;  ///< the target
+  bool reached = false;
+  std::optional<int64_t> step;            ///< the evaluation that reached it
+  std::optional<double> train_seconds;    ///< training wall time to it (evaluations excluded)
+};
+
+/// kiln train's recipe: its schedule points, evaluations and target.
+struct ReportRecipe {
+  std::vector<ReportSchedulePoint> schedule;
+  std::vector<ReportEvaluation> evaluations;
+  std::optional<ReportTarget> target;
+};
+
 struct Report {
   std::string schema = "kiln-report";
   int64_t version = kReportVersion;
@@ -253,6 +290,7 @@ struct Report {
   std::optional<ReportCommunication> communication;  ///< kiln train --nproc N
   std::optional<ReportTimeline> timeline;            ///< kiln train
   std::optional<ReportMachine> machine;              ///< kiln train, after kiln bench --machine
+  std::optional<ReportRecipe> recipe;                ///< kiln train with --eval-data or a schedule
 };
 
 }  // namespace kiln::driver

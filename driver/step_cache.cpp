@@ -103,7 +103,7 @@ Result<std::string> stepCacheKeyMaterial(const CompileOptions& a, TrainingGraphK
     if (!backend) return backend.error();
     j["device_target"] = (*backend)->target();
   }
-  j["graph"] = kind == TrainingGraphKind::Step ? "step" : "gradients";
+  j["graph"] = kind == TrainingGraphKind::Step ? "step" : kind == TrainingGraphKind::Eval ? "eval" : "gradients";
   j["options"] = std::move(*options);
   // What the options imply beyond their values: an FX dump's weights file
   // (its shapes; its values change nothing compiled), the batch's types,

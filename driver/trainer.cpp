@@ -5,6 +5,7 @@
 
 #include "backend/comm/collective_engine.h"
 #include "backend/fault_injection.h"
+#include "driver/recipe.h"
 #include "driver/timeline.h"
 
 namespace kiln::driver {
@@ -35,12 +36,12 @@ void traceCollectives(TraceRecorder* trace, TraceRecorder::Clock::time_point ori
 
 Result<TrainLoopResult> runTraining(BoundStep& step, const TrainLoopOptions& o, TrainObserver& observer) {
   using Clock = std::chrono::steady_clock;
-  TrainingSession& s = *step.session;
-  CollectiveEngine* collectives = s.config().collectives.get();
+  CollectiveEngine* collectives = step.session->config().collectives.get();
   TrainLoopResult r;
-  r.first_step = s.stepsDone();
-  s.setTrace(o.trace);
+  r.first_step = step.session->stepsDone();
+  step.session->setTrace(o.trace);
   if (o.trace) o.trace->nameThread("main (executor)", "executor");
+  int64_t profile_from = r.first_step;  // the first step of the session whose nodes are timed
   const int64_t fault_delay = fault::millis("KILN_FAULT_STEP_DELAY_MS");  // tests: ranks drifting apart
   const auto t0 = Clock::now();
   for (int64_t i = r.first_step; i < o.steps; ++i) {
@@ -49,6 +50,16 @@ Result<TrainLoopResult> runTraining(BoundStep& step, const TrainLoopOptions& o, 
       break;
     }
     if (o.trace && i - r.first_step == o.trace_steps) o.trace->stop();  // a few steps show where time goes
+    if (o.recipe) {
+      const TrainingSession* before = step.session.get();
+      if (Status st = o.recipe->beforeStep(i, step); !st) return st.error();
+      if (step.session.get() != before) {  // a schedule point: another step, other nodes to time
+        step.session->setTrace(o.trace);
+        profile_from = i;
+        r.profiled_steps = 0;
+      }
+    }
+    TrainingSession& s = *step.session;
     TraceScope step_slice(o.trace, "step " + std::to_string(i), "step", {{"step", std::to_string(i)}});
     auto batch = step.batches->batch(i);
     if (!batch) return batch.error();
@@ -69,7 +80,7 @@ Result<TrainLoopResult> runTraining(BoundStep& step, const TrainLoopOptions& o, 
     // Not where profiled runs run otherwise (a device's node by node): the
     // steps trained are what the run is for.
     if (o.profile_nodes && !s.executor().profilingChangesRuns()) {
-      if (i != r.first_step)
+      if (i != profile_from)
         ++r.profiled_steps;
       else if (Status st = s.executor().setProfiling(true); !st)
         return st.error();
@@ -91,19 +102,33 @@ Result<TrainLoopResult> runTraining(BoundStep& step, const TrainLoopOptions& o, 
     if (Status st = observer.onStep(record, read, logged, r.last_metrics); !st) return st.error();
     if (o.checkpoint_every > 0 && (i + 1) % o.checkpoint_every == 0 && i + 1 != o.steps)  // rank 0 writes
       if (Status st = s.saveCheckpoint(o.checkpoint_dir, o.keep_checkpoints); !st) return st.error();
+    if (o.recipe) {
+      const double trained = std::chrono::duration<double>(Clock::now() - t0).count() - o.recipe->evalSeconds();
+      const size_t evaluated = o.recipe->record().evaluations.size();
+      auto reached = o.recipe->afterStep(i, o.steps - 1, step, trained);
+      if (!reached) return reached.error();
+      if (o.recipe->record().evaluations.size() > evaluated)
+        if (Status st = observer.onEvaluation(o.recipe->record().evaluations.back()); !st) return st.error();
+      if (*reached) {
+        r.reached_target = r.stopped = true;
+        break;
+      }
+    }
   }
-  r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  r.eval_seconds = o.recipe ? o.recipe->evalSeconds() : 0;
+  r.seconds = std::chrono::duration<double>(Clock::now() - t0).count() - r.eval_seconds;
   return r;
 }
 
 void addTrainingResult(Report& report, const BoundStep& step, const TrainLoopResult& result,
-                       const TraceRecorder* trace) {
+                       const TraceRecorder* trace, const RecipeRunner* recipe) {
   const TrainingSession& s = *step.session;
   addSteps(report, result.records);
   if (result.profiled_steps > 0) addNodeTimes(report, s.executor().nodeMillis(), result.profiled_steps);
   if (CollectiveEngine* c = s.config().collectives.get())
     addCommunication(report, c->size(), c->communicator().backend(), result.comm);
   if (trace) report.timeline = timelineFromTrace(*trace, s.executor().threads());
+  if (recipe) report.recipe = recipe->record();
 }
 
 }  // namespace kiln::driver

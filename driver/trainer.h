@@ -19,6 +19,10 @@
 #include "driver/report.h"
 
 namespace kiln::driver {
+class RecipeRunner;
+}
+
+namespace kiln::driver {
 
 struct TrainLoopOptions {
   int64_t steps = 10;         ///< train until this many steps are done (a resumed session has some)
@@ -31,6 +35,10 @@ struct TrainLoopOptions {
   /// Record the first trace_steps steps (the calling thread's row is the executor's).
   TraceRecorder* trace = nullptr;
   int64_t trace_steps = 3;
+  /// A recipe (driver/recipe.h): its schedule points switch the bound step
+  /// before their step, its evaluations run after the steps they are due
+  /// (their time is not the training's) and reaching its target stops the run.
+  RecipeRunner* recipe = nullptr;
 };
 
 /// What the loop tells about each step; every method has a default.
@@ -47,6 +55,8 @@ class TrainObserver {
                         const std::map<std::string, double>& /*metrics*/) {
     return {};
   }
+  /// After each evaluation of the recipe (TrainLoopOptions::recipe).
+  virtual Status onEvaluation(const ReportEvaluation& /*evaluation*/) { return {}; }
   /// Asked before each step; false stops the run (a Cancel).
   virtual bool keepGoing() { return true; }
 };
@@ -54,7 +64,9 @@ class TrainObserver {
 struct TrainLoopResult {
   int64_t first_step = 0;  ///< the steps done before (a resumed run)
   int64_t steps_run = 0;
-  double seconds = 0;
+  double seconds = 0;       ///< training wall time, evaluations excluded
+  double eval_seconds = 0;  ///< the recipe's evaluations
+  bool reached_target = false;  ///< the recipe's target stopped the run
   double last_loss = NAN;
   std::map<std::string, double> last_metrics;
   std::vector<StepRecord> records;  ///< record_steps
@@ -63,13 +75,14 @@ struct TrainLoopResult {
   bool stopped = false;             ///< the observer stopped it
 };
 
-/// Train `step` (from its batch source) until `o.steps` steps are done.
+/// Train `step` (from its batch source) until `o.steps` steps are done. A
+/// recipe's schedule point replaces `step` by the step compiled for it.
 Result<TrainLoopResult> runTraining(BoundStep& step, const TrainLoopOptions& o, TrainObserver& observer);
 
 /// Add what the run measured to a report of the step: the steps, the nodes'
 /// measured times, the communication, and with `trace` (the loop's) the
-/// timeline of the steps it recorded.
+/// timeline of the steps it recorded, and the recipe's schedule and evaluations.
 void addTrainingResult(Report& report, const BoundStep& step, const TrainLoopResult& result,
-                       const TraceRecorder* trace = nullptr);
+                       const TraceRecorder* trace = nullptr, const RecipeRunner* recipe = nullptr);
 
 }  // namespace kiln::driver

@@ -115,6 +115,15 @@ Status validateOptions(const CompileOptions& a) {
                                 std::pair{"--checkpoint-timeout", a.checkpoint_timeout}})
     if (seconds != 0 && !(seconds >= CommOptions::kMinTimeoutSeconds && seconds <= CommOptions::kMaxTimeoutSeconds))
       return bad(std::string(flag) + " must be between 0.001 and 604800 seconds (a week), got " + shortNumber(seconds));
+  if (!(a.ema >= 0 && a.ema < 1)) return bad("--ema must be a decay in (0, 1) (0: off), got " + shortNumber(a.ema));
+  if (a.eval_every < 0) return bad("--eval-every must be >= 0");
+  if (!(a.selective_backprop >= 0 && a.selective_backprop < 1))
+    return bad("--selective-backprop must be a fraction in (0, 1) (0: off), got " + shortNumber(a.selective_backprop));
+  if (a.image_size < 0 || a.image_size > 65536) return bad("--image-size must be between 1 and 65536 (0: as read)");
+  if (a.eval_data.empty() && (a.eval_every > 0 || a.target || !a.metric.empty()))
+    return bad("--eval-every, --metric and --target need --eval-data (the held-out set the metric is measured on)");
+  if (a.target && !std::isfinite(*a.target)) return bad("--target must be a finite number");
+  if (!a.save_ema.empty() && a.ema == 0) return bad("--save-ema needs --ema DECAY");
   if (a.zero != 0 && a.zero != 1) return bad("--zero must be 0 or 1 (stage 1 shards the optimizer state)");
   if (a.zero == 1 && a.amp == "fp16")
     return bad(
@@ -143,6 +152,7 @@ Result<TrainingOptions> trainingOptions(const CompileOptions& a, int ranks, int 
   o.nesterov = a.nesterov;
   o.weight_decay = a.weight_decay;
   o.clip_grad_norm = a.clip_grad_norm;
+  to.ema_decay = a.ema;
   to.amp.mode = *parseAmpMode(a.amp);
   if (!a.memory_budget.empty()) to.memory_budget = *parseByteSize(a.memory_budget);
   if (ranks > 1) {

@@ -34,6 +34,7 @@
 #include "gui/views/roofline_view.h"
 #include "gui/views/table_view.h"
 #include "gui/views/timeline_view.h"
+#include "gui/views/training_view.h"
 
 namespace kiln::studio {
 namespace {
@@ -51,7 +52,8 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   auto* kernels = new KernelsView(tabs_);
   auto* timeline = new TimelineView(tabs_);
   auto* roofline = new RooflineView(tabs_);
-  views_ = {graph_, new PassesView(tabs_), memory, kernels, new CommView(tabs_), timeline, roofline, compare_};
+  views_ = {graph_,   new PassesView(tabs_), memory, kernels, new CommView(tabs_), timeline, roofline,
+            new TrainingView(tabs_), compare_};
   for (View* v : views_) tabs_->addTab(v, v->name());
   // A click on the memory timeline selects that node in the graph.
   memory->chart()->on_node_clicked = [this](int node) {

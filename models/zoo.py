@@ -74,6 +74,32 @@ class CNNBN(nn.Module):
         return self.fc(x)
 
 
+class DigitsCNN(nn.Module):
+    """A small VGG-style image classifier for the time-to-quality benchmark
+    (benchmarks/time_to_quality.py, scikit-learn's digits at 32x32): three
+    Conv-BN-ReLU stages with max pooling, global average pooling (so it runs
+    at any image size: progressive resizing) and a Linear head."""
+
+    def __init__(self, in_ch: int = 1, width: int = 32, num_classes: int = 10):
+        super().__init__()
+
+        def stage(c_in, c_out):
+            return nn.Sequential(nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU(),
+                                 nn.Conv2d(c_out, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU())
+
+        self.stage1 = stage(in_ch, width)
+        self.stage2 = stage(width, 2 * width)
+        self.stage3 = stage(2 * width, 4 * width)
+        self.pool = nn.MaxPool2d(2)
+        self.head = nn.Linear(4 * width, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.pool(self.stage1(x))
+        x = self.pool(self.stage2(x))
+        x = self.stage3(x)
+        return self.head(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
 class BasicBlock(nn.Module):
     """ResNet basic block: two 3x3 convs, identity or 1x1-conv shortcut."""
 
@@ -969,10 +995,16 @@ _REGISTRY: Dict[str, Tuple[Callable[[], nn.Module], tuple, Tuple[str, ...]]] = {
     "llama_7b_shape": (on_meta(lambda: LlamaDecoder(vocab=32000, d_model=4096, n_head=32, n_kv_head=32,
                                                     d_ff=11008, n_layer=32)),
                        (_ints((1, 2048), 32000),), ("fx",)),
+    # The time-to-quality benchmark's tasks (benchmarks/time_to_quality.py):
+    # scikit-learn's handwritten digits upsampled to 32x32, and a
+    # character-level GPT over the bytes of Python's documentation.
+    "ttq_digits_cnn": (DigitsCNN, ((32, 1, 32, 32),), ("trace",)),
+    "ttq_char_gpt": (lambda: GPT2Mini(vocab=256, n_ctx=128, d_model=128, n_head=4, n_layer=4, dropout=0.0),
+                     (_ints((16, 128), 256),), ("trace",)),
 }
 
 # Built on request only (export.py NAME), never by the test suites.
-BENCH_ONLY = {"gpt2_small", "gpt2_cls50k", "tv_resnet50", "bat_resnet50", "bat_vit_b16", "bat_gpt2_40m",
+BENCH_ONLY = {"ttq_digits_cnn", "ttq_char_gpt", "gpt2_small", "gpt2_cls50k", "tv_resnet50", "bat_resnet50", "bat_vit_b16", "bat_gpt2_40m",
               "bat_llama", "bat_lstm", "bat_cells", "bat_cells_long", "bat_bert_base6", "bat_unet",
               "bat_video", "bat_bag", "llama_7b_shape"}
 NAMES: List[str] = [n for n in _REGISTRY if n not in BENCH_ONLY]

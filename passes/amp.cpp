@@ -18,6 +18,7 @@
 #include <map>
 
 #include "core/op_table.h"
+#include "passes/graph_constants.h"
 #include "passes/amp_policy.h"
 
 namespace kiln {
@@ -26,7 +27,7 @@ namespace {
 constexpr const char* kScope = "amp";
 
 Value* constant(Graph& g, double v, DType dt) {
-  return g.add("full", {}, {{"shape", std::vector<int64_t>{}}, {"value", v}, {"dtype", dt}}, kScope);
+  return scalarConstant(g, v, dt, kScope);
 }
 
 /// Casts a node's inputs for its policy category, reusing earlier casts.

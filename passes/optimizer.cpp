@@ -17,6 +17,7 @@
 #include <map>
 
 #include "passes/amp.h"
+#include "passes/graph_constants.h"
 
 namespace kiln {
 namespace {
@@ -24,7 +25,7 @@ namespace {
 constexpr const char* kScope = "optimizer";
 
 Value* constant(Graph& g, double v, DType dt) {
-  return g.add("full", {}, {{"shape", std::vector<int64_t>{}}, {"value", v}, {"dtype", dt}}, kScope);
+  return scalarConstant(g, v, dt, kScope);
 }
 
 /// ZeRO-1's clipping norm: `partial` is the norm of this rank's gradients;

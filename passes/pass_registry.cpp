@@ -6,6 +6,8 @@
 #include "passes/cse.h"
 #include "passes/data_parallel.h"
 #include "passes/dce.h"
+#include "passes/ema.h"
+#include "passes/eval_mode.h"
 #include "passes/fold.h"
 #include "passes/fold_transposes.h"
 #include "passes/freeze.h"
@@ -16,6 +18,7 @@
 #include "passes/optimizer.h"
 #include "passes/remat.h"
 #include "passes/schedule.h"
+#include "passes/selective_backprop.h"
 #include "passes/simplify.h"
 #include "passes/sparse_updates.h"
 #include "passes/split_updates.h"
@@ -28,6 +31,17 @@ const std::vector<PassInfo>& allPasses() {
        "Needs a forward graph and PassContext::training.loss. Appends cross_entropy or mse of output 0 against a "
        "new `target` data input (or takes output 0 as the loss for `model`) and marks it the Loss output.",
        runLoss},
+      {"eval_mode", "the forward as after model.eval(): BatchNorm on running statistics, no dropout",
+       "Run on the forward graph before loss (kiln train --eval-data builds its evaluation step with it). Every "
+       "training-mode batch_norm that tracks running statistics normalizes with them and no longer updates them "
+       "(its BufferUpdate outputs go); every training-mode dropout passes its input through. No state changes.",
+       runEvalMode},
+      {"selective_backprop", "forward on the whole batch, backward on its highest-loss examples",
+       "Needs the loss pass on the forward traced at the selected rows and PassContext::training.selective (the "
+       "forward at the whole batch; kiln train --selective-backprop imports the model at both sizes). The step "
+       "scores every example with that forward, keeps the top k losses (a static topk), and runs the training "
+       "forward, loss and so the backward on those k rows only. Does nothing without a fraction.",
+       runSelectiveBackprop},
       {"fuse_attention", "matmul -> scale -> mask -> softmax -> matmul chains into one tiled attention kernel",
        "Run on the forward graph before amp and autodiff. Replaces each softmax(scale * q k^T [masked]) v chain "
        "whose intermediates have no other use by an attention node (core/ops/attention.h): the [L, S] scores "
@@ -61,6 +75,12 @@ const std::vector<PassInfo>& allPasses() {
        "parameters' Gradient outputs and their entries in the multi-tensor update and in gradient clipping, their "
        "ParamUpdate / OptStateUpdate outputs and OptState inputs, and every node that only fed them.",
        runFreeze},
+      {"ema", "an exponential moving average of the weights as optimizer state (--ema DECAY)",
+       "Needs the optimizer and freeze; does nothing without PassContext::training.ema_decay. Per parameter, an "
+       "OptState ema.P updated after the step as torch.optim.swa_utils.AveragedModel's EMA does: a copy of the "
+       "weights at the first step, then decay * ema + (1 - decay) * weights. kiln train evaluates and saves them "
+       "on request.",
+       runEma},
       {"cse", "common-subexpression elimination",
        "Merges nodes with the same op, input values, explicit attributes and output types (random and "
        "side-effecting ops excepted); the first one stays. Results are bit for bit the same.",

@@ -18,6 +18,7 @@ struct PipelineEntry {
 enum class TrainingGraphKind {
   Gradients,  ///< forward + loss + backward; Gradient outputs (kiln grad)
   Step,       ///< ... + optimizer update (kiln train)
+  Eval,       ///< the forward in eval mode + loss and metrics, no backward (kiln train --eval-data)
 };
 
 /// The default pipeline from a forward graph to the training graph.

@@ -2,6 +2,7 @@
 // hyper-parameters, what is frozen. Defaults are torch.optim's defaults.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -12,6 +13,8 @@
 #include "passes/amp_options.h"
 
 namespace kiln {
+
+class Graph;
 
 enum class LossKind { CrossEntropy, Mse, Model, L1, SmoothL1, Huber, Bce, KlDiv };
 enum class OptimizerKind { Sgd, Adam, AdamW };
@@ -82,6 +85,21 @@ struct CrossEntropyOptions {
 };
 inline constexpr const char* kClassWeightsInput = "__const.loss.class_weights";
 
+/// Selective backprop (passes/selective_backprop.h): the backward learns
+/// from the `fraction` of each batch with the highest loss.
+struct SelectiveBackpropOptions {
+  double fraction = 0;  ///< 0: off
+  /// The model's forward at the whole batch, which scores the examples (the
+  /// graph the passes build from is the forward at the selected rows).
+  std::shared_ptr<const Graph> scoring;
+};
+
+/// The rows selective backprop trains of a batch of `rows`: round(fraction x rows), at least 1.
+inline int64_t selectedRows(double fraction, int64_t rows) {
+  const auto k = static_cast<int64_t>(fraction * static_cast<double>(rows) + 0.5);
+  return k < 1 ? 1 : k;
+}
+
 struct TrainingOptions {
   LossKind loss = LossKind::CrossEntropy;
   CrossEntropyOptions cross_entropy;
@@ -92,6 +110,10 @@ struct TrainingOptions {
   /// Parameters (Param input names) that get no gradient and no update:
   /// the freeze pass removes that work (passes/freeze.h).
   std::set<std::string> frozen;
+  /// Weight averaging (passes/ema.h): the decay of the parameters' moving
+  /// average; 0: none.
+  double ema_decay = 0;
+  SelectiveBackpropOptions selective;
   /// Mixed precision (passes/amp.h): off by default.
   AmpOptions amp;
   /// Peak memory (bytes) the step must fit in; remat recomputes activations

@@ -19,6 +19,7 @@ class FixedBatch : public BatchSource {
   FixedBatch(TensorMap b, std::string where) : batch_(std::move(b)), where_(std::move(where)) {}
   Result<TensorMap> batch(int64_t) override { return batch_; }
   std::string describe() const override { return "the batch in " + where_ + " every step"; }
+  int64_t epochBatches() const override { return 1; }
 
  private:
   TensorMap batch_;
@@ -45,6 +46,7 @@ class SafetensorsDir : public BatchSource {
   std::string describe() const override {
     return std::to_string(files_.size()) + " batch files in " + dir_ + " (cycled)";
   }
+  int64_t epochBatches() const override { return static_cast<int64_t>(files_.size()); }
 
  private:
   std::string dir_;
@@ -71,6 +73,9 @@ class TokenFile : public BatchSource {
   }
   std::string describe() const override {
     return std::to_string(tokens_.size()) + " tokens in " + path_ + ", windows of " + std::to_string(seq_);
+  }
+  int64_t epochBatches() const override {
+    return std::max<int64_t>(1, (static_cast<int64_t>(tokens_.size()) - 1) / seq_ / batch_);
   }
 
  private:

@@ -20,6 +20,9 @@ class BatchSource {
   virtual Result<TensorMap> batch(int64_t step) = 0;
   /// One line for the log: "3 batches from data/", "synthetic", ...
   virtual std::string describe() const = 0;
+  /// How many different batches the source holds before it repeats (an
+  /// epoch: an evaluation set is read once through); 0: no end (synthetic).
+  virtual int64_t epochBatches() const { return 0; }
 };
 
 /// The same batch every step (kiln train --input-file).
@@ -34,6 +37,7 @@ Result<std::unique_ptr<BatchSource>> safetensorsDirSource(const std::string& dir
 /// windows of seq_len + 1 tokens: input0 = window[:-1], target = window[1:],
 /// both i64 [batch, seq_len]. Windows follow each other through the file and
 /// wrap around at its end; step s uses windows s*batch ... s*batch+batch-1.
+/// An epoch is the whole batches the file's windows make (at least one).
 /// `token_type` is "u16" (nanoGPT's format), "i32" or "i64".
 Result<std::unique_ptr<BatchSource>> tokenFileSource(const std::string& path, const std::string& token_type,
                                                      int64_t batch, int64_t seq_len);

@@ -53,6 +53,7 @@ class Prefetcher final : public PrefetchSource {
   }
 
   std::string describe() const override { return inner_->describe() + ", read " + std::to_string(depth_) + " ahead"; }
+  int64_t epochBatches() const override { return inner_->epochBatches(); }
 
   PrefetchStats stats() const override {
     std::lock_guard<std::mutex> lock(mu_);

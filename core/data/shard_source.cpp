@@ -39,6 +39,7 @@ class ShardedSource : public BatchSource {
   std::string describe() const override {
     return source_->describe() + ", rank " + std::to_string(rank_) + "'s 1/" + std::to_string(ranks_);
   }
+  int64_t epochBatches() const override { return source_->epochBatches(); }
 
  private:
   std::unique_ptr<BatchSource> source_;

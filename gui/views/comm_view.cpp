@@ -69,9 +69,7 @@ CommView::CommView(QWidget* parent) : View(parent) {
   auto* layout = new QVBoxLayout(this);
   table_ = new QTableWidget(this);
   table_->setSortingEnabled(true);
-  table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
-  table_->verticalHeader()->setVisible(false);
-  table_->horizontalHeader()->setStretchLastSection(true);
+  setUpTable(table_);
   chart_ = new CommChart(this);
   layout->addWidget(new QLabel("The last step's collectives (bytes sent by rank 0):", this));
   layout->addWidget(table_, 1);

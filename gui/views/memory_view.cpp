@@ -309,9 +309,7 @@ MemoryView::MemoryView(QWidget* parent) : View(parent) {
                                  "buffers, the batch, the outputs"},
                  {"bytes", "live at the peak node, by category; they add up to the peak"},
                  {"share", "of the peak"}});
-  peak_table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
-  peak_table_->verticalHeader()->setVisible(false);
-  peak_table_->horizontalHeader()->setStretchLastSection(true);
+  setUpTable(peak_table_);
   peak_table_->setMinimumWidth(260);
   side->addWidget(stack_by_);
   side->addWidget(peak_table_);

@@ -245,10 +245,7 @@ RooflineView::RooflineView(QWidget* parent) : View(parent) {
                          {"lost", "time x (1 - of roof): what it would save at its roof, per step"},
                          {"dtype", "the precision it computes in: bf16 and f16 kernels are held to the bf16 GEMM "
                                    "rate where measured"}});
-  table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
-  table_->setSelectionBehavior(QAbstractItemView::SelectRows);
-  table_->verticalHeader()->setVisible(false);
-  table_->horizontalHeader()->setStretchLastSection(true);
+  setUpTable(table_);
   table_->setWordWrap(false);
   split->addWidget(chart_);
   split->addWidget(table_);

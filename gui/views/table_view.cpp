@@ -35,6 +35,13 @@ bool NumberItem::operator<(const QTableWidgetItem& other) const {
   return mine.isValid();  // numbers before "-"
 }
 
+void setUpTable(QTableWidget* t) {
+  t->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  t->setSelectionBehavior(QAbstractItemView::SelectRows);
+  t->verticalHeader()->setVisible(false);
+  t->horizontalHeader()->setStretchLastSection(true);
+}
+
 void setHeaderTips(QTableWidget* t, const std::map<QString, QString>& tips) {
   for (int c = 0; c < t->columnCount(); ++c)
     if (QTableWidgetItem* h = t->horizontalHeaderItem(c))
@@ -47,10 +54,7 @@ TableView::TableView(QWidget* parent) : View(parent) {
   summary_->setWordWrap(true);
   table_ = new QTableWidget(this);
   table_->setSortingEnabled(true);
-  table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
-  table_->setSelectionBehavior(QAbstractItemView::SelectRows);
-  table_->horizontalHeader()->setStretchLastSection(true);
-  table_->verticalHeader()->setVisible(false);
+  setUpTable(table_);
   layout->addWidget(summary_);
   layout->addWidget(table_);
 }

@@ -28,6 +28,10 @@ class NumberItem : public QTableWidgetItem {
 /// Tooltips for column titles (the abbreviations and units they use).
 void setHeaderTips(QTableWidget* t, const std::map<QString, QString>& tips);
 
+/// A view's table as every view shows one: read-only, whole rows selected,
+/// no row numbers, the last column stretched to the edge.
+void setUpTable(QTableWidget* t);
+
 class TableView : public View {
  public:
   explicit TableView(QWidget* parent = nullptr);

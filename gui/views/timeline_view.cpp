@@ -340,10 +340,7 @@ TimelineView::TimelineView(QWidget* parent) : View(parent) {
                          {"idle", "the rest of the step: nothing ran there, or the thread waited (for a batch, "
                                   "for a collective)"},
                          {"idle share", "idle / the step's wall time"}});
-  table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
-  table_->setSelectionBehavior(QAbstractItemView::SelectRows);
-  table_->verticalHeader()->setVisible(false);
-  table_->horizontalHeader()->setStretchLastSection(true);
+  setUpTable(table_);
   table_->setMinimumWidth(380);
   body->addWidget(chart_, 1);
   body->addWidget(table_);

@@ -121,6 +121,7 @@ CompileOptions allChanged() {
   for (const OptionSpec& spec : optionTable()) perturb(spec.field(o));
   o.model.path = "model.pt";
   o.device = "cuda";  // a choice (--device takes cpu or cuda)
+  o.metric = "perplexity";  // a choice too
   o.weight_decay = 0.1 / 3;  // a double that needs all 17 digits
   o.lr = 1e-3 / 7;
   return o;

@@ -2,7 +2,8 @@
 // The reports come from the CTest fixture gui.reports (gui/CMakeLists.txt):
 // `kiln compile --report` and `kiln train --nproc 2 --report` on gpt2_mini,
 // named by KILN_STUDIO_COMPILE_REPORT and KILN_STUDIO_TRAIN_REPORT (and a
-// compile under a memory budget, KILN_STUDIO_REMAT_REPORT), and the
+// compile under a memory budget, KILN_STUDIO_REMAT_REPORT, and a run with a
+// recipe, KILN_STUDIO_RECIPE_REPORT), and the
 // model itself (KILN_STUDIO_MODEL), which kiln-studio compiles in-process.
 // Every view is opened and exported as PNG and SVG and checked to be a
 // valid, non-blank file; the graph is laid out and searched; the passes view
@@ -33,6 +34,7 @@
 #include "gui/views/roofline_view.h"
 #include "gui/views/table_view.h"
 #include "gui/views/timeline_view.h"
+#include "gui/views/training_view.h"
 
 namespace driver = kiln::driver;
 using kiln::studio::GraphCanvas;
@@ -73,7 +75,7 @@ class StudioTest : public QObject {
     QString error;
     QVERIFY2(w.openPath(env("KILN_STUDIO_COMPILE_REPORT"), &error), qPrintable(error));
     QTemporaryDir dir;
-    for (const char* name : {"graph", "passes", "memory", "kernels", "comm", "timeline", "roofline"}) {
+    for (const char* name : {"graph", "passes", "memory", "kernels", "comm", "timeline", "roofline", "training"}) {
       QVERIFY(w.showView(name));
       QApplication::processEvents();
       const QString png = dir.filePath(QString(name) + ".png"), svg = dir.filePath(QString(name) + ".svg");
@@ -707,6 +709,42 @@ class StudioTest : public QObject {
     QTest::mouseClick(chart, Qt::LeftButton, {}, at);
     QCOMPARE(w.graphView()->selectedNode(), int(node));
     QVERIFY(view->findChild<QLabel*>()->text().contains("kiln bench --machine"));
+  }
+
+  void trainingViewShowsTheScheduleAndEvaluations() {
+    MainWindow w;
+    w.resize(1200, 800);
+    w.show();
+    QString error;
+    QVERIFY2(w.openPath(env("KILN_STUDIO_RECIPE_REPORT"), &error), qPrintable(error));
+    QVERIFY(w.showView("training"));
+    auto* view = static_cast<kiln::studio::TrainingView*>(w.view("training"));
+    QApplication::processEvents();
+    const auto& r = w.document()->report();
+    QVERIFY(r.recipe && r.steps);
+    QCOMPARE(int(r.recipe->schedule.size()), 1);
+    QCOMPARE(int(r.recipe->evaluations.size()), 3);
+    // One row per schedule point and evaluation, by step.
+    QTableWidget* t = view->table();
+    QCOMPARE(t->rowCount(), 4);
+    QCOMPARE(t->item(0, 0)->data(Qt::UserRole).toDouble(), 2.0);  // the evaluation after step 2
+    QCOMPARE(t->item(1, 1)->text(), QString("schedule point"));
+    QCOMPARE(t->item(1, 2)->text(), QString("freeze h.0"));
+    QCOMPARE(t->item(1, 4)->text(), QString::fromStdString(r.recipe->schedule[0].cache));
+    QVERIFY(view->summary().contains("1 schedule points"));
+    QVERIFY2(view->summary().contains("did not reach loss <= 0"), qPrintable(view->summary()));
+    // The chart marks the schedule point where it happened, and says what it cost.
+    auto* chart = view->chart();
+    const QPointF at(chart->xOf(3), chart->height() / 2.0);
+    QVERIFY2(chart->describeAt(at).contains("freeze h.0"), qPrintable(chart->describeAt(at)));
+    QVERIFY(chart->describeAt(at).contains("ms"));
+    QTemporaryDir dir;
+    QVERIFY2(w.exportCurrentView(dir.filePath("training.png"), &error), qPrintable(error));
+    QVERIFY(colours(QImage(dir.filePath("training.png"))) > 3);
+    // A report without a recipe says how to get one.
+    QVERIFY2(w.openPath(env("KILN_STUDIO_COMPILE_REPORT"), &error), qPrintable(error));
+    QCOMPARE(view->table()->rowCount(), 0);
+    QVERIFY(view->summary().contains("No training"));
   }
 
   void everyTableExportsAsCsv() {

@@ -47,6 +47,7 @@ import argparse
 import copy
 import dataclasses
 import hashlib
+import json
 import math
 import os
 import shutil
@@ -411,6 +412,61 @@ def cross_entropy_options(args, pt: str, batch: str, work: str) -> str:
     return batch
 
 
+def recipe_options(args, cfg, batch: str, work: str) -> Dict[int, List[str]]:
+    """--freeze-schedule and --eval: kiln's flags (args.kiln_extra) and the
+    reference's freezing steps. The evaluation set is two batches: the
+    training batch and the same inputs with the targets rolled by one along
+    the batch (another answer to each example)."""
+    freeze_at: Dict[int, List[str]] = {}
+    if (args.freeze_schedule or args.eval or args.ema or args.selective_backprop) and cfg is None:
+        raise Failure("--freeze-schedule, --eval, --ema and --selective-backprop need a training mode (not grad)")
+    if args.selective_backprop:
+        args.kiln_extra += ["--selective-backprop", repr(args.selective_backprop)]
+    if args.ema:
+        args.kiln_extra += ["--ema", repr(args.ema), "--save-ema", os.path.join(work, "kiln.ema.safetensors")]
+    if args.freeze_schedule:
+        for entry in args.freeze_schedule.split(","):
+            step, pattern = entry.split(":", 1)
+            freeze_at.setdefault(int(step), []).append(pattern)
+        args.kiln_extra += ["--freeze-schedule", args.freeze_schedule]
+    if args.eval:
+        eval_dir = os.path.join(work, "eval")
+        os.makedirs(eval_dir, exist_ok=True)
+        b = st_io.load(batch)
+        st_io.save(os.path.join(eval_dir, "0.safetensors"), b)
+        b["target"] = b["target"].roll(1, 0).contiguous()
+        st_io.save(os.path.join(eval_dir, "1.safetensors"), b)
+        args.eval_files = [os.path.join(eval_dir, f) for f in ("0.safetensors", "1.safetensors")]
+        args.kiln_extra += ["--eval-data", eval_dir]
+    return freeze_at
+
+
+def reference_evaluation(args, state: Dict[str, torch.Tensor], loss: str, dtype) -> Dict[str, float]:
+    """PyTorch's evaluation of the reference's trained weights: the eager zoo
+    module (whose BatchNorm model.eval() switches) holding them."""
+    model = eager_model(args.name, dtype)
+    model.load_state_dict(state)
+    return ref.evaluate(model, [ref.load_batch(f, dtype) for f in args.eval_files], loss)
+
+
+def eval_checks(log: str, t_eval: Dict[str, float], tol: float) -> List[compare.Check]:
+    """kiln's last evaluation line of its log against PyTorch's evaluation."""
+    k_eval = None
+    with open(log) as f:
+        for line in f:
+            if line.strip() and "eval_loss" in json.loads(line):
+                k_eval = json.loads(line)
+    if k_eval is None:
+        return [compare.Check("eval", math.inf, math.inf, False, "kiln logged no evaluation")]
+    checks = []
+    for name, t in t_eval.items():
+        if f"eval_{name}" not in k_eval:
+            checks.append(compare.Check(f"eval {name}", math.inf, math.inf, False, "not in kiln's log"))
+            continue
+        checks += compare.check_losses([float(k_eval[f"eval_{name}"])], [t], [], tol, 0.0, what=f"eval {name}")
+    return checks
+
+
 def run_exact(args, cfg, loss, work) -> int:
     """--dtype float64: Kiln and PyTorch both in float64, where rounding
     noise (1e-16) cannot flip a ReLU kink, a max-pool choice or the sign of
@@ -436,14 +492,20 @@ def run_exact(args, cfg, loss, work) -> int:
         model = ref.load_model(reference_archive(pt), f64)
     inputs, target = ref.load_batch(batch, f64)
     frozen = ref.freeze(model, args.freeze) if args.freeze else []
+    freeze_at = recipe_options(args, cfg, batch, work)
     if cfg is None:
         t_loss, t_tensors = ref.grads(model, inputs, target, loss)
         for k in frozen:  # .grad is None in PyTorch; kiln writes no gradient for them
             t_tensors.pop(k, None)
         t_losses, t_lrs = [t_loss], []
     else:
-        res = ref.train(model, inputs, target, loss, cfg, args.steps)
+        if args.selective_backprop:  # the eager module: the reference runs it at another batch size
+            model = eager_model(args.name, f64)
+        res = ref.train(model, inputs, target, loss, cfg, args.steps, freeze_at=freeze_at, ema=args.ema,
+                        selective=args.selective_backprop)
         t_losses, t_tensors, t_lrs = res.losses, res.state, res.lrs
+    # The evaluation sees the averaged weights under --ema, as kiln's does.
+    t_eval = reference_evaluation(args, res.ema_state if args.ema else t_tensors, loss, f64) if args.eval else None
     times["torch"] = time.time() - t0
 
     t0 = time.time()
@@ -464,7 +526,10 @@ def run_exact(args, cfg, loss, work) -> int:
     floors = {k: floor for k in t_tensors}
     what = "gradients" if cfg is None else f"state after {args.steps} {args.mode} steps"
     label = f"{args.name} {args.mode} [{loss}, float64{', fx' if args.importer == 'fx' else ''}{on_device(args)}" + (
-        f", frozen {len(frozen)}: {' '.join(args.freeze)}]" if frozen else "]")
+        f", frozen {len(frozen)}: {' '.join(args.freeze)}]" if frozen else "]") + (
+        f" [freeze schedule {args.freeze_schedule}]" if args.freeze_schedule else "") + (
+        " [evaluated]" if args.eval else "") + (f" [ema {args.ema:g}]" if args.ema else "") + (
+        f" [selective backprop {args.selective_backprop:g}]" if args.selective_backprop else "")
 
     def tensor_checks(cand):
         checks = compare.check_maps(cand, t_tensors, [], tol, floors=floors, noise_factor=0.0)
@@ -475,6 +540,13 @@ def run_exact(args, cfg, loss, work) -> int:
     ok = report(f"{label} {what}", tensor_checks(k_tensors), args.verbose)
     ok &= report(f"{label} losses", compare.check_losses(k_losses, t_losses, [], tol, 0.0), args.verbose)
     ok &= lr_checks(label, cfg, k_lrs, t_lrs, args.verbose)
+    if args.ema:
+        ok &= report(f"{label} averaged weights (ema {args.ema:g})",
+                     compare.check_maps(st_io.load(os.path.join(work, "kiln.ema.safetensors")), res.ema_state, [],
+                                        tol, floors=floors, noise_factor=0.0), args.verbose)
+    if t_eval is not None:
+        ok &= report(f"{label} evaluation", eval_checks(os.path.join(work, "kiln.losses.jsonl"), t_eval, tol),
+                     args.verbose)
     print(f"{label}: {'PASS' if ok else 'FAIL'} (" + ", ".join(f"{k} {v:.2f}s" for k, v in times.items()) + ")")
     if args.self_check:
         ok &= self_check_perturbation(label, k_tensors, tol, {}, tensor_checks)
@@ -488,8 +560,10 @@ def run(args) -> int:
     os.makedirs(work, exist_ok=True)
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.freeze and (args.dtype != "float64" or args.self_check):
-        raise Failure("--freeze is checked in float64 (--dtype float64) against kiln only")
+    if (args.freeze or args.freeze_schedule or args.eval or args.ema or args.selective_backprop) and (
+            args.dtype != "float64" or args.self_check):
+        raise Failure("--freeze, --freeze-schedule, --eval and --ema are checked in float64 (--dtype float64) against "
+                      "kiln only")
     if args.dtype == "float64":
         return run_exact(args, cfg, loss, work)
     if args.importer == "fx":
@@ -581,6 +655,16 @@ def main(argv=None) -> int:
     p.add_argument("--freeze", action="append", metavar="PATTERN",
                    help="kiln --freeze PATTERN against requires_grad=False on the same parameters "
                         "(repeatable; float64 only)")
+    p.add_argument("--freeze-schedule", metavar="STEP:PATTERN,...",
+                   help="kiln --freeze-schedule against requires_grad_(False) at those steps (float64 only)")
+    p.add_argument("--ema", type=float, default=0.0,
+                   help="kiln --ema DECAY --save-ema against an AveragedModel-style average (float64 only)")
+    p.add_argument("--selective-backprop", type=float, default=0.0, metavar="FRACTION",
+                   help="kiln --selective-backprop against scoring under no_grad, torch.topk and training on the "
+                        "selected rows (float64 only)")
+    p.add_argument("--eval", action="store_true",
+                   help="kiln --eval-data on two batches against PyTorch's model.eval() loop on the reference's "
+                        "trained weights: loss, accuracy, perplexity (float64 only)")
     p.add_argument("--label-smoothing", type=float, default=0.0,
                    help="cross_entropy's label smoothing on both sides (kiln --label-smoothing; float64 only)")
     p.add_argument("--ignore-index", type=int, help="cross_entropy's ignore_index on both sides; every third "

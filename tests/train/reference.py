@@ -37,11 +37,13 @@ import argparse
 import dataclasses
 import fnmatch
 import json
+import math
 import os
 import sys
 from typing import Dict, List, Optional, Tuple
 
 import torch
+import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -223,18 +225,62 @@ class TrainResult:
     # before clipping: parity.py uses them to find float32 noise.
     step_grads: List[Dict[str, torch.Tensor]]
     lrs: List[float] = dataclasses.field(default_factory=list)  # the rate each step used
+    ema_state: Dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)  # with ema: the averaged state_dict
+
+
+def select_hardest(model: torch.nn.Module, inputs, target, loss_kind: str, fraction: float):
+    """The rows of the batch with the k = max(1, round(fraction x N)) highest
+    per-example losses (the training loss with reduction none, averaged over
+    each example's other dims), scored without changing the model's buffers."""
+    buffers = {n: b.detach().clone() for n, b in model.named_buffers()}
+    with torch.no_grad():
+        pred = losses.prediction(model(*inputs))
+        if loss_kind == "mse":
+            per = (pred - target) ** 2
+        elif loss_kind == "cross_entropy":
+            opts = {k: v for k, v in losses.CROSS_ENTROPY.items() if k != "weight"}
+            if losses.classes_last(pred.shape, target.shape):
+                per = F.cross_entropy(pred.reshape(-1, pred.shape[-1]), target.reshape(-1), reduction="none",
+                                      **opts).reshape(target.shape)
+            else:
+                per = F.cross_entropy(pred, target, reduction="none", **opts)
+        else:
+            raise ValueError(f"selective backprop scores with cross_entropy or mse, not {loss_kind}")
+        per = per.reshape(per.shape[0], -1).mean(1)
+    for n, b in model.named_buffers():
+        b.copy_(buffers[n])
+    k = max(1, int(math.floor(fraction * per.shape[0] + 0.5)))
+    idx = torch.topk(per, k).indices
+    return [x[idx] for x in inputs], target[idx]
 
 
 def train(model: torch.nn.Module, inputs, target, loss_kind: str, cfg: OptConfig, steps: int,
-          keep_grads: bool = False) -> TrainResult:
-    """`steps` optimizer steps on the same batch, like a PyTorch training loop."""
+          keep_grads: bool = False, freeze_at: Optional[Dict[int, List[str]]] = None,
+          ema: float = 0.0, selective: float = 0.0) -> TrainResult:
+    """`steps` optimizer steps on the same batch, like a PyTorch training loop.
+    `freeze_at`: step -> patterns frozen (requires_grad_(False)) from that step
+    on, kiln's --freeze-schedule; their .grad is None from then on (zero_grad
+    sets it so), so the optimizer skips them and keeps their state.
+    `ema`: a moving average of every parameter after each opt.step(), as
+    torch.optim.swa_utils.AveragedModel with the EMA avg_fn
+    `decay * averaged + (1 - decay) * current` updates it (a copy at its first
+    update_parameters); kiln's --ema.
+    `selective`: selective backprop (kiln's --selective-backprop): each step
+    scores the batch with a forward under no_grad whose BatchNorm statistics
+    are put back afterwards, keeps the round(selective x N) examples with the
+    highest loss (torch.topk) and trains on those rows alone."""
     named = list(model.named_parameters())
     opt = make_optimizer([p for _, p in named], cfg)
     scheduler = make_scheduler(opt, cfg, steps)
     res = TrainResult([], {}, [])
-    for _ in range(steps):
+    avg: Dict[str, torch.Tensor] = {}
+    for i in range(steps):
+        if freeze_at and i in freeze_at:
+            freeze(model, freeze_at[i])
         opt.zero_grad(set_to_none=True)
-        loss = losses.loss(loss_kind, model(*inputs), target)
+        step_inputs, step_target = select_hardest(model, inputs, target, loss_kind, selective) if selective else \
+            (inputs, target)
+        loss = losses.loss(loss_kind, model(*step_inputs), step_target)
         loss.backward()
         if keep_grads:
             res.step_grads.append({n: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p))
@@ -243,11 +289,53 @@ def train(model: torch.nn.Module, inputs, target, loss_kind: str, cfg: OptConfig
             torch.nn.utils.clip_grad_norm_([p for _, p in named], cfg.clip_grad_norm)
         res.lrs.append(float(opt.param_groups[0]["lr"]))
         opt.step()
+        if ema:
+            with torch.no_grad():
+                for n, p in named:
+                    avg[n] = p.detach().clone() if i == 0 else ema * avg[n] + (1 - ema) * p.detach()
         if scheduler is not None:
             scheduler.step()
         res.losses.append(float(loss.detach()))
     res.state = state_dict(model)
+    if ema:
+        res.ema_state = dict(res.state)
+        for key, name in param_names(model).items():
+            res.ema_state[key] = avg[name].contiguous()
     return res
+
+
+def evaluate(model: torch.nn.Module, batches, loss_kind: str) -> Dict[str, float]:
+    """The evaluation kiln train --eval-data runs, as a PyTorch loop: model.eval()
+    (an eager module: a trace keeps its train-mode BatchNorm), no_grad, per
+    batch the plain loss (cross_entropy without smoothing or class weights,
+    ignore_index kept) and the accuracy (argmax over the classes == target,
+    over the targets not ignored); each the mean over the batches."""
+    model.eval()
+    ce = {k: v for k, v in losses.CROSS_ENTROPY.items() if k == "ignore_index"}
+    saved = dict(losses.CROSS_ENTROPY)
+    losses.CROSS_ENTROPY.clear()
+    losses.CROSS_ENTROPY.update(ce)
+    total, acc = 0.0, 0.0
+    try:
+        with torch.no_grad():
+            for inputs, target in batches:
+                out = model(*inputs)
+                total += float(losses.loss(loss_kind, out, target))
+                if loss_kind == "cross_entropy":
+                    pred = losses.prediction(out)
+                    dim = pred.dim() - 1 if losses.classes_last(pred.shape, target.shape) else min(1, pred.dim() - 1)
+                    hit = (pred.argmax(dim) == target).double()
+                    kept = (target != ce.get("ignore_index", -100)).double()
+                    acc += float((hit * kept).sum() / kept.sum().clamp(min=1))
+    finally:
+        losses.CROSS_ENTROPY.clear()
+        losses.CROSS_ENTROPY.update(saved)
+    n = len(batches)
+    out = {"loss": total / n}
+    if loss_kind == "cross_entropy":
+        out["accuracy"] = acc / n
+        out["perplexity"] = math.exp(total / n)
+    return out
 
 
 # --------------------------------------------------------------------------
@@ -275,7 +363,8 @@ def read_log(path: str, key: str = "loss") -> List[float]:
         for line in f:
             if line.strip():
                 j = json.loads(line)
-                by_step[int(j["step"])] = float(j[key])
+                if key in j:  # evaluation lines (eval_loss, ...) hold no training loss
+                    by_step[int(j["step"])] = float(j[key])
     return [by_step[i] for i in sorted(by_step)]
 
 

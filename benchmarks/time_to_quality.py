@@ -1,0 +1,345 @@
+#!/usr/bin/python3
+"""Time to quality: wall time to a target held-out quality, per training recipe.
+
+Two tasks on real data that Debian packages ship:
+
+  digits  scikit-learn's 1797 handwritten digits (python3-sklearn's
+          digits.csv.gz), upsampled from 8x8 to 32x32, 1497 to train and 300
+          held out; models/zoo.py's ttq_digits_cnn (a 3-stage VGG-style CNN
+          with BatchNorm), batches of 32, AdamW; target: held-out accuracy.
+  chars   a character-level GPT (zoo ttq_char_gpt: 4 layers, width 128,
+          bytes as tokens) over the reStructuredText sources of Python's
+          documentation (python3-doc), the last 5% held out; windows of 128,
+          batches of 16, AdamW; target: held-out loss (nats per byte).
+
+For every recipe of a task (Kiln's baseline, each method alone, a
+combination) and every seed, `kiln train --eval-data ... --target ...` runs
+until the target or the step budget; the report's recipe gives the training
+time to the target (evaluations excluded, recompiles included) and the
+quality at the end. A seed changes the initial weights and the order of the
+data. PyTorch eager (float32, the same model, initial weights, batches,
+optimizer and evaluation cadence, the same threads) runs the baseline recipe
+for reference.
+
+    /usr/bin/python3 benchmarks/time_to_quality.py --kiln build/kiln --out-dir build/ttq \\
+        [--tasks digits,chars] [--seeds 0,1,2] [--recipes baseline,ema,...] [--threads 2] [--no-torch]
+
+Needs python3-sklearn and python3-doc (scripts/install-deps.sh --bench
+installs them). Writes OUT_DIR/ttq.json (every run) and OUT_DIR/ttq.md (the
+table in docs/benchmarks.md).
+"""
+
+import argparse
+import glob
+import gzip
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "models"))
+import st_io  # noqa: E402
+import zoo  # noqa: E402
+
+DIGITS_CSV = "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz"
+DOC_SOURCES = "/usr/share/doc/python3.*/html/_sources"
+
+
+class Task:
+    def __init__(self, name, model, metric, target, steps, eval_every, lr, recipes, flags=()):
+        self.name, self.model, self.metric, self.target = name, model, metric, target
+        self.steps, self.eval_every, self.lr, self.recipes, self.flags = steps, eval_every, lr, recipes, list(flags)
+
+
+TASKS = {
+    "digits": Task(
+        "digits", "ttq_digits_cnn", "accuracy", 0.99, steps=600, eval_every=20, lr=2e-3,
+        recipes={
+            "baseline": [],
+            "label_smoothing": ["--label-smoothing", "0.1"],
+            "ema": ["--ema", "0.97"],
+            "freeze": ["--freeze-schedule", "160:stage1,240:stage2"],
+            "resize": ["--resize-schedule", "0:16,200:0"],
+            "resize+ema": ["--resize-schedule", "0:16,200:0", "--ema", "0.97"],
+            "resize+ema+freeze": ["--resize-schedule", "0:16,200:0", "--ema", "0.97",
+                                  "--freeze-schedule", "240:stage1"],
+        }),
+    "chars": Task(
+        "chars", "ttq_char_gpt", "loss", 1.60, steps=1500, eval_every=50, lr=3e-3,
+        recipes={
+            "baseline": [],
+            "seq_warmup": ["--seq-warmup", "32:300"],
+            "ema": ["--ema", "0.98"],
+            "freeze": ["--freeze-schedule", "600:wte,600:wpe,600:h.0"],
+            "seq_warmup+ema": ["--seq-warmup", "32:300", "--ema", "0.98"],
+        },
+        flags=["--seq-len", "128", "--batch", "16"]),
+}
+CHAR_BATCH, CHAR_SEQ, CHAR_EVAL_BATCHES = 16, 128, 32
+
+
+# --------------------------------------------------------------------------
+# Data
+# --------------------------------------------------------------------------
+
+def digits_data(out: str, seed: int, steps: int) -> Dict[str, str]:
+    """Train batches (one file per step: epochs reshuffled with the seed) and
+    the held-out set, as safetensors directories."""
+    d = os.path.join(out, f"digits.seed{seed}")
+    if os.path.exists(os.path.join(d, "done")):
+        return {"train": os.path.join(d, "train"), "eval": os.path.join(d, "eval")}
+    rows = np.loadtxt(gzip.open(DIGITS_CSV), delimiter=",")
+    x = torch.tensor(rows[:, :-1], dtype=torch.float32).reshape(-1, 1, 8, 8) / 16.0
+    y = torch.tensor(rows[:, -1], dtype=torch.int64)
+    x = F.interpolate(x, size=(32, 32), mode="bilinear", align_corners=False)
+    split = torch.randperm(len(x), generator=torch.Generator().manual_seed(1234))  # the same split for every seed
+    val, train = split[:300], split[300:]
+    mean, std = x[train].mean(), x[train].std()
+    x = (x - mean) / std
+    os.makedirs(os.path.join(d, "train"), exist_ok=True)
+    os.makedirs(os.path.join(d, "eval"), exist_ok=True)
+    g = torch.Generator().manual_seed(seed)
+    per_epoch = len(train) // 32
+    order: List[torch.Tensor] = []
+    while len(order) < steps:
+        perm = train[torch.randperm(len(train), generator=g)]
+        order += [perm[i * 32:(i + 1) * 32] for i in range(per_epoch)]
+    for s in range(steps):
+        st_io.save(os.path.join(d, "train", f"{s:05d}.safetensors"),
+                   {"input0": x[order[s]].contiguous(), "target": y[order[s]].contiguous()})
+    for i in range(6):
+        idx = val[i * 50:(i + 1) * 50]
+        st_io.save(os.path.join(d, "eval", f"{i}.safetensors"), {"input0": x[idx].contiguous(), "target": y[idx]})
+    open(os.path.join(d, "done"), "w").close()
+    return {"train": os.path.join(d, "train"), "eval": os.path.join(d, "eval")}
+
+
+def doc_bytes() -> bytes:
+    # python3-doc's directory is reached under several symlinked names: each file once.
+    files = sorted({os.path.realpath(f) for f in glob.glob(os.path.join(DOC_SOURCES, "**", "*.rst.txt"),
+                                                           recursive=True)})
+    if not files:
+        raise SystemExit(f"no reStructuredText sources under {DOC_SOURCES}: apt-get install python3-doc")
+    return b"\n".join(open(f, "rb").read() for f in files)
+
+
+def chars_data(out: str, seed: int, steps: int) -> Dict[str, str]:
+    """u16 token files: the training text starting at a seeded offset (the
+    windows follow each other from there, as kiln's token reader and the
+    PyTorch loop read them), and the first CHAR_EVAL_BATCHES batches of
+    windows of the held-out 5%."""
+    d = os.path.join(out, f"chars.seed{seed}")
+    paths = {"train": os.path.join(d, "train.u16"), "eval": os.path.join(d, "eval.u16")}
+    if os.path.exists(os.path.join(d, "done")):
+        return paths
+    os.makedirs(d, exist_ok=True)
+    data = np.frombuffer(doc_bytes(), dtype=np.uint8).astype(np.uint16)
+    cut = int(len(data) * 0.95)
+    train, held = data[:cut], data[cut:]
+    start = (seed * 1_000_003) % len(train)
+    np.concatenate([train[start:], train[:start]]).tofile(paths["train"])
+    held[:CHAR_EVAL_BATCHES * CHAR_BATCH * CHAR_SEQ + 1].tofile(paths["eval"])
+    open(os.path.join(d, "done"), "w").close()
+    return paths
+
+
+def token_windows(path: str, step: int, batch: int, seq: int) -> Dict[str, torch.Tensor]:
+    """Batch `step` of a u16 token file as kiln's token reader cuts it
+    (core/data/batch_source.h): windows of seq + 1 tokens following each other."""
+    tokens = np.fromfile(path, dtype=np.uint16)
+    windows = (len(tokens) - 1) // seq
+    rows = [((step * batch + b) % windows) * seq for b in range(batch)]
+    x = np.stack([tokens[r:r + seq] for r in rows]).astype(np.int64)
+    t = np.stack([tokens[r + 1:r + seq + 1] for r in rows]).astype(np.int64)
+    return {"input0": torch.from_numpy(x), "target": torch.from_numpy(t)}
+
+
+# --------------------------------------------------------------------------
+# Models
+# --------------------------------------------------------------------------
+
+def build(task: Task, seed: int):
+    zoo.WEIGHT_SEED = 1000 + seed
+    return zoo.build(task.model, train=True)
+
+
+def export(task: Task, seed: int, out: str) -> str:
+    path = os.path.join(out, f"{task.model}.seed{seed}.pt")
+    if not os.path.exists(path):
+        model, inputs = build(task, seed)
+        traced = torch.jit.trace(model, tuple(inputs), check_trace=False)
+        types = json.dumps([{"dtype": "i64" if x.dtype == torch.int64 else "f32", "shape": list(x.shape)}
+                            for x in inputs])
+        torch.jit.save(traced, path, _extra_files={"kiln_inputs.json": types})
+    return path
+
+
+# --------------------------------------------------------------------------
+# Runs
+# --------------------------------------------------------------------------
+
+def run_kiln(args, task: Task, recipe: str, seed: int, data: Dict[str, str], model: str) -> dict:
+    report = os.path.join(args.out_dir, "runs", f"{task.name}.{recipe}.seed{seed}.json")
+    os.makedirs(os.path.dirname(report), exist_ok=True)
+    cmd = [args.kiln, "train", model, "--data", data["train"], "--eval-data", data["eval"],
+           "--eval-every", str(task.eval_every), "--metric", task.metric, "--target", str(task.target),
+           "--steps", str(task.steps), "--lr", str(task.lr), "--seed", str(seed), "--threads", str(args.threads),
+           "--log-every", "1000000", "--report", report, "--cache-dir", os.path.join(args.out_dir, "cache")]
+    cmd += task.flags + task.recipes[recipe]
+    t0 = time.time()
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wall = time.time() - t0
+    if p.returncode != 0:
+        raise SystemExit(f"kiln failed ({' '.join(cmd)}):\n{p.stdout[-2000:]}")
+    r = json.load(open(report))["recipe"]
+    last = r["evaluations"][-1]
+    return {"task": task.name, "recipe": recipe, "seed": seed, "engine": "kiln",
+            "reached": r["target"]["reached"], "steps": r["target"].get("step"),
+            "seconds": r["target"].get("train_seconds"), "final": last[task.metric],
+            "final_step": last["step"], "wall": wall,
+            "recompiles": [(p["step"], p["change"], round(p["compile_ms"], 1), p["cache"]) for p in r["schedule"]]}
+
+
+def run_torch(args, task: Task, seed: int, data: Dict[str, str]) -> dict:
+    """The baseline recipe in PyTorch eager: the same model and initial
+    weights, batches, AdamW and evaluation cadence; the evaluation's time is
+    not counted, as in kiln's report."""
+    torch.set_num_threads(args.threads)
+    model, _ = build(task, seed)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=task.lr)
+
+    def batch(step):
+        if task.name == "digits":
+            files = sorted(os.listdir(data["train"]))
+            return st_io.load(os.path.join(data["train"], files[step % len(files)]))
+        return token_windows(data["train"], step, CHAR_BATCH, CHAR_SEQ)
+
+    def loss_of(out, target):
+        return F.cross_entropy(out.reshape(-1, out.shape[-1]), target.reshape(-1)) if out.dim() == 3 else \
+            F.cross_entropy(out, target)
+
+    if task.name == "digits":
+        evals = [st_io.load(os.path.join(data["eval"], f)) for f in sorted(os.listdir(data["eval"]))]
+    else:
+        evals = [token_windows(data["eval"], i, CHAR_BATCH, CHAR_SEQ) for i in range(CHAR_EVAL_BATCHES)]
+
+    def evaluate():
+        model.eval()
+        loss = acc = 0.0
+        with torch.no_grad():
+            for b in evals:
+                out = model(b["input0"])
+                loss += float(loss_of(out, b["target"]))
+                acc += float((out.argmax(-1) == b["target"]).double().mean())
+        model.train()
+        return {"loss": loss / len(evals), "accuracy": acc / len(evals)}
+
+    trained = 0.0
+    result = {"task": task.name, "recipe": "baseline", "seed": seed, "engine": "torch eager", "reached": False,
+              "steps": None, "seconds": None}
+    for step in range(task.steps):
+        b = batch(step)
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss_of(model(b["input0"]), b["target"]).backward()
+        opt.step()
+        trained += time.perf_counter() - t0
+        if (step + 1) % task.eval_every == 0 or step + 1 == task.steps:
+            q = evaluate()[task.metric]
+            result.update(final=q, final_step=step + 1)
+            ok = q >= task.target if task.metric == "accuracy" else q <= task.target
+            if ok:
+                result.update(reached=True, steps=step + 1, seconds=trained)
+                break
+    return result
+
+
+# --------------------------------------------------------------------------
+# Table
+# --------------------------------------------------------------------------
+
+def mean_std(xs: List[float]) -> str:
+    if not xs:
+        return "-"
+    return f"{statistics.mean(xs):.1f} ± {statistics.stdev(xs):.1f}" if len(xs) > 1 else f"{xs[0]:.1f}"
+
+
+def table(runs: List[dict], tasks: List[Task]) -> str:
+    lines = []
+    for task in tasks:
+        rows = [r for r in runs if r["task"] == task.name]
+        if not rows:
+            continue
+        goal = f"held-out {task.metric} {'>=' if task.metric == 'accuracy' else '<='} {task.target}"
+        lines += [f"**{task.name}** ({task.model}, target {goal}, at most {task.steps} steps, "
+                  f"evaluated every {task.eval_every})", "",
+                  "| recipe | engine | reached | steps to target | s to target | speedup vs Kiln baseline | "
+                  f"final {task.metric} |", "|---|---|---|---|---|---|---|"]
+        base = [r["seconds"] for r in rows if r["engine"] == "kiln" and r["recipe"] == "baseline" and r["reached"]]
+        base_mean = statistics.mean(base) if base else None
+        groups: Dict[tuple, List[dict]] = {}
+        for r in rows:
+            groups.setdefault((r["engine"], r["recipe"]), []).append(r)
+        for (engine, recipe), rs in sorted(groups.items(), key=lambda kv: (kv[0][0] != "kiln", kv[0][1] != "baseline",
+                                                                           kv[0][1])):
+            reached = [r for r in rs if r["reached"]]
+            secs = [r["seconds"] for r in reached]
+            steps = [float(r["steps"]) for r in reached]
+            speed = f"{base_mean / statistics.mean(secs):.2f}x" if base_mean and len(reached) == len(rs) else "-"
+            finals = [r["final"] for r in rs]
+            fin = f"{statistics.mean(finals):.4f} ± {statistics.stdev(finals):.4f}" if len(finals) > 1 else \
+                f"{finals[0]:.4f}"
+            lines.append(f"| {recipe} | {engine} | {len(reached)}/{len(rs)} | {mean_std(steps)} | {mean_std(secs)} | "
+                         f"{speed} | {fin} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--kiln", required=True)
+    p.add_argument("--out-dir", required=True)
+    p.add_argument("--tasks", default="digits,chars")
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--recipes", help="comma-separated (default: every recipe of each task)")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--no-torch", action="store_true", help="skip the PyTorch eager baseline")
+    args = p.parse_args(argv)
+    os.makedirs(args.out_dir, exist_ok=True)
+    tasks = [TASKS[t] for t in args.tasks.split(",")]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    out_json = os.path.join(args.out_dir, "ttq.json")
+    runs: List[dict] = json.load(open(out_json)) if os.path.exists(out_json) else []
+    done = {(r["task"], r["recipe"], r["seed"], r["engine"]) for r in runs}
+    for task in tasks:
+        recipes = args.recipes.split(",") if args.recipes else list(task.recipes)
+        for seed in seeds:
+            data = (digits_data if task.name == "digits" else chars_data)(args.out_dir, seed, task.steps)
+            model = export(task, seed, args.out_dir)
+            todo = [("kiln", r) for r in recipes] + ([] if args.no_torch else [("torch eager", "baseline")])
+            for engine, recipe in todo:
+                if (task.name, recipe, seed, engine) in done:
+                    continue
+                r = run_kiln(args, task, recipe, seed, data, model) if engine == "kiln" else \
+                    run_torch(args, task, seed, data)
+                print(json.dumps(r), flush=True)
+                runs.append(r)
+                json.dump(runs, open(out_json, "w"), indent=1)
+    md = table(runs, tasks)
+    open(os.path.join(args.out_dir, "ttq.md"), "w").write(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
