@@ -337,6 +337,22 @@ TensorMap TrainingSession::optimizerState() const {
   return opt;
 }
 
+Model TrainingSession::currentWeights() const {
+  Model m;
+  m.weights = stateDict();
+  for (const Value* v : graph_->inputs()) {
+    if (v->role() != ValueRole::Const) continue;
+    auto it = state_.find(v->name());
+    if (it != state_.end()) {
+      m.weights[v->name()] = it->second;
+    } else if (auto t = runner_->read(v->name())) {
+      m.weights[v->name()] = *t;
+    }
+  }
+  m.aliases = aliases_;
+  return m;
+}
+
 Status TrainingSession::saveCheckpoint(const std::string& dir, int keep) const {
   TensorMap opt = optimizerState();
   CollectiveEngine* comm = config_.collectives.get();

@@ -111,6 +111,11 @@ class TrainingSession {
   TensorMap stateDict() const;
   /// Optimizer state (step counter, moments) keyed by graph input name.
   TensorMap optimizerState() const;
+  /// The model as this session holds it now, without its graph: parameters,
+  /// buffers and constants by graph input name, the state_dict entries the
+  /// graph does not use, the aliases. What a session of another step of the
+  /// same model can be created from instead of importing the file again.
+  Model currentWeights() const;
 
   /// Save / restore everything a resumed run needs (see backend/checkpoint.h).
   /// In a data-parallel run every rank calls saveCheckpoint and rank 0

@@ -242,6 +242,9 @@ Result<BoundStep> setUp(const CompileOptions& a, TrainingGraphKind kind, Compile
   Model model;
   if (declared_model && modelInputTypes(declared_model->graph) == types) {
     model = std::move(*declared_model);  // no --batch, --seq-len or ranks changed the shapes: no second import
+  } else if (cached && a.weights && !a.compile_only) {
+    model.weights = a.weights->weights;  // the compiled graph is cached and the tensors are at hand
+    model.aliases = a.weights->aliases;
   } else if (!(cached && a.compile_only)) {
     auto m = importWith(a, types, observer);
     if (!m) return m.error();

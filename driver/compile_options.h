@@ -14,6 +14,7 @@
 #include "driver/pass_flags.h"
 
 namespace kiln {
+struct Model;
 class CollectiveEngine;
 class TraceRecorder;
 }  // namespace kiln
@@ -75,6 +76,10 @@ struct CompileOptions {
   int prefetch = 2;  ///< --prefetch: batches read ahead on their own thread (0: read in the step's thread)
   /// Where the prefetch thread's data-loading slices go (kiln train --trace).
   TraceRecorder* trace = nullptr;
+  /// A compile-cache hit takes the model's tensors from here instead of
+  /// importing the file again (a recipe's schedule point: the training
+  /// state is carried over anyway). Not an option.
+  std::shared_ptr<const Model> weights;
   // Data parallel (driver/ranks.h, passes/data_parallel.h).
   int nproc = 1;                          ///< --nproc: start this many ranks (1: one process)
   int nnodes = 1;                         ///< --nnodes: machines, each starting --nproc ranks

@@ -113,10 +113,11 @@ const std::vector<OptionSpec> kTable = {
      "highest loss only (a static top-k in the step; the model is imported at both sizes; 0: off)",
      kOptimizing, K::Compiled, FIELD(selective_backprop)},
     {"--ema",
-     "keep an exponential moving average of the weights with this decay (e.g. 0.999), updated by the step graph "
-     "as torch.optim.swa_utils.AveragedModel's EMA; evaluations use it (0: off, default)",
+     "keep an exponential moving average of the weights and BatchNorm statistics with this decay (e.g. 0.999), "
+     "updated by the step graph as torch.optim.swa_utils.AveragedModel(use_buffers=True)'s EMA; evaluations use "
+     "it (0: off, default)",
      kOptimizerPasses, K::Compiled, FIELD(ema)},
-    {"--save-ema", "write the averaged weights (--ema) with the current buffers here (safetensors)", kTrain,
+    {"--save-ema", "write the averaged weights and statistics (--ema) here, a state_dict (safetensors)", kTrain,
      K::Runtime, FIELD(save_ema)},
 
     // Precision and memory.

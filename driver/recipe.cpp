@@ -154,7 +154,7 @@ TensorMap averagedWeights(const TrainingSession& s) {
   TensorMap sd = s.stateDict();
   const TensorMap opt = s.optimizerState();
   for (const Value* v : s.graph().inputs())
-    if (v->role() == ValueRole::Param)
+    if (v->role() == ValueRole::Param || v->role() == ValueRole::Buffer)
       if (auto it = opt.find(emaStateName(v->name())); it != opt.end()) sd[v->name()] = it->second;
   for (const auto& [alias, target] : s.aliases())
     if (sd.count(target)) sd[alias] = sd.at(target);
@@ -272,7 +272,9 @@ Status RecipeRunner::beforeStep(int64_t step, BoundStep& bound) {
   if (points_.empty() || points_.front() != step) return {};
   points_.erase(points_.begin());
   const auto t0 = Clock::now();
-  auto next = compileStep(optionsAt(step), TrainingGraphKind::Step);
+  CompileOptions o = optionsAt(step);
+  o.weights = std::make_shared<const Model>(bound.session->currentWeights());
+  auto next = compileStep(o, TrainingGraphKind::Step);
   if (!next) return next.error().prefixed("the recipe's step " + std::to_string(step) + " (" +
                                           schedule_.changeAt(step) + "): ");
   if (Status st = next->session->adoptState(*bound.session); !st) return st;

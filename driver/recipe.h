@@ -67,8 +67,8 @@ std::string evalMetric(const CompileOptions& a);
 /// Whether `value` of `metric` reaches `target` (accuracy upwards, loss and perplexity downwards).
 bool reachesTarget(const std::string& metric, double value, double target);
 
-/// The session's state_dict with every parameter replaced by its moving
-/// average (--ema; passes/ema.h), the buffers as they are.
+/// The session's state_dict with every parameter and floating buffer
+/// replaced by its moving average (--ema; passes/ema.h).
 TensorMap averagedWeights(const TrainingSession& s);
 
 /// The held-out evaluation: its own compiled step (TrainingGraphKind::Eval)

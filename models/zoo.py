@@ -235,6 +235,20 @@ class GPT2Mini(nn.Module):
         return self.lm_head(self.trunk(idx))
 
 
+def gpt2_init(model: nn.Module) -> nn.Module:
+    """GPT-2's initialisation (nanoGPT's _init_weights): linear and embedding
+    weights N(0, 0.02), biases zero, the residual projections scaled by
+    1/sqrt(2 * layers); the zoo's toy models keep PyTorch's defaults."""
+    layers = sum(1 for m in model.modules() if isinstance(m, GPT2Block))
+    for name, m in model.named_modules():
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            std = 0.02 / math.sqrt(2 * layers) if name.endswith(("c_proj", "mlp_proj")) else 0.02
+            nn.init.normal_(m.weight, 0.0, std)
+            if getattr(m, "bias", None) is not None:
+                nn.init.zeros_(m.bias)
+    return model
+
+
 class GPT2Classifier(GPT2Mini):
     """GPT-2-style decoder with a classification head on the last token (as
     transformers' GPT2ForSequenceClassification): the token embedding is not
@@ -999,7 +1013,8 @@ _REGISTRY: Dict[str, Tuple[Callable[[], nn.Module], tuple, Tuple[str, ...]]] = {
     # scikit-learn's handwritten digits upsampled to 32x32, and a
     # character-level GPT over the bytes of Python's documentation.
     "ttq_digits_cnn": (DigitsCNN, ((32, 1, 32, 32),), ("trace",)),
-    "ttq_char_gpt": (lambda: GPT2Mini(vocab=256, n_ctx=128, d_model=128, n_head=4, n_layer=4, dropout=0.0),
+    "ttq_char_gpt": (lambda: gpt2_init(GPT2Mini(vocab=256, n_ctx=128, d_model=128, n_head=4, n_layer=4,
+                                                 dropout=0.0)),
                      (_ints((16, 128), 256),), ("trace",)),
 }
 

@@ -261,8 +261,9 @@ def train(model: torch.nn.Module, inputs, target, loss_kind: str, cfg: OptConfig
     `freeze_at`: step -> patterns frozen (requires_grad_(False)) from that step
     on, kiln's --freeze-schedule; their .grad is None from then on (zero_grad
     sets it so), so the optimizer skips them and keeps their state.
-    `ema`: a moving average of every parameter after each opt.step(), as
-    torch.optim.swa_utils.AveragedModel with the EMA avg_fn
+    `ema`: a moving average of every parameter and floating-point buffer
+    after each opt.step(), as torch.optim.swa_utils.AveragedModel
+    (use_buffers=True) with the EMA avg_fn
     `decay * averaged + (1 - decay) * current` updates it (a copy at its first
     update_parameters); kiln's --ema.
     `selective`: selective backprop (kiln's --selective-backprop): each step
@@ -291,7 +292,8 @@ def train(model: torch.nn.Module, inputs, target, loss_kind: str, cfg: OptConfig
         opt.step()
         if ema:
             with torch.no_grad():
-                for n, p in named:
+                averaged = named + [(n, b) for n, b in model.named_buffers() if b.is_floating_point()]
+                for n, p in averaged:
                     avg[n] = p.detach().clone() if i == 0 else ema * avg[n] + (1 - ema) * p.detach()
         if scheduler is not None:
             scheduler.step()
@@ -301,6 +303,9 @@ def train(model: torch.nn.Module, inputs, target, loss_kind: str, cfg: OptConfig
         res.ema_state = dict(res.state)
         for key, name in param_names(model).items():
             res.ema_state[key] = avg[name].contiguous()
+        for name, b in model.named_buffers():
+            if name in avg:
+                res.ema_state[name] = avg[name].contiguous()
     return res
 
 
