@@ -127,6 +127,12 @@ class TcpStore::Server {
     size_t out_at = 0;
     Clock::time_point hello_deadline;
     bool closing = false;  // close once `out` is sent
+    // After a refusal is sent: the write side is shut and what the client
+    // still sends (the rest of an oversized value) is read and dropped until
+    // it closes or drain_until, so that closing with unread bytes does not
+    // reset the connection and lose the refusal on the client's side.
+    bool draining = false;
+    Clock::time_point drain_until;
   };
 
   // Every exception is caught here or per connection below: the thread
@@ -161,6 +167,7 @@ class TcpStore::Server {
         // not read cannot make the server buffer without bound.
         fds.push_back({c.fd, static_cast<short>(c.out_at < c.out.size() ? POLLOUT : POLLIN), 0});
         if (!c.session->authenticated()) sooner(c.hello_deadline);
+        if (c.draining) sooner(c.drain_until);
       }
       if (::poll(fds.data(), fds.size(), wait_ms) < 0) {
         if (errno == EINTR) continue;
@@ -213,6 +220,13 @@ class TcpStore::Server {
 
   // Progress on one connection; false drops it.
   bool serve(Conn& c, short revents) {
+    if (c.draining) {
+      if (Clock::now() >= c.drain_until) return false;
+      if (!(revents & (POLLIN | POLLHUP | POLLERR))) return true;
+      char buf[kReadChunk];
+      const ssize_t k = ::recv(c.fd, buf, sizeof buf, 0);
+      return k > 0 || (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR));
+    }
     if (c.out_at < c.out.size()) {
       if (revents & (POLLERR | POLLHUP)) return false;
       if (revents & POLLOUT) {
@@ -232,7 +246,12 @@ class TcpStore::Server {
     if (c.out_at == c.out.size()) {
       c.out.clear();
       c.out_at = 0;
-      if (c.closing) return false;
+      if (c.closing) {
+        ::shutdown(c.fd, SHUT_WR);  // the refusal is sent: the client reads it, then sees the end
+        c.draining = true;
+        c.drain_until = Clock::now() + std::chrono::seconds(2);
+        return true;
+      }
       // Replies held back while the client was not reading.
       if (c.session->buffered() > 0 && !c.session->consume(nullptr, 0, c.out)) closeAfterSending(c);
     }
