@@ -270,10 +270,13 @@ def run_torch(args, task: Task, seed: int, data: Dict[str, str]) -> dict:
 # Table
 # --------------------------------------------------------------------------
 
-def mean_std(xs: List[float]) -> str:
+def median_range(xs: List[float], digits: int = 1) -> str:
+    """The median and the range over the seeds; a run that never reached the
+    target counts as infinitely slow ("never")."""
     if not xs:
         return "-"
-    return f"{statistics.mean(xs):.1f} ± {statistics.stdev(xs):.1f}" if len(xs) > 1 else f"{xs[0]:.1f}"
+    show = lambda v: "never" if math.isinf(v) else f"{v:.{digits}f}"  # noqa: E731
+    return f"{show(statistics.median(xs))} ({show(min(xs))}-{show(max(xs))})"
 
 
 def table(runs: List[dict], tasks: List[Task]) -> str:
@@ -285,24 +288,28 @@ def table(runs: List[dict], tasks: List[Task]) -> str:
         goal = f"held-out {task.metric} {'>=' if task.metric == 'accuracy' else '<='} {task.target}"
         lines += [f"**{task.name}** ({task.model}, target {goal}, at most {task.steps} steps, "
                   f"evaluated every {task.eval_every})", "",
-                  "| recipe | engine | reached | steps to target | s to target | speedup vs Kiln baseline | "
-                  f"final {task.metric} |", "|---|---|---|---|---|---|---|"]
-        base = [r["seconds"] for r in rows if r["engine"] == "kiln" and r["recipe"] == "baseline" and r["reached"]]
-        base_mean = statistics.mean(base) if base else None
+                  "| recipe | engine | reached | steps to target: median (range) | s to target: median (range) | "
+                  f"median vs Kiln baseline | final {task.metric}: mean ± sd |", "|---|---|---|---|---|---|---|"]
+
+        def times(rs, key):
+            return [float(r[key]) if r["reached"] else math.inf for r in rs]
+
+        base = times([r for r in rows if r["engine"] == "kiln" and r["recipe"] == "baseline"], "seconds")
+        base_median = statistics.median(base) if base else math.inf
         groups: Dict[tuple, List[dict]] = {}
         for r in rows:
             groups.setdefault((r["engine"], r["recipe"]), []).append(r)
         for (engine, recipe), rs in sorted(groups.items(), key=lambda kv: (kv[0][0] != "kiln", kv[0][1] != "baseline",
                                                                            kv[0][1])):
             reached = [r for r in rs if r["reached"]]
-            secs = [r["seconds"] for r in reached]
-            steps = [float(r["steps"]) for r in reached]
-            speed = f"{base_mean / statistics.mean(secs):.2f}x" if base_mean and len(reached) == len(rs) else "-"
+            secs, steps = times(rs, "seconds"), times(rs, "steps")
+            median = statistics.median(secs)
+            speed = f"{base_median / median:.2f}x" if not math.isinf(base_median) and not math.isinf(median) else "-"
             finals = [r["final"] for r in rs]
             fin = f"{statistics.mean(finals):.4f} ± {statistics.stdev(finals):.4f}" if len(finals) > 1 else \
                 f"{finals[0]:.4f}"
-            lines.append(f"| {recipe} | {engine} | {len(reached)}/{len(rs)} | {mean_std(steps)} | {mean_std(secs)} | "
-                         f"{speed} | {fin} |")
+            lines.append(f"| {recipe} | {engine} | {len(reached)}/{len(rs)} | {median_range(steps, 0)} | "
+                         f"{median_range(secs)} | {speed} | {fin} |")
         lines.append("")
     return "\n".join(lines)
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages Kiln needs. Idempotent: does nothing (and
 # needs no network or root) when everything is already installed.
+#   install-deps.sh [--bench]   --bench: also the data of benchmarks/time_to_quality.py
 set -euo pipefail
 
 PACKAGES=(
@@ -12,6 +13,9 @@ PACKAGES=(
   clang-14 libclang-rt-14-dev libomp-14-dev llvm-14-tools  # clang: fuzzers and the ASan+UBSan build (OpenMP from libomp)
   qt6-base-dev qt6-charts-dev qt6-svg-dev libgraphviz-dev xvfb xauth python3-pil  # kiln-studio; Pillow grabs the Xvfb screen
 )
+if [ "${1:-}" = --bench ]; then
+  PACKAGES+=(python3-sklearn python3-doc)  # scikit-learn's digits, Python's documentation sources
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
