@@ -1,12 +1,15 @@
 #!/usr/bin/python3
 """Time to quality: wall time to a target held-out quality, per training recipe.
 
-Two tasks on real data that Debian packages ship:
+Three tasks on real data that Debian packages ship:
 
   digits  scikit-learn's 1797 handwritten digits (python3-sklearn's
           digits.csv.gz), upsampled from 8x8 to 32x32, 1497 to train and 300
           held out; models/zoo.py's ttq_digits_cnn (a 3-stage VGG-style CNN
           with BatchNorm), batches of 32, AdamW; target: held-out accuracy.
+  fashion Fashion-MNIST (dataset-fashion-mnist): the 60000 28x28 training
+          images, the first 5000 test images held out; the same CNN
+          (ttq_fashion_cnn), batches of 64, AdamW; target: held-out accuracy.
   chars   a character-level GPT (zoo ttq_char_gpt: 4 layers, width 128,
           bytes as tokens) over the reStructuredText sources of Python's
           documentation (python3-doc), the last 5% held out; windows of 128,
@@ -22,10 +25,10 @@ optimizer and evaluation cadence, the same threads) runs the baseline recipe
 for reference.
 
     /usr/bin/python3 benchmarks/time_to_quality.py --kiln build/kiln --out-dir build/ttq \\
-        [--tasks digits,chars] [--seeds 0,1,2] [--recipes baseline,ema,...] [--threads 2] [--no-torch]
+        [--tasks digits,fashion,chars] [--seeds 0,1,2] [--recipes baseline,ema,...] [--threads 2] [--no-torch]
 
-Needs python3-sklearn and python3-doc (scripts/install-deps.sh --bench
-installs them). Writes OUT_DIR/ttq.json (every run) and OUT_DIR/ttq.md (the
+Needs python3-sklearn, dataset-fashion-mnist and python3-doc
+(scripts/install-deps.sh --bench installs them). Writes OUT_DIR/ttq.json (every run) and OUT_DIR/ttq.md (the
 table in docs/benchmarks.md).
 """
 
@@ -51,6 +54,7 @@ import st_io  # noqa: E402
 import zoo  # noqa: E402
 
 DIGITS_CSV = "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz"
+FASHION_DIR = "/usr/share/datasets/fashion-mnist"
 DOC_SOURCES = "/usr/share/doc/python3.*/html/_sources"
 
 
@@ -72,19 +76,31 @@ TASKS = {
             "selective_backprop": ["--selective-backprop", "0.5"],
             "resize+ema+freeze": ["--resize-schedule", "0:16,60:0", "--ema", "0.9", "--freeze-schedule", "160:stage1"],
         }),
-    "chars": Task(
-        "chars", "ttq_char_gpt", "loss", 2.30, steps=1500, eval_every=50, lr=3e-3,
+    "fashion": Task(
+        "fashion", "ttq_fashion_cnn", "accuracy", 0.90, steps=3000, eval_every=100, lr=1e-3,
         recipes={
             "baseline": [],
-            "seq_warmup": ["--seq-warmup", "32:600"],
-            "ema": ["--ema", "0.95"],
+            "label_smoothing": ["--label-smoothing", "0.1"],
+            "ema": ["--ema", "0.99"],
+            "freeze": ["--freeze-schedule", "1000:stage1"],
+            "resize": ["--resize-schedule", "0:14,500:0"],
             "selective_backprop": ["--selective-backprop", "0.5"],
-            "freeze": ["--freeze-schedule", "800:wpe,800:h.0"],
-            "seq_warmup+ema": ["--seq-warmup", "32:600", "--ema", "0.95"],
+            "selective_backprop+ema": ["--selective-backprop", "0.5", "--ema", "0.99"],
+        }),
+    "chars": Task(
+        "chars", "ttq_char_gpt", "loss", 2.40, steps=1200, eval_every=50, lr=1e-3,
+        recipes={
+            "baseline": [],
+            "seq_warmup": ["--seq-warmup", "16:300"],
+            "ema": ["--ema", "0.99"],
+            "selective_backprop": ["--selective-backprop", "0.5"],
+            "freeze": ["--freeze-schedule", "600:wpe,600:h.0"],
+            "seq_warmup+ema": ["--seq-warmup", "16:300", "--ema", "0.99"],
         },
         flags=["--seq-len", "128", "--batch", "16"]),
 }
 CHAR_BATCH, CHAR_SEQ, CHAR_EVAL_BATCHES = 16, 128, 32
+FASHION_BATCH, FASHION_EVAL = 64, 5000
 
 
 # --------------------------------------------------------------------------
@@ -121,6 +137,54 @@ def digits_data(out: str, seed: int, steps: int) -> Dict[str, str]:
         st_io.save(os.path.join(d, "eval", f"{i}.safetensors"), {"input0": x[idx].contiguous(), "target": y[idx]})
     open(os.path.join(d, "done"), "w").close()
     return {"train": os.path.join(d, "train"), "eval": os.path.join(d, "eval")}
+
+
+def idx_array(path: str) -> np.ndarray:
+    """An IDX file (the MNIST format: big-endian magic with the dimension
+    count in its last byte, the dimensions, then unsigned bytes)."""
+    with gzip.open(path) as f:
+        raw = f.read()
+    dims = raw[3]
+    shape = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
+    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+
+
+def fashion_data(out: str, seed: int, steps: int) -> Dict[str, str]:
+    """Fashion-MNIST (dataset-fashion-mnist): batches of FASHION_BATCH of the
+    60000 training images (epochs reshuffled with the seed), one file per
+    step, and the first FASHION_EVAL of the 10000 test images as the held-out
+    set; pixels scaled to [0, 1] and normalised with the training set's mean
+    and deviation."""
+    d = os.path.join(out, f"fashion.seed{seed}")
+    paths = {"train": os.path.join(d, "train"), "eval": os.path.join(d, "eval")}
+    if os.path.exists(os.path.join(d, "done")):
+        return paths
+    path = lambda name: os.path.join(FASHION_DIR, name)  # noqa: E731
+    if not os.path.exists(path("train-images-idx3-ubyte.gz")):
+        raise SystemExit(f"no Fashion-MNIST under {FASHION_DIR}: apt-get install dataset-fashion-mnist")
+    x = torch.from_numpy(idx_array(path("train-images-idx3-ubyte.gz")).astype(np.float32) / 255).unsqueeze(1)
+    y = torch.from_numpy(idx_array(path("train-labels-idx1-ubyte.gz")).astype(np.int64))
+    tx = torch.from_numpy(idx_array(path("t10k-images-idx3-ubyte.gz")).astype(np.float32) / 255).unsqueeze(1)
+    ty = torch.from_numpy(idx_array(path("t10k-labels-idx1-ubyte.gz")).astype(np.int64))
+    mean, std = x.mean(), x.std()
+    x, tx = (x - mean) / std, (tx - mean) / std
+    os.makedirs(paths["train"], exist_ok=True)
+    os.makedirs(paths["eval"], exist_ok=True)
+    g = torch.Generator().manual_seed(seed)
+    per_epoch = len(x) // FASHION_BATCH
+    order: List[torch.Tensor] = []
+    while len(order) < steps:
+        perm = torch.randperm(len(x), generator=g)
+        order += [perm[i * FASHION_BATCH:(i + 1) * FASHION_BATCH] for i in range(per_epoch)]
+    for s in range(steps):
+        st_io.save(os.path.join(paths["train"], f"{s:05d}.safetensors"),
+                   {"input0": x[order[s]].contiguous(), "target": y[order[s]].contiguous()})
+    for i in range(FASHION_EVAL // 500):
+        sl = slice(i * 500, (i + 1) * 500)
+        st_io.save(os.path.join(paths["eval"], f"{i:02d}.safetensors"),
+                   {"input0": tx[sl].contiguous(), "target": ty[sl].contiguous()})
+    open(os.path.join(d, "done"), "w").close()
+    return paths
 
 
 def doc_bytes() -> bytes:
@@ -221,7 +285,7 @@ def run_torch(args, task: Task, seed: int, data: Dict[str, str]) -> dict:
     opt = torch.optim.AdamW(model.parameters(), lr=task.lr)
 
     def batch(step):
-        if task.name == "digits":
+        if task.name != "chars":
             files = sorted(os.listdir(data["train"]))
             return st_io.load(os.path.join(data["train"], files[step % len(files)]))
         return token_windows(data["train"], step, CHAR_BATCH, CHAR_SEQ)
@@ -230,7 +294,7 @@ def run_torch(args, task: Task, seed: int, data: Dict[str, str]) -> dict:
         return F.cross_entropy(out.reshape(-1, out.shape[-1]), target.reshape(-1)) if out.dim() == 3 else \
             F.cross_entropy(out, target)
 
-    if task.name == "digits":
+    if task.name != "chars":
         evals = [st_io.load(os.path.join(data["eval"], f)) for f in sorted(os.listdir(data["eval"]))]
     else:
         evals = [token_windows(data["eval"], i, CHAR_BATCH, CHAR_SEQ) for i in range(CHAR_EVAL_BATCHES)]
@@ -314,11 +378,14 @@ def table(runs: List[dict], tasks: List[Task]) -> str:
     return "\n".join(lines)
 
 
+DATA = {"digits": digits_data, "fashion": fashion_data, "chars": chars_data}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--kiln", required=True)
     p.add_argument("--out-dir", required=True)
-    p.add_argument("--tasks", default="digits,chars")
+    p.add_argument("--tasks", default="digits,fashion,chars")
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--recipes", help="comma-separated; each task runs those it has (default: all of them)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
@@ -333,7 +400,7 @@ def main(argv=None) -> int:
     for task in tasks:
         recipes = [r for r in args.recipes.split(",") if r in task.recipes] if args.recipes else list(task.recipes)
         for seed in seeds:
-            data = (digits_data if task.name == "digits" else chars_data)(args.out_dir, seed, task.steps)
+            data = DATA[task.name](args.out_dir, seed, task.steps)
             model = export(task, seed, args.out_dir)
             todo = [("kiln", r) for r in recipes] + ([] if args.no_torch else [("torch eager", "baseline")])
             for engine, recipe in todo:

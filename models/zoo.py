@@ -76,9 +76,10 @@ class CNNBN(nn.Module):
 
 class DigitsCNN(nn.Module):
     """A small VGG-style image classifier for the time-to-quality benchmark
-    (benchmarks/time_to_quality.py, scikit-learn's digits at 32x32): three
-    Conv-BN-ReLU stages with max pooling, global average pooling (so it runs
-    at any image size: progressive resizing) and a Linear head."""
+    (benchmarks/time_to_quality.py: scikit-learn's digits at 32x32,
+    Fashion-MNIST at 28x28): three Conv-BN-ReLU stages with max pooling,
+    global average pooling (so it runs at any image size: progressive
+    resizing) and a Linear head."""
 
     def __init__(self, in_ch: int = 1, width: int = 32, num_classes: int = 10):
         super().__init__()
@@ -1013,13 +1014,14 @@ _REGISTRY: Dict[str, Tuple[Callable[[], nn.Module], tuple, Tuple[str, ...]]] = {
     # scikit-learn's handwritten digits upsampled to 32x32, and a
     # character-level GPT over the bytes of Python's documentation.
     "ttq_digits_cnn": (DigitsCNN, ((32, 1, 32, 32),), ("trace",)),
+    "ttq_fashion_cnn": (DigitsCNN, ((64, 1, 28, 28),), ("trace",)),
     "ttq_char_gpt": (lambda: gpt2_init(GPT2Mini(vocab=256, n_ctx=128, d_model=128, n_head=4, n_layer=4,
                                                  dropout=0.0)),
                      (_ints((16, 128), 256),), ("trace",)),
 }
 
 # Built on request only (export.py NAME), never by the test suites.
-BENCH_ONLY = {"ttq_digits_cnn", "ttq_char_gpt", "gpt2_small", "gpt2_cls50k", "tv_resnet50", "bat_resnet50", "bat_vit_b16", "bat_gpt2_40m",
+BENCH_ONLY = {"ttq_digits_cnn", "ttq_fashion_cnn", "ttq_char_gpt", "gpt2_small", "gpt2_cls50k", "tv_resnet50", "bat_resnet50", "bat_vit_b16", "bat_gpt2_40m",
               "bat_llama", "bat_lstm", "bat_cells", "bat_cells_long", "bat_bert_base6", "bat_unet",
               "bat_video", "bat_bag", "llama_7b_shape"}
 NAMES: List[str] = [n for n in _REGISTRY if n not in BENCH_ONLY]

@@ -14,7 +14,7 @@ PACKAGES=(
   qt6-base-dev qt6-charts-dev qt6-svg-dev libgraphviz-dev xvfb xauth python3-pil  # kiln-studio; Pillow grabs the Xvfb screen
 )
 if [ "${1:-}" = --bench ]; then
-  PACKAGES+=(python3-sklearn python3-doc)  # scikit-learn's digits, Python's documentation sources
+  PACKAGES+=(python3-sklearn dataset-fashion-mnist python3-doc)  # the digits, Fashion-MNIST, Python's documentation
 fi
 
 missing=()
