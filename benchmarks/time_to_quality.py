@@ -28,8 +28,8 @@ for reference.
         [--tasks digits,fashion,chars] [--seeds 0,1,2] [--recipes baseline,ema,...] [--threads 2] [--no-torch]
 
 Needs python3-sklearn, dataset-fashion-mnist and python3-doc
-(scripts/install-deps.sh --bench installs them). Writes OUT_DIR/ttq.json (every run) and OUT_DIR/ttq.md (the
-table in docs/benchmarks.md).
+(scripts/install-deps.sh --bench installs them). Writes OUT_DIR/ttq.json
+(every run) and OUT_DIR/ttq.md (the table in docs/benchmarks.md).
 """
 
 import argparse
@@ -107,9 +107,34 @@ FASHION_BATCH, FASHION_EVAL = 64, 5000
 # Data
 # --------------------------------------------------------------------------
 
+def write_image_set(d: str, x: torch.Tensor, y: torch.Tensor, train: torch.Tensor, held: torch.Tensor,
+                    batch: int, eval_chunk: int, seed: int, steps: int) -> Dict[str, str]:
+    """Images `x` with labels `y` as safetensors directories: `steps` train
+    batches of `batch` rows of `train` (one file per step; each epoch
+    reshuffled with the seed) and `held` in files of `eval_chunk`."""
+    paths = {"train": os.path.join(d, "train"), "eval": os.path.join(d, "eval")}
+    os.makedirs(paths["train"], exist_ok=True)
+    os.makedirs(paths["eval"], exist_ok=True)
+    g = torch.Generator().manual_seed(seed)
+    per_epoch = len(train) // batch
+    order: List[torch.Tensor] = []
+    while len(order) < steps:
+        perm = train[torch.randperm(len(train), generator=g)]
+        order += [perm[i * batch:(i + 1) * batch] for i in range(per_epoch)]
+    for s in range(steps):
+        st_io.save(os.path.join(paths["train"], f"{s:05d}.safetensors"),
+                   {"input0": x[order[s]].contiguous(), "target": y[order[s]].contiguous()})
+    for i in range(len(held) // eval_chunk):
+        idx = held[i * eval_chunk:(i + 1) * eval_chunk]
+        st_io.save(os.path.join(paths["eval"], f"{i:02d}.safetensors"),
+                   {"input0": x[idx].contiguous(), "target": y[idx].contiguous()})
+    open(os.path.join(d, "done"), "w").close()
+    return paths
+
+
 def digits_data(out: str, seed: int, steps: int) -> Dict[str, str]:
-    """Train batches (one file per step: epochs reshuffled with the seed) and
-    the held-out set, as safetensors directories."""
+    """The digits upsampled to 32x32: 1497 to train in batches of 32, 300
+    held out (the same split for every seed)."""
     d = os.path.join(out, f"digits.seed{seed}")
     if os.path.exists(os.path.join(d, "done")):
         return {"train": os.path.join(d, "train"), "eval": os.path.join(d, "eval")}
@@ -117,26 +142,10 @@ def digits_data(out: str, seed: int, steps: int) -> Dict[str, str]:
     x = torch.tensor(rows[:, :-1], dtype=torch.float32).reshape(-1, 1, 8, 8) / 16.0
     y = torch.tensor(rows[:, -1], dtype=torch.int64)
     x = F.interpolate(x, size=(32, 32), mode="bilinear", align_corners=False)
-    split = torch.randperm(len(x), generator=torch.Generator().manual_seed(1234))  # the same split for every seed
-    val, train = split[:300], split[300:]
-    mean, std = x[train].mean(), x[train].std()
-    x = (x - mean) / std
-    os.makedirs(os.path.join(d, "train"), exist_ok=True)
-    os.makedirs(os.path.join(d, "eval"), exist_ok=True)
-    g = torch.Generator().manual_seed(seed)
-    per_epoch = len(train) // 32
-    order: List[torch.Tensor] = []
-    while len(order) < steps:
-        perm = train[torch.randperm(len(train), generator=g)]
-        order += [perm[i * 32:(i + 1) * 32] for i in range(per_epoch)]
-    for s in range(steps):
-        st_io.save(os.path.join(d, "train", f"{s:05d}.safetensors"),
-                   {"input0": x[order[s]].contiguous(), "target": y[order[s]].contiguous()})
-    for i in range(6):
-        idx = val[i * 50:(i + 1) * 50]
-        st_io.save(os.path.join(d, "eval", f"{i}.safetensors"), {"input0": x[idx].contiguous(), "target": y[idx]})
-    open(os.path.join(d, "done"), "w").close()
-    return {"train": os.path.join(d, "train"), "eval": os.path.join(d, "eval")}
+    split = torch.randperm(len(x), generator=torch.Generator().manual_seed(1234))
+    held, train = split[:300], split[300:]
+    x = (x - x[train].mean()) / x[train].std()
+    return write_image_set(d, x, y, train, held, batch=32, eval_chunk=50, seed=seed, steps=steps)
 
 
 def idx_array(path: str) -> np.ndarray:
@@ -150,41 +159,25 @@ def idx_array(path: str) -> np.ndarray:
 
 
 def fashion_data(out: str, seed: int, steps: int) -> Dict[str, str]:
-    """Fashion-MNIST (dataset-fashion-mnist): batches of FASHION_BATCH of the
-    60000 training images (epochs reshuffled with the seed), one file per
-    step, and the first FASHION_EVAL of the 10000 test images as the held-out
-    set; pixels scaled to [0, 1] and normalised with the training set's mean
-    and deviation."""
+    """Fashion-MNIST (dataset-fashion-mnist): the 60000 training images in
+    batches of FASHION_BATCH, the first FASHION_EVAL of the 10000 test images
+    held out; pixels scaled to [0, 1] and normalised with the training set's
+    mean and deviation."""
     d = os.path.join(out, f"fashion.seed{seed}")
-    paths = {"train": os.path.join(d, "train"), "eval": os.path.join(d, "eval")}
     if os.path.exists(os.path.join(d, "done")):
-        return paths
+        return {"train": os.path.join(d, "train"), "eval": os.path.join(d, "eval")}
     path = lambda name: os.path.join(FASHION_DIR, name)  # noqa: E731
     if not os.path.exists(path("train-images-idx3-ubyte.gz")):
         raise SystemExit(f"no Fashion-MNIST under {FASHION_DIR}: apt-get install dataset-fashion-mnist")
-    x = torch.from_numpy(idx_array(path("train-images-idx3-ubyte.gz")).astype(np.float32) / 255).unsqueeze(1)
-    y = torch.from_numpy(idx_array(path("train-labels-idx1-ubyte.gz")).astype(np.int64))
-    tx = torch.from_numpy(idx_array(path("t10k-images-idx3-ubyte.gz")).astype(np.float32) / 255).unsqueeze(1)
-    ty = torch.from_numpy(idx_array(path("t10k-labels-idx1-ubyte.gz")).astype(np.int64))
-    mean, std = x.mean(), x.std()
-    x, tx = (x - mean) / std, (tx - mean) / std
-    os.makedirs(paths["train"], exist_ok=True)
-    os.makedirs(paths["eval"], exist_ok=True)
-    g = torch.Generator().manual_seed(seed)
-    per_epoch = len(x) // FASHION_BATCH
-    order: List[torch.Tensor] = []
-    while len(order) < steps:
-        perm = torch.randperm(len(x), generator=g)
-        order += [perm[i * FASHION_BATCH:(i + 1) * FASHION_BATCH] for i in range(per_epoch)]
-    for s in range(steps):
-        st_io.save(os.path.join(paths["train"], f"{s:05d}.safetensors"),
-                   {"input0": x[order[s]].contiguous(), "target": y[order[s]].contiguous()})
-    for i in range(FASHION_EVAL // 500):
-        sl = slice(i * 500, (i + 1) * 500)
-        st_io.save(os.path.join(paths["eval"], f"{i:02d}.safetensors"),
-                   {"input0": tx[sl].contiguous(), "target": ty[sl].contiguous()})
-    open(os.path.join(d, "done"), "w").close()
-    return paths
+    images = np.concatenate([idx_array(path("train-images-idx3-ubyte.gz")),
+                             idx_array(path("t10k-images-idx3-ubyte.gz"))[:FASHION_EVAL]])
+    labels = np.concatenate([idx_array(path("train-labels-idx1-ubyte.gz")),
+                             idx_array(path("t10k-labels-idx1-ubyte.gz"))[:FASHION_EVAL]])
+    x = torch.from_numpy(images.astype(np.float32) / 255).unsqueeze(1)
+    y = torch.from_numpy(labels.astype(np.int64))
+    train, held = torch.arange(60000), torch.arange(60000, 60000 + FASHION_EVAL)
+    x = (x - x[train].mean()) / x[train].std()
+    return write_image_set(d, x, y, train, held, batch=FASHION_BATCH, eval_chunk=500, seed=seed, steps=steps)
 
 
 def doc_bytes() -> bytes:
@@ -284,9 +277,10 @@ def run_torch(args, task: Task, seed: int, data: Dict[str, str]) -> dict:
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=task.lr)
 
+    files = sorted(os.listdir(data["train"])) if task.name != "chars" else []
+
     def batch(step):
-        if task.name != "chars":
-            files = sorted(os.listdir(data["train"]))
+        if files:
             return st_io.load(os.path.join(data["train"], files[step % len(files)]))
         return token_windows(data["train"], step, CHAR_BATCH, CHAR_SEQ)
 

@@ -1011,7 +1011,7 @@ _REGISTRY: Dict[str, Tuple[Callable[[], nn.Module], tuple, Tuple[str, ...]]] = {
                                                     d_ff=11008, n_layer=32)),
                        (_ints((1, 2048), 32000),), ("fx",)),
     # The time-to-quality benchmark's tasks (benchmarks/time_to_quality.py):
-    # scikit-learn's handwritten digits upsampled to 32x32, and a
+    # scikit-learn's handwritten digits upsampled to 32x32, Fashion-MNIST, and a
     # character-level GPT over the bytes of Python's documentation.
     "ttq_digits_cnn": (DigitsCNN, ((32, 1, 32, 32),), ("trace",)),
     "ttq_fashion_cnn": (DigitsCNN, ((64, 1, 28, 28),), ("trace",)),
