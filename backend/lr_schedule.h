@@ -13,14 +13,14 @@ namespace kiln {
 struct LrSchedule {
   enum class Kind { Constant, WarmupCosine };
   Kind kind = Kind::Constant;
-  int64_t warmup_steps = 0;  ///< linear warm-up from lr/warmup to lr
+  int64_t warmup_steps = 0;  ///< linear warm-up from lr/warmup to lr (both kinds)
   int64_t total_steps = 0;   ///< cosine decay ends here (at min_lr)
   double min_lr = 0;
 
-  /// Learning rate for step `step` (0-based) given the base rate:
-  ///  constant: base;
-  ///  warmup_cosine: base * (step + 1) / warmup for step < warmup, then
-  ///  min_lr + (base - min_lr) * (1 + cos(pi * t)) / 2 with
+  /// Learning rate for step `step` (0-based) given the base rate: first
+  /// base * (step + 1) / warmup for step < warmup (both kinds), then
+  ///  constant: base (transformers' get_constant_schedule_with_warmup);
+  ///  warmup_cosine: min_lr + (base - min_lr) * (1 + cos(pi * t)) / 2 with
   ///  t = (step - warmup) / max(1, total - warmup), clamped to [0, 1].
   double at(double base, int64_t step) const;
 };

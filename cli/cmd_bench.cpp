@@ -163,8 +163,8 @@ int bench(const BenchCmd& c) {
 #ifndef KILN_HAVE_TORCH
   if (!c.compare.empty()) return reportError(Error{"--compare torch: this kiln was built without libtorch"});
 #endif
-  if (c.train.lr_schedule != "constant" && !c.compare.empty())
-    return reportError(Error{"--compare torch runs a constant learning rate; drop --lr-schedule"});
+  if ((c.train.lr_schedule != "constant" || c.train.warmup_steps > 0) && !c.compare.empty())
+    return reportError(Error{"--compare torch runs a constant learning rate; drop --lr-schedule and --warmup-steps"});
 
   CompileOptions args = c.train;
   // One thread count for both sides: Kiln's executor and libtorch both set

@@ -55,10 +55,6 @@ Result<int64_t> fullSeqLen(const CompileOptions& a) {
                " records no [batch, seq] input length"};
 }
 
-int64_t trainableParams(const BoundStep& b) {
-  return static_cast<int64_t>(b.num_params);
-}
-
 }  // namespace
 
 int64_t SeqWarmup::lengthAt(int64_t step) const {
@@ -244,6 +240,7 @@ Result<std::unique_ptr<RecipeRunner>> RecipeRunner::create(const CompileOptions&
   r->base_ = base;
   r->schedule_ = std::move(*schedule);
   r->points_ = r->schedule_.changePoints();
+  r->has_schedule_ = !r->points_.empty();
   r->metric_ = evalMetric(base);
   if (!base.eval_data.empty()) {
     auto e = Evaluator::create(base);
@@ -283,7 +280,7 @@ Status RecipeRunner::beforeStep(int64_t step, BoundStep& bound) {
   p.change = schedule_.changeAt(step);
   p.cache = next->cache.status;
   p.nodes = static_cast<int64_t>(next->session->graph().numNodes());
-  p.trainable_params = trainableParams(*next);
+  p.trainable_params = static_cast<int64_t>(next->num_params);
   bound = std::move(*next);
   p.compile_ms = msSince(t0);
   record_.schedule.push_back(std::move(p));

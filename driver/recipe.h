@@ -114,7 +114,7 @@ class RecipeRunner {
   bool evaluates() const { return evaluator_ != nullptr; }
   const Evaluator& evaluator() const { return *evaluator_; }  ///< evaluates() only
   /// Whether the compiled step changes during the run.
-  bool hasSchedule() const { return !schedule_.changePoints().empty(); }
+  bool hasSchedule() const { return has_schedule_; }
   /// Whether the run has anything of a recipe to do (evaluations or a schedule).
   bool active() const { return evaluates() || hasSchedule(); }
   const std::string& metric() const { return metric_; }
@@ -123,7 +123,8 @@ class RecipeRunner {
  private:
   CompileOptions base_;
   RecipeSchedule schedule_;
-  std::vector<int64_t> points_;
+  std::vector<int64_t> points_;  ///< the change points still ahead
+  bool has_schedule_ = false;    ///< any change points at all (points_ empties as they pass)
   std::unique_ptr<Evaluator> evaluator_;
   std::string metric_;
   double eval_seconds_ = 0;

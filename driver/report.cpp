@@ -104,6 +104,7 @@ Report buildReport(const std::string& command, const CompileOptions& a, const Bo
   t.optimizer = optimizerKindName(o.kind);
   t.lr = s.config().lr;
   t.lr_schedule = a.lr_schedule;
+  t.warmup_steps = a.warmup_steps;
   t.weight_decay = o.weightDecay();
   t.clip_grad_norm = o.clip_grad_norm;
   t.memory_budget = to.memory_budget;

@@ -237,6 +237,7 @@ struct Fields<ReportTraining> {
     f.field("optimizer", m.optimizer);
     f.field("lr", m.lr, kSince);
     f.field("lr_schedule", m.lr_schedule, kSince);
+    f.field("warmup_steps", m.warmup_steps, kSince);
     f.field("weight_decay", m.weight_decay, kSince);
     f.field("clip_grad_norm", m.clip_grad_norm, kSince);
     f.field("memory_budget", m.memory_budget);

@@ -44,6 +44,7 @@ struct ReportTraining {
   std::string loss, optimizer;
   double lr = 0;
   std::string lr_schedule;
+  int64_t warmup_steps = 0;
   double weight_decay = 0, clip_grad_norm = 0;
   uint64_t memory_budget = 0;  ///< bytes; 0: none
   ReportCrossEntropy cross_entropy;

@@ -295,5 +295,13 @@ TEST(LrSchedule, WarmupThenCosineToMinimum) {
   EXPECT_DOUBLE_EQ(LrSchedule{}.at(0.3, 7), 0.3);
 }
 
+TEST(LrSchedule, WarmupThenConstant) {
+  LrSchedule s{LrSchedule::Kind::Constant, 4, 14, 0.1};
+  EXPECT_DOUBLE_EQ(s.at(1.0, 0), 0.25);
+  EXPECT_DOUBLE_EQ(s.at(1.0, 2), 0.75);
+  EXPECT_DOUBLE_EQ(s.at(1.0, 3), 1.0);
+  EXPECT_DOUBLE_EQ(s.at(1.0, 14), 1.0);  // no decay: total and min_lr are the cosine's
+}
+
 }  // namespace
 }  // namespace kiln

@@ -27,7 +27,8 @@ extra key included), 2 when something could not run.
 Modes: grad; adamw (lr 1e-3, torch's default weight decay 0.01);
 adamw_cosine (the same with --lr-schedule warmup_cosine: 2 warm-up steps,
 cosine to 1e-4, against torch.optim.lr_scheduler; every step's learning
-rate is compared too);
+rate is compared too); adamw_warmup (--warmup-steps 3 with the constant rate,
+against LinearLR; the learning rates compared too);
 adam (lr 1e-3, weight decay 1e-2: L2 added to the gradient); sgd (lr 0.01,
 momentum 0.9, Nesterov, weight decay 1e-4, gradients clipped to global norm 1).
 
@@ -82,7 +83,7 @@ TRAIN_TOL = 1e-3
 # tolerance is about 100x the worst, and still 100x under the 1e-3 the
 # float32 modes use: a float32 constant inside a float64 kernel (3e-8) fails
 # the gradient check.
-EXACT_TOL = {"grad": 1e-9, "sgd": 1e-7, "adam": 1e-5, "adamw": 1e-5, "adamw_cosine": 1e-5}
+EXACT_TOL = {"grad": 1e-9, "sgd": 1e-7, "adam": 1e-5, "adamw": 1e-5, "adamw_cosine": 1e-5, "adamw_warmup": 1e-5}
 EXACT_FLOOR = 1e-12
 STEPS = 5
 
@@ -94,6 +95,9 @@ MODES: Dict[str, Optional[ref.OptConfig]] = {
     # kiln train --lr-schedule warmup_cosine against torch.optim.lr_scheduler
     # (LinearLR then CosineAnnealingLR): two warm-up steps, then the decay.
     "adamw_cosine": ref.OptConfig("adamw", lr=1e-3, schedule="warmup_cosine", warmup_steps=2, min_lr=1e-4),
+    # --warmup-steps with the constant rate: LinearLR over three of the five
+    # steps, then the base rate.
+    "adamw_warmup": ref.OptConfig("adamw", lr=1e-3, warmup_steps=3),
 }
 # The learning rate of every step (a host-side double on both sides).
 LR_TOL = 1e-12
@@ -368,9 +372,9 @@ def on_device(args) -> str:
 def lr_checks(label, cfg, k_lrs, t_lrs, verbose) -> bool:
     """With a schedule, Kiln's logged learning rate of every step against
     the one torch.optim.lr_scheduler gave the optimizer."""
-    if cfg is None or cfg.schedule == "constant":
+    if cfg is None or (cfg.schedule == "constant" and not cfg.warmup_steps):
         return True
-    return report(f"{label} learning rates ({cfg.schedule})",
+    return report(f"{label} learning rates ({cfg.schedule}, {cfg.warmup_steps} warm-up)",
                   compare.check_losses(k_lrs, t_lrs, [], LR_TOL, 0.0, what="lr"), verbose)
 
 

@@ -95,6 +95,8 @@ class OptConfig:
         if self.schedule != "constant":
             a += ["--lr-schedule", self.schedule, "--warmup-steps", str(self.warmup_steps),
                   "--min-lr", repr(self.min_lr)]
+        elif self.warmup_steps:
+            a += ["--warmup-steps", str(self.warmup_steps)]
         return a
 
 
@@ -112,13 +114,17 @@ def make_optimizer(params, cfg: OptConfig) -> torch.optim.Optimizer:
 
 def make_scheduler(opt: torch.optim.Optimizer, cfg: OptConfig, steps: int):
     """PyTorch's schedulers for cfg.schedule over `steps` steps (None for a
-    constant rate): warmup_cosine is LinearLR from lr / warmup to lr over the
-    warm-up steps, then CosineAnnealingLR down to min_lr at step `steps`."""
+    constant rate without warm-up): LinearLR from lr / warmup to lr over the
+    warm-up steps, then the rate (constant) or CosineAnnealingLR down to
+    min_lr at step `steps` (warmup_cosine)."""
+    sched = torch.optim.lr_scheduler
     if cfg.schedule == "constant":
-        return None
+        if cfg.warmup_steps < 2:  # no warm-up, or one step at the full rate
+            return None
+        return sched.LinearLR(opt, start_factor=1.0 / cfg.warmup_steps, end_factor=1.0,
+                              total_iters=cfg.warmup_steps - 1)
     if cfg.schedule != "warmup_cosine":
         raise ValueError(f"unknown schedule {cfg.schedule!r}")
-    sched = torch.optim.lr_scheduler
     cosine = sched.CosineAnnealingLR(opt, T_max=max(1, steps - cfg.warmup_steps), eta_min=cfg.min_lr)
     if cfg.warmup_steps < 2:  # one warm-up step runs at the full rate
         if cfg.warmup_steps == 1:
