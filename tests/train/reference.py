@@ -93,9 +93,8 @@ class OptConfig:
         if self.clip_grad_norm:
             a += ["--clip-grad-norm", repr(self.clip_grad_norm)]
         if self.schedule != "constant":
-            a += ["--lr-schedule", self.schedule, "--warmup-steps", str(self.warmup_steps),
-                  "--min-lr", repr(self.min_lr)]
-        elif self.warmup_steps:
+            a += ["--lr-schedule", self.schedule, "--min-lr", repr(self.min_lr)]
+        if self.warmup_steps:
             a += ["--warmup-steps", str(self.warmup_steps)]
         return a
 
@@ -117,23 +116,19 @@ def make_scheduler(opt: torch.optim.Optimizer, cfg: OptConfig, steps: int):
     constant rate without warm-up): LinearLR from lr / warmup to lr over the
     warm-up steps, then the rate (constant) or CosineAnnealingLR down to
     min_lr at step `steps` (warmup_cosine)."""
-    sched = torch.optim.lr_scheduler
-    if cfg.schedule == "constant":
-        if cfg.warmup_steps < 2:  # no warm-up, or one step at the full rate
-            return None
-        return sched.LinearLR(opt, start_factor=1.0 / cfg.warmup_steps, end_factor=1.0,
-                              total_iters=cfg.warmup_steps - 1)
-    if cfg.schedule != "warmup_cosine":
+    if cfg.schedule not in ("constant", "warmup_cosine"):
         raise ValueError(f"unknown schedule {cfg.schedule!r}")
-    cosine = sched.CosineAnnealingLR(opt, T_max=max(1, steps - cfg.warmup_steps), eta_min=cfg.min_lr)
-    if cfg.warmup_steps < 2:  # one warm-up step runs at the full rate
-        if cfg.warmup_steps == 1:
-            return sched.SequentialLR(opt, [sched.ConstantLR(opt, factor=1.0, total_iters=1), cosine],
-                                      milestones=[1])
+    sched = torch.optim.lr_scheduler
+    w = cfg.warmup_steps
+    # One warm-up step runs at the full rate (lr * 1 / 1): no LinearLR.
+    warmup = sched.LinearLR(opt, start_factor=1.0 / w, end_factor=1.0, total_iters=w - 1) if w > 1 else None
+    if cfg.schedule == "constant":
+        return warmup
+    cosine = sched.CosineAnnealingLR(opt, T_max=max(1, steps - w), eta_min=cfg.min_lr)
+    if w == 0:
         return cosine
-    warmup = sched.LinearLR(opt, start_factor=1.0 / cfg.warmup_steps, end_factor=1.0,
-                            total_iters=cfg.warmup_steps - 1)
-    return sched.SequentialLR(opt, [warmup, cosine], milestones=[cfg.warmup_steps])
+    first = warmup if warmup is not None else sched.ConstantLR(opt, factor=1.0, total_iters=1)
+    return sched.SequentialLR(opt, [first, cosine], milestones=[w])
 
 
 # --------------------------------------------------------------------------
