@@ -117,6 +117,7 @@ TASKS = {
             "baseline": [],
             "ema": ["--ema", "0.995"],
             "ema_0.99": ["--ema", "0.99"],
+            "ema_0.998": ["--ema", "0.998"],
         },
         flags=["--seq-len", "128", "--batch", "16"]),
 }
@@ -409,7 +410,11 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--kiln", required=True)
     p.add_argument("--out-dir", required=True)
-    p.add_argument("--tasks", default="digits,fashion,chars")
+    # digits and chars stay runnable but are not the default: the digits
+    # reach their target within the noise of 300 held-out examples, and
+    # chars' target comes early in training, where nothing outruns the
+    # steepest curve (docs/benchmarks.md, "Time to quality").
+    p.add_argument("--tasks", default="fashion,chars_long")
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--recipes", help="comma-separated; each task runs those it has (default: all of them)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
