@@ -15,7 +15,7 @@ Tasks on real data that Debian packages ship:
           documentation (python3-doc), the last 5% held out; windows of 128,
           batches of 16, AdamW; target: held-out loss (nats per byte).
   chars_long  the same model and text at a tuned rate (100 warm-up steps,
-          then 2e-3) over up to 8000 steps (the windows of the training
+          then 3e-3) over up to 8000 steps (the windows of the training
           text repeat, in the same order, after 5125), to a loss the
           baseline reaches near the end of that budget.
 
