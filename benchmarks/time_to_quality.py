@@ -410,6 +410,14 @@ def table(runs: List[dict], tasks: List[Task]) -> str:
     return "\n".join(lines)
 
 
+def write_atomically(path: str, text: str) -> None:
+    """Write through a temporary file and rename, so that an interrupted run
+    leaves the previous results whole, never half of a file."""
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
 DATA = {"digits": digits_data, "fashion": fashion_data, "chars": chars_data}
 
 
@@ -456,9 +464,9 @@ def main(argv=None) -> int:
                 print(json.dumps(r), flush=True)
                 runs = [o for o in runs if (o["task"], o["recipe"], o["seed"], o["engine"]) !=
                         (task.name, recipe, seed, engine)] + [r]
-                json.dump(runs, open(out_json, "w"), indent=1)
+                write_atomically(out_json, json.dumps(runs, indent=1))
     md = table([r for r in runs if current(r)], tasks)
-    open(os.path.join(args.out_dir, "ttq.md"), "w").write(md)
+    write_atomically(os.path.join(args.out_dir, "ttq.md"), md)
     print(md)
     return 0
 
