@@ -447,11 +447,14 @@ def main(argv=None) -> int:
         task = TASKS.get(r["task"])
         return task is not None and r["recipe"] in task.recipes and \
             r.get("settings") == settings(task, r["recipe"], r["engine"])
+
+    def key(r: dict) -> tuple:
+        return r["task"], r["recipe"], r["seed"], r["engine"]
     stale = [r for r in runs if not current(r)]
     if stale:
         print(f"{len(stale)} stored runs in {out_json} have other settings than their task's now: "
               "not tabled, run again when asked for", file=sys.stderr)
-    done = {(r["task"], r["recipe"], r["seed"], r["engine"]) for r in runs if current(r)}
+    done = {key(r) for r in runs if current(r)}
     for task in tasks:
         recipes = [r for r in args.recipes.split(",") if r in task.recipes] if args.recipes else list(task.recipes)
         for seed in seeds:
@@ -464,8 +467,7 @@ def main(argv=None) -> int:
                 r = run_kiln(args, task, recipe, seed, data, model) if engine == "kiln" else \
                     run_torch(args, task, seed, data)
                 print(json.dumps(r), flush=True)
-                runs = [o for o in runs if (o["task"], o["recipe"], o["seed"], o["engine"]) !=
-                        (task.name, recipe, seed, engine)] + [r]
+                runs = [o for o in runs if key(o) != key(r)] + [r]
                 write_atomically(out_json, json.dumps(runs, indent=1))
     md = table([r for r in runs if current(r)], tasks)
     write_atomically(os.path.join(args.out_dir, "ttq.md"), md)
