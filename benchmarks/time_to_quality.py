@@ -117,6 +117,8 @@ TASKS = {
         recipes={
             "baseline": [],
             "ema": ["--ema", "0.995"],
+            "seq_warmup": ["--seq-warmup", "32:1000"],
+            "selective_backprop": ["--selective-backprop", "0.75"],
             "seq_warmup+ema": ["--seq-warmup", "32:1000", "--ema", "0.995"],
             "selective_backprop+ema": ["--selective-backprop", "0.75", "--ema", "0.995"],
         },
