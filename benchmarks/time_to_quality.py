@@ -119,8 +119,11 @@ TASKS = {
             "ema": ["--ema", "0.995"],
             "seq_warmup": ["--seq-warmup", "32:1000"],
             "selective_backprop": ["--selective-backprop", "0.75"],
+            "freeze": ["--freeze-schedule", "3000:wpe,3000:h.0"],
+            "label_smoothing": ["--label-smoothing", "0.1"],
             "seq_warmup+ema": ["--seq-warmup", "32:1000", "--ema", "0.995"],
             "selective_backprop+ema": ["--selective-backprop", "0.75", "--ema", "0.995"],
+            "freeze+ema": ["--freeze-schedule", "2000:wpe,2000:h.0", "--ema", "0.995"],
         },
         flags=["--seq-len", "128", "--batch", "16"]),
 }
