@@ -4,15 +4,31 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <random>
 
+#include "core/file_io.h"
 #include "core/safetensors.h"
 
 namespace kiln {
 namespace fs = std::filesystem;
 
 namespace {
+
+int64_t readToken(const char* p, size_t width) {
+  if (width == 2) {
+    uint16_t v;
+    std::memcpy(&v, p, 2);
+    return v;
+  }
+  if (width == 4) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+  }
+  int64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
 
 class FixedBatch : public BatchSource {
  public:
@@ -54,33 +70,41 @@ class SafetensorsDir : public BatchSource {
   std::map<std::string, TensorType> first_;
 };
 
+// Keeps the file's bytes as stored and widens only the windows a batch takes:
+// a 20 MB u16 file stays 20 MB (not 80 MB of int64), and reading it is one
+// read, which matters because every schedule point of a recipe (a freeze,
+// a new sequence length) sets the batches up again.
 class TokenFile : public BatchSource {
  public:
-  TokenFile(std::string path, std::vector<int64_t> tokens, int64_t batch, int64_t seq)
-      : path_(std::move(path)), tokens_(std::move(tokens)), batch_(batch), seq_(seq) {}
+  TokenFile(std::string path, std::string raw, size_t width, int64_t batch, int64_t seq)
+      : path_(std::move(path)), raw_(std::move(raw)), width_(width), batch_(batch), seq_(seq) {}
   Result<TensorMap> batch(int64_t step) override {
-    const int64_t n = static_cast<int64_t>(tokens_.size());
-    const int64_t windows = (n - 1) / seq_;  // each window needs seq_ + 1 tokens
+    const int64_t windows = (numTokens() - 1) / seq_;  // each window needs seq_ + 1 tokens
     Tensor in(DType::I64, {batch_, seq_}), tg(DType::I64, {batch_, seq_});
     int64_t* ip = in.data<int64_t>();
     int64_t* tp = tg.data<int64_t>();
     for (int64_t b = 0; b < batch_; ++b) {
-      int64_t start = ((step * batch_ + b) % windows) * seq_;
-      std::copy_n(tokens_.begin() + start, seq_, ip + b * seq_);
-      std::copy_n(tokens_.begin() + start + 1, seq_, tp + b * seq_);
+      const int64_t start = ((step * batch_ + b) % windows) * seq_;
+      widen(start, ip + b * seq_);
+      widen(start + 1, tp + b * seq_);
     }
     return TensorMap{{"input0", in}, {"target", tg}};
   }
   std::string describe() const override {
-    return std::to_string(tokens_.size()) + " tokens in " + path_ + ", windows of " + std::to_string(seq_);
+    return std::to_string(numTokens()) + " tokens in " + path_ + ", windows of " + std::to_string(seq_);
   }
-  int64_t epochBatches() const override {
-    return std::max<int64_t>(1, (static_cast<int64_t>(tokens_.size()) - 1) / seq_ / batch_);
-  }
+  int64_t epochBatches() const override { return std::max<int64_t>(1, (numTokens() - 1) / seq_ / batch_); }
 
  private:
+  int64_t numTokens() const { return static_cast<int64_t>(raw_.size() / width_); }
+  // seq_ tokens from `first` as int64 (the file is little-endian, as x86 and arm64 are).
+  void widen(int64_t first, int64_t* out) const {
+    const char* p = raw_.data() + static_cast<size_t>(first) * width_;
+    for (int64_t i = 0; i < seq_; ++i, p += width_) out[i] = readToken(p, width_);
+  }
   std::string path_;
-  std::vector<int64_t> tokens_;
+  std::string raw_;
+  size_t width_;
   int64_t batch_, seq_;
 };
 
@@ -147,32 +171,19 @@ Result<std::unique_ptr<BatchSource>> tokenFileSource(const std::string& path, co
   size_t width = token_type == "u16" ? 2 : token_type == "i32" ? 4 : token_type == "i64" ? 8 : 0;
   if (!width) return Error{"token type '" + token_type + "' is not one of u16, i32, i64"};
   if (batch <= 0 || seq_len <= 0) return Error{"token windows need a positive batch size and sequence length"};
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return Error{path + ": cannot open the token file"};
-  std::vector<char> raw((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  if (raw.size() % width)
-    return Error{path + ": " + std::to_string(raw.size()) + " bytes is not a whole number of " + token_type +
+  auto raw = readFile(path);
+  if (!raw) return raw.error().prefixed("the token file: ");
+  if (raw->size() % width)
+    return Error{path + ": " + std::to_string(raw->size()) + " bytes is not a whole number of " + token_type +
                  " tokens"};
-  size_t n = raw.size() / width;
+  const size_t n = raw->size() / width;
   if (n < static_cast<size_t>(seq_len) + 1)
     return Error{path + ": " + std::to_string(n) + " tokens, fewer than one window of " + std::to_string(seq_len + 1)};
-  std::vector<int64_t> tokens(n);
-  for (size_t i = 0; i < n; ++i) {
-    const char* p = raw.data() + i * width;
-    if (width == 2) {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      tokens[i] = v;
-    } else if (width == 4) {
-      int32_t v;
-      std::memcpy(&v, p, 4);
-      tokens[i] = v;
-    } else {
-      std::memcpy(&tokens[i], p, 8);
-    }
-    if (tokens[i] < 0) return Error{path + ": token " + std::to_string(i) + " is negative"};
-  }
-  return std::unique_ptr<BatchSource>(std::make_unique<TokenFile>(path, std::move(tokens), batch, seq_len));
+  if (width > 2)  // u16 ids cannot be negative
+    for (size_t i = 0; i < n; ++i)
+      if (readToken(raw->data() + i * width, width) < 0)
+        return Error{path + ": token " + std::to_string(i) + " is negative"};
+  return std::unique_ptr<BatchSource>(std::make_unique<TokenFile>(path, std::move(*raw), width, batch, seq_len));
 }
 
 std::unique_ptr<BatchSource> syntheticSource(std::vector<SyntheticSpec> specs, uint64_t seed) {
