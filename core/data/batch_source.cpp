@@ -4,6 +4,9 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <random>
 
 #include "core/file_io.h"
@@ -70,13 +73,11 @@ class SafetensorsDir : public BatchSource {
   std::map<std::string, TensorType> first_;
 };
 
-// Keeps the file's bytes as stored and widens only the windows a batch takes:
-// a 20 MB u16 file stays 20 MB (not 80 MB of int64), and reading it is one
-// read, which matters because every schedule point of a recipe (a freeze,
-// a new sequence length) sets the batches up again.
+// Holds the file's bytes as stored (shared: tokenBytes below) and widens only
+// the windows a batch takes: a 20 MB u16 file stays 20 MB, not 80 MB of int64.
 class TokenFile : public BatchSource {
  public:
-  TokenFile(std::string path, std::string raw, size_t width, int64_t batch, int64_t seq)
+  TokenFile(std::string path, std::shared_ptr<const std::string> raw, size_t width, int64_t batch, int64_t seq)
       : path_(std::move(path)), raw_(std::move(raw)), width_(width), batch_(batch), seq_(seq) {}
   Result<TensorMap> batch(int64_t step) override {
     const int64_t windows = (numTokens() - 1) / seq_;  // each window needs seq_ + 1 tokens
@@ -96,14 +97,14 @@ class TokenFile : public BatchSource {
   int64_t epochBatches() const override { return std::max<int64_t>(1, (numTokens() - 1) / seq_ / batch_); }
 
  private:
-  int64_t numTokens() const { return static_cast<int64_t>(raw_.size() / width_); }
+  int64_t numTokens() const { return static_cast<int64_t>(raw_->size() / width_); }
   // seq_ tokens from `first` as int64 (the file is little-endian, as x86 and arm64 are).
   void widen(int64_t first, int64_t* out) const {
-    const char* p = raw_.data() + static_cast<size_t>(first) * width_;
+    const char* p = raw_->data() + static_cast<size_t>(first) * width_;
     for (int64_t i = 0; i < seq_; ++i, p += width_) out[i] = readToken(p, width_);
   }
   std::string path_;
-  std::string raw_;
+  std::shared_ptr<const std::string> raw_;
   size_t width_;
   int64_t batch_, seq_;
 };
@@ -166,24 +167,59 @@ Result<std::unique_ptr<BatchSource>> safetensorsDirSource(const std::string& dir
   return std::unique_ptr<BatchSource>(std::make_unique<SafetensorsDir>(dir, std::move(files)));
 }
 
-Result<std::unique_ptr<BatchSource>> tokenFileSource(const std::string& path, const std::string& token_type,
-                                                     int64_t batch, int64_t seq_len) {
-  size_t width = token_type == "u16" ? 2 : token_type == "i32" ? 4 : token_type == "i64" ? 8 : 0;
-  if (!width) return Error{"token type '" + token_type + "' is not one of u16, i32, i64"};
-  if (batch <= 0 || seq_len <= 0) return Error{"token windows need a positive batch size and sequence length"};
+namespace {
+
+// A token file's checked bytes, shared by every source cut from it while one
+// is alive: a recipe's schedule point (a freeze, a new sequence length) sets
+// the batches up again while the previous step's source still holds them, and
+// reading 20 MB again (fresh pages) would cost more than the cached recompile.
+// A file changed since (size or modification time) is read again.
+Result<std::shared_ptr<const std::string>> tokenBytes(const std::string& path, const std::string& token_type,
+                                                       size_t width) {
+  struct Entry {
+    std::weak_ptr<const std::string> bytes;
+    std::string token_type;
+    uintmax_t size = 0;
+    fs::file_time_type mtime;
+  };
+  static std::mutex mu;
+  static std::map<std::string, Entry> files;
+  std::error_code ec;
+  const uintmax_t size = fs::file_size(path, ec);
+  const fs::file_time_type mtime = ec ? fs::file_time_type{} : fs::last_write_time(path, ec);
+  std::lock_guard<std::mutex> lock(mu);
+  if (!ec)
+    if (auto it = files.find(path); it != files.end() && it->second.size == size && it->second.mtime == mtime &&
+                                    it->second.token_type == token_type)
+      if (auto held = it->second.bytes.lock()) return held;
   auto raw = readFile(path);
   if (!raw) return raw.error().prefixed("the token file: ");
   if (raw->size() % width)
     return Error{path + ": " + std::to_string(raw->size()) + " bytes is not a whole number of " + token_type +
                  " tokens"};
   const size_t n = raw->size() / width;
-  if (n < static_cast<size_t>(seq_len) + 1)
-    return Error{path + ": " + std::to_string(n) + " tokens, fewer than one window of " + std::to_string(seq_len + 1)};
   if (width > 2)  // u16 ids cannot be negative
     for (size_t i = 0; i < n; ++i)
       if (readToken(raw->data() + i * width, width) < 0)
         return Error{path + ": token " + std::to_string(i) + " is negative"};
-  return std::unique_ptr<BatchSource>(std::make_unique<TokenFile>(path, std::move(*raw), width, batch, seq_len));
+  auto bytes = std::make_shared<const std::string>(std::move(*raw));
+  if (!ec) files[path] = Entry{bytes, token_type, size, mtime};
+  return bytes;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<BatchSource>> tokenFileSource(const std::string& path, const std::string& token_type,
+                                                     int64_t batch, int64_t seq_len) {
+  size_t width = token_type == "u16" ? 2 : token_type == "i32" ? 4 : token_type == "i64" ? 8 : 0;
+  if (!width) return Error{"token type '" + token_type + "' is not one of u16, i32, i64"};
+  if (batch <= 0 || seq_len <= 0) return Error{"token windows need a positive batch size and sequence length"};
+  auto bytes = tokenBytes(path, token_type, width);
+  if (!bytes) return bytes.error();
+  const size_t n = (*bytes)->size() / width;
+  if (n < static_cast<size_t>(seq_len) + 1)
+    return Error{path + ": " + std::to_string(n) + " tokens, fewer than one window of " + std::to_string(seq_len + 1)};
+  return std::unique_ptr<BatchSource>(std::make_unique<TokenFile>(path, std::move(*bytes), width, batch, seq_len));
 }
 
 std::unique_ptr<BatchSource> syntheticSource(std::vector<SyntheticSpec> specs, uint64_t seed) {

@@ -5,6 +5,7 @@
 // refused with its path.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -88,6 +89,33 @@ TEST_F(TokenFileSourceTest, WideIdsKeepTheirValue) {
   auto s64 = tokenFileSource(write("t.i64", ids64), "i64", 2, 5);
   ASSERT_TRUE(s64) << s64.error().message;
   for (int64_t step : {0, 3}) expectWindows(**s64, step, ids64, 2, 5);
+}
+
+// A source set up again while the first is alive (a recipe's schedule point)
+// shares its bytes; a file rewritten since is read again, not served stale.
+TEST_F(TokenFileSourceTest, ARewrittenFileIsReadAgain) {
+  std::vector<uint16_t> first(33), second(33);
+  std::vector<int64_t> first_ids, second_ids;
+  for (int i = 0; i < 33; ++i) {
+    first[i] = static_cast<uint16_t>(i);
+    second[i] = static_cast<uint16_t>(1000 + i);
+    first_ids.push_back(first[i]);
+    second_ids.push_back(second[i]);
+  }
+  const std::string path = write("t.u16", first);
+  auto a = tokenFileSource(path, "u16", 2, 4);
+  ASSERT_TRUE(a) << a.error().message;
+  auto again = tokenFileSource(path, "u16", 1, 8);  // another window length over the same bytes
+  ASSERT_TRUE(again) << again.error().message;
+  expectWindows(**again, 1, first_ids, 1, 8);
+
+  const auto written = fs::last_write_time(path);
+  write("t.u16", second);
+  fs::last_write_time(path, written + std::chrono::seconds(1));  // the same size: only the time tells
+  auto b = tokenFileSource(path, "u16", 2, 4);
+  ASSERT_TRUE(b) << b.error().message;
+  expectWindows(**b, 0, second_ids, 2, 4);
+  expectWindows(**a, 0, first_ids, 2, 4);  // the first source keeps what it read
 }
 
 TEST_F(TokenFileSourceTest, RefusesFilesThatAreNotWholeWindowsOfIds) {
