@@ -17,6 +17,7 @@ const char* keyRuleName(KeyRule k) {
   switch (k) {
     case KeyRule::Compiled: return "compiled";
     case KeyRule::FileContents: return "file-contents";
+    case KeyRule::ModelStructure: return "model-structure";
     case KeyRule::DataParallel: return "data-parallel";
     case KeyRule::Implied: return "implied";
     case KeyRule::Runtime: return "runtime";
@@ -46,8 +47,9 @@ void listOptions(bool json) {
     std::cout << all.dump(2) << "\n";
     return;
   }
-  std::cout << "cache key: compiled = in the key; file-contents = the file's fingerprint is; data-parallel = in "
-               "the key with several ranks; implied = what it implies is (a batch's types); runtime = not\n\n";
+  std::cout << "cache key: compiled = in the key; file-contents = the file's fingerprint is; model-structure = the "
+               "model file's fingerprint but its weights' values is; data-parallel = in the key with several ranks; "
+               "implied = what it implies is (a batch's types); runtime = not\n\n";
   std::cout << std::left << std::setw(26) << "option" << std::setw(15) << "cache key" << "commands\n";
   for (const OptionSpec& s : optionTable())
     std::cout << std::left << std::setw(26) << s.flags << std::setw(15) << keyRuleName(s.key)

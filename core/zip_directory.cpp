@@ -39,6 +39,25 @@ std::string zipCentralDirectory(std::ifstream& f, uint64_t size) {
   return {};
 }
 
+std::vector<ZipEntry> zipEntries(const std::string& cd) {
+  std::vector<ZipEntry> out;
+  // Central directory file headers: 46 fixed bytes, then name, extra, comment.
+  for (size_t p = 0; p + 46 <= cd.size() && le32(&cd[p]) == 0x02014b50;) {
+    const uint16_t name_len = le16(&cd[p + 28]), extra_len = le16(&cd[p + 30]), comment_len = le16(&cd[p + 32]);
+    if (p + 46 + name_len > cd.size()) break;
+    ZipEntry e;
+    e.name = std::string_view(cd).substr(p + 46, name_len);
+    e.method = le16(&cd[p + 10]);
+    e.crc32 = le32(&cd[p + 16]);
+    e.compressed_size = le32(&cd[p + 20]);
+    e.size = le32(&cd[p + 24]);
+    e.local_header = le32(&cd[p + 42]);
+    out.push_back(e);
+    p += 46 + size_t{name_len} + extra_len + comment_len;
+  }
+  return out;
+}
+
 std::optional<std::string> readStoredZipEntry(const std::string& path, const std::string& suffix) {
   std::ifstream f(path, std::ios::binary | std::ios::ate);
   if (!f) return std::nullopt;
@@ -46,16 +65,10 @@ std::optional<std::string> readStoredZipEntry(const std::string& path, const std
   if (end < 0) return std::nullopt;
   const uint64_t size = static_cast<uint64_t>(end);
   const std::string cd = zipCentralDirectory(f, size);
-  // Central directory file headers: 46 fixed bytes, then name, extra, comment.
-  for (size_t p = 0; p + 46 <= cd.size() && le32(&cd[p]) == 0x02014b50;) {
-    const uint16_t method = le16(&cd[p + 10]), name_len = le16(&cd[p + 28]), extra_len = le16(&cd[p + 30]),
-                   comment_len = le16(&cd[p + 32]);
-    const uint32_t stored_size = le32(&cd[p + 20]), local = le32(&cd[p + 42]);
-    if (p + 46 + name_len > cd.size()) return std::nullopt;
-    const std::string name = cd.substr(p + 46, name_len);
-    p += 46 + size_t{name_len} + extra_len + comment_len;
-    if (name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
-    if (method != 0 || stored_size == 0xFFFFFFFF) return std::nullopt;  // compressed, or zip64 sizes
+  for (const ZipEntry& e : zipEntries(cd)) {
+    if (!e.name.ends_with(suffix)) continue;
+    const uint32_t stored_size = e.compressed_size, local = e.local_header;
+    if (e.method != 0 || stored_size == 0xFFFFFFFF) return std::nullopt;  // compressed, or zip64 sizes
     // The local header: 30 fixed bytes, then its own name and extra lengths.
     char header[30];
     f.seekg(local);

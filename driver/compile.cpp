@@ -14,6 +14,8 @@
 #include "core/buffer_pool.h"
 #include "core/data/resize_source.h"
 #include "core/data/shard_source.h"
+#include "core/file_fingerprint.h"
+#include "core/graph_hash.h"
 #include "core/import/loader/load_model.h"
 #include "core/import/recorded_inputs.h"
 #include "core/safetensors.h"
@@ -151,11 +153,14 @@ Result<BoundStep> setUp(const CompileOptions& a, TrainingGraphKind kind, Compile
   std::optional<CachedStep> cached;
   std::string material;
   std::optional<CompileCache> cache;
+  ModelIdentity identity;  // of the model file compiled now
   if (cacheEnabled(a)) {
     auto m = stepCacheKeyMaterial(a, kind, first);
-    if (m) {  // else an unreadable model: the import below says why
+    auto fingerprint = modelFingerprint(a.model.path);
+    if (m && fingerprint) {  // else an unreadable model: the import below says why
       cache.emplace(a.cache_dir.empty() ? CompileCache::defaultDir() : a.cache_dir);
       material = std::move(*m);
+      identity.contents = std::move(fingerprint->contents);
     }
   }
   if (cache) {
@@ -237,19 +242,35 @@ Result<BoundStep> setUp(const CompileOptions& a, TrainingGraphKind kind, Compile
     if (boundedNumel(t.shape) < 0)
       return Error{"a batch input of " + t.str() + " has more than 2^40 elements (--input-shape, --batch, --seq-len)"};
 
-  // 4. The model: its weights (not needed to only compile from the cache).
+  // 4. The model: its weights (not needed to only compile from the cache,
+  // unless the entry was compiled from another file: then the import checks
+  // the hit).
   if (!observer.onStage(0, "importing " + a.model.path)) return compileCancelled();
+  const bool other_file = cached && cached->model.contents != identity.contents;
   Model model;
+  bool imported = true;
   if (declared_model && modelInputTypes(declared_model->graph) == types) {
     model = std::move(*declared_model);  // no --batch, --seq-len or ranks changed the shapes: no second import
-  } else if (cached && a.weights && !a.compile_only) {
+  } else if (cached && !other_file && a.weights && !a.compile_only) {
     model.weights = a.weights->weights;  // the compiled graph is cached and the tensors are at hand
     model.aliases = a.weights->aliases;
-  } else if (!(cached && a.compile_only)) {
+    imported = false;
+  } else if (!(cached && !other_file && a.compile_only)) {
     auto m = importWith(a, types, observer);
     if (!m) return m.error();
     ++setup.imports;
     model = std::move(*m);
+  } else {
+    imported = false;
+  }
+  if (cache && imported) identity.graph = hashHex(structuralHash(model.graph));
+  if (other_file && identity.graph != cached->model.graph) {
+    // The import read values of the file's tensors into the graph (a 0-d
+    // tensor attribute as a scalar): the entry is another model's.
+    if (setup.cache.problem.empty())
+      setup.cache.problem = "cache entry " + setup.cache.entry + " was compiled from another file of " +
+                            a.model.path + "'s structure whose import makes another graph; rebuilt";
+    cached.reset();
   }
   // Selective backprop: the model just imported scores the whole batch; the
   // step trains the same model imported at the selected rows.
@@ -400,7 +421,7 @@ Result<BoundStep> setUp(const CompileOptions& a, TrainingGraphKind kind, Compile
     } else {
       setup.cache.status = setup.cache.problem.empty() ? "miss" : "rebuilt";
       cache->count("miss");
-      if (Status st = cache->store(setup.cache.key, encodeStep(*setup.session, a.model.path, material)); !st)
+      if (Status st = cache->store(setup.cache.key, encodeStep(*setup.session, a.model.path, material, identity)); !st)
         std::cerr << "kiln: warning: could not write the compile cache (" << st.error().message << ")\n";
     }
   }

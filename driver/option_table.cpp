@@ -25,7 +25,7 @@ using K = KeyRule;
 
 const std::vector<OptionSpec> kTable = {
     // The model and its inputs.
-    {"model", "TorchScript archive (.pt, traced in train mode) or FX dump (.fx.json)", kSteps, K::FileContents,
+    {"model", "TorchScript archive (.pt, traced in train mode) or FX dump (.fx.json)", kSteps, K::ModelStructure,
      FIELD(model.path)},
     {"--input-file", "batch (safetensors): input0, input1, ... and target; used for every step", kSteps,
      K::Implied /* its tensors' types */, FIELD(model.input_file)},
@@ -364,15 +364,22 @@ Result<nlohmann::ordered_json> compiledOptionsJson(const CompileOptions& o, int 
       case KeyRule::Compiled:
         j[spec.jsonName()] = valueJson(field);
         break;
-      case KeyRule::FileContents: {
+      case KeyRule::FileContents:
+      case KeyRule::ModelStructure: {
         const std::string& path = *std::get<std::string*>(field);
         if (path.empty()) {
           j[spec.jsonName()] = nullptr;
           break;
         }
-        auto fingerprint = fileFingerprint(path);
-        if (!fingerprint) return fingerprint.error();
-        j[spec.jsonName()] = *fingerprint;
+        if (spec.key == KeyRule::ModelStructure) {
+          auto fingerprint = modelFingerprint(path);
+          if (!fingerprint) return fingerprint.error();
+          j[spec.jsonName()] = fingerprint->structure;
+        } else {
+          auto fingerprint = fileFingerprint(path);
+          if (!fingerprint) return fingerprint.error();
+          j[spec.jsonName()] = *fingerprint;
+        }
         break;
       }
     }

@@ -39,6 +39,9 @@ enum Command : uint32_t {
 enum class KeyRule {
   Compiled,      ///< changes the step graph, its kernels or its memory plan: in the cache key
   FileContents,  ///< names a file whose bytes change the step: the file's fingerprint is in the key
+  /// the model file: its structure fingerprint is in the key (core/file_fingerprint.h:
+  /// a TorchScript archive's weights' values are not), the imported graph checks a hit
+  ModelStructure,
   DataParallel,  ///< in the key when the step has several ranks (it holds their collectives)
   Implied,       ///< not its value but what it implies is in the key (a batch file's tensor types)
   Runtime,       ///< changes only how the step runs or what is printed: not in the key
@@ -83,8 +86,9 @@ std::vector<std::string> toArguments(const CompileOptions& o, Command command);
 
 /// The options that change a step compiled for `ranks` ranks, by
 /// jsonName(), for the compile cache key: Compiled ones, DataParallel ones
-/// when ranks > 1, and FileContents ones as the fingerprint of their file
-/// (an error when it cannot be read).
+/// when ranks > 1, FileContents ones as the fingerprint of their file and
+/// ModelStructure ones as their file's structure fingerprint (an error when
+/// it cannot be read).
 Result<nlohmann::ordered_json> compiledOptionsJson(const CompileOptions& o, int ranks);
 
 }  // namespace kiln::driver

@@ -133,9 +133,12 @@ std::string stepCacheKey(const std::string& material) {
   return buf;
 }
 
-std::string encodeStep(const TrainingSession& s, const std::string& model_path, const std::string& material) {
+std::string encodeStep(const TrainingSession& s, const std::string& model_path, const std::string& material,
+                       const ModelIdentity& model) {
   nlohmann::ordered_json j;
   j["model"] = model_path;
+  j["model_contents"] = model.contents;
+  j["model_graph"] = model.graph;
   j["created"] =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   j["key_material"] = nlohmann::json::parse(material);
@@ -172,6 +175,7 @@ Result<CachedStep> decodeStep(const std::string& payload) {
     c.frozen = j.at("frozen").get<std::set<std::string>>();
     c.kernels = j.at("kernels").get<std::vector<std::string>>();
     c.arena_bytes = j.at("arena_bytes").get<uint64_t>();
+    c.model = {j.at("model_contents").get<std::string>(), j.at("model_graph").get<std::string>()};
     if (j.contains("autotune")) {
       for (const auto& node : j.at("autotune")) {
         c.timings.emplace_back();

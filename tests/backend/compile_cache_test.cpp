@@ -1,5 +1,5 @@
 // The compile cache's entry format and directory operations
-// (backend/cache/compile_cache.h), and the file fingerprint it keys on
+// (backend/cache/compile_cache.h), and the file fingerprints it keys on
 // (core/file_fingerprint.h). End to end through the CLI: tests/cli/cache_cli.sh.
 #include <gtest/gtest.h>
 
@@ -88,6 +88,83 @@ TEST(FileFingerprint, FollowsContentNotName) {
   EXPECT_EQ(*a, *b);
   EXPECT_NE(*a, *c);
   EXPECT_FALSE(fileFingerprint((dir / "missing.pt").string()).ok());
+  fs::remove_all(dir);
+}
+
+void put16(std::string& s, uint16_t v) { s.append(reinterpret_cast<const char*>(&v), 2); }
+void put32(std::string& s, uint32_t v) { s.append(reinterpret_cast<const char*>(&v), 4); }
+
+struct ZipItem {
+  std::string name, bytes;
+  uint32_t crc;  ///< what the directory claims: a fingerprint reads the directory, not the bytes
+};
+
+/// A zip file of stored entries, byte for byte as the format lays it out.
+std::string zipOf(const std::vector<ZipItem>& items) {
+  std::string file, cd;
+  for (const ZipItem& e : items) {
+    const auto offset = static_cast<uint32_t>(file.size()), n = static_cast<uint32_t>(e.bytes.size());
+    put32(file, 0x04034b50);
+    for (uint16_t v : {20, 0, 0, 0, 0}) put16(file, v);  // version, flags, stored, time, date
+    for (uint32_t v : {e.crc, n, n}) put32(file, v);
+    put16(file, static_cast<uint16_t>(e.name.size()));
+    put16(file, 0);
+    file += e.name + e.bytes;
+    put32(cd, 0x02014b50);
+    for (uint16_t v : {20, 20, 0, 0, 0, 0}) put16(cd, v);  // made by, needed, flags, stored, time, date
+    for (uint32_t v : {e.crc, n, n}) put32(cd, v);
+    for (uint16_t v : {static_cast<uint16_t>(e.name.size()), uint16_t{0}, uint16_t{0}, uint16_t{0}, uint16_t{0}})
+      put16(cd, v);  // name, extra, comment lengths, disk, internal attributes
+    put32(cd, 0);    // external attributes
+    put32(cd, offset);
+    cd += e.name;
+  }
+  const auto cd_offset = static_cast<uint32_t>(file.size());
+  file += cd;
+  put32(file, 0x06054b50);
+  for (uint16_t v : {uint16_t{0}, uint16_t{0}, static_cast<uint16_t>(items.size()), static_cast<uint16_t>(items.size())})
+    put16(file, v);
+  put32(file, static_cast<uint32_t>(cd.size()));
+  put32(file, cd_offset);
+  put16(file, 0);
+  return file;
+}
+
+TEST(FileFingerprint, AModelsStructureLeavesOutItsWeightsValuesAndItsFileName) {
+  const fs::path dir = scratch("model_fp");
+  fs::create_directories(dir);
+  auto archive = [&](const std::string& name, const std::string& root, uint32_t code_crc, uint32_t weight_crc,
+                     const std::string& weight, uint32_t constant_crc) {
+    const std::string path = (dir / name).string();
+    EXPECT_TRUE(writeFileAtomic(path, zipOf({{root + "/code/__torch__/m.py", "def forward", code_crc},
+                                             {root + "/data.pkl", "pickle", 7},
+                                             {root + "/data/0", weight, weight_crc},
+                                             {root + "/constants/0", "cons", constant_crc},
+                                             {root + "/.data/serialization_id", "0123", weight_crc + 1}}))
+                    .ok());
+    auto fp = modelFingerprint(path);
+    EXPECT_TRUE(fp.ok()) << (fp.ok() ? "" : fp.error().message);
+    auto whole = fileFingerprint(path);
+    EXPECT_TRUE(whole.ok() && fp.ok() && *whole == fp->contents) << "contents is fileFingerprint's";
+    return fp.ok() ? *fp : ModelFingerprint{};
+  };
+  const ModelFingerprint base = archive("a.pt", "a", 1, 2, "0000", 3);
+  ASSERT_EQ(base.structure.size(), 32u);
+  EXPECT_NE(base.structure, base.contents);
+  // Other weights (and the serialization id that follows them), under another root folder: one structure.
+  const ModelFingerprint other = archive("b.pt", "b", 1, 9, "1111", 3);
+  EXPECT_EQ(other.structure, base.structure);
+  EXPECT_NE(other.contents, base.contents);
+  EXPECT_NE(archive("code.pt", "a", 5, 2, "0000", 3).structure, base.structure) << "the code is structure";
+  EXPECT_NE(archive("const.pt", "a", 1, 2, "0000", 4).structure, base.structure) << "constants are structure";
+  EXPECT_NE(archive("size.pt", "a", 1, 2, "00000000", 3).structure, base.structure) << "a tensor's size is";
+  // Not a zip file: both fingerprints are the whole file's.
+  ASSERT_TRUE(writeFileAtomic((dir / "m.fx.json").string(), "{\"nodes\": []}").ok());
+  auto fx = modelFingerprint((dir / "m.fx.json").string());
+  ASSERT_TRUE(fx.ok());
+  EXPECT_EQ(fx->structure, fx->contents);
+  EXPECT_EQ(fx->contents, *fileFingerprint((dir / "m.fx.json").string()));
+  EXPECT_FALSE(modelFingerprint((dir / "missing.pt").string()).ok());
   fs::remove_all(dir);
 }
 

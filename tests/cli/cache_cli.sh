@@ -3,10 +3,11 @@
 # a second kiln compile is a hit that binds the same graph, kernels and
 # memory plan; kiln train from a hit computes the same losses bit for bit as
 # --no-cache; a corrupt, truncated or foreign entry is reported once,
-# removed and rebuilt, never used; the key follows the model's content (not
-# its path or mtime) and the options that change the step (not the learning
-# rate) and the libtorch plugin's build; kiln cache list / stats / clear; a
-# hit never loads libtorch.
+# removed and rebuilt, never used; the key follows the model's structure
+# (not its path, mtime or weights' values: another file's hit is checked
+# against its import) and the options that change the step (not the
+# learning rate) and the libtorch plugin's build; kiln cache list / stats /
+# clear; a hit never loads libtorch.
 # usage: cache_cli.sh KILN WORKDIR
 source "$(dirname "$0")/lib/common.sh"
 export KILN_CACHE_DIR="$W/cache"
@@ -50,9 +51,15 @@ for info in zin.infolist():
     zout.writestr(info, data)
 zout.close()
 PYEOF
+ok "the key follows the model's structure and the step options, not paths, mtimes or the learning rate"
+
+# Other weights in the same structure: a hit, once the import of the new file
+# makes the entry's graph (kiln compile imports to check it: 1 import).
 "$KILN" compile "$W/changed.pt" --report "$W/c6.json" >/dev/null 2>&1
-[ "$(status "$W/c6.json")" = miss ] || fail "a changed weight: cache $(status "$W/c6.json"), want miss"
-ok "the key follows content and step options, not paths, mtimes or the learning rate"
+[ "$(status "$W/c6.json")" = hit ] || fail "a changed weight: cache $(status "$W/c6.json"), want hit"
+imports=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['compile']['imports'])" "$W/c6.json")
+[ "$imports" = 1 ] || fail "a hit from another file: $imports imports, want 1 (the check)"
+ok "a model with other weights hits the entry of its structure"
 
 # Another build of the libtorch plugin (which holds the TorchScript importer): a miss, then a hit.
 PLUGIN="$(dirname "$KILN")/libkiln_torch.so"
@@ -79,6 +86,64 @@ la, lb = [s["loss"] for s in a["steps"]], [s["loss"] for s in b["steps"]]
 assert len(la) == 4 and la == lb, (la, lb)
 PYEOF
 ok "kiln train from a cached step: the same losses as --no-cache"
+
+# kiln train of the changed weights from that hit: their losses (not the
+# entry's model's), as --no-cache computes them.
+"$KILN" train "$W/changed.pt" --steps 4 --report "$W/t3.json" >/dev/null 2>&1 || fail "train changed (cache) exited $?"
+"$KILN" train "$W/changed.pt" --steps 4 --no-cache --report "$W/t4.json" >/dev/null 2>&1 ||
+  fail "train changed --no-cache exited $?"
+[ "$(status "$W/t3.json")" = hit ] || fail "train changed: cache $(status "$W/t3.json"), want hit"
+"$PY" - "$W/t3.json" "$W/t4.json" "$W/t1.json" <<'PYEOF' || fail "losses of other weights from a cached step differ"
+import json, sys
+a, b, first = ([s["loss"] for s in json.load(open(p))["steps"]] for p in sys.argv[1:])
+assert len(a) == 4 and a == b, (a, b)
+assert a != first, "the changed weights trained like the original ones"
+PYEOF
+ok "kiln train of other weights from a hit: their own losses, as --no-cache"
+
+# A module whose import reads a tensor's value into the graph (a scripted
+# 0-d tensor attribute becomes a scalar): the same structure with another
+# value is rebuilt, and trains as --no-cache does; another weight still hits.
+cat >"$W/scaled.py" <<'PYEOF'  # a file: torch.jit.script reads the class's source
+import sys, torch
+class Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 4)
+        self.k = torch.tensor(2.0)  # an attribute, neither parameter nor buffer
+    def forward(self, x):
+        return self.lin(x) * self.k
+torch.manual_seed(0)
+m = torch.jit.script(Scaled())
+m.save(sys.argv[1] + "/scaled2.pt")
+with torch.no_grad():
+    m.lin.weight[0].add_(0.5)  # one row: a shift of every logit would not change the loss
+m.save(sys.argv[1] + "/scaled2w.pt")
+with torch.no_grad():
+    m.k.fill_(3.0)
+m.save(sys.argv[1] + "/scaled3.pt")
+PYEOF
+"$PY" "$W/scaled.py" "$W" || fail "export of the scripted models"
+for f in scaled2 scaled2w scaled3; do
+  "$KILN" train "$W/$f.pt" --input-shape 4x8 --steps 3 --report "$W/$f.json" >/dev/null 2>&1 || fail "train $f exited $?"
+  "$KILN" train "$W/$f.pt" --input-shape 4x8 --steps 3 --no-cache --report "$W/$f.off.json" >/dev/null 2>&1 ||
+    fail "train $f --no-cache exited $?"
+done
+for want in scaled2:miss scaled2w:hit scaled3:rebuilt; do
+  f=${want%%:*}
+  [ "$(status "$W/$f.json")" = "${want#*:}" ] || fail "$f: cache $(status "$W/$f.json"), want ${want#*:}"
+done
+"$PY" - "$W" <<'PYEOF' || fail "the scripted models' losses from the cache differ"
+import json, sys
+losses = lambda f: [s["loss"] for s in json.load(open(f"{sys.argv[1]}/{f}.json"))["steps"]]
+for f in ("scaled2", "scaled2w", "scaled3"):
+    assert losses(f) == losses(f + ".off"), (f, losses(f), losses(f + ".off"))
+assert losses("scaled2w") != losses("scaled2"), "the changed weight changed nothing"
+assert losses("scaled3") != losses("scaled2w"), "the attribute's value changed nothing"
+problem = json.load(open(f"{sys.argv[1]}/scaled3.json"))["cache"]["problem"]
+assert "another graph" in problem, problem
+PYEOF
+ok "an import that reads a value into the graph rebuilds the entry of another value"
 
 # Corrupt entries: reported once, removed, rebuilt; the next run hits.
 entry=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['cache']['entry'])" "$W/c2.json")

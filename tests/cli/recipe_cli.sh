@@ -2,9 +2,9 @@
 # kiln train's recipes end to end on the bundled MLP: held-out evaluation
 # (--eval-data, --eval-every, --metric, --target) in the output, the log and
 # the report; a --freeze-schedule whose points are compiled once and hit the
-# compile cache on a second run, with the frozen weights kept from their
-# step on; --ema's averaged weights; bad recipe options give one line and
-# write nothing.
+# compile cache on a second run (and on a run of other weights), with the
+# frozen weights kept from their step on; --ema's averaged weights; bad
+# recipe options give one line and write nothing.
 # usage: recipe_cli.sh KILN WORKDIR
 source "$(dirname "$0")/lib/common.sh"
 
@@ -78,6 +78,32 @@ from st_io import load
 a, b = load(sys.argv[1] + "/two.safetensors"), load(sys.argv[1] + "/sched2.safetensors")
 assert a["fc1.weight"].equal(b["fc1.weight"]) and a["fc1.bias"].equal(b["fc1.bias"]), "fc1 changed after step 2"
 assert not a["fc3.weight"].equal(b["fc3.weight"]), "fc3 did not train after step 2"
+PY
+# The same model with other weights (the bytes of one tensor changed): its
+# start-up and both points hit the entries of the runs above (each checked
+# against the new file's import), and it trains as --no-cache does.
+"$PY" - "$M" "$W/other.pt" <<'PY' || fail "the other weights' archive"
+import sys, zipfile
+zin, zout = zipfile.ZipFile(sys.argv[1]), zipfile.ZipFile(sys.argv[2], "w", zipfile.ZIP_STORED)
+for info in zin.infolist():
+    data = zin.read(info.filename)
+    if info.filename.endswith("/data/0"):  # a float32 tensor: every value negated (its sign bit flipped)
+        data = bytes(b ^ 0x80 if i % 4 == 3 else b for i, b in enumerate(data))
+    zout.writestr(info, data)
+zout.close()
+PY
+O=(train "$W/other.pt" --data "$W/data" --lr 0.01 --threads 1 --steps 6 --freeze-schedule 2:fc1,4:fc2)
+"$KILN" "${O[@]}" --cache-dir "$W/cache" --report "$W/other.json" >/dev/null 2>&1 || fail "other weights, cached"
+"$KILN" "${O[@]}" --no-cache --report "$W/other_off.json" >/dev/null 2>&1 || fail "other weights, --no-cache"
+got=$(json "$W/other.json" "[r['cache']['status']] + [p['cache'] for p in r['recipe']['schedule']]")
+[ "$got" = "['hit', 'hit', 'hit']" ] && ok "other weights: the start-up and both points hit" ||
+  fail "other weights' cache: $got"
+"$PY" - "$W" <<'PY' && ok "other weights from the cache train as --no-cache" || fail "other weights' losses"
+import json, sys
+losses = lambda f: [s["loss"] for s in json.load(open(f"{sys.argv[1]}/{f}.json"))["steps"]]
+assert len(losses("other")) == 6 and None not in losses("other"), losses("other")
+assert losses("other") == losses("other_off"), (losses("other"), losses("other_off"))
+assert losses("other") != losses("sched2"), "the other weights trained as the first ones"
 PY
 
 # --- EMA: the averaged weights are written beside the trained ones.

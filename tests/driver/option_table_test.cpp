@@ -190,11 +190,12 @@ TEST(OptionTable, AnOptionThatChangesTheStepChangesTheCacheKey) {
       if (spec.jsonName() == "nproc" || spec.key == KeyRule::Implied) continue;
       CompileOptions o = base;
       const OptionField f = spec.field(o);
-      if (spec.key == KeyRule::FileContents)
+      if (spec.key == KeyRule::FileContents || spec.key == KeyRule::ModelStructure)
         *std::get<std::string*>(f) = spec.jsonName() == "model" ? other : weights;
       else
         perturb(f);
       const bool in_key = spec.key == KeyRule::Compiled || spec.key == KeyRule::FileContents ||
+                          spec.key == KeyRule::ModelStructure ||
                           (spec.key == KeyRule::DataParallel && ranks > 1);
       if (in_key)
         EXPECT_NE(material(o), reference) << spec.flags << " changes the step but not the key (ranks " << ranks << ")";
