@@ -259,11 +259,21 @@ def build(task: Task, seed: int):
     return zoo.build(task.model, train=True)
 
 
+_TRACED: Dict[str, torch.jit.ScriptModule] = {}
+
+
 def export(task: Task, seed: int, out: str) -> str:
     path = os.path.join(out, f"{task.model}.seed{seed}.pt")
     if not os.path.exists(path):
         model, inputs = build(task, seed)
-        traced = torch.jit.trace(model, tuple(inputs), check_trace=False)
+        # One trace per model and process, each seed's weights loaded into it: tracing the same classes again
+        # mangles their names (___torch_mangle_N), so every seed's archive would hold other code, and the
+        # compile cache, which keys on an archive's structure and not on its weights, could not share steps.
+        traced = _TRACED.get(task.model)
+        if traced is None:
+            traced = _TRACED[task.model] = torch.jit.trace(model, tuple(inputs), check_trace=False)
+        else:
+            traced.load_state_dict(model.state_dict())
         types = json.dumps([{"dtype": "i64" if x.dtype == torch.int64 else "f32", "shape": list(x.shape)}
                             for x in inputs])
         torch.jit.save(traced, path, _extra_files={"kiln_inputs.json": types})
