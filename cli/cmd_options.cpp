@@ -48,11 +48,11 @@ void listOptions(bool json) {
     return;
   }
   std::cout << "cache key: compiled = in the key; file-contents = the file's fingerprint is; model-structure = the "
-               "model file's fingerprint but its weights' values is; data-parallel = in the key with several ranks; "
+               "model file's fingerprint without its weights' values is; data-parallel = in the key with several ranks; "
                "implied = what it implies is (a batch's types); runtime = not\n\n";
-  std::cout << std::left << std::setw(26) << "option" << std::setw(15) << "cache key" << "commands\n";
+  std::cout << std::left << std::setw(26) << "option" << std::setw(17) << "cache key" << "commands\n";
   for (const OptionSpec& s : optionTable())
-    std::cout << std::left << std::setw(26) << s.flags << std::setw(15) << keyRuleName(s.key)
+    std::cout << std::left << std::setw(26) << s.flags << std::setw(17) << keyRuleName(s.key)
               << commandNames(s.commands) << "\n";
 }
 

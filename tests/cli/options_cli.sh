@@ -12,6 +12,8 @@ M="$W/gpt2_mini.pt"
 
 "$KILN" options --json >"$W/options.json" || fail "kiln options --json exited $?"
 "$KILN" options | grep -q "^--serial-nodes *compiled" || fail "kiln options: --serial-nodes is not in the key"
+"$KILN" options | grep -q "^model  *model-structure  *train," ||
+  fail "kiln options: the model's rule: $("$KILN" options | grep '^model ')"
 
 "$KILN" compile "$M" --no-cache --report "$W/base.json" >/dev/null 2>&1 || fail "baseline compile exited $?"
 
