@@ -9,6 +9,7 @@
 #include "backend/cache/compile_cache.h"
 #include "core/file_fingerprint.h"
 #include "core/file_io.h"
+#include "tests/zip_of.h"
 
 namespace kiln {
 namespace {
@@ -91,44 +92,7 @@ TEST(FileFingerprint, FollowsContentNotName) {
   fs::remove_all(dir);
 }
 
-void put16(std::string& s, uint16_t v) { s.append(reinterpret_cast<const char*>(&v), 2); }
-void put32(std::string& s, uint32_t v) { s.append(reinterpret_cast<const char*>(&v), 4); }
-
-struct ZipItem {
-  std::string name, bytes;
-  uint32_t crc;  ///< what the directory claims: a fingerprint reads the directory, not the bytes
-};
-
-/// A zip file of stored entries, byte for byte as the format lays it out.
-std::string zipOf(const std::vector<ZipItem>& items) {
-  std::string file, cd;
-  for (const ZipItem& e : items) {
-    const auto offset = static_cast<uint32_t>(file.size()), n = static_cast<uint32_t>(e.bytes.size());
-    put32(file, 0x04034b50);
-    for (uint16_t v : {20, 0, 0, 0, 0}) put16(file, v);  // version, flags, stored, time, date
-    for (uint32_t v : {e.crc, n, n}) put32(file, v);
-    put16(file, static_cast<uint16_t>(e.name.size()));
-    put16(file, 0);
-    file += e.name + e.bytes;
-    put32(cd, 0x02014b50);
-    for (uint16_t v : {20, 20, 0, 0, 0, 0}) put16(cd, v);  // made by, needed, flags, stored, time, date
-    for (uint32_t v : {e.crc, n, n}) put32(cd, v);
-    for (uint16_t v : {static_cast<uint16_t>(e.name.size()), uint16_t{0}, uint16_t{0}, uint16_t{0}, uint16_t{0}})
-      put16(cd, v);  // name, extra, comment lengths, disk, internal attributes
-    put32(cd, 0);    // external attributes
-    put32(cd, offset);
-    cd += e.name;
-  }
-  const auto cd_offset = static_cast<uint32_t>(file.size());
-  file += cd;
-  put32(file, 0x06054b50);
-  for (uint16_t v : {uint16_t{0}, uint16_t{0}, static_cast<uint16_t>(items.size()), static_cast<uint16_t>(items.size())})
-    put16(file, v);
-  put32(file, static_cast<uint32_t>(cd.size()));
-  put32(file, cd_offset);
-  put16(file, 0);
-  return file;
-}
+using test::zipOf;
 
 TEST(FileFingerprint, AModelsStructureLeavesOutItsWeightsValuesAndItsFileName) {
   const fs::path dir = scratch("model_fp");

@@ -2,8 +2,8 @@
 // (core/import/recorded_inputs.h) and the zip reading under it
 // (core/zip_directory.h): stored entries found by suffix; a compressed,
 // absent, truncated or foreign file gives nothing (the caller imports the
-// model instead), never a crash. Zips are written here by hand, as
-// torch.jit.save writes them (stored, no compression).
+// model instead), never a crash. Zips are written by hand (tests/zip_of.h),
+// as torch.jit.save writes them (stored, no compression).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -16,39 +16,14 @@
 
 #include "core/import/recorded_inputs.h"
 #include "core/zip_directory.h"
+#include "tests/zip_of.h"
 
 namespace kiln {
 namespace {
 
 namespace fs = std::filesystem;
 
-void put16(std::string& s, uint16_t v) { s.append(reinterpret_cast<const char*>(&v), 2); }
-void put32(std::string& s, uint32_t v) { s.append(reinterpret_cast<const char*>(&v), 4); }
-
-/// A zip of `entries` (name, bytes); `method` 0 stores, 8 claims deflate.
-std::string zipOf(const std::vector<std::pair<std::string, std::string>>& entries, uint16_t method = 0) {
-  std::string out, cd;
-  for (const auto& [name, data] : entries) {
-    const uint32_t offset = uint32_t(out.size());
-    put32(out, 0x04034b50);
-    put16(out, 20), put16(out, 0), put16(out, method), put16(out, 0), put16(out, 0);
-    put32(out, 0), put32(out, uint32_t(data.size())), put32(out, uint32_t(data.size()));
-    put16(out, uint16_t(name.size())), put16(out, 0);
-    out += name + data;
-    put32(cd, 0x02014b50);
-    put16(cd, 20), put16(cd, 20), put16(cd, 0), put16(cd, method), put16(cd, 0), put16(cd, 0);
-    put32(cd, 0), put32(cd, uint32_t(data.size())), put32(cd, uint32_t(data.size()));
-    put16(cd, uint16_t(name.size())), put16(cd, 0), put16(cd, 0), put16(cd, 0), put16(cd, 0);
-    put32(cd, 0), put32(cd, offset);
-    cd += name;
-  }
-  const uint32_t cd_offset = uint32_t(out.size());
-  out += cd;
-  put32(out, 0x06054b50);
-  put16(out, 0), put16(out, 0), put16(out, uint16_t(entries.size())), put16(out, uint16_t(entries.size()));
-  put32(out, uint32_t(cd.size())), put32(out, cd_offset), put16(out, 0);
-  return out;
-}
+using test::zipOf;
 
 struct File {
   std::string path;
