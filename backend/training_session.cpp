@@ -9,6 +9,7 @@
 #include "backend/comm/collective_engine.h"
 #include "backend/comm/gather_tensors.h"
 #include "core/graph_hash.h"
+#include "passes/muon.h"
 #include "passes/optimizer.h"
 
 namespace kiln {
@@ -280,6 +281,8 @@ Status TrainingSession::step(const TensorMap& batch) {
     staged[v->name()] = it->second;
   }
   if (graph_->findInput(kLearningRateInput)) staged[kLearningRateInput] = Tensor::scalar(DType::F64, nextLr());
+  if (graph_->findInput(kMuonLearningRateInput))
+    staged[kMuonLearningRateInput] = Tensor::scalar(DType::F64, config_.schedule.at(config_.muon_lr, steps_));
   if (Status st = runner_->setBatch(staged); !st)
     return Error{"step " + std::to_string(steps_) + ": " + st.error().message};
   if (Status st = runner_->run(); !st) return Error{"step " + std::to_string(steps_) + ": " + st.error().message};

@@ -32,6 +32,8 @@ struct TrainingConfig {
   /// on the GPU between steps; backend/device_step.h).
   std::string device = "cpu";
   double lr = 1e-3;
+  /// Muon's rate (--optimizer muon), under the same schedule as lr.
+  double muon_lr = 0.02;
   LrSchedule schedule;
   uint64_t seed = 0;    ///< random ops (dropout) draw from (seed, step)
   int num_threads = 0;  ///< 0: all cores

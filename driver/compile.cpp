@@ -343,6 +343,7 @@ Result<BoundStep> setUp(const CompileOptions& a, TrainingGraphKind kind, Compile
           "--freeze needs the freeze pass in --passes (after autodiff, e.g. loss,autodiff,optimizer,freeze,dce)"};
   }
   cfg.lr = a.lr;
+  cfg.muon_lr = a.muon_lr;
   cfg.schedule.kind = *parseLrScheduleKind(a.lr_schedule);
   cfg.schedule.warmup_steps = a.warmup_steps;
   cfg.schedule.total_steps = a.steps;

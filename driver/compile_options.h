@@ -38,6 +38,7 @@ struct CompileOptions {
   bool nesterov = false;
   std::optional<double> weight_decay;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double muon_lr = 0.02, muon_momentum = 0.95, muon_weight_decay = 0;  ///< --optimizer muon (passes/muon.h)
   double clip_grad_norm = 0;
   std::string lr_schedule = "constant";
   int64_t warmup_steps = 0;

@@ -61,7 +61,10 @@ const std::vector<OptionSpec> kTable = {
      kSteps, K::FileContents, FIELD(class_weights)},
 
     // The optimizer and its schedule.
-    {"--optimizer", "sgd, adam or adamw (default)", kOptimizerPasses, K::Compiled, FIELD(optimizer)},
+    {"--optimizer",
+     "sgd, adam, adamw (default), or muon (Muon for the hidden weight matrices: 2-D, not read by an embedding; "
+     "AdamW with --lr, --beta1, --beta2, --eps, --weight-decay for the other parameters)",
+     kOptimizerPasses, K::Compiled, FIELD(optimizer)},
     {"--lr", "learning rate (default 1e-3)", kOptimizing, K::Runtime /* a step input */, FIELD(lr)},
     {"--momentum", "SGD momentum (default 0)", kOptimizerPasses, K::Compiled, FIELD(momentum)},
     {"--dampening", "SGD dampening (default 0)", kOptimizerPasses, K::Compiled, FIELD(dampening)},
@@ -73,6 +76,12 @@ const std::vector<OptionSpec> kTable = {
     {"--eps", "Adam epsilon (default 1e-8)", kOptimizerPasses, K::Compiled, FIELD(eps)},
     {"--clip-grad-norm", "clip the global gradient norm to this (0: off)", kOptimizerPasses, K::Compiled,
      FIELD(clip_grad_norm)},
+    {"--muon-lr", "Muon's learning rate (default 0.02), under the same schedule as --lr", kOptimizing,
+     K::Runtime /* a step input */, FIELD(muon_lr)},
+    {"--muon-momentum", "Muon's Nesterov momentum (default 0.95)", kOptimizerPasses, K::Compiled,
+     FIELD(muon_momentum)},
+    {"--muon-weight-decay", "Muon's decoupled weight decay (default 0)", kOptimizerPasses, K::Compiled,
+     FIELD(muon_weight_decay)},
     {"--lr-schedule", "constant (default) or warmup_cosine", kOptimizing, K::Runtime, FIELD(lr_schedule)},
     {"--warmup-steps", "linear warm-up steps (from lr/K to lr), then the schedule", kOptimizing, K::Runtime,
      FIELD(warmup_steps)},

@@ -61,7 +61,7 @@ Status validateOptions(const CompileOptions& a) {
   auto bad = [](const std::string& m) { return Status(Error{m}); };
   if (!parseLossKind(a.loss))
     return bad("unknown loss '" + a.loss + "'; use cross_entropy, mse, l1, smooth_l1, huber, bce, kl_div or model");
-  if (!parseOptimizerKind(a.optimizer)) return bad("unknown optimizer '" + a.optimizer + "'; use sgd, adam or adamw");
+  if (!parseOptimizerKind(a.optimizer)) return bad("unknown optimizer '" + a.optimizer + "'; use sgd, adam, adamw or muon");
   if (a.loss != "cross_entropy" && (a.label_smoothing != 0 || a.ignore_index != -100 || !a.class_weights.empty()))
     return bad("--label-smoothing, --ignore-index and --class-weights need --loss cross_entropy");
   if (!(a.label_smoothing >= 0 && a.label_smoothing <= 1))
@@ -80,10 +80,15 @@ Status validateOptions(const CompileOptions& a) {
                          {a.eps, "--eps"},
                          {a.clip_grad_norm, "--clip-grad-norm"},
                          {a.min_lr, "--min-lr"},
+                         {a.muon_lr, "--muon-lr"},
+                         {a.muon_weight_decay, "--muon-weight-decay"},
                          {a.weight_decay.value_or(0), "--weight-decay"}})
     if (Status s = nonneg(v, what); !s) return s;
   if (!(a.beta1 >= 0 && a.beta1 < 1) || !(a.beta2 >= 0 && a.beta2 < 1))
     return bad("--beta1 and --beta2 must be in [0, 1)");
+  if (!(a.muon_momentum >= 0 && a.muon_momentum < 1)) return bad("--muon-momentum must be in [0, 1)");
+  if (a.optimizer == "muon" && a.zero != 0)
+    return bad("--zero 1 with --optimizer muon is not supported (Muon's matrices are not sharded)");
   if (a.nesterov && (a.momentum <= 0 || a.dampening != 0))
     return bad("--nesterov needs --momentum > 0 and --dampening 0 (as torch.optim.SGD)");
   if (a.steps < 0 || a.warmup_steps < 0 || a.batch < 0 || a.seq_len < 0 || a.prefetch < 0)
@@ -152,6 +157,8 @@ Result<TrainingOptions> trainingOptions(const CompileOptions& a, int ranks, int 
   o.nesterov = a.nesterov;
   o.weight_decay = a.weight_decay;
   o.clip_grad_norm = a.clip_grad_norm;
+  o.muon_momentum = a.muon_momentum;
+  o.muon_weight_decay = a.muon_weight_decay;
   to.ema_decay = a.ema;
   to.amp.mode = *parseAmpMode(a.amp);
   if (!a.memory_budget.empty()) to.memory_budget = *parseByteSize(a.memory_budget);

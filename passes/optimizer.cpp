@@ -18,6 +18,7 @@
 
 #include "passes/amp.h"
 #include "passes/graph_constants.h"
+#include "passes/muon.h"
 
 namespace kiln {
 namespace {
@@ -145,6 +146,22 @@ Result<PassResult> runOptimizer(Graph& g, PassContext& ctx) {
     }
     if (inv_scale) grad_scale = g.add("mul", {grad_scale, inv_scale}, {}, kScope);
 
+    // Muon: its matrices leave the multi-tensor update for graph ops of their own (passes/muon.h).
+    std::vector<std::pair<Value*, Value*>> muon_pairs;
+    if (opt.kind == OptimizerKind::Muon) {
+      if (scaler) fail("optimizer: Muon with fp16 loss scaling is not supported; use --amp bf16");
+      // freeze (after this pass) prunes the groups of multi-tensor update nodes; a Muon matrix has none.
+      for (const std::string& name : ctx.training.frozen)
+        if (const Value* p = g.findInput(name); p && trainsWithMuon(*p))
+          fail("optimizer: freezing '" + name + "', a matrix Muon trains, is not supported");
+      std::erase_if(pairs, [&](const auto& pg) {
+        if (!trainsWithMuon(*pg.first)) return false;
+        muon_pairs.push_back(pg);
+        return true;
+      });
+    }
+    const bool scaled = opt.clip_grad_norm > 0 || inv_scale;
+
     std::vector<Value*> inputs = {lr, next_step, grad_scale};
     std::vector<std::pair<std::string, OutputRole>> out_names;
     auto stateInput = [&](const char* kind, Value* p) {
@@ -175,7 +192,7 @@ Result<PassResult> runOptimizer(Graph& g, PassContext& ctx) {
                {"beta2", opt.beta2},
                {"eps", opt.eps},
                {"weight_decay", opt.weightDecay()},
-               {"decoupled", int64_t{opt.kind == OptimizerKind::AdamW}}};
+               {"decoupled", int64_t{opt.kind != OptimizerKind::Adam}}};
       for (auto& [p, gr] : pairs) {
         Value* m = stateInput("exp_avg", p);
         Value* v = stateInput("exp_avg_sq", p);
@@ -190,11 +207,25 @@ Result<PassResult> runOptimizer(Graph& g, PassContext& ctx) {
 
     auto& outs = g.mutableOutputs();
     std::erase_if(outs, [](const GraphOutput& o) { return o.role == OutputRole::Gradient; });
+    std::vector<Value*> results;
+    for (size_t i = 0; i < out_names.size(); ++i) results.push_back(update->output(i));
+    if (!muon_pairs.empty()) {
+      if (g.findInput(kMuonLearningRateInput))
+        fail(std::string("optimizer: the model already has an input named '") + kMuonLearningRateInput + "'");
+      Value* muon_lr = g.addInput(kMuonLearningRateInput, host_scalar, ValueRole::Scalar);
+      for (auto& [p, gr] : muon_pairs) {
+        Value* buf = stateInput("momentum_buffer", p);
+        MuonUpdate m = addMuonUpdate(g, p, gr, buf, muon_lr, scaled ? grad_scale : nullptr, opt);
+        results.insert(results.end(), {m.param, m.momentum_buffer});
+        out_names.emplace_back(p->name(), OutputRole::ParamUpdate);
+        out_names.emplace_back(buf->name(), OutputRole::OptStateUpdate);
+      }
+    }
     std::map<std::string, Value*> updated;
     for (size_t i = 0; i < out_names.size(); ++i) {
-      if (out_names[i].second == OutputRole::ParamUpdate) updated[out_names[i].first] = update->output(i);
+      if (out_names[i].second == OutputRole::ParamUpdate) updated[out_names[i].first] = results[i];
       if (out_names[i].second != OutputRole::ParamUpdate || !zero)
-        g.addOutput(update->output(i), out_names[i].first, out_names[i].second);
+        g.addOutput(results[i], out_names[i].first, out_names[i].second);
     }
     if (zero) gatherShardedParams(g, *zero, ctx.training.data_parallel, updated);
     g.addOutput(next_step, kStepInput, OutputRole::OptStateUpdate);
@@ -203,7 +234,8 @@ Result<PassResult> runOptimizer(Graph& g, PassContext& ctx) {
     PassResult r;
     r.changed = true;
     r.statistics["nodes_added"] = static_cast<double>(g.numNodes() - before);
-    r.statistics["params_updated"] = static_cast<double>(pairs.size());
+    r.statistics["params_updated"] = static_cast<double>(pairs.size() + muon_pairs.size());
+    if (opt.kind == OptimizerKind::Muon) r.statistics["params_muon"] = static_cast<double>(muon_pairs.size());
     return r;
   });
 }

@@ -68,7 +68,9 @@ const std::vector<PassInfo>& allPasses() {
        runDataParallel},
       {"optimizer", "the optimizer update over all parameters at once",
        "Needs Gradient outputs. Appends one multi-tensor SGD / Adam / AdamW update (optional global-norm "
-       "clipping), with optimizer state as graph inputs and outputs, and the lr and step scalars as inputs.",
+       "clipping), with optimizer state as graph inputs and outputs, and the lr and step scalars as inputs. Muon: "
+       "per hidden matrix (2-D, no embedding reads it) momentum, 5 Newton-Schulz rounds in bf16 and the scaled "
+       "step as graph ops, at the muon_lr scalar; AdamW for the other parameters.",
        runOptimizer},
       {"freeze", "remove the gradients, updates and optimizer state of frozen parameters",
        "Needs autodiff (and usually the optimizer) to have run, and PassContext::training.frozen. Drops the frozen "

@@ -11,7 +11,7 @@ std::optional<E> parseName(std::string_view s, const std::string_view (&names)[N
 }
 
 constexpr std::string_view kLossNames[] = {"cross_entropy", "mse", "model", "l1", "smooth_l1", "huber", "bce", "kl_div"};
-constexpr std::string_view kOptimizerNames[] = {"sgd", "adam", "adamw"};
+constexpr std::string_view kOptimizerNames[] = {"sgd", "adam", "adamw", "muon"};
 
 }  // namespace
 

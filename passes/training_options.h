@@ -17,7 +17,7 @@ namespace kiln {
 class Graph;
 
 enum class LossKind { CrossEntropy, Mse, Model, L1, SmoothL1, Huber, Bce, KlDiv };
-enum class OptimizerKind { Sgd, Adam, AdamW };
+enum class OptimizerKind { Sgd, Adam, AdamW, Muon };
 
 std::optional<LossKind> parseLossKind(std::string_view s);
 std::optional<OptimizerKind> parseOptimizerKind(std::string_view s);
@@ -31,12 +31,19 @@ struct OptimizerOptions {
   /// SGD.
   double momentum = 0, dampening = 0;
   bool nesterov = false;
-  /// nullopt: the optimizer's torch default (0 for SGD/Adam, 0.01 for AdamW).
+  /// nullopt: the optimizer's torch default (0 for SGD/Adam, 0.01 for AdamW and Muon's AdamW part).
   std::optional<double> weight_decay;
   /// Global gradient-norm clipping (torch.nn.utils.clip_grad_norm_); 0: off.
   double clip_grad_norm = 0;
+  /// Muon (passes/muon.h), for the hidden matrices; the other parameters
+  /// train with AdamW (beta1, beta2, eps, weightDecay() above). Its rate is a
+  /// step input (kMuonLearningRateInput), like the AdamW rate.
+  double muon_momentum = 0.95, muon_weight_decay = 0;
 
-  double weightDecay() const { return weight_decay.value_or(kind == OptimizerKind::AdamW ? 0.01 : 0.0); }
+  /// AdamW's and Muon's AdamW part: 0.01, torch.optim.AdamW's; else 0.
+  double weightDecay() const {
+    return weight_decay.value_or(kind == OptimizerKind::AdamW || kind == OptimizerKind::Muon ? 0.01 : 0.0);
+  }
 };
 
 /// Data-parallel training (passes/data_parallel.h): what the pass inserts.

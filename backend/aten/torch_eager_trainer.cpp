@@ -157,6 +157,9 @@ Result<std::unique_ptr<TorchEagerTrainer>> TorchEagerTrainer::create(const Torch
       m.opt = std::make_unique<torch::optim::AdamW>(
           m.params, torch::optim::AdamWOptions(1e-3).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(wd));
       break;
+    case OptimizerKind::Muon:
+      return Error{"the libtorch eager trainer has no Muon (libtorch's C++ torch::optim has none); train with "
+                   "Kiln's own step"};
   }
   return tr;
 }

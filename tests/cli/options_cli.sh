@@ -20,8 +20,8 @@ M="$W/gpt2_mini.pt"
 # A valid value other than the default for every runtime option of kiln
 # compile ("" for a flag); --no-cache is set in every run already.
 declare -A VALUE=(
-  [--token-type]=i32 [--lr]=0.5 [--lr-schedule]=warmup_cosine [--warmup-steps]=2 [--min-lr]=1e-5 [--steps]=3
-  [--seed]=7 [--threads]=1 [--prefetch]=0 [--print-ir-after]=dce [--print-ir-after-change]= [--verify-each]=
+  [--token-type]=i32 [--lr]=0.5 [--muon-lr]=0.05 [--lr-schedule]=warmup_cosine [--warmup-steps]=2 [--min-lr]=1e-5
+  [--steps]=3 [--seed]=7 [--threads]=1 [--prefetch]=0 [--print-ir-after]=dce [--print-ir-after-change]= [--verify-each]=
   [--dump-dir]="$W/dump" [--report-pass-ir]= [--comm-timeout]=30 [--rendezvous-timeout]=30 [--checkpoint-timeout]=60 [--cache-dir]="$W/cache" [--verbose,-v]=
 )
 runtime=$("$PY" -c "

@@ -51,8 +51,14 @@ expect_error target_class "target[3] = 10 is not a class index in [0, 10)" \
   "$KILN" train "$M" --input-file "$W/bad_class.safetensors" --steps 2 "${OUT[@]}"
 expect_error float_target "needs integer class indices" \
   "$KILN" train "$M" --input-file "$W/float_target.safetensors" --steps 2 "${OUT[@]}"
-expect_error unknown_optimizer "unknown optimizer 'adamx'; use sgd, adam or adamw" \
+expect_error unknown_optimizer "unknown optimizer 'adamx'; use sgd, adam, adamw or muon" \
   "$KILN" train "$M" --input-file "$B" --optimizer adamx "${OUT[@]}"
+expect_error muon_momentum "--muon-momentum must be in [0, 1)" \
+  "$KILN" train "$M" --input-file "$B" --optimizer muon --muon-momentum 1 "${OUT[@]}"
+expect_error muon_frozen_matrix "freezing 'fc2.weight', a matrix Muon trains, is not supported" \
+  "$KILN" train "$M" --input-file "$B" --optimizer muon --freeze fc2.weight "${OUT[@]}"
+expect_error muon_zero "--zero 1 with --optimizer muon is not supported" \
+  "$KILN" train "$M" --input-file "$B" --optimizer muon --zero 1 --nproc 2 "${OUT[@]}"
 expect_error negative_lr "--lr must be a finite number >= 0" \
   "$KILN" train "$M" --input-file "$B" --lr -0.1 "${OUT[@]}"
 expect_error unknown_loss "unknown loss 'hinge'" "$KILN" train "$M" --input-file "$B" --loss hinge "${OUT[@]}"

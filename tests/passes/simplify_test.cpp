@@ -234,7 +234,7 @@ Graph trainingGraph(const Graph& forward, const std::vector<std::string>& passes
 TEST(Simplify, TrainingStepComputesTheSameValues) {
   for (const std::string dt : {"f32", "f64"})
     for (const std::string& text : {attention(dt), mlp(dt)})
-      for (OptimizerKind opt : {OptimizerKind::AdamW, OptimizerKind::Sgd}) {
+      for (OptimizerKind opt : {OptimizerKind::AdamW, OptimizerKind::Sgd, OptimizerKind::Muon}) {
         Graph fwd = parse(text);
         Graph plain = trainingGraph(fwd, {"loss", "autodiff", "optimizer", "cse", "dce"}, opt);
         Graph simple = trainingGraph(fwd, {"loss", "autodiff", "optimizer", "simplify"}, opt);

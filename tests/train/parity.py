@@ -83,7 +83,8 @@ TRAIN_TOL = 1e-3
 # tolerance is about 100x the worst, and still 100x under the 1e-3 the
 # float32 modes use: a float32 constant inside a float64 kernel (3e-8) fails
 # the gradient check.
-EXACT_TOL = {"grad": 1e-9, "sgd": 1e-7, "adam": 1e-5, "adamw": 1e-5, "adamw_cosine": 1e-5, "adamw_warmup": 1e-5}
+EXACT_TOL = {"grad": 1e-9, "sgd": 1e-7, "adam": 1e-5, "adamw": 1e-5, "adamw_cosine": 1e-5, "adamw_warmup": 1e-5,
+             "muon": 1e-5}
 EXACT_FLOOR = 1e-12
 STEPS = 5
 
@@ -98,6 +99,10 @@ MODES: Dict[str, Optional[ref.OptConfig]] = {
     # --warmup-steps with the constant rate: LinearLR over three of the five
     # steps, then the base rate.
     "adamw_warmup": ref.OptConfig("adamw", lr=1e-3, warmup_steps=3),
+    # --optimizer muon against torch.optim.Muon's update (reference.Muon) on
+    # the matrices and AdamW on the rest: both rates under the warm-up,
+    # Muon's weight decay and the clipping coefficient exercised too.
+    "muon": ref.OptConfig("muon", lr=1e-3, warmup_steps=2, clip_grad_norm=1.0, muon_lr=0.02, muon_weight_decay=0.1),
 }
 # The learning rate of every step (a host-side double on both sides).
 LR_TOL = 1e-12

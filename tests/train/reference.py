@@ -3,10 +3,11 @@
 `kiln train` compute, computed with torch.autograd and torch.optim.
 
     reference.py grad  MODEL.pt --input-file BATCH --loss L --output GRADS.safetensors
-    reference.py train MODEL.pt --input-file BATCH --loss L --optimizer sgd|adam|adamw
+    reference.py train MODEL.pt --input-file BATCH --loss L --optimizer sgd|adam|adamw|muon
                        --lr X [--momentum M] [--dampening D] [--nesterov]
                        [--weight-decay W] [--beta1 B1] [--beta2 B2] [--eps E]
                        [--clip-grad-norm C] [--lr-schedule warmup_cosine --warmup-steps K --min-lr M]
+                       [--muon-lr ML --muon-momentum MM --muon-weight-decay MW]
                        --steps N --save-weights OUT --log-file LOSSES.jsonl
 
 Same options and output files as kiln's commands, so the two are
@@ -51,7 +52,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "models"))
 import losses  # noqa: E402
 import st_io  # noqa: E402
 
-OPTIMIZERS = ("sgd", "adam", "adamw")
+OPTIMIZERS = ("sgd", "adam", "adamw", "muon")
 
 
 @dataclasses.dataclass
@@ -73,11 +74,16 @@ class OptConfig:
     schedule: str = "constant"
     warmup_steps: int = 0
     min_lr: float = 0.0
+    # Muon (optimizer "muon": Muon for the matrices no embedding reads, AdamW
+    # with the settings above for the other parameters), kiln's --muon-*.
+    muon_lr: float = 0.02
+    muon_momentum: float = 0.95
+    muon_weight_decay: float = 0.0
 
     def decay(self) -> float:
         if self.weight_decay is not None:
             return self.weight_decay
-        return 0.01 if self.optimizer == "adamw" else 0.0
+        return 0.01 if self.optimizer in ("adamw", "muon") else 0.0
 
     def cli_args(self) -> List[str]:
         """The same settings as command-line options (kiln's and ours)."""
@@ -96,10 +102,93 @@ class OptConfig:
             a += ["--lr-schedule", self.schedule, "--min-lr", repr(self.min_lr)]
         if self.warmup_steps:
             a += ["--warmup-steps", str(self.warmup_steps)]
+        if self.optimizer == "muon":
+            a += ["--muon-lr", repr(self.muon_lr), "--muon-momentum", repr(self.muon_momentum),
+                  "--muon-weight-decay", repr(self.muon_weight_decay)]
         return a
 
 
-def make_optimizer(params, cfg: OptConfig) -> torch.optim.Optimizer:
+def newton_schulz(u: torch.Tensor, steps: int = 5, eps: float = 1e-7) -> torch.Tensor:
+    """torch.optim.Muon's orthogonalization (PyTorch >= 2.9, written out
+    here for older ones): the quintic iteration X <- aX + (bA + cA^2)X,
+    A = XX^T, on the wide side of u / (||u||_F + eps), in bfloat16 -- in
+    float64 for a float64 u, where kiln's Muon keeps float64 too."""
+    a, b, c = 3.4445, -4.7750, 2.0315
+    x = u if u.dtype == torch.float64 else u.bfloat16()
+    tall = u.size(0) > u.size(1)
+    if tall:
+        x = x.T
+    x = x / (x.norm() + eps)
+    for _ in range(steps):
+        gram = x @ x.T
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    return x.T if tall else x
+
+
+class Muon(torch.optim.Optimizer):
+    """torch.optim.Muon's step (nesterov, adjust_lr_fn "original"):
+    buf.lerp_(g, 1 - momentum); u = g.lerp(buf, momentum);
+    p *= 1 - lr * weight_decay; p -= lr * sqrt(max(1, rows / cols)) * NS(u)."""
+
+    def __init__(self, params, lr: float, momentum: float, weight_decay: float):
+        super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            lr, mu, wd = group["lr"], group["momentum"], group["weight_decay"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                buf = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p))
+                buf.lerp_(p.grad, 1 - mu)
+                ortho = newton_schulz(p.grad.lerp(buf, mu))
+                p.mul_(1 - lr * wd)
+                p.add_(ortho, alpha=-lr * math.sqrt(max(1, p.size(0) / p.size(1))))
+
+
+class MuonAdamW:
+    """kiln's --optimizer muon: Muon for the floating-point matrices no
+    embedding reads (embedding tables, and an output layer tied to one, are
+    excluded), torch.optim.AdamW for every other parameter; two optimizers
+    stepped together, each with its own schedule (make_scheduler)."""
+
+    def __init__(self, params, cfg: OptConfig, embedding_weights):
+        embedded = {id(w) for w in embedding_weights}
+        matrices = [p for p in params if p.dim() == 2 and p.is_floating_point() and id(p) not in embedded]
+        chosen = {id(m) for m in matrices}
+        rest = [p for p in params if id(p) not in chosen]
+        self.parts = []
+        if rest:
+            self.parts.append(torch.optim.AdamW(rest, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
+                                                weight_decay=cfg.decay()))
+        if matrices:
+            self.parts.append(Muon(matrices, cfg.muon_lr, cfg.muon_momentum, cfg.muon_weight_decay))
+
+    @property
+    def param_groups(self):
+        return [g for o in self.parts for g in o.param_groups]
+
+    def zero_grad(self, set_to_none: bool = True):
+        for o in self.parts:
+            o.zero_grad(set_to_none=set_to_none)
+
+    def step(self):
+        for o in self.parts:
+            o.step()
+
+
+def embedding_weights(model: torch.nn.Module) -> List[torch.Tensor]:
+    """The weights of the model's nn.Embedding modules (eager or scripted)."""
+    return [m.weight for m in model.modules()
+            if getattr(m, "original_name", type(m).__name__) == "Embedding" and hasattr(m, "weight")]
+
+
+def make_optimizer(params, cfg: OptConfig, model: Optional[torch.nn.Module] = None):
+    if cfg.optimizer == "muon":
+        if model is None:
+            raise ValueError("muon needs the model (which matrices are embeddings)")
+        return MuonAdamW(params, cfg, embedding_weights(model))
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, dampening=cfg.dampening,
                                nesterov=cfg.nesterov, weight_decay=cfg.decay())
@@ -118,6 +207,9 @@ def make_scheduler(opt: torch.optim.Optimizer, cfg: OptConfig, steps: int):
     min_lr at step `steps` (warmup_cosine)."""
     if cfg.schedule not in ("constant", "warmup_cosine"):
         raise ValueError(f"unknown schedule {cfg.schedule!r}")
+    if isinstance(opt, MuonAdamW):
+        parts = [s for s in (make_scheduler(o, cfg, steps) for o in opt.parts) if s is not None]
+        return Schedulers(parts) if parts else None
     sched = torch.optim.lr_scheduler
     w = cfg.warmup_steps
     # One warm-up step runs at the full rate (lr * 1 / 1): no LinearLR.
@@ -129,6 +221,17 @@ def make_scheduler(opt: torch.optim.Optimizer, cfg: OptConfig, steps: int):
         return cosine
     first = warmup if warmup is not None else sched.ConstantLR(opt, factor=1.0, total_iters=1)
     return sched.SequentialLR(opt, [first, cosine], milestones=[w])
+
+
+class Schedulers:
+    """One scheduler per optimizer of a MuonAdamW, stepped together."""
+
+    def __init__(self, parts):
+        self.parts = parts
+
+    def step(self):
+        for s in self.parts:
+            s.step()
 
 
 # --------------------------------------------------------------------------
@@ -272,7 +375,7 @@ def train(model: torch.nn.Module, inputs, target, loss_kind: str, cfg: OptConfig
     are put back afterwards, keeps the round(selective x N) examples with the
     highest loss (torch.topk) and trains on those rows alone."""
     named = list(model.named_parameters())
-    opt = make_optimizer([p for _, p in named], cfg)
+    opt = make_optimizer([p for _, p in named], cfg, model)
     scheduler = make_scheduler(opt, cfg, steps)
     res = TrainResult([], {}, [])
     avg: Dict[str, torch.Tensor] = {}
@@ -390,12 +493,16 @@ def add_opt_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr-schedule", choices=("constant", "warmup_cosine"), default=d.schedule)
     p.add_argument("--warmup-steps", type=int, default=d.warmup_steps)
     p.add_argument("--min-lr", type=float, default=d.min_lr)
+    p.add_argument("--muon-lr", type=float, default=d.muon_lr)
+    p.add_argument("--muon-momentum", type=float, default=d.muon_momentum)
+    p.add_argument("--muon-weight-decay", type=float, default=d.muon_weight_decay)
 
 
 def opt_config(args) -> OptConfig:
     return OptConfig(args.optimizer, args.lr, args.momentum, args.dampening, args.nesterov,
                      args.weight_decay, args.beta1, args.beta2, args.eps, args.clip_grad_norm,
-                     args.lr_schedule, args.warmup_steps, args.min_lr)
+                     args.lr_schedule, args.warmup_steps, args.min_lr, args.muon_lr, args.muon_momentum,
+                     args.muon_weight_decay)
 
 
 def main(argv=None) -> int:
