@@ -104,6 +104,7 @@ TASKS = {
             "selective_backprop": ["--selective-backprop", "0.5"],
             "freeze": ["--freeze-schedule", "600:wpe,600:h.0"],
             "seq_warmup+ema": ["--seq-warmup", "16:300", "--ema", "0.99"],
+            "muon": ["--optimizer", "muon"],
         },
         flags=["--seq-len", "128", "--batch", "16"]),
     # The same model and text over a budget where the constant-rate curve
@@ -124,6 +125,10 @@ TASKS = {
             "seq_warmup+ema": ["--seq-warmup", "32:1000", "--ema", "0.995"],
             "selective_backprop+ema": ["--selective-backprop", "0.75", "--ema", "0.995"],
             "freeze+ema": ["--freeze-schedule", "2000:wpe,2000:h.0", "--ema", "0.995"],
+            # Muon on the blocks' matrices (its reference rate, 0.02, under the task's warm-up; untuned),
+            # AdamW at the task's rate on the embeddings (the tied output layer), biases and gains.
+            "muon": ["--optimizer", "muon"],
+            "muon+ema": ["--optimizer", "muon", "--ema", "0.995"],
         },
         flags=["--seq-len", "128", "--batch", "16"]),
 }
