@@ -4,7 +4,8 @@
 // Does: adds the optimizer state as graph state (OptState inputs, updated by
 // OptStateUpdate outputs), the learning rate as a Scalar input, optional
 // global-norm clipping, and one sgd_update / adam_update node over every
-// parameter (multi-tensor: one kernel for the whole update). Nothing here
+// parameter (multi-tensor: one kernel for the whole update); under Muon, the
+// hidden matrices get Muon's graph ops instead (passes/muon.h). Nothing here
 // needs a value on the host: clipping is a coefficient tensor, the step
 // counter is a tensor, so the step runs without a device-to-host sync.
 // Under ZeRO-1 the update covers this rank's shard and allgathers follow it

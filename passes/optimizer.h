@@ -31,7 +31,12 @@ std::string optimizerStateName(const std::string& kind, const std::string& param
 ///    clipping sums the ranks' squared partial norms with an allreduce; and
 ///    allgather nodes give every rank every updated parameter, which the
 ///    ParamUpdate outputs then are. A rank that owns nothing has no update.
-/// The Gradient outputs are removed. Statistics: params_updated.
+///  - Muon (OptimizerKind::Muon): the matrices trainsWithMuon picks get
+///    per-parameter graph ops instead (passes/muon.h), with state
+///    `momentum_buffer.P` and the Scalar input `muon_lr`; the other
+///    parameters get the AdamW update node.
+/// The Gradient outputs are removed. Statistics: params_updated (and
+/// params_muon under Muon).
 Result<PassResult> runOptimizer(Graph& g, PassContext& ctx);
 
 }  // namespace kiln
