@@ -103,6 +103,16 @@ else
 fi
 cmp -s "$W/full.safetensors" "$W/resumed.safetensors" && echo "ok   resume: identical weights" ||
   fail "resume: weights differ"
+# The same with Muon: its momentum buffers and rate schedule (warm-up across the resume) carry over.
+MUON=(--optimizer muon --muon-weight-decay 0.1 --warmup-steps 4)
+"$KILN" train "$M" --input-file "$B" "${MUON[@]}" --steps 6 --save-weights "$W/muon_full.safetensors" \
+  > /dev/null || fail "muon run exited $?"
+"$KILN" train "$M" --input-file "$B" "${MUON[@]}" --steps 3 --checkpoint "$W/muon_ckpt" > /dev/null ||
+  fail "muon first half exited $?"
+"$KILN" train "$M" --input-file "$B" "${MUON[@]}" --steps 6 --resume "$W/muon_ckpt" \
+  --save-weights "$W/muon_resumed.safetensors" > /dev/null || fail "muon resumed half exited $?"
+if cmp -s "$W/muon_full.safetensors" "$W/muon_resumed.safetensors" && ! cmp -s "$W/muon_full.safetensors" "$W/full.safetensors"
+then echo "ok   resume: Muon's weights identical (and not AdamW's)"; else fail "resume: Muon's weights differ"; fi
 
 # kiln grad writes every parameter's gradient and the loss.
 "$KILN" grad "$M" --input-file "$B" -o "$W/grads.safetensors" > /dev/null || fail "grad exited $?"
