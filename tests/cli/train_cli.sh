@@ -111,8 +111,12 @@ MUON=(--optimizer muon --muon-weight-decay 0.1 --warmup-steps 4)
   fail "muon first half exited $?"
 "$KILN" train "$M" --input-file "$B" "${MUON[@]}" --steps 6 --resume "$W/muon_ckpt" \
   --save-weights "$W/muon_resumed.safetensors" > /dev/null || fail "muon resumed half exited $?"
-if cmp -s "$W/muon_full.safetensors" "$W/muon_resumed.safetensors" && ! cmp -s "$W/muon_full.safetensors" "$W/full.safetensors"
-then echo "ok   resume: Muon's weights identical (and not AdamW's)"; else fail "resume: Muon's weights differ"; fi
+if cmp -s "$W/muon_full.safetensors" "$W/muon_resumed.safetensors" &&
+  ! cmp -s "$W/muon_full.safetensors" "$W/full.safetensors"; then
+  echo "ok   resume: Muon's weights identical (and not AdamW's)"
+else
+  fail "resume: Muon's weights differ"
+fi
 
 # kiln grad writes every parameter's gradient and the loss.
 "$KILN" grad "$M" --input-file "$B" -o "$W/grads.safetensors" > /dev/null || fail "grad exited $?"
