@@ -61,7 +61,8 @@ Status validateOptions(const CompileOptions& a) {
   auto bad = [](const std::string& m) { return Status(Error{m}); };
   if (!parseLossKind(a.loss))
     return bad("unknown loss '" + a.loss + "'; use cross_entropy, mse, l1, smooth_l1, huber, bce, kl_div or model");
-  if (!parseOptimizerKind(a.optimizer)) return bad("unknown optimizer '" + a.optimizer + "'; use sgd, adam, adamw or muon");
+  if (!parseOptimizerKind(a.optimizer))
+    return bad("unknown optimizer '" + a.optimizer + "'; use sgd, adam, adamw or muon");
   if (a.loss != "cross_entropy" && (a.label_smoothing != 0 || a.ignore_index != -100 || !a.class_weights.empty()))
     return bad("--label-smoothing, --ignore-index and --class-weights need --loss cross_entropy");
   if (!(a.label_smoothing >= 0 && a.label_smoothing <= 1))
