@@ -94,6 +94,23 @@ void prepareRow(T* row, int64_t n_cols, int64_t seen, T scale, const MaskView& m
   for (int64_t j = seen; j < n_cols; ++j) row[j] = ninf;
 }
 
+/// The score gradients of one row at the keys a keep/drop mask or the causal
+/// cut hides (keys >= `seen`) set to 0: the chain fuse_attention replaces
+/// masks with masked_fill / where, whose backward zeroes those positions
+/// whatever reaches them, so a fully masked row (all-NaN probabilities)
+/// sends no gradient to q and k, as in PyTorch. An additive mask is an add:
+/// its positions keep their gradient (NaN for a row of -inf).
+template <typename T>
+void zeroHiddenScoreGrads(T* grad_row, int64_t n_cols, int64_t seen, const MaskView& mv, int64_t bh, int64_t t) {
+  if (mv.kind == MaskKind::Keep || mv.kind == MaskKind::Drop) {
+    const bool* m = static_cast<const bool*>(mv.data) + mv.base[static_cast<size_t>(bh)] + t * mv.row_stride;
+    const bool drop_when = mv.kind == MaskKind::Drop;
+    for (int64_t j = 0; j < seen; ++j)
+      if (m[j * mv.col_stride] == drop_when) grad_row[j] = T(0);
+  }
+  for (int64_t j = seen; j < n_cols; ++j) grad_row[j] = T(0);
+}
+
 /// Row max and the softmax shift, sum of exp written in place.
 template <typename T>
 T rowSoftmaxInPlace(T* row, int64_t n, T* lse_out) {

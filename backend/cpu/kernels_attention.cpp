@@ -160,6 +160,7 @@ void attentionBackwardImpl(const Node& n, std::span<const Tensor> in, std::span<
             const T dt = static_cast<T>(d);
             for (int64_t j = 0; j < cols; ++j) gr[j] = pr[j] * (gr[j] - dt) * scale;
           }
+          zeroHiddenScoreGrads(gr, cols, keysOf(causal, t0 + r, g.S), mv, bh, t0 + r);
         }
         gemmLd<T>(false, false, rows, g.E, cols, gp.data(), cols, kb, qs, T(0), gqb, qs);  // gq = gs k
         gemmLd<T>(true, false, cols, g.E, rows, gp.data(), cols, qb, qs, T(1), gkb, qs);   // gk += gs^T q

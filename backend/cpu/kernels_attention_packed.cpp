@@ -202,6 +202,7 @@ void backward(const Node& n, std::span<const Tensor> in, std::span<Tensor> out) 
           const float* pr = p.data() + r * cols;
           float* gr = gs.data() + r * cols;
           rowSoftmaxGradF32(pr, gr, cols, static_cast<float>(rowDotF32(pr, gr, cols)), scale);
+          zeroHiddenScoreGrads(gr, cols, keysOf(a.causal, t0 + r, g.S), mv, bh, t0 + r);
         }
         transposeRows(p.data(), cols, rows, cols, tr.data());  // gv += p^T gy
         gy_blk.pack(gyb, rows, g.Ev, vs, 1);

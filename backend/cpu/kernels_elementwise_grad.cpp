@@ -5,9 +5,9 @@
 //   prod_backward(g, x, y) {dims, keepdim}
 // Formulas and their order of operations are PyTorch's *_backward kernels
 // (derivatives.yaml / FunctionsManual.cpp), including the boundary
-// conventions (hardtanh is strict at its bounds, clamp is not; hardswish
-// takes the middle branch at x = 3, hardsigmoid zero at +-3; maximum and
-// minimum halve the gradient on ties). Half types compute in float; the
+// conventions (hardtanh is strict at its bounds, clamp is not, neither
+// passes a NaN's gradient; hardswish gives g from x = 3 on, hardsigmoid zero
+// at +-3; maximum and minimum halve the gradient on ties). Half types compute in float; the
 // masks use cpu_math.h's branch-free select so the loops vectorize.
 #include <cmath>
 #include <limits>
@@ -55,7 +55,11 @@ KILN_UNARY_GRAD_WIDE(ErfGrad, return C(M_2_SQRTPI) * expAny(-(v * v)) * g;)
 KILN_UNARY_GRAD_WIDE(SiluGrad, const C s = C(1) / (C(1) + expAny(-v)); return g * s * (C(1) + v * (C(1) - s));)
 KILN_UNARY_GRAD(MishGrad, const C s = C(1) / (C(1) + std::exp(-v)); const C t = std::tanh(std::log1p(std::exp(v)));
                 return g * (t + v * s * (C(1) - t * t));)
-KILN_UNARY_GRAD(HardswishGrad, return select(v < C(-3), C(0), select(v <= C(3), g*(v / C(3) + C(0.5)), g));)
+// The vectorized loop of PyTorch's CPU hardswish_backward (what every element
+// but a scalar tail takes): g from x >= 3 on, so x = 3 gets g and a NaN NaN.
+// (Its scalar tail and its CUDA kernel take the middle branch at 3 and pass
+// a NaN's g; Kiln's CUDA kernel follows the CUDA one.)
+KILN_UNARY_GRAD(HardswishGrad, return select(v < C(-3), C(0), select(v >= C(3), g, g*(v / C(3) + C(0.5))));)
 // PyTorch multiplies by the float constant 1.0f / 6.0f in every dtype, so a
 // double gradient carries float's rounding of 1/6 (3e-8 relative): match it.
 KILN_UNARY_GRAD(HardsigmoidGrad, return select((v > C(-3)) & (v < C(3)), g* C(1.0f / 6.0f), C(0));)
@@ -64,7 +68,12 @@ KILN_UNARY_GRAD(HardsigmoidGrad, return select((v > C(-3)) & (v < C(3)), g* C(1.
 #undef KILN_UNARY_GRAD_IMPL
 
 /// clamp passes the gradient on min <= x <= max; hardtanh only strictly
-/// inside (so a NaN x passes through hardtanh and not through clamp).
+/// inside. Neither passes it at a NaN x: PyTorch's clamp_backward masks with
+/// (x >= min) & (x <= max), and the vectorized loop of its CPU
+/// hardtanh_backward with (x > min) & (x < max), which every element but a
+/// loop's scalar tail takes. (PyTorch's CUDA kernel and that scalar tail test
+/// x <= min || x >= max instead and pass a NaN's gradient; Kiln's CUDA
+/// kernel follows PyTorch's CUDA kernel.)
 struct ClampGrad {
   double lo, hi;
   bool strict;
@@ -74,7 +83,7 @@ struct ClampGrad {
         strict(n.s("fn") == "hardtanh") {}
   template <class C>
   C operator()(C g, C v) const {
-    if (strict) return select((v <= C(lo)) | (v >= C(hi)), C(0), g);
+    if (strict) return select((v > C(lo)) & (v < C(hi)), g, C(0));
     return select((v >= C(lo)) & (v <= C(hi)), g, C(0));
   }
 };
@@ -114,7 +123,9 @@ struct EluGrad {
   explicit EluGrad(const Node& n) : alpha(n.f("alpha")) {}
   template <class C>
   C operator()(C g, C x) const {
-    return select(x <= C(0), g * C(alpha) * expAny(x), g);
+    // The exponential side unless x > 0, so a NaN gives NaN, as the
+    // vectorized loop of PyTorch's CPU elu_backward.
+    return select(x > C(0), g, g * C(alpha) * expAny(x));
   }
 };
 
@@ -290,52 +301,60 @@ void binaryBackwardKernel(const Node& n, Inputs in, Outputs out, KernelContext& 
 
 // ---- prod_backward ---------------------------------------------------------
 
-/// Per slice: no zero: g * (y / x) (PyTorch's fast path); one zero: that
-/// element gets g times the product of the others, the rest 0; more: all 0.
+/// PyTorch's prod_backward. No zero anywhere in x: g * (y / x). Else, for
+/// prod over one dim (prod_safe_zeros_backward), every element of every
+/// slice gets g times the product of the others as a prefix product times a
+/// suffix product (so an inf meets a zero as 0 * inf = NaN); for prod over
+/// all elements the same, unless x holds more than one zero: all 0.
 void prodBackwardKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
   Tensor& o = allocOutput(n, out, 0);
   const DType t = o.dtype();
   const Tensor g = asDType(in[0], t), x = asDType(in[1], t), y = asDType(in[2], t);
   const Shape& xs = x.shape();
-  const Shape kept = reducedShape(xs, reductionAxes(n, n.is("dims"), x.rank()), true);
+  const auto axes = reductionAxes(n, n.is("dims"), x.rank());
+  const bool all_dims = static_cast<int64_t>(axes.size()) == x.rank();
+  const Shape kept = reducedShape(xs, axes, true);
   // g and y, read with the reduced dims kept, broadcast over each slice.
   const Shape slot_strides = broadcastStrides(kept, xs), strides = contiguousStrides(xs);
-  std::vector<int64_t> zeros(static_cast<size_t>(numelOf(kept)), 0);
-  std::vector<double> nonzero_prod(zeros.size(), 1.0);
   dispatchFloating(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
     const T *pg = g.data<T>(), *px = x.data<T>(), *py = y.data<T>();
     T* po = o.data<T>();
-    int64_t* pz = zeros.data();
-    double* pp = nonzero_prod.data();
-    // Serial: elements of one slice update the same counters.
+    int64_t zeros = 0;
+    for (int64_t i = 0; i < x.numel(); ++i) zeros += C(px[i]) == C(0);
+    if (zeros == 0 || x.rank() == 0) {
+      forEachStrided<2>(xs, {strides, slot_strides}, [=](const int64_t* off, const int64_t* st, int64_t cnt) {
+        for (int64_t i = 0; i < cnt; ++i) {
+          const int64_t at = off[0] + i * st[0], slot = off[1] + i * st[1];
+          po[at] = x.rank() == 0 ? pg[slot] : T(C(pg[slot]) * (C(py[slot]) / C(px[at])));
+        }
+      });
+      return;
+    }
+    if (all_dims && zeros > 1) {
+      std::fill(po, po + o.numel(), T(0));
+      return;
+    }
+    // Each slice's element offsets in order, then its exclusive products.
+    std::vector<std::vector<int64_t>> slices(static_cast<size_t>(numelOf(kept)));
     forEachStrided<2>(
         xs, {strides, slot_strides},
-        [=](const int64_t* off, const int64_t* st, int64_t cnt) {
-          for (int64_t i = 0; i < cnt; ++i) {
-            const C v = C(px[off[0] + i * st[0]]);
-            const int64_t slot = off[1] + i * st[1];
-            if (v == C(0))
-              ++pz[slot];
-            else
-              pp[slot] *= static_cast<double>(v);
-          }
+        [&](const int64_t* off, const int64_t* st, int64_t cnt) {
+          for (int64_t i = 0; i < cnt; ++i) slices[static_cast<size_t>(off[1] + i * st[1])].push_back(off[0] + i * st[0]);
         },
         std::numeric_limits<int64_t>::max());
-    forEachStrided<2>(xs, {strides, slot_strides}, [=](const int64_t* off, const int64_t* st, int64_t cnt) {
-      for (int64_t i = 0; i < cnt; ++i) {
-        const C v = C(px[off[0] + i * st[0]]);
-        const int64_t slot = off[1] + i * st[1];
-        const C gv = C(pg[slot]);
-        C r = C(0);
-        if (pz[slot] == 0)
-          r = gv * (C(py[slot]) / v);
-        else if (pz[slot] == 1 && v == C(0))
-          r = gv * C(pp[slot]);
-        po[off[0] + i * st[0]] = T(r);
+    for (size_t slot = 0; slot < slices.size(); ++slot) {
+      const std::vector<int64_t>& at = slices[slot];
+      std::vector<C> prefix(at.size());
+      C acc = C(1);
+      for (size_t k = 0; k < at.size(); ++k) prefix[k] = acc, acc *= C(px[at[k]]);
+      C suffix = C(1);
+      for (size_t k = at.size(); k-- > 0;) {
+        po[at[k]] = T(C(pg[slot]) * (prefix[k] * suffix));
+        suffix *= C(px[at[k]]);
       }
-    });
+    }
   });
 }
 

@@ -81,6 +81,8 @@ void dropoutImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> ou
   const double p = n.f("p");
   auto* mask = allocOutput(n, out, 1).data<uint8_t>();
   // Kept values are scaled by 1/(1-p); p = 1 drops everything (no inf scale).
+  // Each value is multiplied by its factor (PyTorch's x * noise, so a dropped
+  // inf or NaN is NaN, as 0 * inf is), not selected.
   const T scale = p < 1 ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
   const uint64_t key = splitmix64(ctx.seed ^ splitmix64(ctx.node_index + 0x632BE59BD9B4E019ull));
 #pragma omp parallel for if (count > 65536)
@@ -89,7 +91,7 @@ void dropoutImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> ou
     const double u = static_cast<double>(splitmix64(key + static_cast<uint64_t>(i)) >> 11) * 0x1.0p-53;
     const bool keep = u >= p;
     mask[i] = keep;
-    y[i] = keep ? x[i] * scale : T(0);
+    y[i] = x[i] * (keep ? scale : T(0));
   }
 }
 

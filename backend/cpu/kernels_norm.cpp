@@ -161,12 +161,16 @@ void groupNormImpl(const Node& n, std::span<const Tensor> in, std::span<Tensor> 
     auto [mean, var] = moments(x + off, 1, per_group * inner, 0);
     const double inv_std = 1.0 / std::sqrt(var + eps);
     const int64_t c0 = (bg % groups) * per_group;
+    // (x - mean) * scale + bias rather than x * scale + shift: a constant
+    // group (zero variance, scale 1 / sqrt(eps)) gives exactly the bias, as
+    // PyTorch's kernel does, where the folded shift cancelled to ~3e-5 off.
+    const T m = static_cast<T>(mean);
     for (int64_t c = 0; c < per_group; ++c) {
       const T scale = static_cast<T>(inv_std * weight[c0 + c]);
-      const T shift = static_cast<T>(bias[c0 + c] - mean * inv_std * weight[c0 + c]);
+      const T b = static_cast<T>(bias[c0 + c]);
       const T* src = x + off + c * inner;
       T* dst = y + off + c * inner;
-      for (int64_t i = 0; i < inner; ++i) dst[i] = src[i] * scale + shift;
+      for (int64_t i = 0; i < inner; ++i) dst[i] = (src[i] - m) * scale + b;
     }
   }
 }

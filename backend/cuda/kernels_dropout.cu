@@ -28,7 +28,7 @@ constexpr int kThreads = 256;
 // The CPU's counter-based mask (backend/cpu/kernels_nn.cpp): key =
 // splitmix64(seed ^ splitmix64(node_index + 0x632BE59BD9B4E019)), element i
 // kept when (splitmix64(key + i) >> 11) * 2^-53 >= p, kept values scaled by
-// 1 / (1 - p) (0 when p = 1). The seed is read on the device, so a captured
+// 1 / (1 - p) (0 when p = 1), every value multiplied by its factor. The seed is read on the device, so a captured
 // graph replays with each run's seed.
 
 template <class T>
@@ -42,7 +42,7 @@ __global__ void __launch_bounds__(kThreads)
     const double u = static_cast<double>(splitmix64(key + static_cast<uint64_t>(i)) >> 11) * 0x1.0p-53;
     const bool keep = u >= p;
     mask[i] = keep;
-    y[i] = store<T>(keep ? load<C>(x[i]) * scale : C(0));
+    y[i] = store<T>(load<C>(x[i]) * (keep ? scale : C(0)));  // x * noise: a dropped inf is NaN
   }
 }
 

@@ -83,9 +83,11 @@ void cumsumGrad(GradContext& c) {
 
 /// x_k feeds every later output: dy_j/dx_k = prod_{i<=j, i!=k} x_i. PyTorch's
 /// cumprod_backward: before the first zero of a slice, the reversed cumsum
-/// of g * y divided by x; at the first zero, the reversed cumsum of g times
-/// the cumprod of x with that zero taken as 1; after it, 0 (every product
-/// holds the zero).
+/// of g * y divided by x, the terms from the first zero on masked to 0 (so
+/// an inf before a zero meets no 0 * inf); at the first zero, the reversed
+/// cumsum of g times the cumprod of x with that zero taken as 1, over the
+/// terms before the second zero only; after it, 0 (every product holds the
+/// zero).
 void cumprodGrad(GradContext& c) {
   const auto rank = static_cast<int64_t>(c.in(0)->shape().size());
   if (rank == 0) return c.setGrad(0, c.grad());
@@ -101,11 +103,13 @@ void cumprodGrad(GradContext& c) {
   Value* is_zero = c.op("eq", {x, zero});
   Value* zeros_so_far = c.op("cumsum", {c.op("cast", {is_zero}, {{"dtype", DType::I64}})}, at);
   Value* before = c.op("eq", {zeros_so_far, c.scalar(0.0, DType::I64)});
-  Value* first = c.op("logical_and", {is_zero, c.op("eq", {zeros_so_far, c.scalar(1.0, DType::I64)})});
+  Value* one_zero = c.op("eq", {zeros_so_far, c.scalar(1.0, DType::I64)});
+  Value* first = c.op("logical_and", {is_zero, one_zero});
   Value* g = c.grad();
-  Value* lead = c.op("div", {reversedCumsum(c.op("mul", {g, c.out()})), c.op("where", {before, x, one})});
+  Value* lead_terms = c.op("where", {before, c.op("mul", {g, c.out()}), zero});
+  Value* lead = c.op("div", {reversedCumsum(lead_terms), c.op("where", {before, x, one})});
   Value* skip_zero = c.op("cumprod", {c.op("where", {first, one, x})}, at);
-  Value* at_zero = reversedCumsum(c.op("mul", {g, skip_zero}));
+  Value* at_zero = reversedCumsum(c.op("where", {one_zero, c.op("mul", {g, skip_zero}), zero}));
   c.setGrad(0, c.op("where", {before, lead, c.op("where", {first, at_zero, zero})}));
 }
 

@@ -296,11 +296,12 @@ void triangularGrad(GradContext& c) {
 }
 
 /// scatter_reduce (prod, amax, amin), as PyTorch's scatter_reduce_backward.
-/// prod: the product of every other factor of an element's group, without
-/// dividing by zeros: with Z the group's zero count (self included when
-/// include_self) and P the product of its non-zero factors, a non-zero
-/// element gets (g * result) / x (PyTorch's order), a zero element P * g when
-/// it is the group's only zero, else 0. amax/amin: the gradient split evenly
+/// prod, term for term as PyTorch computes it (so zeros meeting infinities or
+/// NaN give its NaNs): self gets g * R_s / s' with s' = self, zeros taken as
+/// 1, and R_s the product with s' in place of self; a src element that is
+/// its group's only zero among the src elements gets g * R_1 (the product
+/// with that zero taken as 1), every other src element (g * result) / x,
+/// zeros taken as 1 in the division. amax/amin: the gradient split evenly
 /// between self (when equal to the result, counted as PyTorch does even
 /// when not included) and the src elements equal to the result. Without
 /// include_self, self's gradient is zero where src was scattered.
@@ -320,26 +321,22 @@ void scatterReduceGrad(GradContext& c) {
     touched = c.op("gt", {hits, c.scalar(0, t)});
   }
   if (reduce == "prod") {
+    const AttrMap prod{{"dim", n.i("dim")}, {"reduce", std::string("prod")}, {"include_self", n.i("include_self")}};
     Value* zero_t = c.scalar(0, t);
-    Value* self_zero = c.op("eq", {self, zero_t});
-    Value* src_zero = c.op("eq", {src, zero_t});
     Value* one = c.scalar(1, t);
-    Value* P = c.op("scatter_reduce", {c.op("where", {self_zero, one, self}), index, c.op("where", {src_zero, one, src})},
-                    {{"dim", n.i("dim")}, {"reduce", std::string("prod")}, {"include_self", n.i("include_self")}});
-    Value* Z = c.op("scatter_add", {include_self ? asT(self_zero) : zerosOf(self), index, asT(src_zero)}, dim);
-    Value* single = c.op("eq", {Z, one});
-    Value* gr = c.op("mul", {g, r});
-    Value* gP = c.op("mul", {g, P});
     if (c.needs(2)) {
-      Value* at_zero = c.op("where", {gather(single), gather(gP), zero_t});
-      Value* safe = c.op("where", {src_zero, one, src});
-      c.setGrad(2, c.op("where", {src_zero, at_zero, c.op("div", {gather(gr), safe})}));
+      Value* src_zero = c.op("eq", {src, zero_t});
+      Value* src_zeros = gather(c.op("scatter_add", {zerosOf(self), index, asT(src_zero)}, dim));
+      Value* single = c.op("logical_and", {src_zero, c.op("eq", {src_zeros, one})});
+      Value* without_it = c.op("scatter_reduce", {self, index, c.op("where", {single, one, src})}, prod);
+      Value* others = c.op("div", {gather(c.op("mul", {g, r})), c.op("where", {src_zero, one, src})});
+      c.setGrad(2, c.op("where", {single, gather(c.op("mul", {g, without_it})), others}));
     }
     if (c.needs(0)) {
       if (include_self) {
-        Value* at_zero = c.op("where", {single, gP, zero_t});
-        Value* safe = c.op("where", {self_zero, one, self});
-        c.setGrad(0, c.op("where", {self_zero, at_zero, c.op("div", {gr, safe})}));
+        Value* masked_self = c.op("where", {c.op("eq", {self, zero_t}), one, self});
+        Value* with_masked = c.op("scatter_reduce", {masked_self, index, src}, prod);
+        c.setGrad(0, c.op("div", {c.op("mul", {g, with_masked}), masked_self}));
       } else {
         c.setGrad(0, c.op("where", {touched, zero_t, g}));
       }

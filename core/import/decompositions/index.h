@@ -49,6 +49,28 @@ ValuesIndices kthvalue(Cx& cx, Value* x, int64_t k, int64_t dim, bool keepdim) {
   return {values, idx};
 }
 
+/// max(x, dim) / min(x, dim) -> (values, indices): argmax/argmin (the first
+/// extreme, a NaN first of all) and a gather of the values there, so the
+/// whole gradient goes to the returned index as PyTorch's
+/// value_selecting_reduction_backward sends it (amax/amin split it among
+/// ties, which is right for amax and not for max with indices).
+template <class Cx>
+ValuesIndices maxMinDim(Cx& cx, Value* x, int64_t dim, bool keepdim, bool is_max) {
+  const bool scalar = x->type().rank() == 0;
+  if (scalar) x = reshapedTo(cx, x, {1});
+  const int64_t d = normalizeAxis(dim, x->type().rank());
+  Value* idx = cx.emit(is_max ? "argmax" : "argmin", {x}, {{"dim", d}, {"keepdim", int64_t{1}}});
+  Value* values = cx.emit("gather", {x, idx}, {{"dim", d}});
+  if (!keepdim || scalar) {
+    Shape s = idx->shape();
+    s.erase(s.begin() + d);
+    if (scalar) s.clear();
+    idx = reshapedTo(cx, idx, s);
+    values = reshapedTo(cx, values, s);
+  }
+  return {values, idx};
+}
+
 /// Integer index `i` (i64) with negative entries counted from the end of a dim of `size`.
 template <class Cx>
 Value* wrapIndex(Cx& cx, Value* i, int64_t size) {

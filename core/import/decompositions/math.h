@@ -28,6 +28,10 @@ Value* truncDiv(Cx& cx, Value* x, Value* y) {
 
 /// elu(x, alpha, scale, input_scale): x > 0 ? scale x : scale alpha (exp(input_scale x) - 1).
 /// SELU (scale, alpha fixed) and CELU (input_scale = 1 / alpha) are this op.
+/// A NaN takes the exponential side (NaN, and a NaN gradient, as the
+/// vectorized loop of PyTorch's CPU elu_backward gives); that side reads x
+/// only where it is taken (0 elsewhere), so a large x meets no 0 * inf in
+/// the backward.
 template <class Cx>
 Value* elu(Cx& cx, Value* x, double alpha, double scale, double input_scale) {
   const DType t = x->dtype();
@@ -35,10 +39,12 @@ Value* elu(Cx& cx, Value* x, double alpha, double scale, double input_scale) {
     Value* e = cx.emit("elu", {x}, {{"alpha", alpha}});
     return scale == 1.0 ? e : cx.emit("mul", {e, cx.scalar(scale, t)});
   }
+  Value* pos_side = cx.emit("gt", {x, cx.scalar(0.0, t)});
+  Value* xn = cx.emit("where", {pos_side, cx.scalar(0.0, t), x});
   Value* pos = scale == 1.0 ? x : cx.emit("mul", {x, cx.scalar(scale, t)});
-  Value* em1 = cx.emit("sub", {cx.emit("exp", {cx.emit("mul", {x, cx.scalar(input_scale, t)})}), cx.scalar(1.0, t)});
+  Value* em1 = cx.emit("sub", {cx.emit("exp", {cx.emit("mul", {xn, cx.scalar(input_scale, t)})}), cx.scalar(1.0, t)});
   Value* neg = cx.emit("mul", {em1, cx.scalar(alpha * scale, t)});
-  return cx.emit("where", {cx.emit("gt", {x, cx.scalar(0.0, t)}), pos, neg});
+  return cx.emit("where", {pos_side, pos, neg});
 }
 
 /// prelu(x, w): one slope per channel (dim 1) or a single one.
@@ -53,12 +59,14 @@ Value* prelu(Cx& cx, Value* x, Value* w) {
   return cx.emit("where", {pos, x, cx.emit("mul", {w, x})});
 }
 
-/// hardshrink: |x| > l ? x : 0; softshrink: x - l above l, x + l below -l, else 0.
+/// hardshrink: |x| > l ? x : x * 0 (0, or NaN for a NaN, which gets no
+/// gradient); softshrink: x - l above l, x + l below -l, else 0 (a NaN too).
+/// Both as the vectorized loops of PyTorch's CPU kernels, forward and backward.
 template <class Cx>
 Value* shrink(Cx& cx, Value* x, double l, bool hard) {
   const DType t = x->dtype();
   Value* zero = cx.scalar(0, t);
-  if (hard) return cx.emit("where", {cx.emit("gt", {cx.emit("abs", {x}), cx.scalar(l, t)}), x, zero});
+  if (hard) return cx.emit("where", {cx.emit("gt", {cx.emit("abs", {x}), cx.scalar(l, t)}), x, cx.emit("mul", {x, zero})});
   Value* above = cx.emit("where", {cx.emit("gt", {x, cx.scalar(l, t)}), cx.emit("sub", {x, cx.scalar(l, t)}), zero});
   return cx.emit("where", {cx.emit("lt", {x, cx.scalar(-l, t)}), cx.emit("add", {x, cx.scalar(l, t)}), above});
 }
@@ -72,11 +80,41 @@ Value* glu(Cx& cx, Value* x, int64_t dim) {
   return cx.emit("mul", {halves->output(0), cx.emit("sigmoid", {halves->output(1)})});
 }
 
-/// xlogy(x, y) = x log(y), 0 where x == 0 unless y is NaN (x, y of one floating dtype).
+/// xlogy(x, y) = x log(y), 0 where x == 0 unless y is NaN (x, y of one
+/// floating dtype). The gradients are PyTorch's where they are finite:
+/// d/dx = log(y) (also at x = 0), 0 where x == 0 and y <= 0; d/dy = x / y.
+/// Two points differ (docs/parity.md): at x = 0, y = +inf d/dx is 0 (PyTorch:
+/// inf), and at x = 0, y = 0 d/dy is 0 (PyTorch: 0 / 0 = NaN).
 template <class Cx>
 Value* xlogy(Cx& cx, Value* x, Value* y) {
-  Value* zero_x = cx.emit("logical_and", {cx.emit("eq", {x, cx.scalar(0, x->dtype())}), cx.emit("eq", {y, y})});
-  return cx.emit("where", {zero_x, cx.scalar(0, x->dtype()), cx.emit("mul", {x, cx.emit("log", {y})})});
+  const DType t = x->dtype();
+  Value* zero = cx.scalar(0, t);
+  Value* x_zero = cx.emit("eq", {x, zero});
+  Value* masked = cx.emit("logical_and", {x_zero, cx.emit("le", {y, zero})});
+  Value* log_y = cx.emit("where", {masked, zero, cx.emit("log", {y})});
+  Value* zero_times_inf = cx.emit("logical_and", {x_zero, cx.emit("eq", {y, cx.scalar(INFINITY, t)})});
+  return cx.emit("where", {zero_times_inf, zero, cx.emit("mul", {x, log_y})});
+}
+
+/// max() / min() over all elements, with PyTorch's evenly_distribute_backward:
+/// the gradient split among the elements equal to the result, and when the
+/// result is NaN among the NaNs (amax's tie mask, x == result, finds none
+/// and would give NaN everywhere).
+template <class Cx>
+Value* extremeOfAll(Cx& cx, Value* x, bool is_max) {
+  const DType t = x->dtype();
+  auto all = [&](const char* op, Value* v) {
+    return cx.emit(op, {v}, {{"dims", std::vector<int64_t>{}}, {"keepdim", int64_t{0}}});
+  };
+  if (!isFloating(t)) return all(is_max ? "amax" : "amin", x);
+  Value* nan = cx.emit("ne", {x, x});
+  Value* nan_f = cx.cast(nan, t);
+  Value* nans = all("sum", nan_f);
+  Value* fill = cx.scalar(is_max ? -INFINITY : INFINITY, t);
+  Value* without_nan = all(is_max ? "amax" : "amin", cx.emit("where", {nan, fill, x}));
+  // NaN when x holds one; its gradient g / (number of NaNs) at each NaN.
+  Value* nan_mean = cx.emit("div", {all("sum", cx.emit("mul", {x, nan_f})), cx.emit("maximum", {nans, cx.scalar(1, t)})});
+  return cx.emit("where", {cx.emit("gt", {nans, cx.scalar(0, t)}), nan_mean, without_nan});
 }
 
 /// logsumexp over `dims` (normalized; empty = all) = m + log(sum(exp(x - m))),
@@ -95,16 +133,67 @@ Value* logsumexp(Cx& cx, Value* x, const std::vector<int64_t>& dims, bool keep) 
   return cx.emit("add", {cx.emit("log", {s}), mk});
 }
 
-/// The p-norm of floating x over `dims` (normalized; empty = all) for p = 1, 2, inf.
+/// sqrt(v) whose gradient is 0 where v == 0 instead of 0 * inf = NaN, as
+/// PyTorch's norm_backward and std_backward define it (their
+/// `masked_fill_(result == 0, 0)`): sqrt of a select that never sees the
+/// zero, selected away again, so neither branch's gradient meets the pole.
+/// The forward is sqrt(v) exactly (sqrt(0) = 0).
+template <class Cx>
+Value* zeroMaskedSqrt(Cx& cx, Value* v) {
+  const DType t = v->dtype();
+  Value* zero = cx.emit("eq", {v, cx.scalar(0, t)});
+  Value* root = cx.emit("sqrt", {cx.emit("where", {zero, cx.scalar(1, t), v})});
+  return cx.emit("where", {zero, cx.scalar(0, t), root});
+}
+
+/// The p-norm of floating x over `dims` (normalized; empty = all) for p = 1,
+/// 2, inf, with PyTorch's norm_backward at the singular points: p = 2's
+/// gradient is 0 for an all-zero vector (zeroMaskedSqrt); p = inf's is 0 for
+/// a vector holding a NaN (PyTorch's mask keeps the NaN's position and its
+/// sgn(NaN) = 0), and split among the ties of the largest magnitude.
 template <class Cx>
 Value* pnorm(Cx& cx, Value* x, double p, const std::vector<int64_t>& dims, bool keep) {
   auto reduce = [&](const char* op, Value* v) {
     return cx.emit(op, {v}, {{"dims", dims}, {"keepdim", int64_t{keep}}});
   };
-  if (p == 2) return cx.emit("sqrt", {reduce("sum", cx.emit("mul", {x, x}))});
+  if (p == 2) return zeroMaskedSqrt(cx, reduce("sum", cx.emit("mul", {x, x})));
   if (p == 1) return reduce("sum", cx.emit("abs", {x}));
-  if (std::isinf(p) && p > 0) return reduce("amax", cx.emit("abs", {x}));
+  if (std::isinf(p) && p > 0) {
+    // amax over the magnitudes with NaN read as 0 (so no gradient reaches a
+    // NaN vector through amax's tie mask), and NaN put back as the value.
+    const DType t = x->dtype();
+    Value* nan = cx.emit("ne", {x, x});
+    Value* mag = cx.emit("where", {nan, cx.scalar(0, t), cx.emit("abs", {x})});
+    Value* has_nan = cx.emit("gt", {reduce("amax", cx.cast(nan, t)), cx.scalar(0, t)});
+    return cx.emit("where", {has_nan, cx.scalar(NAN, t), reduce("amax", mag)});
+  }
   fail("only p = 1, 2 and inf norms are supported, got p = " + std::to_string(p));
+}
+
+/// cosine_similarity(x1, x2, dim, eps) as PyTorch writes it: both broadcast,
+/// each divided by its L2 norm over dim clamped to at least eps, multiplied
+/// and summed over dim. The norm's gradient is norm_backward's (0 for an
+/// all-zero vector), so a zero vector gets g * x2 / (eps ||x2||). PyTorch
+/// clamps the norm in place under no_grad, so the gradient also reaches a
+/// norm below eps; maximum() sends it to eps instead, which differs only for
+/// vectors of norm in (0, eps) (docs/parity.md).
+template <class Cx>
+Value* cosineSimilarity(Cx& cx, Value* x1, Value* x2, int64_t dim, double eps) {
+  Shape s = broadcastShapes(x1->shape(), x2->shape());
+  x1 = expandedTo(cx, x1, s);
+  x2 = expandedTo(cx, x2, s);
+  const std::vector<int64_t> d{normalizeAxis(dim, static_cast<int64_t>(s.size()))};
+  auto unit = [&](Value* x) {
+    Value* clamped = cx.emit("maximum", {pnorm(cx, x, 2, d, true), cx.scalar(eps, x->dtype())});
+    return cx.emit("div", {x, clamped});
+  };
+  return cx.emit("sum", {cx.emit("mul", {unit(x1), unit(x2)})}, {{"dims", d}, {"keepdim", int64_t{0}}});
+}
+
+/// std from a variance: zeroMaskedSqrt, PyTorch's std_backward (0 for a constant row).
+template <class Cx>
+Value* stdFromVar(Cx& cx, Value* var) {
+  return zeroMaskedSqrt(cx, var);
 }
 
 }  // namespace kiln::decomp

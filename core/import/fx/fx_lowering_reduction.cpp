@@ -48,12 +48,12 @@ Value* variance(Lowering& cx, NodeArgs& a) {
 }
 
 FxValue lowerVar(Lowering& cx, NodeArgs& a) { return FxValue::of(variance(cx, a)); }
-FxValue lowerStd(Lowering& cx, NodeArgs& a) { return FxValue::of(cx.emit("sqrt", {variance(cx, a)})); }
+FxValue lowerStd(Lowering& cx, NodeArgs& a) { return FxValue::of(decomp::stdFromVar(cx, variance(cx, a))); }
 
 /// var_mean / std_mean(.correction) -> (var or std, mean) over the same dims.
 FxValue lowerVarMean(Lowering& cx, NodeArgs& a) {
   Value* v = variance(cx, a);
-  if (a.kiln == "std") v = cx.emit("sqrt", {v});
+  if (a.kiln == "std") v = decomp::stdFromVar(cx, v);
   Value* x = a.tensor("self");
   Value* mean = cx.emit("mean", {x}, {{"dims", reduceDims(a, x)}, {"keepdim", int64_t{keepdim(a)}}});
   return FxValue::tuple({FxValue::of(v), FxValue::of(mean)});
@@ -86,17 +86,16 @@ FxValue lowerArgReduce(Lowering& cx, NodeArgs& a) {
 }
 
 /// max.dim / min.dim -> (values, indices).
-FxValue lowerMaxDim(Lowering& cx, NodeArgs& a) {
-  Value* x = a.tensor("self");
-  int64_t dim = normDim(a.integer("dim"), x->type().rank());
-  bool keep = keepdim(a);
-  bool is_max = a.kiln == "amax";
-  Value* values = cx.emit(a.kiln, {x}, {{"dims", std::vector<int64_t>{dim}}, {"keepdim", int64_t{keep}}});
-  Value* indices = argReduce(cx, is_max ? "argmax" : "argmin", x, dim, keep);
-  return FxValue::tuple({FxValue::of(values), FxValue::of(indices)});
+/// max() / min() of all elements.
+FxValue lowerExtremeOfAll(Lowering& cx, NodeArgs& a) {
+  return FxValue::of(decomp::extremeOfAll(cx, a.tensor("self"), a.kiln == "amax"));
 }
 
 FxValue pairOf(decomp::ValuesIndices r) { return FxValue::tuple({FxValue::of(r.values), FxValue::of(r.indices)}); }
+
+FxValue lowerMaxDim(Lowering& cx, NodeArgs& a) {
+  return pairOf(decomp::maxMinDim(cx, a.tensor("self"), a.integer("dim"), keepdim(a), a.kiln == "amax"));
+}
 
 /// topk(self, k, dim=-1, largest=True, sorted=True): always sorted.
 FxValue lowerTopk(Lowering& cx, NodeArgs& a) {
@@ -142,6 +141,15 @@ FxValue lowerNorm(Lowering& cx, NodeArgs& a) {
   return FxValue::of(decomp::pnorm(cx, x, p, reduceDims(a, x), keepdim(a)));
 }
 
+/// cosine_similarity(x1, x2, dim=1, eps=1e-8).
+FxValue lowerCosineSimilarity(Lowering& cx, NodeArgs& a) {
+  Value* x1 = a.tensor("x1");
+  Value* x2 = a.tensor("x2");
+  DType t = promoteTypes(x1->dtype(), x2->dtype());
+  if (!isFloating(t)) t = DType::F32;
+  return FxValue::of(decomp::cosineSimilarity(cx, cx.cast(x1, t), cx.cast(x2, t), a.integer("dim"), a.real("eps")));
+}
+
 /// cumsum / cumprod(self, dim, dtype=None).
 FxValue lowerCumsum(Lowering& cx, NodeArgs& a) {
   Value* x = input(cx, a);
@@ -155,8 +163,8 @@ constexpr FxRule kRules[] = {
     {"aten.mean.dim", lowerReduce, "mean"},
     {"aten.amax.default", lowerReduce, "amax"},
     {"aten.amin.default", lowerReduce, "amin"},
-    {"aten.max.default", lowerReduce, "amax"},
-    {"aten.min.default", lowerReduce, "amin"},
+    {"aten.max.default", lowerExtremeOfAll, "amax"},
+    {"aten.min.default", lowerExtremeOfAll, "amin"},
     {"aten.prod.default", lowerReduce, "prod"},
     {"aten.prod.dim_int", lowerReduce, "prod"},
     {"aten.max.dim", lowerMaxDim, "amax"},
@@ -181,6 +189,7 @@ constexpr FxRule kRules[] = {
     {"aten.norm.ScalarOpt_dim", lowerNorm},
     {"aten.norm.Scalar", lowerNorm},
     {"aten.linalg_vector_norm.default", lowerNorm},
+    {"aten.cosine_similarity.default", lowerCosineSimilarity},
     {"aten.topk.default", lowerTopk},
     {"aten.kthvalue.default", lowerKthvalue},
     {"aten.sort.default", lowerSort},

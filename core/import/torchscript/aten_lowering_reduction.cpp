@@ -45,23 +45,18 @@ Out lowerAmax(Lowering& cx, Args& a) {
   return single(cx, reduce(cx, a.kiln_op, x, dimsArg(a, 1, x->type().rank()), a.given(2) && a.flag(2)));
 }
 
+Out pairOf(Lowering& cx, decomp::ValuesIndices r) { return {cx.fresh(r.values), cx.fresh(r.indices)}; }
+
 // max/min(self) -> all; (self, dim, keepdim) -> (values, indices); (self, other) -> elementwise
 Out lowerMaxMin(Lowering& cx, Args& a) {
   bool is_max = a.kiln_op == "max";
-  if (a.size() == 1) return single(cx, reduce(cx, is_max ? "amax" : "amin", a.tensor(0), {}, false));
+  if (a.size() == 1) return single(cx, decomp::extremeOfAll(cx, a.tensor(0), is_max));
   if (a[1].isTensorLike()) {
     DType t = resultType(a[0], a[1]);
     return single(cx, cx.emit(is_max ? "maximum" : "minimum", {cx.operand(a[0], t), cx.operand(a[1], t)}));
   }
-  Value* x = a.tensor(0);
-  int64_t d = normDim(a.integer(1), x->type().rank());
-  bool keep = a.given(2) && a.flag(2);
-  Value* values = reduce(cx, is_max ? "amax" : "amin", x, {d}, keep);
-  Value* indices = cx.emit(is_max ? "argmax" : "argmin", {x}, {{"dim", d}, {"keepdim", int64_t{keep}}});
-  return {cx.fresh(values), cx.fresh(indices)};
+  return pairOf(cx, decomp::maxMinDim(cx, a.tensor(0), a.integer(1), a.given(2) && a.flag(2), is_max));
 }
-
-Out pairOf(Lowering& cx, decomp::ValuesIndices r) { return {cx.fresh(r.values), cx.fresh(r.indices)}; }
 
 // kthvalue(self, k, dim=-1, keepdim=False) -> (values, indices): the k-th smallest (1-based)
 Out lowerKthvalue(Lowering& cx, Args& a) {
@@ -103,7 +98,7 @@ Out lowerArgReduce(Lowering& cx, Args& a) {
 Value* variance(Lowering& cx, Value* x, const std::vector<int64_t>& dims, double correction, bool keepdim, bool root) {
   if (!isFloating(x->dtype())) fail("var()/std() need a floating-point input, got " + x->type().str());
   Value* v = cx.emit("var", {x}, {{"dims", dims}, {"correction", correction}, {"keepdim", int64_t{keepdim}}});
-  return root ? cx.emit("sqrt", {v}) : v;
+  return root ? decomp::stdFromVar(cx, v) : v;
 }
 
 /// Parse var/std overloads: (self, unbiased), (self, dim, unbiased, keepdim),
@@ -169,6 +164,15 @@ Out lowerNorm(Lowering& cx, Args& a) {
   return single(cx, pnorm(cx, x, p, dimsArg(a, 2, r), a.given(3) && a.flag(3)));
 }
 
+// cosine_similarity(x1, x2, dim=1, eps=1e-8)
+Out lowerCosineSimilarity(Lowering& cx, Args& a) {
+  DType t = resultType(a[0], a[1]);
+  if (!isFloating(t)) t = DType::F32;
+  Value* x1 = cx.operand(a[0], t);
+  Value* x2 = cx.operand(a[1], t);
+  return single(cx, decomp::cosineSimilarity(cx, x1, x2, a.given(2) ? a.integer(2) : 1, a.given(3) ? a.real(3) : 1e-8));
+}
+
 // all/any(self) or (self, dim, keepdim) on tensors -> bool
 Out lowerAllAny(Lowering& cx, Args& a) {
   Value* x = a.tensor(0);
@@ -202,6 +206,7 @@ const AtenRule kRules[] = {
     {"aten::norm", lowerNorm, "norm"},
     {"aten::linalg_vector_norm", lowerNorm, "norm"},
     {"aten::frobenius_norm", lowerNorm, "frobenius"},
+    {"aten::cosine_similarity", lowerCosineSimilarity},
     {"aten::all", lowerAllAny, "all"},
     {"aten::any", lowerAllAny, "any"},
 };
