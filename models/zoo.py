@@ -957,6 +957,10 @@ _REGISTRY: Dict[str, Tuple[Callable[[], nn.Module], tuple, Tuple[str, ...]]] = {
     "tv_convnext_tiny": (lambda: _tv("convnext_tiny"), ((2, 3, 32, 32),), _TV),
     "tv_vit": (_tv_vit, ((2, 3, 32, 32),), _TV),
     "tv_swin_t": (lambda: _tv("swin_t"), ((2, 3, 64, 64),), _TV),
+    # Swin-V2: cosine attention (F.normalize of q and k, no k bias); at 64x64
+    # stages 3 and 4 (4x4 and 2x2 maps) are padded into 8x8 windows, so the
+    # padded keys are zero vectors under F.normalize (issue 55's case).
+    "tv_swin_v2_t": (lambda: _tv("swin_v2_t"), ((2, 3, 64, 64),), _TV),
     # tv_vit exported as inference users export: in eval mode under
     # torch.no_grad(), where nn.MultiheadAttention records its fused fast-path
     # op (_native_multi_head_attention); see INFERENCE_EXPORT.
