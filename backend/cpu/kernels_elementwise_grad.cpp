@@ -7,8 +7,9 @@
 // (derivatives.yaml / FunctionsManual.cpp), including the boundary
 // conventions (hardtanh is strict at its bounds, clamp is not, neither
 // passes a NaN's gradient; hardswish gives g from x = 3 on, hardsigmoid zero
-// at +-3; maximum and minimum halve the gradient on ties). Half types compute in float; the
-// masks use cpu_math.h's branch-free select so the loops vectorize.
+// at +-3; maximum and minimum halve the gradient on ties). Half types
+// compute in float; the masks use cpu_math.h's branch-free select so the
+// loops vectorize.
 #include <cmath>
 #include <limits>
 #include <string>
@@ -321,13 +322,17 @@ void prodBackwardKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
     using C = compute_t<T>;
     const T *pg = g.data<T>(), *px = x.data<T>(), *py = y.data<T>();
     T* po = o.data<T>();
+    if (x.rank() == 0) {
+      po[0] = pg[0];
+      return;
+    }
     int64_t zeros = 0;
     for (int64_t i = 0; i < x.numel(); ++i) zeros += C(px[i]) == C(0);
-    if (zeros == 0 || x.rank() == 0) {
+    if (zeros == 0) {
       forEachStrided<2>(xs, {strides, slot_strides}, [=](const int64_t* off, const int64_t* st, int64_t cnt) {
         for (int64_t i = 0; i < cnt; ++i) {
           const int64_t at = off[0] + i * st[0], slot = off[1] + i * st[1];
-          po[at] = x.rank() == 0 ? pg[slot] : T(C(pg[slot]) * (C(py[slot]) / C(px[at])));
+          po[at] = T(C(pg[slot]) * (C(py[slot]) / C(px[at])));
         }
       });
       return;
@@ -341,7 +346,8 @@ void prodBackwardKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
     forEachStrided<2>(
         xs, {strides, slot_strides},
         [&](const int64_t* off, const int64_t* st, int64_t cnt) {
-          for (int64_t i = 0; i < cnt; ++i) slices[static_cast<size_t>(off[1] + i * st[1])].push_back(off[0] + i * st[0]);
+          for (int64_t i = 0; i < cnt; ++i)
+            slices[static_cast<size_t>(off[1] + i * st[1])].push_back(off[0] + i * st[0]);
         },
         std::numeric_limits<int64_t>::max());
     for (size_t slot = 0; slot < slices.size(); ++slot) {

@@ -11,6 +11,16 @@ torch::Tensor uniform(const Ints& shape, double lo, double hi) {
   return torch::rand(shape, torch::kFloat64) * (hi - lo) + lo;
 }
 
+torch::Tensor vals(std::vector<double> values, Ints shape) {
+  torch::Tensor t = torch::tensor(values, torch::kFloat64);
+  return shape.empty() ? t : t.reshape(shape);
+}
+
+torch::Tensor padded(std::vector<double> v) {
+  while (v.size() % 64) v.push_back(0.25);
+  return vals(v);
+}
+
 Arg param(Ints shape, double lo, double hi, std::vector<double> kinks, double margin) {
   return {[=] {
     torch::Tensor x = uniform(shape, lo, hi);

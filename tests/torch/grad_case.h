@@ -48,6 +48,20 @@ Arg buffer(Ints shape, double lo, double hi);
 /// Integer indices in [0, n), duplicates likely.
 Arg indices(Ints shape, int64_t n);
 Arg mask(Ints shape);
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+/// A float64 tensor of `values` in `shape` (1-D when empty).
+torch::Tensor vals(std::vector<double> values, Ints shape = {});
+
+/// `v` padded with 0.25 to a multiple of 64 elements. PyTorch's CPU
+/// elementwise kernels run a vectorized loop over whole chunks and a scalar
+/// one over the tail, and the two can disagree at NaN (hardtanh_backward's
+/// vector mask drops a NaN's gradient, its scalar tail passes it): padding
+/// puts every special value where the bulk of a real tensor is, in the
+/// vectorized loop, for every vector width up to 64 floats.
+torch::Tensor padded(std::vector<double> v);
+
 /// Given values (integers and bools are data; floating ones are differentiated).
 Arg fixed(torch::Tensor t);
 /// Given floating values that are not differentiated.

@@ -29,22 +29,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-torch::Tensor vals(std::vector<double> values, Ints shape = {}) {
-  torch::Tensor t = torch::tensor(values, torch::kFloat64);
-  return shape.empty() ? t : t.reshape(shape);
-}
-
-/// `v` padded with 0.25 to a multiple of 64 elements, so that PyTorch's
-/// elementwise kernels take their vectorized loop at every special value
-/// (see grad_edge_values_test.cpp: its scalar tail can differ at NaN).
-torch::Tensor padded(std::vector<double> v) {
-  while (v.size() % 64) v.push_back(0.25);
-  return vals(v);
-}
-
 /// One function: `body` is forward's body over arguments x0, x1, ... (one
 /// per arg); its floating results go into the loss.
 struct AtenCase {
@@ -129,7 +113,9 @@ TEST(EdgeValuesAten, NormsOfZeroVectors) {
   checkAll({
       {"norm p=2 over dim 1", "    return torch.norm(x0, 2., [1])", {x}},
       {"linalg_vector_norm p=2, keepdim", "    return torch.linalg_vector_norm(x0, 2., [1], True)", {x}},
-      {"norm p=2 over all of a zero tensor", "    return torch.norm(x0)", {fixed(torch::zeros({2, 3}, torch::kFloat64))}},
+      {"norm p=2 over all of a zero tensor",
+       "    return torch.norm(x0)",
+       {fixed(torch::zeros({2, 3}, torch::kFloat64))}},
       {"norm p=1", "    return torch.norm(x0, 1., [1])", {x}},
       {"norm p=inf", "    return torch.linalg_vector_norm(x0, float('inf'), [1])", {x}},
       {"frobenius_norm", "    return torch.frobenius_norm(x0, [1])", {x}},
@@ -150,10 +136,13 @@ TEST(EdgeValuesAten, StdAndVarOfConstantRows) {
   checkAll({
       {"std over dim 1", "    return torch.std(x0, [1])", {x}},
       {"std, correction 0, keepdim", "    return torch.std(x0, [1], False, True)", {x}},
-      {"std over all of a constant tensor", "    return torch.std(x0)", {fixed(torch::full({2, 3}, 1.5, torch::kFloat64))}},
+      {"std over all of a constant tensor",
+       "    return torch.std(x0)",
+       {fixed(torch::full({2, 3}, 1.5, torch::kFloat64))}},
       // Not on the row with an infinity: PyTorch's std_mean takes its mean
       // from a Welford update, NaN there, where torch.mean (and Kiln) give inf.
-      {"std_mean", "    s, m = torch.std_mean(x0, [1])\n    return s, m",
+      {"std_mean",
+       "    s, m = torch.std_mean(x0, [1])\n    return s, m",
        {fixed(vals({2, 2, 2, 2, 0, 0, 0, 0, 1, -2, 0.5, 2}, {3, 4}))}},
       {"var over dim 1", "    return torch.var(x0, [1])", {x}},
   });
@@ -161,8 +150,8 @@ TEST(EdgeValuesAten, StdAndVarOfConstantRows) {
 
 TEST(EdgeValuesAten, MaxMinWithIndicesOnTies) {
   // Ties (twice at the front, at the back), a NaN, infinities.
-  const Arg x = fixed(vals({3, 3, 1, 2, 1, 2, 5, 5, kNaN, 1, 2, kNaN, kInf, kInf, 0, 1, -kInf, -kInf, -kInf, -kInf},
-                           {5, 4}));
+  const Arg x =
+      fixed(vals({3, 3, 1, 2, 1, 2, 5, 5, kNaN, 1, 2, kNaN, kInf, kInf, 0, 1, -kInf, -kInf, -kInf, -kInf}, {5, 4}));
   const Arg untied = fixed(vals({3, 0.5, 1, 2, 1, 2, 5, -1, kNaN, 1, 2, 0, kInf, -kInf, 0, 1}, {4, 4}));
   checkAll({
       {"max(dim) values", "    v, i = torch.max(x0, 1)\n    return v", {x}},
@@ -201,7 +190,8 @@ TEST(EdgeValuesAten, WhereMaskedSingularBranches) {
       {"where(x != 0, 1 / x, 0)", "    return torch.where(x0 != 0, 1. / x0, torch.zeros_like(x0))", {x}},
       {"where(x > 0, sqrt(x), x)", "    return torch.where(x0 > 0, torch.sqrt(x0), x0)", {x}},
       {"masked_fill(x == 0, 1) then log", "    return torch.log(x0.masked_fill(x0 == 0, 1.))", {x}},
-      {"logsumexp of masked rows", "    return torch.logsumexp(x0, [1])",
+      {"logsumexp of masked rows",
+       "    return torch.logsumexp(x0, [1])",
        {fixed(vals({-kInf, -kInf, -kInf, 0, -kInf, 1, kInf, 0, 1, kNaN, 1, 2}, {4, 3}))}},
   });
 }
@@ -214,11 +204,13 @@ TEST(EdgeValuesAten, DecomposedActivationsAtTheirKinks) {
       {"celu at 0", "    return torch.celu(x0, 2.)", {x}},
       {"selu at 0", "    return torch.selu(x0)", {x}},
       {"prelu at 0", "    return torch.prelu(x0, x1)", {x, fixed(vals({0.25}))}},
-      {"relu6 at 0 and 6", "    return torch.hardtanh(x0, 0., 6.)",
+      {"relu6 at 0 and 6",
+       "    return torch.hardtanh(x0, 0., 6.)",
        {fixed(padded({-1, -0.0, 0.0, 3, 6, 7, kInf, kNaN}))}},
       // Not (0, +inf) and (0, 0): Kiln's decomposition differs from PyTorch's
       // xlogy_backward there (docs/parity.md lists both).
-      {"xlogy at x = 0", "    return torch.xlogy(x0, x1)",
+      {"xlogy at x = 0",
+       "    return torch.xlogy(x0, x1)",
        {fixed(vals({0, 0, 0, 1, 2, 0, 0, 3, -1})), fixed(vals({2, 1, kNaN, 0, kInf, -1, 0.5, -2, kNaN}))}},
       {"logsigmoid", "    return torch.log_sigmoid(x0)", {x}},
   });

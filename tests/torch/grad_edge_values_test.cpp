@@ -29,15 +29,6 @@
 namespace kiln::testing {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-/// A float64 tensor of `values` in `shape` (1-D when empty).
-torch::Tensor vals(std::vector<double> values, Ints shape = {}) {
-  torch::Tensor t = torch::tensor(values, torch::kFloat64);
-  return shape.empty() ? t : t.reshape(shape);
-}
-
 /// Edge cases: tolerances are the harness's, 1e-9 in float64.
 GradCase edge(std::string op, AttrMap attrs, std::vector<Arg> args, TorchFn fn, std::string label) {
   return {std::move(op), std::move(attrs), std::move(args), std::move(fn), std::move(label), 1e-9, 1e-5};
@@ -45,17 +36,6 @@ GradCase edge(std::string op, AttrMap attrs, std::vector<Arg> args, TorchFn fn, 
 
 /// Zero of either sign, the infinities, NaN and a few ordinary values.
 const std::vector<double> kSpecials = {-kInf, -2.5, -1, -0.0, 0.0, 0.5, 2, kInf, kNaN};
-
-/// `v` padded with 0.25 to a multiple of 64 elements. PyTorch's CPU
-/// elementwise kernels run a vectorized loop over whole chunks and a scalar
-/// one over the tail, and the two can disagree at NaN (hardtanh_backward's
-/// vector mask drops a NaN's gradient, its scalar tail passes it): padding
-/// puts every special value where the bulk of a real tensor is, in the
-/// vectorized loop, for every vector width up to 64 floats.
-torch::Tensor padded(std::vector<double> v) {
-  while (v.size() % 64) v.push_back(0.25);
-  return vals(v);
-}
 
 /// kSpecials plus the op's own kinks and bounds, and the values just inside them.
 Arg at(std::vector<double> points) {
@@ -76,27 +56,37 @@ std::vector<GradCase> unaryActivationsCases() {
       u("abs", {}, {1e-300}, [](const Ts& x) { return torch::abs(x[0]); }),
       u("neg", {}, {}, [](const Ts& x) { return -x[0]; }),
       u("leaky_relu", {}, {1e-300}, [](const Ts& x) { return torch::leaky_relu(x[0]); }),
-      u("leaky_relu", {{"negative_slope", 0.2}}, {1e-300}, [](const Ts& x) { return torch::leaky_relu(x[0], 0.2); },
-        "slope 0.2"),
+      u(
+          "leaky_relu", {{"negative_slope", 0.2}}, {1e-300}, [](const Ts& x) { return torch::leaky_relu(x[0], 0.2); },
+          "slope 0.2"),
       u("elu", {}, {1e-300, -1e-300}, [](const Ts& x) { return torch::elu(x[0]); }),
-      u("elu", {{"alpha", 1.5}}, {}, [](const Ts& x) { return torch::elu(x[0], 1.5); }, "alpha 1.5"),
+      u(
+          "elu", {{"alpha", 1.5}}, {}, [](const Ts& x) { return torch::elu(x[0], 1.5); }, "alpha 1.5"),
       u("hardtanh", {}, {-1.0, 1.0, -0.999, 0.999}, [](const Ts& x) { return torch::hardtanh(x[0]); }),
-      u("hardtanh", {{"min_val", 0.0}, {"max_val", 6.0}}, {6.0, 5.999, 6.001},
-        [](const Ts& x) { return torch::hardtanh(x[0], 0, 6); }, "relu6"),
-      u("clamp", {{"min", -1.0}, {"max", 0.5}}, {-1.0, 0.5}, [](const Ts& x) { return torch::clamp(x[0], -1.0, 0.5); },
-        "min and max"),
-      u("clamp", {{"min", 0.5}}, {0.5}, [](const Ts& x) { return torch::clamp_min(x[0], 0.5); }, "min only"),
-      u("clamp", {{"max", -1.0}}, {-1.0}, [](const Ts& x) { return torch::clamp_max(x[0], -1.0); }, "max only"),
-      u("clamp", {{"min", 1.0}, {"max", -1.0}}, {1.0, -1.0}, [](const Ts& x) { return torch::clamp(x[0], 1.0, -1.0); },
-        "min above max"),
+      u(
+          "hardtanh", {{"min_val", 0.0}, {"max_val", 6.0}}, {6.0, 5.999, 6.001},
+          [](const Ts& x) { return torch::hardtanh(x[0], 0, 6); }, "relu6"),
+      u(
+          "clamp", {{"min", -1.0}, {"max", 0.5}}, {-1.0, 0.5},
+          [](const Ts& x) { return torch::clamp(x[0], -1.0, 0.5); }, "min and max"),
+      u(
+          "clamp", {{"min", 0.5}}, {0.5}, [](const Ts& x) { return torch::clamp_min(x[0], 0.5); }, "min only"),
+      u(
+          "clamp", {{"max", -1.0}}, {-1.0}, [](const Ts& x) { return torch::clamp_max(x[0], -1.0); }, "max only"),
+      u(
+          "clamp", {{"min", 1.0}, {"max", -1.0}}, {1.0, -1.0},
+          [](const Ts& x) { return torch::clamp(x[0], 1.0, -1.0); }, "min above max"),
       u("hardswish", {}, {-3.0, 3.0, -2.999, 2.999}, [](const Ts& x) { return torch::hardswish(x[0]); }),
       u("hardsigmoid", {}, {-3.0, 3.0, -2.999, 2.999}, [](const Ts& x) { return torch::hardsigmoid(x[0]); }),
       u("softplus", {}, {20.0, 19.999, -800.0}, [](const Ts& x) { return torch::softplus(x[0]); }),
-      u("softplus", {{"beta", 2.0}, {"threshold", 3.0}}, {1.5, 1.4999},
-        [](const Ts& x) { return torch::softplus(x[0], 2.0, 3.0); }, "beta 2, threshold 3 (x beta = 3)"),
-      u("gelu", {}, {-800.0, 800.0}, [](const Ts& x) { return torch::gelu(x[0]); }, "erf"),
-      u("gelu", {{"approximate", S("tanh")}}, {-800.0, 800.0}, [](const Ts& x) { return torch::gelu(x[0], "tanh"); },
-        "tanh"),
+      u(
+          "softplus", {{"beta", 2.0}, {"threshold", 3.0}}, {1.5, 1.4999},
+          [](const Ts& x) { return torch::softplus(x[0], 2.0, 3.0); }, "beta 2, threshold 3 (x beta = 3)"),
+      u(
+          "gelu", {}, {-800.0, 800.0}, [](const Ts& x) { return torch::gelu(x[0]); }, "erf"),
+      u(
+          "gelu", {{"approximate", S("tanh")}}, {-800.0, 800.0}, [](const Ts& x) { return torch::gelu(x[0], "tanh"); },
+          "tanh"),
       u("silu", {}, {-800.0, 800.0}, [](const Ts& x) { return torch::silu(x[0]); }),
       u("mish", {}, {-800.0, 800.0}, [](const Ts& x) { return torch::mish(x[0]); }),
       u("sigmoid", {}, {-800.0, 800.0}, [](const Ts& x) { return torch::sigmoid(x[0]); }),
@@ -105,7 +95,9 @@ std::vector<GradCase> unaryActivationsCases() {
   };
 }
 
-TEST(EdgeValues, UnaryActivations) { checkAll(unaryActivationsCases()); }
+TEST(EdgeValues, UnaryActivations) {
+  checkAll(unaryActivationsCases());
+}
 
 // ---- unary math at its poles and domain bounds -----------------------------------
 
@@ -122,12 +114,15 @@ std::vector<GradCase> unaryMathCases() {
       u("reciprocal", {1e-300}, [](const Ts& x) { return torch::reciprocal(x[0]); }),
       u("sin", {}, [](const Ts& x) { return torch::sin(x[0]); }),
       u("cos", {}, [](const Ts& x) { return torch::cos(x[0]); }),
-      edge("cast", {{"dtype", DType::F32}}, {at({1e300, -1e300, 1e-300})},
-           [](const Ts& x) { return x[0].to(torch::kFloat32); }, "out of float's range"),
+      edge(
+          "cast", {{"dtype", DType::F32}}, {at({1e300, -1e300, 1e-300})},
+          [](const Ts& x) { return x[0].to(torch::kFloat32); }, "out of float's range"),
   };
 }
 
-TEST(EdgeValues, UnaryMath) { checkAll(unaryMathCases()); }
+TEST(EdgeValues, UnaryMath) {
+  checkAll(unaryMathCases());
+}
 
 // ---- binary ops: zeros, infinities, NaN, ties ------------------------------------
 
@@ -159,24 +154,32 @@ std::vector<GradCase> binaryCases() {
       bin("remainder", [](const Ts& x) { return torch::remainder(x[0], x[1]); }),
       bin("maximum", [](const Ts& x) { return torch::maximum(x[0], x[1]); }),
       bin("minimum", [](const Ts& x) { return torch::minimum(x[0], x[1]); }),
-      bin("maximum", [](const Ts& x) { return torch::maximum(x[0], x[1]); }, ta, tb, "ties"),
-      bin("minimum", [](const Ts& x) { return torch::minimum(x[0], x[1]); }, ta, tb, "ties"),
-      bin("pow", [](const Ts& x) { return torch::pow(x[0], x[1]); }, pa, pb, "zero and negative bases"),
-      edge("pow", {}, {fixed(vals({-2, -0.0, 0.0, 0.5, 2, kInf, kNaN})), fixed(vals({0.0}).reshape({}))},
-           [](const Ts& x) { return torch::pow(x[0], x[1]); }, "0-d exponent 0"),
-      edge("where", {}, {fixed(torch::tensor({true, false, true, false, true, false})),
-                         fixed(vals({kInf, kInf, kNaN, kNaN, 0, -kInf})), fixed(vals({kNaN, 1, kInf, 2, -kInf, kNaN}))},
-           [](const Ts& x) { return torch::where(x[0], x[1], x[2]); }, "specials in the unselected branch"),
+      bin(
+          "maximum", [](const Ts& x) { return torch::maximum(x[0], x[1]); }, ta, tb, "ties"),
+      bin(
+          "minimum", [](const Ts& x) { return torch::minimum(x[0], x[1]); }, ta, tb, "ties"),
+      bin(
+          "pow", [](const Ts& x) { return torch::pow(x[0], x[1]); }, pa, pb, "zero and negative bases"),
+      edge(
+          "pow", {}, {fixed(vals({-2, -0.0, 0.0, 0.5, 2, kInf, kNaN})), fixed(vals({0.0}).reshape({}))},
+          [](const Ts& x) { return torch::pow(x[0], x[1]); }, "0-d exponent 0"),
+      edge(
+          "where", {},
+          {fixed(torch::tensor({true, false, true, false, true, false})),
+           fixed(vals({kInf, kInf, kNaN, kNaN, 0, -kInf})), fixed(vals({kNaN, 1, kInf, 2, -kInf, kNaN}))},
+          [](const Ts& x) { return torch::where(x[0], x[1], x[2]); }, "specials in the unselected branch"),
   };
 }
 
-TEST(EdgeValues, Binary) { checkAll(binaryCases()); }
+TEST(EdgeValues, Binary) {
+  checkAll(binaryCases());
+}
 
 // ---- reductions: ties, NaN, zeros, constant rows, empty ---------------------------
 
 std::vector<GradCase> reductionsCases() {
   // Rows: ties, a NaN, +inf twice, -inf only, ordinary.
-  const torch::Tensor rows = vals({3, 1, 3, 2,  //
+  const torch::Tensor rows = vals({3, 1,    3, 2,  //
                                    1, kNaN, 5, 2, kInf, 0, kInf, 1, -kInf, -kInf, -kInf, -kInf, 0.5, -1, 2, 1.5},
                                   {5, 4});
   auto red = [&](std::string op, AttrMap attrs, TorchFn fn, std::string label, torch::Tensor x = {}) {
@@ -188,28 +191,44 @@ std::vector<GradCase> reductionsCases() {
   const torch::Tensor var_rows = vals({2, 2, 2, 2, -0.0, 0.0, 0.0, -0.0, 1, kInf, 2, 3, 1, 2, 3, 4}, {4, 4});
   const torch::Tensor zeros = vals({0, 2, 3, 0, 0, 4, 1, 1, 5, kInf, 0, 2, kNaN, 1, 0, 2}, {4, 4});
   return {
-      red("sum", dim1, [](const Ts& x) { return x[0].sum(1); }, "specials"),
-      red("mean", dim1, [](const Ts& x) { return x[0].mean(1); }, "specials"),
-      red("mean", dim1, [](const Ts& x) { return x[0].mean(1); }, "empty rows", torch::zeros({3, 0}, torch::kFloat64)),
-      red("sum", {}, [](const Ts& x) { return x[0].sum(); }, "empty", torch::zeros({0, 3}, torch::kFloat64)),
-      red("amax", dim1, [](const Ts& x) { return torch::amax(x[0], {1}); }, "ties, NaN, infinities"),
-      red("amin", dim1keep, [](const Ts& x) { return torch::amin(x[0], {1}, true); }, "ties, NaN, infinities"),
-      red("amax", {}, [](const Ts& x) { return torch::amax(x[0], Ints{}); }, "all, NaN"),
-      red("prod", dim1, [](const Ts& x) { return x[0].prod(1); }, "zeros, inf, NaN", zeros),
-      red("prod", {}, [](const Ts& x) { return x[0].prod(); }, "all, zeros", zeros.slice(0, 0, 2)),
-      red("var", dim1, [](const Ts& x) { return torch::var(x[0], Ints{1}, c10::optional<int64_t>(1), false); },
+      red(
+          "sum", dim1, [](const Ts& x) { return x[0].sum(1); }, "specials"),
+      red(
+          "mean", dim1, [](const Ts& x) { return x[0].mean(1); }, "specials"),
+      red(
+          "mean", dim1, [](const Ts& x) { return x[0].mean(1); }, "empty rows", torch::zeros({3, 0}, torch::kFloat64)),
+      red(
+          "sum", {}, [](const Ts& x) { return x[0].sum(); }, "empty", torch::zeros({0, 3}, torch::kFloat64)),
+      red(
+          "amax", dim1, [](const Ts& x) { return torch::amax(x[0], {1}); }, "ties, NaN, infinities"),
+      red(
+          "amin", dim1keep, [](const Ts& x) { return torch::amin(x[0], {1}, true); }, "ties, NaN, infinities"),
+      red(
+          "amax", {}, [](const Ts& x) { return torch::amax(x[0], Ints{}); }, "all, NaN"),
+      red(
+          "prod", dim1, [](const Ts& x) { return x[0].prod(1); }, "zeros, inf, NaN", zeros),
+      red(
+          "prod", {}, [](const Ts& x) { return x[0].prod(); }, "all, zeros", zeros.slice(0, 0, 2)),
+      red(
+          "var", dim1, [](const Ts& x) { return torch::var(x[0], Ints{1}, c10::optional<int64_t>(1), false); },
           "constant rows, inf", var_rows),
-      red("var", {{"dims", Ints{1}}, {"correction", 0.0}},
+      red(
+          "var", {{"dims", Ints{1}}, {"correction", 0.0}},
           [](const Ts& x) { return torch::var(x[0], Ints{1}, c10::optional<int64_t>(0), false); },
           "constant rows, correction 0", var_rows),
-      red("var", dim1, [](const Ts& x) { return torch::var(x[0], Ints{1}, c10::optional<int64_t>(1), false); },
+      red(
+          "var", dim1, [](const Ts& x) { return torch::var(x[0], Ints{1}, c10::optional<int64_t>(1), false); },
           "one element, correction 1", vals({1.5, -2, 0}, {3, 1})),
-      red("cumsum", {{"dim", I{1}}}, [](const Ts& x) { return torch::cumsum(x[0], 1); }, "specials"),
-      red("cumprod", {{"dim", I{1}}}, [](const Ts& x) { return torch::cumprod(x[0], 1); }, "zeros, inf, NaN", zeros),
+      red(
+          "cumsum", {{"dim", I{1}}}, [](const Ts& x) { return torch::cumsum(x[0], 1); }, "specials"),
+      red(
+          "cumprod", {{"dim", I{1}}}, [](const Ts& x) { return torch::cumprod(x[0], 1); }, "zeros, inf, NaN", zeros),
   };
 }
 
-TEST(EdgeValues, Reductions) { checkAll(reductionsCases()); }
+TEST(EdgeValues, Reductions) {
+  checkAll(reductionsCases());
+}
 
 // ---- softmax and the normalizations: masked rows, constant rows ----------------
 
@@ -220,7 +239,8 @@ std::vector<GradCase> softmaxAndNormsCases() {
   // A constant row (zero variance), a row of zeros, a row with an infinity.
   const torch::Tensor rows = vals({1.5, 1.5, 1.5, 1.5, 0, 0, 0, 0, 1, kInf, 2, 0, -1, 2, 0.5, 3}, {4, 4});
   auto bn = [](bool training) {
-    return [training](const Ts& x) { return torch::batch_norm(x[0], x[1], x[2], x[3], x[4], training, 0.1, 1e-5, false); };
+    return
+        [training](const Ts& x) { return torch::batch_norm(x[0], x[1], x[2], x[3], x[4], training, 0.1, 1e-5, false); };
   };
   // Channel 0 constant (zero batch variance), channel 1 ordinary, channel 2 all zeros.
   const torch::Tensor bn_x =
@@ -230,22 +250,28 @@ std::vector<GradCase> softmaxAndNormsCases() {
                             fixedData(vals({0, 0.5, 0})), fixedData(vals({1, 2, 0}))};
   };
   return {
-      edge("softmax", {{"dim", I{1}}}, {fixed(logits)}, [](const Ts& x) { return torch::softmax(x[0], 1); },
-           "masked rows, inf, NaN"),
-      edge("log_softmax", {{"dim", I{1}}}, {fixed(logits)}, [](const Ts& x) { return torch::log_softmax(x[0], 1); },
-           "masked rows, inf, NaN"),
-      edge("layer_norm", {{"normalized_shape", Ints{4}}}, {fixed(rows), fixed(vals({1, 0.5, 2, -1})),
-                                                          fixed(vals({0, 0.1, -0.1, 0.2}))},
-           [](const Ts& x) { return torch::layer_norm(x[0], {4}, x[1], x[2], 1e-5); }, "constant rows, inf"),
-      edge("group_norm", {{"num_groups", I{2}}}, {fixed(rows.reshape({2, 4, 2})), fixed(vals({1, 0.5, 2, -1})),
-                                                 fixed(vals({0, 0.1, -0.1, 0.2}))},
-           [](const Ts& x) { return torch::group_norm(x[0], 2, x[1], x[2], 1e-5); }, "constant groups, inf"),
+      edge(
+          "softmax", {{"dim", I{1}}}, {fixed(logits)}, [](const Ts& x) { return torch::softmax(x[0], 1); },
+          "masked rows, inf, NaN"),
+      edge(
+          "log_softmax", {{"dim", I{1}}}, {fixed(logits)}, [](const Ts& x) { return torch::log_softmax(x[0], 1); },
+          "masked rows, inf, NaN"),
+      edge(
+          "layer_norm", {{"normalized_shape", Ints{4}}},
+          {fixed(rows), fixed(vals({1, 0.5, 2, -1})), fixed(vals({0, 0.1, -0.1, 0.2}))},
+          [](const Ts& x) { return torch::layer_norm(x[0], {4}, x[1], x[2], 1e-5); }, "constant rows, inf"),
+      edge(
+          "group_norm", {{"num_groups", I{2}}},
+          {fixed(rows.reshape({2, 4, 2})), fixed(vals({1, 0.5, 2, -1})), fixed(vals({0, 0.1, -0.1, 0.2}))},
+          [](const Ts& x) { return torch::group_norm(x[0], 2, x[1], x[2], 1e-5); }, "constant groups, inf"),
       edge("batch_norm", {{"training", I{1}}}, bnArgs(), bn(true), "training, constant channels"),
       edge("batch_norm", {{"training", I{0}}}, bnArgs(), bn(false), "eval, zero running variance"),
   };
 }
 
-TEST(EdgeValues, SoftmaxAndNorms) { checkAll(softmaxAndNormsCases()); }
+TEST(EdgeValues, SoftmaxAndNorms) {
+  checkAll(softmaxAndNormsCases());
+}
 
 // ---- losses: ignored targets, masked classes ---------------------------------------
 
@@ -277,12 +303,15 @@ std::vector<GradCase> lossesCases() {
            ce(Mean, -100, 0.1), "-inf logits, label smoothing"),
       edge("nll_loss", r("mean"), {fixed(logits), all_ignored}, nll(Mean), "mean, every target ignored"),
       edge("nll_loss", r("mean"), {fixed(masked), masked_targets}, nll(Mean), "-inf log-probabilities"),
-      edge("mse_loss", r("mean"), {fixed(vals({0, kInf, kNaN, 1, -kInf})), fixed(vals({0, kInf, 1, kNaN, 2}))},
-           [](const Ts& x) { return at::mse_loss(x[0], x[1], Mean); }, "specials"),
+      edge(
+          "mse_loss", r("mean"), {fixed(vals({0, kInf, kNaN, 1, -kInf})), fixed(vals({0, kInf, 1, kNaN, 2}))},
+          [](const Ts& x) { return at::mse_loss(x[0], x[1], Mean); }, "specials"),
   };
 }
 
-TEST(EdgeValues, Losses) { checkAll(lossesCases()); }
+TEST(EdgeValues, Losses) {
+  checkAll(lossesCases());
+}
 
 // ---- matrix products with infinities and NaN --------------------------------------
 
@@ -292,61 +321,96 @@ std::vector<GradCase> matrixProductsCases() {
   const torch::Tensor b = vals({0, 1, 2, 1, -1, 0, 0, 0, 0, 3, 1, 0.5}, {4, 3});
   const torch::Tensor w = vals({0, 1, 2, 1, -1, 0, 0, 0, 0, 3, 1, 0.5, 0, 0, 0, 0}, {4, 4});
   return {
-      edge("matmul", {}, {fixed(a), fixed(b)}, [](const Ts& x) { return torch::matmul(x[0], x[1]); },
-           "inf and NaN operands"),
-      edge("gemm", {{"trans_b", I{1}}}, {fixed(a), fixed(b.t().contiguous())},
-           [](const Ts& x) { return torch::matmul(x[0], x[1].t()); }, "inf and NaN operands, b transposed"),
-      edge("linear", {}, {fixed(a), fixed(w), fixed(vals({0, kInf, 1, -1}))},
-           [](const Ts& x) { return torch::linear(x[0], x[1], x[2]); }, "inf and NaN operands, inf bias"),
+      edge(
+          "matmul", {}, {fixed(a), fixed(b)}, [](const Ts& x) { return torch::matmul(x[0], x[1]); },
+          "inf and NaN operands"),
+      edge(
+          "gemm", {{"trans_b", I{1}}}, {fixed(a), fixed(b.t().contiguous())},
+          [](const Ts& x) { return torch::matmul(x[0], x[1].t()); }, "inf and NaN operands, b transposed"),
+      edge(
+          "linear", {}, {fixed(a), fixed(w), fixed(vals({0, kInf, 1, -1}))},
+          [](const Ts& x) { return torch::linear(x[0], x[1], x[2]); }, "inf and NaN operands, inf bias"),
   };
 }
 
-TEST(EdgeValues, MatrixProducts) { checkAll(matrixProductsCases()); }
+TEST(EdgeValues, MatrixProducts) {
+  checkAll(matrixProductsCases());
+}
 
 // ---- convolution, pooling, embedding, dropout -------------------------------------
 
 std::vector<GradCase> convPoolEmbeddingCases() {
   // One image, one channel: a plateau of equal values (ties in every
   // window), a NaN, an inf and a -inf region.
-  const torch::Tensor img = vals({1, 1, 1, 1, 2,   //
-                                  1, 1, 1, 1, 2,   //
-                                  0, kNaN, 0, 3, 3,  //
+  const torch::Tensor img = vals({1,     1,     1, 1, 2,     //
+                                  1,     1,     1, 1, 2,     //
+                                  0,     kNaN,  0, 3, 3,     //
                                   -kInf, -kInf, 0, 3, kInf,  //
                                   -kInf, -kInf, 5, 5, 5},
                                  {1, 1, 5, 5});
   const torch::Tensor ties = torch::ones({1, 2, 4, 4}, torch::kFloat64);
-  auto mp = [](Ints k, Ints s, Ints p) {
-    return AttrMap{{"kernel_size", k}, {"stride", s}, {"padding", p}};
-  };
+  auto mp = [](Ints k, Ints s, Ints p) { return AttrMap{{"kernel_size", k}, {"stride", s}, {"padding", p}}; };
   const torch::Tensor weight = vals({1, 0, 0, -1, 0.5, 0, 2, 0, 1}, {1, 1, 3, 3});
   const AttrMap conv{{"stride", Ints{1, 1}}, {"padding", Ints{1, 1}}, {"dilation", Ints{1, 1}}, {"groups", I{1}}};
   return {
-      edge("max_pool2d", mp({2, 2}, {1, 1}, {0, 0}), {fixed(img)},
-           [](const Ts& x) { return torch::max_pool2d(x[0], {2, 2}, {1, 1}); }, "ties, NaN, infinities"),
-      edge("max_pool2d", mp({3, 3}, {2, 2}, {1, 1}), {fixed(ties)},
-           [](const Ts& x) { return torch::max_pool2d(x[0], {3, 3}, {2, 2}, {1, 1}); }, "all ties, padding"),
-      edge("adaptive_max_pool2d", {{"output_size", Ints{2, 2}}}, {fixed(img)},
-           [](const Ts& x) { return std::get<0>(torch::adaptive_max_pool2d(x[0], {2, 2})); }, "ties, NaN, infinities"),
-      edge("adaptive_max_pool2d", {{"output_size", Ints{3, 3}}}, {fixed(ties)},
-           [](const Ts& x) { return std::get<0>(torch::adaptive_max_pool2d(x[0], {3, 3})); }, "all ties"),
-      edge("avg_pool2d", mp({2, 2}, {1, 1}, {0, 0}), {fixed(img)},
-           [](const Ts& x) { return torch::avg_pool2d(x[0], {2, 2}, {1, 1}); }, "NaN, infinities"),
-      edge("adaptive_avg_pool2d", {{"output_size", Ints{2, 2}}}, {fixed(img)},
-           [](const Ts& x) { return torch::adaptive_avg_pool2d(x[0], {2, 2}); }, "NaN, infinities"),
-      edge("conv2d", conv, {fixed(img), fixed(weight)},
-           [](const Ts& x) { return torch::conv2d(x[0], x[1], {}, 1, 1); }, "NaN, infinities, zero weights"),
-      edge("conv2d_input_backward",
-           {{"input_shape", Ints{1, 1, 5, 5}}, {"stride", Ints{1, 1}}, {"padding", Ints{1, 1}},
-            {"dilation", Ints{1, 1}}, {"groups", I{1}}},
-           {fixed(img), fixed(weight)},
-           [](const Ts& x) { return torch::conv_transpose2d(x[0], x[1], {}, 1, 1); }, "NaN, infinities"),
-      edge("embedding", {{"padding_idx", I{1}}, {"scale_grad_by_freq", I{1}}},
-           {fixed(vals({kInf, 1, kNaN, 0, 2, -1}, {3, 2})), fixed(torch::tensor({1, 1, 0, 2, 0}, torch::kInt64))},
-           [](const Ts& x) { return torch::embedding(x[0], x[1], 1, true); }, "specials, padding row"),
+      edge(
+          "max_pool2d", mp({2, 2}, {1, 1}, {0, 0}), {fixed(img)},
+          [](const Ts& x) {
+            return torch::max_pool2d(x[0], {2, 2}, {1, 1});
+          },
+          "ties, NaN, infinities"),
+      edge(
+          "max_pool2d", mp({3, 3}, {2, 2}, {1, 1}), {fixed(ties)},
+          [](const Ts& x) {
+            return torch::max_pool2d(x[0], {3, 3}, {2, 2}, {1, 1});
+          },
+          "all ties, padding"),
+      edge(
+          "adaptive_max_pool2d", {{"output_size", Ints{2, 2}}}, {fixed(img)},
+          [](const Ts& x) {
+            return std::get<0>(torch::adaptive_max_pool2d(x[0], {2, 2}));
+          },
+          "ties, NaN, infinities"),
+      edge(
+          "adaptive_max_pool2d", {{"output_size", Ints{3, 3}}}, {fixed(ties)},
+          [](const Ts& x) {
+            return std::get<0>(torch::adaptive_max_pool2d(x[0], {3, 3}));
+          },
+          "all ties"),
+      edge(
+          "avg_pool2d", mp({2, 2}, {1, 1}, {0, 0}), {fixed(img)},
+          [](const Ts& x) {
+            return torch::avg_pool2d(x[0], {2, 2}, {1, 1});
+          },
+          "NaN, infinities"),
+      edge(
+          "adaptive_avg_pool2d", {{"output_size", Ints{2, 2}}}, {fixed(img)},
+          [](const Ts& x) {
+            return torch::adaptive_avg_pool2d(x[0], {2, 2});
+          },
+          "NaN, infinities"),
+      edge(
+          "conv2d", conv, {fixed(img), fixed(weight)}, [](const Ts& x) { return torch::conv2d(x[0], x[1], {}, 1, 1); },
+          "NaN, infinities, zero weights"),
+      edge(
+          "conv2d_input_backward",
+          {{"input_shape", Ints{1, 1, 5, 5}},
+           {"stride", Ints{1, 1}},
+           {"padding", Ints{1, 1}},
+           {"dilation", Ints{1, 1}},
+           {"groups", I{1}}},
+          {fixed(img), fixed(weight)}, [](const Ts& x) { return torch::conv_transpose2d(x[0], x[1], {}, 1, 1); },
+          "NaN, infinities"),
+      edge(
+          "embedding", {{"padding_idx", I{1}}, {"scale_grad_by_freq", I{1}}},
+          {fixed(vals({kInf, 1, kNaN, 0, 2, -1}, {3, 2})), fixed(torch::tensor({1, 1, 0, 2, 0}, torch::kInt64))},
+          [](const Ts& x) { return torch::embedding(x[0], x[1], 1, true); }, "specials, padding row"),
   };
 }
 
-TEST(EdgeValues, ConvPoolEmbedding) { checkAll(convPoolEmbeddingCases()); }
+TEST(EdgeValues, ConvPoolEmbedding) {
+  checkAll(convPoolEmbeddingCases());
+}
 
 /// Dropout at p = 0 keeps everything and at p = 1 drops everything; a value
 /// is multiplied by its factor, so a dropped inf or NaN is NaN (PyTorch's
@@ -359,7 +423,8 @@ TEST(EdgeValues, DropoutAtItsBounds) {
       SCOPED_TRACE(std::string(c10::toString(dtype)) + " p=" + std::to_string(p));
       const Ts x = {padded({1, -2, kInf, kNaN, 0, 3, -kInf, -0.0}).to(dtype)};
       Ts w = {uniform({64}, -1, 1).to(dtype)};
-      GradCase c = edge("dropout", {{"p", p}, {"training", I{1}}}, {fixed(x[0])}, [](const Ts& v) { return v[0]; }, "");
+      GradCase c = edge(
+          "dropout", {{"p", p}, {"training", I{1}}}, {fixed(x[0])}, [](const Ts& v) { return v[0]; }, "");
       Sides got = kilnSide(c, x, w);
       if (got.outputs.empty()) continue;
       const torch::Tensor keep = got.outputs[1].to(dtype);
@@ -380,17 +445,20 @@ std::vector<GradCase> attentionMaskedRowsCases() {
   const torch::Tensor v = vals({1, 2, 3, 4, 5, 6}, {1, 1, 3, 2});
   const torch::Tensor keep = torch::tensor({true, true, false, false, false, false, true, false, true}).reshape({3, 3});
   return {
-      edge("attention", {{"scale", 0.5}, {"mask", S("keep")}}, {fixed(q), fixed(k), fixed(v), fixed(keep)},
-           [](const Ts& x) {
-             torch::Tensor s = torch::matmul(x[0], x[1].transpose(-2, -1)) * 0.5;
-             s = s.masked_fill(x[3].logical_not(), -kInf);
-             return torch::matmul(torch::softmax(s, -1), x[2]);
-           },
-           "a fully masked row"),
+      edge(
+          "attention", {{"scale", 0.5}, {"mask", S("keep")}}, {fixed(q), fixed(k), fixed(v), fixed(keep)},
+          [](const Ts& x) {
+            torch::Tensor s = torch::matmul(x[0], x[1].transpose(-2, -1)) * 0.5;
+            s = s.masked_fill(x[3].logical_not(), -kInf);
+            return torch::matmul(torch::softmax(s, -1), x[2]);
+          },
+          "a fully masked row"),
   };
 }
 
-TEST(EdgeValues, AttentionMaskedRows) { checkAll(attentionMaskedRowsCases()); }
+TEST(EdgeValues, AttentionMaskedRows) {
+  checkAll(attentionMaskedRowsCases());
+}
 
 // ---- layout and indexing ops pass specials through ---------------------------------
 
@@ -407,76 +475,105 @@ std::vector<GradCase> shapeAndIndexingCases() {
   const torch::Tensor sr_idx = torch::tensor({0, 0, 1, 1, 2, 2}, torch::kInt64).expand({3, 6}).contiguous();
   auto sr = [&](const char* reduce, bool self) {
     const std::string r = reduce;
-    return edge("scatter_reduce", {{"dim", I{1}}, {"reduce", r}, {"include_self", I{self}}},
-                {fixed(x), fixed(sr_idx), fixed(sr_src)},
-                [r, self](const Ts& v) { return torch::scatter_reduce(v[0], 1, v[1], v[2], r, self); },
-                r + (self ? " with self" : "") + ": NaN, ties, signed zeros");
+    return edge(
+        "scatter_reduce", {{"dim", I{1}}, {"reduce", r}, {"include_self", I{self}}},
+        {fixed(x), fixed(sr_idx), fixed(sr_src)},
+        [r, self](const Ts& v) { return torch::scatter_reduce(v[0], 1, v[1], v[2], r, self); },
+        r + (self ? " with self" : "") + ": NaN, ties, signed zeros");
   };
   return {
-      sh("reshape", {{"shape", Ints{2, 6}}}, [](const Ts& v) { return v[0].reshape({2, 6}); }),
-      sh("permute", {{"dims", Ints{1, 0}}}, [](const Ts& v) { return v[0].permute({1, 0}); }),
-      sh("expand", {{"shape", Ints{2, 3, 4}}}, [](const Ts& v) { return v[0].expand({2, 3, 4}); }),
+      sh("reshape", {{"shape", Ints{2, 6}}},
+         [](const Ts& v) {
+           return v[0].reshape({2, 6});
+         }),
+      sh("permute", {{"dims", Ints{1, 0}}},
+         [](const Ts& v) {
+           return v[0].permute({1, 0});
+         }),
+      sh("expand", {{"shape", Ints{2, 3, 4}}},
+         [](const Ts& v) {
+           return v[0].expand({2, 3, 4});
+         }),
       sh("slice", {{"dim", I{1}}, {"start", I{1}}, {"end", I{4}}, {"step", I{2}}},
          [](const Ts& v) { return v[0].slice(1, 1, 4, 2); }),
       sh("select", {{"dim", I{0}}, {"index", I{0}}}, [](const Ts& v) { return v[0].select(0, 0); }),
-      sh("cat", {{"dim", I{0}}}, [](const Ts& v) { return torch::cat({v[0], v[1]}, 0); },
+      sh("cat", {{"dim", I{0}}},
+         [](const Ts& v) {
+           return torch::cat({v[0], v[1]}, 0);
+         },
          {fixed(vals({kNaN, 1, -kInf, 0}, {1, 4}))}),
       sh("split", {{"dim", I{1}}, {"sizes", Ints{1, 3}}},
-         [](const Ts& v) { return torch::split_with_sizes(v[0], {1, 3}, 1); }),
+         [](const Ts& v) {
+           return torch::split_with_sizes(v[0], {1, 3}, 1);
+         }),
       sh("roll", {{"shifts", Ints{1}}, {"dims", Ints{1}}}, [](const Ts& v) { return torch::roll(v[0], {1}, {1}); }),
       sh("flip", {{"dims", Ints{0}}}, [](const Ts& v) { return torch::flip(v[0], {0}); }),
-      sh("repeat", {{"repeats", Ints{1, 2}}}, [](const Ts& v) { return v[0].repeat({1, 2}); }),
+      sh("repeat", {{"repeats", Ints{1, 2}}},
+         [](const Ts& v) {
+           return v[0].repeat({1, 2});
+         }),
       sh("triu", {{"diagonal", I{0}}}, [](const Ts& v) { return torch::triu(v[0]); }),
       sh("tril", {{"diagonal", I{0}}}, [](const Ts& v) { return torch::tril(v[0]); }),
-      sh("pad", {{"pads", Ints{1, 2}}, {"mode", S("reflect")}}, [](const Ts& v) { return at::pad(v[0], {1, 2}, "reflect"); }),
+      sh("pad", {{"pads", Ints{1, 2}}, {"mode", S("reflect")}},
+         [](const Ts& v) {
+           return at::pad(v[0], {1, 2}, "reflect");
+         }),
       sh("pad", {{"pads", Ints{1, 1}}, {"mode", S("constant")}, {"value", kInf}},
-         [](const Ts& v) { return at::pad(v[0], {1, 1}, "constant", kInf); }),
+         [](const Ts& v) {
+           return at::pad(v[0], {1, 1}, "constant", kInf);
+         }),
       sh("index", {{"dim", I{1}}}, [](const Ts& v) { return v[0].index_select(1, v[1]); }, {fixed(idx)}),
       sh("gather", {{"dim", I{1}}}, [](const Ts& v) { return torch::gather(v[0], 1, v[1]); }, {fixed(gidx)}),
       sh("index_add", {{"dim", I{0}}}, [](const Ts& v) { return torch::index_add(v[0], 0, v[1], v[2]); },
-         {fixed(torch::tensor({0, 0, 2}, torch::kInt64)), fixed(vals({kNaN, 1, 2, kInf, 0, 0, -kInf, 1, 1, 1, 1, 1}, {3, 4}))}),
+         {fixed(torch::tensor({0, 0, 2}, torch::kInt64)),
+          fixed(vals({kNaN, 1, 2, kInf, 0, 0, -kInf, 1, 1, 1, 1, 1}, {3, 4}))}),
       sh("scatter_add", {{"dim", I{1}}}, [](const Ts& v) { return torch::scatter_add(v[0], 1, v[1], v[2]); },
          {fixed(gidx), fixed(vals({kInf, -kInf, 1, 0, kNaN, 2, 1, 1, 1}, {3, 3}))}),
       sr("amax", true),
       sr("amax", false),
       sr("amin", false),
       sr("prod", true),
-      edge("slice_backward",
-           {{"input_shape", Ints{3, 6}}, {"dim", I{1}}, {"start", I{1}}, {"end", I{5}}, {"step", I{1}}},
-           {fixed(x)}, [](const Ts& v) { return torch::slice_backward(v[0], {3, 6}, 1, 1, 5, 1); }, "specials"),
-      edge("select_backward", {{"input_shape", Ints{3, 4, 2}}, {"dim", I{2}}, {"index", I{1}}}, {fixed(x)},
-           [](const Ts& v) { return torch::select_backward(v[0], {3, 4, 2}, 2, 1); }, "specials"),
-      edge("pad_backward", {{"input_shape", Ints{3, 2}}, {"pads", Ints{1, 1}}, {"mode", S("reflect")}}, {fixed(x)},
-           [](const Ts& v) {
-             torch::Tensor probe = torch::zeros({3, 2}, v[0].options().requires_grad(true));
-             return torch::autograd::grad({at::pad(probe, {1, 1}, "reflect")}, {probe}, {v[0]}, true, true)[0];
-           },
-           "specials"),
+      edge(
+          "slice_backward",
+          {{"input_shape", Ints{3, 6}}, {"dim", I{1}}, {"start", I{1}}, {"end", I{5}}, {"step", I{1}}}, {fixed(x)},
+          [](const Ts& v) {
+            return torch::slice_backward(v[0], {3, 6}, 1, 1, 5, 1);
+          },
+          "specials"),
+      edge(
+          "select_backward", {{"input_shape", Ints{3, 4, 2}}, {"dim", I{2}}, {"index", I{1}}}, {fixed(x)},
+          [](const Ts& v) {
+            return torch::select_backward(v[0], {3, 4, 2}, 2, 1);
+          },
+          "specials"),
+      edge(
+          "pad_backward", {{"input_shape", Ints{3, 2}}, {"pads", Ints{1, 1}}, {"mode", S("reflect")}}, {fixed(x)},
+          [](const Ts& v) {
+            torch::Tensor probe = torch::zeros({3, 2}, v[0].options().requires_grad(true));
+            return torch::autograd::grad({at::pad(probe, {1, 1}, "reflect")}, {probe}, {v[0]}, true, true)[0];
+          },
+          "specials"),
   };
 }
 
-TEST(EdgeValues, ShapeAndIndexing) { checkAll(shapeAndIndexingCases()); }
+TEST(EdgeValues, ShapeAndIndexing) {
+  checkAll(shapeAndIndexingCases());
+}
 
 // ---- every op with a gradient rule has edge cases ----------------------------------
 
 /// Ops with a gradient rule that need no case here, and why.
 const std::map<std::string, std::string> kNoEdgeCases = {
-    {"fused_elementwise", "made by the fuse pass after autodiff; its rule differentiates the ops it holds, each covered"},
+    {"fused_elementwise",
+     "made by the fuse pass after autodiff; its rule differentiates the ops it holds, each covered"},
     {"fused_reduction", "made by the fuse pass after autodiff; its rule differentiates the ops it holds, each covered"},
 };
 
 /// Every table of cases above, and the ops with a test of their own.
 std::vector<GradCase> (*const kTables[])() = {
-    unaryActivationsCases,
-    unaryMathCases,
-    binaryCases,
-    reductionsCases,
-    softmaxAndNormsCases,
-    lossesCases,
-    matrixProductsCases,
-    convPoolEmbeddingCases,
-    attentionMaskedRowsCases,
-    shapeAndIndexingCases,
+    unaryActivationsCases,    unaryMathCases,        binaryCases,         reductionsCases,
+    softmaxAndNormsCases,     lossesCases,           matrixProductsCases, convPoolEmbeddingCases,
+    attentionMaskedRowsCases, shapeAndIndexingCases,
 };
 const std::set<std::string> kOwnTests = {"dropout"};
 

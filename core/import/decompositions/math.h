@@ -66,7 +66,8 @@ template <class Cx>
 Value* shrink(Cx& cx, Value* x, double l, bool hard) {
   const DType t = x->dtype();
   Value* zero = cx.scalar(0, t);
-  if (hard) return cx.emit("where", {cx.emit("gt", {cx.emit("abs", {x}), cx.scalar(l, t)}), x, cx.emit("mul", {x, zero})});
+  if (hard)
+    return cx.emit("where", {cx.emit("gt", {cx.emit("abs", {x}), cx.scalar(l, t)}), x, cx.emit("mul", {x, zero})});
   Value* above = cx.emit("where", {cx.emit("gt", {x, cx.scalar(l, t)}), cx.emit("sub", {x, cx.scalar(l, t)}), zero});
   return cx.emit("where", {cx.emit("lt", {x, cx.scalar(-l, t)}), cx.emit("add", {x, cx.scalar(l, t)}), above});
 }
@@ -113,7 +114,8 @@ Value* extremeOfAll(Cx& cx, Value* x, bool is_max) {
   Value* fill = cx.scalar(is_max ? -INFINITY : INFINITY, t);
   Value* without_nan = all(is_max ? "amax" : "amin", cx.emit("where", {nan, fill, x}));
   // NaN when x holds one; its gradient g / (number of NaNs) at each NaN.
-  Value* nan_mean = cx.emit("div", {all("sum", cx.emit("mul", {x, nan_f})), cx.emit("maximum", {nans, cx.scalar(1, t)})});
+  Value* nan_mean =
+      cx.emit("div", {all("sum", cx.emit("mul", {x, nan_f})), cx.emit("maximum", {nans, cx.scalar(1, t)})});
   return cx.emit("where", {cx.emit("gt", {nans, cx.scalar(0, t)}), nan_mean, without_nan});
 }
 
@@ -188,12 +190,6 @@ Value* cosineSimilarity(Cx& cx, Value* x1, Value* x2, int64_t dim, double eps) {
     return cx.emit("div", {x, clamped});
   };
   return cx.emit("sum", {cx.emit("mul", {unit(x1), unit(x2)})}, {{"dims", d}, {"keepdim", int64_t{0}}});
-}
-
-/// std from a variance: zeroMaskedSqrt, PyTorch's std_backward (0 for a constant row).
-template <class Cx>
-Value* stdFromVar(Cx& cx, Value* var) {
-  return zeroMaskedSqrt(cx, var);
 }
 
 }  // namespace kiln::decomp

@@ -48,12 +48,14 @@ Value* variance(Lowering& cx, NodeArgs& a) {
 }
 
 FxValue lowerVar(Lowering& cx, NodeArgs& a) { return FxValue::of(variance(cx, a)); }
-FxValue lowerStd(Lowering& cx, NodeArgs& a) { return FxValue::of(decomp::stdFromVar(cx, variance(cx, a))); }
+FxValue lowerStd(Lowering& cx, NodeArgs& a) {
+  return FxValue::of(decomp::zeroMaskedSqrt(cx, variance(cx, a)));
+}
 
 /// var_mean / std_mean(.correction) -> (var or std, mean) over the same dims.
 FxValue lowerVarMean(Lowering& cx, NodeArgs& a) {
   Value* v = variance(cx, a);
-  if (a.kiln == "std") v = decomp::stdFromVar(cx, v);
+  if (a.kiln == "std") v = decomp::zeroMaskedSqrt(cx, v);
   Value* x = a.tensor("self");
   Value* mean = cx.emit("mean", {x}, {{"dims", reduceDims(a, x)}, {"keepdim", int64_t{keepdim(a)}}});
   return FxValue::tuple({FxValue::of(v), FxValue::of(mean)});
@@ -85,7 +87,6 @@ FxValue lowerArgReduce(Lowering& cx, NodeArgs& a) {
   return FxValue::of(argReduce(cx, a.kiln, a.tensor("self"), a.optInt("dim"), keepdim(a)));
 }
 
-/// max.dim / min.dim -> (values, indices).
 /// max() / min() of all elements.
 FxValue lowerExtremeOfAll(Lowering& cx, NodeArgs& a) {
   return FxValue::of(decomp::extremeOfAll(cx, a.tensor("self"), a.kiln == "amax"));
@@ -93,6 +94,7 @@ FxValue lowerExtremeOfAll(Lowering& cx, NodeArgs& a) {
 
 FxValue pairOf(decomp::ValuesIndices r) { return FxValue::tuple({FxValue::of(r.values), FxValue::of(r.indices)}); }
 
+/// max.dim / min.dim -> (values, indices).
 FxValue lowerMaxDim(Lowering& cx, NodeArgs& a) {
   return pairOf(decomp::maxMinDim(cx, a.tensor("self"), a.integer("dim"), keepdim(a), a.kiln == "amax"));
 }

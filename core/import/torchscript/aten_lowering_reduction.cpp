@@ -45,7 +45,9 @@ Out lowerAmax(Lowering& cx, Args& a) {
   return single(cx, reduce(cx, a.kiln_op, x, dimsArg(a, 1, x->type().rank()), a.given(2) && a.flag(2)));
 }
 
-Out pairOf(Lowering& cx, decomp::ValuesIndices r) { return {cx.fresh(r.values), cx.fresh(r.indices)}; }
+Out pairOf(Lowering& cx, decomp::ValuesIndices r) {
+  return {cx.fresh(r.values), cx.fresh(r.indices)};
+}
 
 // max/min(self) -> all; (self, dim, keepdim) -> (values, indices); (self, other) -> elementwise
 Out lowerMaxMin(Lowering& cx, Args& a) {
@@ -98,7 +100,7 @@ Out lowerArgReduce(Lowering& cx, Args& a) {
 Value* variance(Lowering& cx, Value* x, const std::vector<int64_t>& dims, double correction, bool keepdim, bool root) {
   if (!isFloating(x->dtype())) fail("var()/std() need a floating-point input, got " + x->type().str());
   Value* v = cx.emit("var", {x}, {{"dims", dims}, {"correction", correction}, {"keepdim", int64_t{keepdim}}});
-  return root ? decomp::stdFromVar(cx, v) : v;
+  return root ? decomp::zeroMaskedSqrt(cx, v) : v;
 }
 
 /// Parse var/std overloads: (self, unbiased), (self, dim, unbiased, keepdim),
