@@ -19,7 +19,8 @@ double graphFlops(const Graph& g) {
 bool mayAliasInput(const Node& n) {
   // The kView trait also covers ops that only move data into a new buffer;
   // these are the ones that can return a strided view of their input.
-  static constexpr std::string_view kAliasing[] = {"reshape", "permute", "expand", "slice", "select", "split"};
+  static constexpr std::string_view kAliasing[] = {"reshape", "detach", "permute", "expand",
+                                                   "slice",   "select", "split"};
   if (!n.def().has(kView) || n.numInputs() == 0) return false;
   return std::find(std::begin(kAliasing), std::end(kAliasing), n.op()) != std::end(kAliasing);
 }

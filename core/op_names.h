@@ -16,11 +16,11 @@
 #define KILN_OP_LIST(X) \
   X(abs) X(adam_update) X(adaptive_avg_pool2d) X(adaptive_avg_pool2d_backward) X(adaptive_max_pool2d) \
   X(adaptive_max_pool2d_backward) X(add) X(allgather) X(allreduce) X(allreduce_rows) X(amax) X(amin) X(arange) \
-  X(argmax) X(argmin) X(attention) X(attention_backward) X(avg_pool2d) X(avg_pool2d_backward) X(batch_norm) \
+  X(argmax) X(argmin) X(atan2) X(attention) X(attention_backward) X(avg_pool2d) X(avg_pool2d_backward) X(batch_norm) \
   X(batch_norm_backward) X(binary_backward) X(broadcast) X(cast) X(cat) X(ceil) X(clamp) X(conv2d) \
   X(conv2d_input_backward) X(conv2d_weight_backward) X(cos) X(cross_entropy) X(cross_entropy_backward) \
-  X(cumprod) X(cumsum) X(div) X(dropout) X(elu) X(embedding) X(embedding_backward) X(embedding_backward_rows) \
-  X(eq) X(erf) X(exp) X(expand) X(flip) X(floor) X(floor_div) X(full) X(fused_elementwise) X(fused_reduction) \
+  X(cumprod) X(cumsum) X(detach) X(div) X(dropout) X(elu) X(embedding) X(embedding_backward) X(embedding_backward_rows) \
+  X(eq) X(erf) X(exp) X(expand) X(expm1) X(flip) X(floor) X(floor_div) X(full) X(fused_elementwise) X(fused_reduction) \
   X(gather) X(ge) X(gelu) X(gemm) X(global_norm) X(group_norm) X(group_norm_backward) X(gt) X(hardsigmoid) \
   X(hardswish) X(hardtanh) X(index) X(index_add) X(layer_norm) X(layer_norm_backward) X(le) X(leaky_relu) \
   X(linear) X(log) X(log1p) X(log_softmax) X(log_softmax_backward) X(logical_and) X(logical_not) X(logical_or) \

@@ -51,6 +51,7 @@ const std::vector<AmpPolicyEntry>& ampPolicy() {
       {"exp", Fp32, "torch CUDA: exp in the float32 list (overflows f16 above 11)"},
       {"log", Fp32, "torch CUDA: log in the float32 list"},
       {"log1p", Fp32, "torch CUDA: log1p in the float32 list"},
+      {"expm1", Fp32, "torch CUDA: expm1 in the float32 list"},
       {"pow", Fp32, "torch CUDA: pow in the float32 list"},
       {"reciprocal", Fp32, "torch CUDA: reciprocal in the float32 list"},
       {"rsqrt", Fp32, "torch CUDA: rsqrt in the float32 list"},
@@ -64,6 +65,7 @@ const std::vector<AmpPolicyEntry>& ampPolicy() {
       {"div", Promote, "a / b"},
       {"maximum", Promote, "max(a, b)"},
       {"minimum", Promote, "min(a, b)"},
+      {"atan2", Promote, "torch CUDA: atan2 in the promote list"},
       {"where", Promote, "cond ? a : b"},
       {"cat", Promote, "torch CPU: cat in the promote list"},
   };

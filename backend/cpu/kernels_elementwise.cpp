@@ -158,6 +158,17 @@ struct PowOp {
   }
 };
 
+/// std::atan2 (integers arrive as floats: the op's result type is floating).
+struct Atan2Op {
+  template <class C>
+  static C apply(C a, C b) {
+    if constexpr (std::is_floating_point_v<C>)
+      return std::atan2(a, b);
+    else
+      return static_cast<C>(std::atan2(static_cast<double>(a), static_cast<double>(b)));
+  }
+};
+
 /// NaN propagates from either side, as torch.maximum/minimum.
 struct MaximumOp {
   template <class C>
@@ -387,6 +398,7 @@ void registerCpuElementwiseKernels(KernelRegistry& r) {
   add(r, "pow", arithmeticKernel<PowOp>);
   add(r, "maximum", arithmeticKernel<MaximumOp>);
   add(r, "minimum", arithmeticKernel<MinimumOp>);
+  add(r, "atan2", arithmeticKernel<Atan2Op>);
   add(r, "eq", compareKernel<EqOp>);
   add(r, "ne", compareKernel<NeOp>);
   add(r, "lt", compareKernel<LtOp>);
@@ -407,6 +419,7 @@ void registerCpuElementwiseKernels(KernelRegistry& r) {
   add(r, "cast", castKernel);
 
   add(r, "exp", unaryKernel<ExpOp, true>);
+  add(r, "expm1", unaryKernel<Expm1Op, true>);
   add(r, "log", unaryKernel<LogOp, true>);
   add(r, "log1p", unaryKernel<Log1pOp, true>);
   add(r, "sqrt", unaryKernel<SqrtOp, true>);

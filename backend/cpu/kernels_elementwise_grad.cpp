@@ -1,7 +1,7 @@
 // CPU kernels of the backward ops of the elementwise and reduction families
 // (core/ops/elementwise_grad.cpp, core/ops/reduction_grad.cpp):
 //   unary_backward(g, v) {fn, ...}  one functor per forward op, picked by `fn`
-//   binary_backward(g, a, b) {fn, input}  div, pow, maximum, minimum
+//   binary_backward(g, a, b) {fn, input}  div, pow, maximum, minimum, atan2
 //   prod_backward(g, x, y) {dims, keepdim}
 // Formulas and their order of operations are PyTorch's *_backward kernels
 // (derivatives.yaml / FunctionsManual.cpp), including the boundary
@@ -44,6 +44,7 @@ using Outputs = std::span<Tensor>;
 #define KILN_UNARY_GRAD_WIDE(NAME, ...) KILN_UNARY_GRAD_IMPL(NAME, true, __VA_ARGS__)
 
 KILN_UNARY_GRAD(AbsGrad, return g * C((C(0) < v) - (v < C(0)));)  // sgn(0) = sgn(NaN) = 0
+KILN_UNARY_GRAD(Expm1Grad, return g * (v + C(1));)                // v = y
 KILN_UNARY_GRAD(Log1pGrad, return g / (v + C(1));)
 KILN_UNARY_GRAD(SqrtGrad, return g / (C(2) * v);)              // v = y
 KILN_UNARY_GRAD(RsqrtGrad, return C(-0.5) * g * (v * v * v);)  // v = y
@@ -196,6 +197,7 @@ struct UnaryGradKernel {
   { FN, unaryGradKernel<OP>, unaryGradBlock<float, OP>, unaryGradBlock<double, OP> }
 const UnaryGradKernel kUnaryGradKernels[] = {
     KILN_UNARY_GRAD_ENTRY("abs", AbsGrad),
+    KILN_UNARY_GRAD_ENTRY("expm1", Expm1Grad),
     KILN_UNARY_GRAD_ENTRY("clamp", ClampGrad),
     KILN_UNARY_GRAD_ENTRY("hardtanh", ClampGrad),
     KILN_UNARY_GRAD_ENTRY("log1p", Log1pGrad),
@@ -268,6 +270,17 @@ struct MinimumGrad {
   }
 };
 
+/// PyTorch's atan2_backward: r = 1 / (a^2 + b^2); d/da = g b r, d/db = g (-a) r
+/// (NaN at the origin, where r is inf and 0 * inf is NaN).
+struct Atan2Grad {
+  int64_t input;
+  template <class C>
+  C operator()(C g, C a, C b) const {
+    const C r = C(1) / (a * a + b * b);
+    return input == 0 ? g * b * r : g * -a * r;
+  }
+};
+
 template <class Op>
 void binaryGradKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
   Tensor& o = allocOutput(n, out, 0);
@@ -297,6 +310,7 @@ void binaryBackwardKernel(const Node& n, Inputs in, Outputs out, KernelContext& 
   if (fn == "pow") return binaryGradKernel<PowGrad>(n, in, out, ctx);
   if (fn == "maximum") return binaryGradKernel<MaximumGrad>(n, in, out, ctx);
   if (fn == "minimum") return binaryGradKernel<MinimumGrad>(n, in, out, ctx);
+  if (fn == "atan2") return binaryGradKernel<Atan2Grad>(n, in, out, ctx);
   opFail(n, "no CPU kernel for fn \"" + fn + "\"");
 }
 

@@ -13,6 +13,7 @@
 #include "backend/cpu/cpu_loops.h"
 #include "backend/cpu/cpu_math.h"
 #include "backend/cpu/reduce_loops.h"
+#include "backend/cpu/topk_ties.h"
 #include "backend/kernel.h"
 #include "core/ops/op_helpers.h"
 
@@ -142,14 +143,22 @@ void argKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
   });
 }
 
+TopkTies topkTies(const Node& n) {
+  const std::string& t = n.s("ties");
+  if (t == "topk") return TopkTies::Topk;
+  if (t == "kthvalue") return TopkTies::Kthvalue;
+  return TopkTies::Stable;
+}
+
 /// topk along `dim`: the indices of the k best values, best first. Order:
-/// NaN above every number (PyTorch's topk and sort), then by value, ties by
-/// the lower index (PyTorch leaves their order open; this one is stable).
+/// NaN above every number (PyTorch's topk and sort), then by value, ties as
+/// `ties` says (topk_ties.h).
 void topkKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
   Tensor& o = allocOutput(n, out, 0);
   const Tensor& x = in[0];
   const int64_t axis = normalizeAxis(n.i("dim"), x.rank()), k = n.i("k");
   const bool largest = n.i("largest") != 0;
+  const TopkTies ties = topkTies(n);
   const AxisSplit split = splitAt(x, axis);
   const int64_t r = split.size, inner = split.inner;
   int64_t* dst = o.data<int64_t>();
@@ -158,21 +167,13 @@ void topkKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
     const T* src = x.data<T>();
-    auto better = [largest](const std::pair<C, int64_t>& a, const std::pair<C, int64_t>& b) {
-      if constexpr (std::is_floating_point_v<C>) {
-        const bool an = std::isnan(a.first), bn = std::isnan(b.first);
-        if (an || bn) return an != bn ? (largest ? an : bn) : a.second < b.second;
-      }
-      if (a.first != b.first) return largest ? a.first > b.first : a.first < b.first;
-      return a.second < b.second;
-    };
     parallelFor(split.outer * inner, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(r, 1)),
                 [&](int64_t b, int64_t e) {
                   std::vector<std::pair<C, int64_t>> row(static_cast<size_t>(r));
                   for (int64_t t = b; t < e; ++t) {
                     const int64_t base = (t / inner) * r * inner + t % inner;
                     for (int64_t j = 0; j < r; ++j) row[j] = {C(src[base + j * inner]), j};
-                    std::partial_sort(row.begin(), row.begin() + k, row.end(), better);
+                    orderTopk(row, k, largest, ties);
                     const int64_t obase = (t / inner) * k * inner + t % inner;
                     for (int64_t j = 0; j < k; ++j) dst[obase + j * inner] = row[j].second;
                   }

@@ -335,6 +335,8 @@ namespace kiln {
 void registerCpuShapeKernels(KernelRegistry& r) {
   using namespace cpu;
   r.add({"reshape", "cpu", "cpu.reshape", 0, nullptr, reshapeKernel, /*output_views_input0=*/true});
+  // detach is x itself (its output's shape is x's): the same alias.
+  r.add({"detach", "cpu", "cpu.detach", 0, nullptr, reshapeKernel, /*output_views_input0=*/true});
   add(r, "permute", permuteKernel);
   add(r, "expand", expandKernel);
   add(r, "slice", sliceKernel);

@@ -52,6 +52,7 @@ KILN_SIMD_CLONES_512 void unaryRun(const T* px, T* po, int64_t n, Op op) {
 #define KILN_FLOAT_UNARY_WIDE(NAME, EXPR) KILN_FLOAT_UNARY_IMPL(NAME, true, EXPR)
 
 KILN_FLOAT_UNARY_WIDE(ExpOp, expAny(x))
+KILN_FLOAT_UNARY(Expm1Op, std::expm1(x))
 KILN_FLOAT_UNARY(LogOp, std::log(x))
 KILN_FLOAT_UNARY(Log1pOp, std::log1p(x))
 KILN_FLOAT_UNARY(SqrtOp, std::sqrt(x))

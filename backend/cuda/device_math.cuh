@@ -76,6 +76,12 @@ __device__ __forceinline__ float mExpm1(float x) {
 __device__ __forceinline__ double mExpm1(double x) {
   return expm1(x);
 }
+__device__ __forceinline__ float mAtan2(float a, float b) {
+  return atan2f(a, b);
+}
+__device__ __forceinline__ double mAtan2(double a, double b) {
+  return atan2(a, b);
+}
 __device__ __forceinline__ float mFloor(float x) {
   return floorf(x);
 }
@@ -271,6 +277,10 @@ __device__ __forceinline__ C op_leaky_relu(C x, double slope) {
 }
 
 template <class C>
+__device__ __forceinline__ C op_expm1(C x) {
+  return mExpm1(x);
+}
+template <class C>
 __device__ __forceinline__ C op_log1p(C x) {
   return mLog1p(x);
 }
@@ -309,10 +319,14 @@ __device__ __forceinline__ C op_softplus(C x, double beta, double threshold) {
 
 // ---- unary_backward (the CPU's kernels_elementwise_grad.cpp) ----------------
 // g: the incoming gradient; v: the forward input x, or its output y for
-// sqrt, rsqrt, reciprocal, tanh and sigmoid.
+// expm1, sqrt, rsqrt, reciprocal, tanh and sigmoid.
 template <class C>
 __device__ __forceinline__ C grad_abs(C g, C v) {
   return g * C((C(0) < v) - (v < C(0)));
+}
+template <class C>
+__device__ __forceinline__ C grad_expm1(C g, C v) {  // v = y
+  return g * (v + C(1));
 }
 template <class C>
 __device__ __forceinline__ C grad_log1p(C g, C v) {

@@ -164,9 +164,9 @@ extern "C" __global__ void __launch_bounds__(256) kiln_fused_finalize(const __gr
 const std::set<std::string, std::less<>>& gradFns() {
   // core/ops/elementwise_grad.cpp's kUnaryGradFns: every fn unary_backward takes.
   static const std::set<std::string, std::less<>> fns = {
-      "abs",       "clamp",       "hardtanh", "log1p",      "sqrt", "rsqrt",   "reciprocal",
-      "sin",       "cos",         "tanh",     "sigmoid",    "erf",  "silu",    "mish",
-      "hardswish", "hardsigmoid", "gelu",     "leaky_relu", "elu",  "softplus"};
+      "abs",        "expm1",     "clamp",       "hardtanh", "log1p",      "sqrt", "rsqrt",
+      "reciprocal", "sin",       "cos",         "tanh",     "sigmoid",    "erf",  "silu",
+      "mish",       "hardswish", "hardsigmoid", "gelu",     "leaky_relu", "elu",  "softplus"};
   return fns;
 }
 

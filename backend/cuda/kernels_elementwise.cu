@@ -112,6 +112,18 @@ struct PowOp {
   }
 };
 
+/// atan2 (integers arrive as floats: the op's result type is floating).
+struct Atan2Op {
+  static constexpr bool kIntDiv = false;
+  template <class C>
+  __device__ static C apply(C a, C b) {
+    if constexpr (std::is_floating_point_v<C>)
+      return mAtan2(a, b);
+    else
+      return static_cast<C>(mAtan2(static_cast<double>(a), static_cast<double>(b)));
+  }
+};
+
 /// NaN from either side wins (torch.maximum / minimum).
 struct MaximumOp {
   static constexpr bool kIntDiv = false;
@@ -353,6 +365,7 @@ void registerCudaElementwiseKernels(CudaKernelRegistry& r) {
   add(r, "pow", arithmeticKernel<PowOp>, broadcastFits, operandWorkspace);
   add(r, "maximum", arithmeticKernel<MaximumOp>, broadcastFits, operandWorkspace);
   add(r, "minimum", arithmeticKernel<MinimumOp>, broadcastFits, operandWorkspace);
+  add(r, "atan2", arithmeticKernel<Atan2Op>, broadcastFits, operandWorkspace);
   add(r, "eq", compareKernel<kEq>, broadcastFits, operandWorkspace);
   add(r, "ne", compareKernel<kNe>, broadcastFits, operandWorkspace);
   add(r, "lt", compareKernel<kLt>, broadcastFits, operandWorkspace);

@@ -718,7 +718,11 @@ void registerCudaShapeKernels(CudaKernelRegistry& r) {
   reshape.name = "cuda.reshape";
   reshape.fn = reshapeKernel;
   reshape.output_views_input0 = true;
+  CudaKernelDef detach = reshape;  // x itself (same shape): the same alias
+  detach.op = "detach";
+  detach.name = "cuda.detach";
   r.add(std::move(reshape));
+  r.add(std::move(detach));
 
   r.add(ownCudaKernel("permute", permuteKernel, nullptr, ranksFit));
   r.add(ownCudaKernel("expand", expandKernel, nullptr, ranksFit));

@@ -25,6 +25,7 @@ using namespace elementwise;
   };
 
 KILN_UNARY(ExpM, op_exp(x))
+KILN_UNARY(Expm1M, op_expm1(x))
 KILN_UNARY(LogM, op_log(x))
 KILN_UNARY(Log1pM, op_log1p(x))
 KILN_UNARY(SqrtM, op_sqrt(x))
@@ -219,6 +220,7 @@ void clampKernel(const Node& n, Ins in, Outs out, CudaContext& ctx) {
   };
 
 KILN_UNARY_GRAD(AbsG, return grad_abs(g, v);)
+KILN_UNARY_GRAD(Expm1G, return grad_expm1(g, v);)
 KILN_UNARY_GRAD(Log1pG, return grad_log1p(g, v);)
 KILN_UNARY_GRAD(SqrtG, return grad_sqrt(g, v);)
 KILN_UNARY_GRAD(RsqrtG, return grad_rsqrt(g, v);)
@@ -306,6 +308,7 @@ void unaryBackwardKernel(const Node& n, Ins in, Outs out, CudaContext& ctx) {
   const std::string& fn = n.s("fn");
   if (fn == "abs") return unaryGradLaunch(AbsG{}, in, out, ctx);
   if (fn == "clamp" || fn == "hardtanh") return unaryGradLaunch(ClampG(n), in, out, ctx);
+  if (fn == "expm1") return unaryGradLaunch(Expm1G{}, in, out, ctx);
   if (fn == "log1p") return unaryGradLaunch(Log1pG{}, in, out, ctx);
   if (fn == "sqrt") return unaryGradLaunch(SqrtG{}, in, out, ctx);
   if (fn == "rsqrt") return unaryGradLaunch(RsqrtG{}, in, out, ctx);
@@ -346,6 +349,16 @@ struct PowG {
   __device__ C operator()(C g, C a, C b) const {
     if (input == 0) return b == C(0) ? C(0) : g * (b * mPow(a, b - C(1)));
     return g * ((a == C(0)) & (b >= C(0)) ? C(0) : mPow(a, b) * mLog(a));
+  }
+};
+
+/// PyTorch's atan2_backward: r = 1 / (a^2 + b^2); d/da = g b r, d/db = g (-a) r.
+struct Atan2G {
+  int64_t input;
+  template <class C>
+  __device__ C operator()(C g, C a, C b) const {
+    const C r = C(1) / (a * a + b * b);
+    return input == 0 ? g * b * r : g * -a * r;
   }
 };
 
@@ -395,6 +408,7 @@ void binaryBackwardKernel(const Node& n, Ins in, Outs out, CudaContext& ctx) {
   if (fn == "pow") return binaryGradLaunch(PowG{input}, in, out, ctx);
   if (fn == "maximum") return binaryGradLaunch(MaximumG{input}, in, out, ctx);
   if (fn == "minimum") return binaryGradLaunch(MinimumG{input}, in, out, ctx);
+  if (fn == "atan2") return binaryGradLaunch(Atan2G{input}, in, out, ctx);
   opFail(n, "no CUDA kernel for fn \"" + fn + "\"");
 }
 
@@ -407,6 +421,7 @@ void registerCudaUnaryKernels(CudaKernelRegistry& r) {
   add(r, "sign", unaryKernel<SignM, false>);
   add(r, "clamp", clampKernel);
   add(r, "exp", unaryKernel<ExpM, true>);
+  add(r, "expm1", unaryKernel<Expm1M, true>);
   add(r, "log", unaryKernel<LogM, true>);
   add(r, "log1p", unaryKernel<Log1pM, true>);
   add(r, "sqrt", unaryKernel<SqrtM, true>);

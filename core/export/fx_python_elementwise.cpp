@@ -28,6 +28,7 @@ constexpr Mapping kBinary[] = {
     {"pow", "aten.pow.Tensor_Tensor"},
     {"maximum", "aten.maximum.default"},
     {"minimum", "aten.minimum.default"},
+    {"atan2", "aten.atan2.default"},
     {"eq", "aten.eq.Tensor"},
     {"ne", "aten.ne.Tensor"},
     {"lt", "aten.lt.Tensor"},
@@ -45,9 +46,11 @@ constexpr Mapping kUnary[] = {
     {"relu", "aten.relu.default"},
     {"sign", "aten.sign.default"},
     {"logical_not", "aten.logical_not.default"},
+    {"detach", "aten.detach.default"},  // a view op in Kiln's table, one tensor in and out like these
     {"exp", "aten.exp.default"},
     {"log", "aten.log.default"},
     {"log1p", "aten.log1p.default"},
+    {"expm1", "aten.expm1.default"},
     {"sqrt", "aten.sqrt.default"},
     {"rsqrt", "aten.rsqrt.default"},
     {"reciprocal", "aten.reciprocal.default"},
@@ -165,6 +168,7 @@ std::string unaryGradFormula(Emitter& e, const Node& n, const std::string& fn, c
   auto mul = [&](const std::string& a, const std::string& b) { return e.call("aten.mul.Tensor", {a, b}); };
   if (fn == "abs") return mul(g, e.call("aten.sign.default", {v}));
   if (fn == "log1p") return e.call("aten.div.Tensor", {g, e.call("aten.add.Scalar", {v, "1"})});
+  if (fn == "expm1") return mul(g, e.call("aten.add.Scalar", {v, "1"}));  // g * (y + 1)
   if (fn == "sqrt") return e.call("aten.div.Tensor", {g, e.call("aten.mul.Scalar", {v, "2"})});
   if (fn == "rsqrt") return mul(e.call("aten.mul.Scalar", {g, "-0.5"}), mul(mul(v, v), v));  // -0.5 * g * (y * y * y)
   if (fn == "reciprocal") return mul(e.call("aten.neg.default", {g}), mul(v, v));
@@ -234,6 +238,10 @@ void emitBinaryBackward(Emitter& e, const Node& n) {
     const bool a_loses_if_less = (fn == "maximum") == first;
     std::string loses = call(a_loses_if_less ? "aten.lt.Tensor" : "aten.gt.Tensor", {a, b});
     r = call("aten.where.ScalarSelf", {loses, "0.0", half});
+  } else if (fn == "atan2") {  // g * b * r or g * -a * r, r = 1 / (a * a + b * b)
+    std::string sq = call("aten.add.Tensor", {call("aten.mul.Tensor", {a, a}), call("aten.mul.Tensor", {b, b})});
+    std::string side = first ? b : call("aten.neg.default", {a});
+    r = call("aten.mul.Tensor", {call("aten.mul.Tensor", {g, side}), call("aten.reciprocal.default", {sq})});
   } else {
     refuse(n, "binary_backward of '" + fn + "' has no torch.fx mapping");
   }

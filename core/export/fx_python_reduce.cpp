@@ -75,11 +75,28 @@ void emitArg(Emitter& e, const Node& n) {
 
 /// Kiln's topk order (NaN first among the largest, ties by the lower index)
 /// is a stable sort's, cut to k: aten.sort.stable then a slice.
+/// ties "stable": a stable sort cut to k; "topk": torch.topk (on the CPU the
+/// same order); "kthvalue": topk's k-1 smallest, then torch.kthvalue's index
+/// (the one Kiln's kthvalue reads; the k-1 before it, which no imported
+/// graph reads, may be in another order than Kiln's quickselect leaves).
 void emitTopk(Emitter& e, const Node& n) {
-  const int64_t dim = n.i("dim");
-  const std::string sorted = e.call("aten.sort.stable", {e.in(n, 0)},
-                                    {"stable=True", "dim=" + pyInt(dim), "descending=" + pyBool(n.i("largest") != 0)});
-  e.setOut(n, 0, e.call("aten.slice.Tensor", {e.item(sorted, 1), pyInt(dim), "0", pyInt(n.i("k"))}));
+  const int64_t dim = n.i("dim"), k = n.i("k");
+  const bool largest = n.i("largest") != 0;
+  const std::string& ties = n.s("ties");
+  const std::string x = e.in(n, 0);
+  if (ties == "topk") {
+    e.setOut(n, 0, e.item(e.call("aten.topk.default", {x, pyInt(k), pyInt(dim), pyBool(largest), "True"}), 1));
+    return;
+  }
+  if (ties == "kthvalue") {
+    const std::string smaller = e.item(e.call("aten.topk.default", {x, pyInt(k - 1), pyInt(dim), "False", "True"}), 1);
+    const std::string kth = e.item(e.call("aten.kthvalue.default", {x, pyInt(k), pyInt(dim), "True"}), 1);
+    e.setOut(n, 0, e.call("aten.cat.default", {"[" + smaller + ", " + kth + "]", pyInt(dim)}));
+    return;
+  }
+  const std::string sorted =
+      e.call("aten.sort.stable", {x}, {"stable=True", "dim=" + pyInt(dim), "descending=" + pyBool(largest)});
+  e.setOut(n, 0, e.call("aten.slice.Tensor", {e.item(sorted, 1), pyInt(dim), "0", pyInt(k)}));
 }
 
 void emitCumsum(Emitter& e, const Node& n) {

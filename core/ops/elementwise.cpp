@@ -14,8 +14,8 @@ std::vector<TensorType> inferBinary(const Node& n) {
   const TensorType& a = n.input(0)->type();
   const TensorType& b = n.input(1)->type();
   DType t = promoteOperands(a.dtype, a.rank() == 0, b.dtype, b.rank() == 0);
-  // True division and pow of integers produce floats, as in PyTorch.
-  if (n.is(Op::div) && !isFloating(t)) t = DType::F32;
+  // True division and atan2 of integers produce floats, as in PyTorch.
+  if ((n.is(Op::div) || n.is(Op::atan2)) && !isFloating(t)) t = DType::F32;
   return {{t, broadcastShapes(n, a.shape, b.shape)}};
 }
 
@@ -70,6 +70,7 @@ void registerElementwiseOps(OpTable& t) {
   addBinary(t, "pow", "a ** b");
   addBinary(t, "maximum", "max(a, b)");
   addBinary(t, "minimum", "min(a, b)");
+  addBinary(t, "atan2", "atan2(a, b): the angle of (b, a) in [-pi, pi] (integers give f32)");
   for (const char* c : {"eq", "ne", "lt", "le", "gt", "ge"}) addBinary(t, c, "comparison -> bool", inferCompare);
   for (const char* c : {"logical_and", "logical_or", "logical_xor"})
     addBinary(t, c, "logical op on truthiness -> bool", inferCompare);
@@ -85,8 +86,8 @@ void registerElementwiseOps(OpTable& t) {
   addUnary(t, "cast", "convert to dtype", {reqAttr("dtype", AttrKind::DType)}, inferCast);
 
   // Floating-point unary math.
-  for (const char* u : {"exp", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tanh", "sigmoid", "erf",
-                        "floor", "ceil", "round", "silu", "mish", "hardswish", "hardsigmoid"})
+  for (const char* u : {"exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tanh", "sigmoid",
+                        "erf", "floor", "ceil", "round", "silu", "mish", "hardswish", "hardsigmoid"})
     addUnary(t, u, "elementwise math", {}, inferFloatUnary, elementwiseCost<4>);
   addUnary(t, "gelu", "GELU; approximate=\"none\" (erf) or \"tanh\"", {optAttr("approximate", std::string("none"))},
            inferFloatUnary, elementwiseCost<8>);

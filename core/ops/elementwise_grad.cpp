@@ -27,12 +27,13 @@ struct UnaryGradFn {
   bool reads_output;
 };
 constexpr UnaryGradFn kUnaryGradFns[] = {
-    {"abs", false},         {"clamp", false},     {"hardtanh", false},   {"log1p", false}, {"sqrt", true},
-    {"rsqrt", true},        {"reciprocal", true}, {"sin", false},        {"cos", false},   {"tanh", true},
-    {"sigmoid", true},      {"erf", false},       {"silu", false},       {"mish", false},  {"hardswish", false},
-    {"hardsigmoid", false}, {"gelu", false},      {"leaky_relu", false}, {"elu", false},   {"softplus", false},
+    {"abs", false},       {"expm1", true},        {"clamp", false},     {"hardtanh", false},   {"log1p", false},
+    {"sqrt", true},       {"rsqrt", true},        {"reciprocal", true}, {"sin", false},        {"cos", false},
+    {"tanh", true},       {"sigmoid", true},      {"erf", false},       {"silu", false},       {"mish", false},
+    {"hardswish", false}, {"hardsigmoid", false}, {"gelu", false},      {"leaky_relu", false}, {"elu", false},
+    {"softplus", false},
 };
-constexpr const char* kBinaryGradFns[] = {"div", "pow", "maximum", "minimum"};
+constexpr const char* kBinaryGradFns[] = {"div", "pow", "maximum", "minimum", "atan2"};
 
 const UnaryGradFn* findUnaryGradFn(std::string_view op) {
   for (const UnaryGradFn& f : kUnaryGradFns)
@@ -158,7 +159,7 @@ void registerElementwiseGrads(OpTable& t) {
   t.add({"unary_backward", "dL/dx of the unary op `fn` from (g, x), or (g, y) for sqrt/rsqrt/reciprocal/tanh/sigmoid",
          2, 2, kElementwise, std::move(unary_attrs), inferUnaryBackward, fusedBackwardCost});
   t.add({"binary_backward",
-         "dL/d(input) of fn(a, b) (div, pow, maximum, minimum) from (g, a, b), broadcast shape",
+         "dL/d(input) of fn(a, b) (div, pow, maximum, minimum, atan2) from (g, a, b), broadcast shape",
          3,
          3,
          kElementwise,
@@ -172,7 +173,7 @@ void registerElementwiseGrads(OpTable& t) {
   t.setGrad("div", divGrad);
   t.setGrad("remainder", remainderGrad);
   t.setGrad("where", whereGrad);
-  for (const char* b : {"pow", "maximum", "minimum"}) t.setGrad(b, fusedBinaryGrad);
+  for (const char* b : {"pow", "maximum", "minimum", "atan2"}) t.setGrad(b, fusedBinaryGrad);
   t.setGrad("relu", reluGrad);
   t.setGrad("neg", negGrad);
   t.setGrad("exp", expGrad);

@@ -36,6 +36,10 @@ std::vector<TensorType> inferTopk(const Node& n) {
   const int64_t axis = normalizeAxis(n.i("dim"), in.rank()), k = n.i("k");
   if (k < 0 || k > in.shape[axis])
     opFail(n, "k=" + std::to_string(k) + " is out of range for dim " + std::to_string(axis) + " of " + in.str());
+  const std::string& ties = n.s("ties");
+  if (ties != "stable" && ties != "topk" && ties != "kthvalue")
+    opFail(n, "ties must be \"stable\", \"topk\" or \"kthvalue\", got \"" + ties + "\"");
+  if (ties == "kthvalue" && n.i("largest") != 0) opFail(n, "ties=\"kthvalue\" selects the smallest (largest=0)");
   Shape out = in.shape;
   out[axis] = k;
   return {{DType::I64, out}};
@@ -58,10 +62,17 @@ void registerReductionOps(OpTable& t) {
     t.add({r, "index of the extreme value along dim (first on ties)", 1, 1, kReduction,
            {reqAttr("dim", AttrKind::Int), optAttr("keepdim", int64_t{0})}, inferArgReduce, reduceCost});
   t.add({"topk",
-         "indices of the k largest (largest=1) or smallest values along dim, best first; ties keep the lower "
-         "index first, NaN counts as larger than any number (values: gather with them)",
-         1, 1, kReduction, {reqAttr("k", AttrKind::Int), reqAttr("dim", AttrKind::Int), optAttr("largest", int64_t{1})},
-         inferTopk, reduceCost});
+         "indices of the k largest (largest=1) or smallest values along dim, best first, NaN counting as larger "
+         "than any number (values: gather with them); tied values in the order `ties` names: \"stable\" (the "
+         "lower index first: torch.sort(stable=True)), \"topk\" (PyTorch's CPU torch.topk), \"kthvalue\" "
+         "(PyTorch's CPU torch.kthvalue at position k-1, the k-1 smaller before it in its quickselect's order)",
+         1,
+         1,
+         kReduction,
+         {reqAttr("k", AttrKind::Int), reqAttr("dim", AttrKind::Int), optAttr("largest", int64_t{1}),
+          optAttr("ties", std::string("stable"))},
+         inferTopk,
+         reduceCost});
   t.add({"cumsum", "inclusive prefix sum along dim", 1, 1, kReduction, {reqAttr("dim", AttrKind::Int)}, inferCumsum,
          reduceCost});
   t.add({"cumprod", "inclusive prefix product along dim", 1, 1, kReduction, {reqAttr("dim", AttrKind::Int)},

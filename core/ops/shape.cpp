@@ -191,6 +191,7 @@ void addView(OpTable& t, const char* name, const char* summary, std::vector<Attr
 void registerShapeOps(OpTable& t) {
   const int64_t kEnd = std::numeric_limits<int64_t>::max();
   addView(t, "reshape", "same data, new shape", {reqAttr("shape", AttrKind::Ints)}, inferReshape);
+  addView(t, "detach", "x itself, through which no gradient flows (torch.Tensor.detach)", {}, inferSameAsInput0);
   addView(t, "permute", "reorder dims", {reqAttr("dims", AttrKind::Ints)}, inferPermute);
   addView(t, "expand", "broadcast to shape (-1 keeps a dim)", {reqAttr("shape", AttrKind::Ints)}, inferExpand);
   addView(t, "slice", "x[start:end:step] along dim",

@@ -459,6 +459,7 @@ void registerShapeGrads(OpTable& t) {
   t.setGrad("gather", gatherGrad);
   t.setGrad("triu", triangularGrad);
   t.setGrad("tril", triangularGrad);
+  t.setNoGrad("detach", "torch.Tensor.detach: the value without its gradient, by definition");
   t.setNoGrad("full", "source op: no tensor inputs");
   t.setNoGrad("arange", "source op: no tensor inputs");
 

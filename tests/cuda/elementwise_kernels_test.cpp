@@ -108,7 +108,7 @@ const std::vector<Shapes> kBinaryShapes = {
 
 TEST(CudaElementwise, FloatArithmetic) {
   KILN_REQUIRE_GPU();
-  for (const char* op : {"add", "sub", "mul", "div", "floor_div", "remainder", "maximum", "minimum"})
+  for (const char* op : {"add", "sub", "mul", "div", "floor_div", "remainder", "maximum", "minimum", "atan2"})
     for (const std::string& t : kFloatTypes)
       for (const Shapes& s : kBinaryShapes) {
         SCOPED_TRACE(std::string(op) + " " + t + s.a + " " + t + s.b);
@@ -168,6 +168,7 @@ TEST(CudaElementwise, TypePromotion) {
   expectMatchesCpu(graph2("maximum", "f16[8]", "bf16[8]", "f32[8]"), {.tol = kExact});
   expectMatchesCpu(graph2("add", "f32[6,2]", "f64[6,2]", "f64[6,2]"), {.tol = kExact});
   expectMatchesCpuWith(graph2("div", "i32[6]", "f32[6]", "f32[6]"), {.tol = kExact}, spreadNonzeroB(10));
+  expectMatchesCpu(graph2("atan2", "i32[6]", "i64[6]", "f32[6]"), {.tol = kF32Math});
   expectMatchesCpu(graph2("lt", "i64[5,3]", "f32[3]", "bool[5,3]"), {.tol = 0});
   expectMatchesCpu(graph2("eq", "i32[4]", "f64[]", "bool[4]"), {.tol = 0});
   expectMatchesCpu(graph2("ge", "u8[9]", "i8[9]", "bool[9]"), {.tol = 0});
@@ -253,6 +254,7 @@ const std::vector<UnaryCase> kFloatUnary = {
     {"exp", "", false, true},
     {"log", "", true, true},
     {"log1p", "", true, true},
+    {"expm1", "", false, true},
     {"sqrt", "", true, false},
     {"rsqrt", "", true, false},
     {"reciprocal", "", false, false},
@@ -360,6 +362,7 @@ const std::vector<GradCase> kUnaryGrads = {
     {"hardtanh", "max_val=0.25, min_val=-0.5", false},
     {"hardtanh", "", false},
     {"log1p", "", true},
+    {"expm1", "", false},
     {"sqrt", "", true},
     {"rsqrt", "", true},
     {"reciprocal", "", true},
@@ -403,7 +406,7 @@ TEST(CudaElementwise, BinaryBackward) {
                                       {"[4,1,5]", "[3,1]", "[4,3,5]"},
                                       {"[7,3]", "[]", "[7,3]"},
                                       {"[]", "[5]", "[5]"}};
-  for (const char* fn : {"div", "pow", "maximum", "minimum"})
+  for (const char* fn : {"div", "pow", "maximum", "minimum", "atan2"})
     for (int input = 0; input < 2; ++input)
       for (const std::string t : {"f32", "bf16", "f16", "f64"})
         for (const Shapes& s : shapes) {
@@ -488,6 +491,7 @@ TEST(CudaElementwise, EveryOpIsRegistered) {
                          "floor_div",
                          "maximum",
                          "minimum",
+                         "atan2",
                          "neg",
                          "reciprocal",
                          "sqrt",
@@ -495,6 +499,7 @@ TEST(CudaElementwise, EveryOpIsRegistered) {
                          "exp",
                          "log",
                          "log1p",
+                         "expm1",
                          "sin",
                          "cos",
                          "tanh",

@@ -81,10 +81,10 @@ class TempCacheDir {
 
 /// unary_backward's fns (core/ops/elementwise_grad.cpp kUnaryGradFns).
 const std::vector<std::string>& gradFns() {
-  static const std::vector<std::string> fns = {"abs",         "clamp",      "hardtanh",   "log1p", "sqrt",
-                                               "rsqrt",       "reciprocal", "sin",        "cos",   "tanh",
-                                               "sigmoid",     "erf",        "silu",       "mish",  "hardswish",
-                                               "hardsigmoid", "gelu",       "leaky_relu", "elu",   "softplus"};
+  static const std::vector<std::string> fns = {
+      "abs",        "expm1",     "clamp",       "hardtanh", "log1p",      "sqrt", "rsqrt",
+      "reciprocal", "sin",       "cos",         "tanh",     "sigmoid",    "erf",  "silu",
+      "mish",       "hardswish", "hardsigmoid", "gelu",     "leaky_relu", "elu",  "softplus"};
   return fns;
 }
 

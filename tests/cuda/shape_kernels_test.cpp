@@ -499,12 +499,14 @@ TEST(CudaShape, Topk) {
 TEST(CudaShape, EveryOpIsRegistered) {
   const CudaKernelRegistry& reg = CudaKernelRegistry::get();
   for (const char* op :
-       {"reshape", "permute", "expand", "slice", "slice_backward", "select", "select_backward", "cat", "split", "flip",
-        "roll", "repeat", "pad", "pad_backward", "index", "gather", "scatter_add", "scatter_reduce", "index_add", "cumsum", "cumprod", "topk"}) {
+       {"reshape",         "detach", "permute", "expand",      "slice",          "slice_backward", "select",
+        "select_backward", "cat",    "split",   "flip",        "roll",           "repeat",         "pad",
+        "pad_backward",    "index",  "gather",  "scatter_add", "scatter_reduce", "index_add",      "cumsum",
+        "cumprod",         "topk"}) {
     const CudaKernelDef* k = reg.byName(op, std::string("cuda.") + op);
     ASSERT_NE(k, nullptr) << op;
     EXPECT_EQ(k->dialect, "cuda") << op;
-    EXPECT_EQ(k->output_views_input0, std::string(op) == "reshape") << op;
+    EXPECT_EQ(k->output_views_input0, std::string(op) == "reshape" || std::string(op) == "detach") << op;
     EXPECT_FALSE(k->writes_over_input) << op;
   }
 }

@@ -97,6 +97,12 @@ TEST(GradElementwise, MaximumMinimum) {
   EXPECT_TRUE(same(mn[1], {0.5, 0, 1, 1}));
 }
 
+TEST(GradElementwise, Atan2) {
+  // Away from the origin (the gradient's pole), broadcasting either way.
+  EXPECT_TRUE(checkGrad({.op = "atan2", .inputs = {f64({3, 4}), f64({4})}, .ranges = {{1, {0.5, 2}}}}));
+  EXPECT_TRUE(checkGrad({.op = "atan2", .inputs = {f64({}), f64({2, 3})}, .ranges = {{0, {0.5, 2}}}}));
+}
+
 TEST(GradElementwise, Remainder) {
   EXPECT_TRUE(checkGrad(
       {.op = "remainder", .inputs = {f64({3, 4}), f64({4})}, .lo = -3, .hi = 3, .ranges = {{1, {0.6, 1.7}}}}));
@@ -120,7 +126,7 @@ TEST(GradElementwise, Relu) {
 }
 
 TEST(GradElementwise, SmoothUnary) {
-  for (const char* op : {"neg", "exp", "sin", "cos", "tanh", "sigmoid", "erf", "silu", "mish"})
+  for (const char* op : {"neg", "exp", "expm1", "sin", "cos", "tanh", "sigmoid", "erf", "silu", "mish"})
     EXPECT_TRUE(checkGrad({.op = op, .inputs = {f64({3, 4})}, .lo = -3, .hi = 3}));
   // Positive domains.
   for (const char* op : {"log", "sqrt", "rsqrt"})
@@ -234,14 +240,15 @@ TEST(GradElementwise, Float32MatchesFloat64) {
             << op << " input " << k << " element " << i;
     }
   };
-  for (const char* op : {"abs", "sin", "cos", "tanh", "sigmoid", "erf", "silu", "mish", "hardswish", "hardsigmoid",
-                         "hardtanh", "leaky_relu", "elu", "softplus"})
+  for (const char* op : {"abs", "expm1", "sin", "cos", "tanh", "sigmoid", "erf", "silu", "mish", "hardswish",
+                         "hardsigmoid", "hardtanh", "leaky_relu", "elu", "softplus"})
     agree(op, {}, {spread({37})});
   for (const char* a : {"none", "tanh"}) agree("gelu", {{"approximate", std::string(a)}}, {spread({37})});
   agree("clamp", {{"min", -1.0}, {"max", 2.0}}, {spread({37})});
   for (const char* op : {"sqrt", "rsqrt", "reciprocal", "log1p"}) agree(op, {}, {spread({37}, 0.2, 3)});
   for (const char* op : {"maximum", "minimum", "mul"}) agree(op, {}, {spread({5, 7}), spread({7}, -2, 2)});
   agree("div", {}, {spread({5, 7}), spread({7}, 0.5, 2)});
+  agree("atan2", {}, {spread({5, 7}), spread({7}, 0.5, 2)});
   agree("pow", {}, {spread({5, 7}, 0.2, 2), spread({7}, -2, 2)});
 }
 

@@ -4,6 +4,8 @@
 #include <sstream>
 
 #include "passes/autodiff.h"
+#include "passes/fuse.h"
+#include "passes/simplify.h"
 
 namespace kiln::testing {
 
@@ -68,6 +70,39 @@ Sides torchSide(const GradCase& c, const Ts& inputs, Ts& weights) {
   return s;
 }
 
+namespace {
+
+/// The same values, -0.0 and +0.0 alike, NaN where the other has NaN.
+bool sameValues(const torch::Tensor& a, const torch::Tensor& b) {
+  if (a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type()) return false;
+  if (!a.is_floating_point()) return torch::equal(a, b);
+  return torch::logical_or(a == b, torch::logical_and(a.isnan(), b.isnan())).all().item<bool>();
+}
+
+/// The step's graph once more through simplify and fuse (the training
+/// pipeline's rewrites of single ops, bit for bit the same values by their
+/// contract): every output must equal the plain graph's, so the rules and
+/// the fused kernels keep each edge value too.
+void expectSameAfterSimplifyAndFuse(const Graph& g, const TensorMap& bound, const std::vector<Tensor>& plain) {
+  Graph opt = g.clone();
+  PassContext ctx;
+  for (auto* pass : {runSimplify, runFuse}) {
+    auto r = pass(opt, ctx);
+    if (!r) return ADD_FAILURE() << "simplify/fuse: " << r.error().message, void();
+  }
+  auto ex = CpuExecutor::create(opt, {.seed = 1, .num_threads = 1});
+  if (!ex) return ADD_FAILURE() << "after simplify and fuse: " << ex.error().message, void();
+  auto out = ex->run(bound);
+  if (!out) return ADD_FAILURE() << "after simplify and fuse: " << out.error().message, void();
+  for (size_t k = 0; k < plain.size(); ++k)
+    EXPECT_TRUE(sameValues(toTorch((*out)[k]), toTorch(plain[k])))
+        << "output " << g.outputs()[k].name << " after simplify and fuse differs from the plain graph's"
+        << "\n  plain:     " << toTorch(plain[k]).flatten().slice(0, 0, 16)
+        << "\n  optimized: " << toTorch((*out)[k]).flatten().slice(0, 0, 16);
+}
+
+}  // namespace
+
 Sides kilnRun(Graph& g, const std::vector<Value*>& outs, const std::vector<Value*>& wrt, TensorMap bound,
               const Ts& weights) {
   Value* loss = nullptr;
@@ -91,6 +126,7 @@ Sides kilnRun(Graph& g, const std::vector<Value*>& outs, const std::vector<Value
   if (!ex) return ADD_FAILURE() << ex.error().message, Sides{};
   auto out = ex->run(bound);
   if (!out) return ADD_FAILURE() << out.error().message, Sides{};
+  expectSameAfterSimplifyAndFuse(g, bound, *out);
   Sides s;
   for (size_t k = 0; k < outs.size(); ++k) s.outputs.push_back(toTorch((*out)[1 + k]));
   s.grads.resize(wrt.size());

@@ -15,6 +15,8 @@
 // clamp), atan2 at the origin, and where-masked branches that are singular
 // (log(0), 1/0, sqrt(0): PyTorch's NaN, because 0 * inf is NaN).
 // cosine_similarity's norms in (0, eps) are left out: see decomp::cosineSimilarity.
+// And detach, through which no gradient flows (a straight-through
+// estimator's rounding, a stop-gradient target).
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
@@ -152,18 +154,21 @@ TEST(EdgeValuesAten, MaxMinWithIndicesOnTies) {
   // Ties (twice at the front, at the back), a NaN, infinities.
   const Arg x =
       fixed(vals({3, 3, 1, 2, 1, 2, 5, 5, kNaN, 1, 2, kNaN, kInf, kInf, 0, 1, -kInf, -kInf, -kInf, -kInf}, {5, 4}));
-  const Arg untied = fixed(vals({3, 0.5, 1, 2, 1, 2, 5, -1, kNaN, 1, 2, 0, kInf, -kInf, 0, 1}, {4, 4}));
+  // Rows long enough for topk's partial sort (k * 64 <= n), of three values.
+  torch::manual_seed(55);
+  const Arg long_rows = fixed(torch::randint(0, 3, {3, 140}, torch::TensorOptions().dtype(torch::kFloat64)));
   checkAll({
       {"max(dim) values", "    v, i = torch.max(x0, 1)\n    return v", {x}},
       {"min(dim) values, keepdim", "    v, i = torch.min(x0, 1, True)\n    return v", {x}},
       {"max(dim 0) values", "    v, i = torch.max(x0, 0)\n    return v", {x}},
       {"max() of all", "    return torch.max(x0)", {x}},
       {"sort", "    v, i = torch.sort(x0, 1)\n    return v", {x}},
-      // Not on ties: PyTorch's CPU topk and kthvalue order tied values as
-      // std::nth_element / its quickselect leave them (docs/parity.md),
-      // Kiln's by position. A NaN and the infinities still.
-      {"topk", "    v, i = torch.topk(x0, 2, 1)\n    return v", {untied}},
-      {"kthvalue", "    v, i = torch.kthvalue(x0, 2, 1)\n    return v", {untied}},
+      {"topk", "    v, i = torch.topk(x0, 2, 1)\n    return v", {x}},
+      {"topk smallest", "    v, i = torch.topk(x0, 3, 1, False)\n    return v", {x}},
+      {"kthvalue", "    v, i = torch.kthvalue(x0, 2, 1)\n    return v", {x}},
+      {"topk of long rows", "    v, i = torch.topk(x0, 2, 1)\n    return v", {long_rows}},
+      {"topk of long rows, k past the partial sort", "    v, i = torch.topk(x0, 5, 1)\n    return v", {long_rows}},
+      {"kthvalue of long rows", "    v, i = torch.kthvalue(x0, 70, 1)\n    return v", {long_rows}},
   });
 }
 
@@ -176,10 +181,33 @@ TEST(EdgeValuesAten, CosineSimilarityOfZeroVectors) {
   });
 }
 
-// atan2 and expm1 are not Kiln ops yet (issue 55's remainder): log1p only.
-TEST(EdgeValuesAten, Log1p) {
+TEST(EdgeValuesAten, Atan2Expm1Log1p) {
+  const std::vector<double> some = {-kInf, -1, -0.0, 0.0, 1e-300, 2, kInf, kNaN};
+  std::vector<double> a, b;
+  for (double u : some)
+    for (double v : some) a.push_back(u), b.push_back(v);
   checkAll({
+      {"atan2 of every pair, the origin included", "    return torch.atan2(x0, x1)", {fixed(vals(a)), fixed(vals(b))}},
+      {"atan2 of a tensor and a broadcast row",
+       "    return torch.atan2(x0, x1)",
+       {fixed(vals({0, 1, -1, 0, 0, 2}, {3, 2})), fixed(vals({0.0, -0.0}, {1, 2}))}},
+      {"atan2 of integers (float result)",
+       "    return torch.atan2(x0.long(), x1.long()) * x0 * x1",
+       {fixed(vals({0, 1, -3, 2, 0})), fixed(vals({0, -2, 0, 5, 4}))}},
+      {"expm1",
+       "    return torch.expm1(x0)",
+       {fixed(padded({-800, -1, -1e-10, -0.0, 0.0, 1e-10, 1, 800, kInf, kNaN}))}},
       {"log1p", "    return torch.log1p(x0)", {fixed(padded({-2, -1, -0.999, -0.0, 0.0, 1e-10, 1, kInf, kNaN}))}},
+  });
+}
+
+TEST(EdgeValuesAten, DetachStopsTheGradient) {
+  const Arg x = fixed(padded({-kInf, -1.3, -0.0, 0.0, 0.4, 2.6, kInf, kNaN}));
+  const Arg y = fixed(padded({1, -2, 0.5, 3, kInf, 0.0, -1, 2}));
+  checkAll({
+      {"straight-through rounding", "    return x0 + (torch.round(x0 * 4.) / 4. - x0).detach()", {x}},
+      {"stop-gradient products", "    return x0 * x1.detach() + x1 * x0.detach() * 2.", {x, y}},
+      {"a detached target", "    t = torch.tanh(x0).detach()\n    return (torch.tanh(x0) - t * x1) ** 2.", {x, y}},
   });
 }
 

@@ -109,6 +109,7 @@ std::vector<GradCase> unaryMathCases() {
       u("exp", {-800.0, 800.0}, [](const Ts& x) { return torch::exp(x[0]); }),
       u("log", {1.0}, [](const Ts& x) { return torch::log(x[0]); }),
       u("log1p", {-1.0, -0.999}, [](const Ts& x) { return torch::log1p(x[0]); }),
+      u("expm1", {1e-10, -1e-10, -800.0, 800.0}, [](const Ts& x) { return torch::expm1(x[0]); }),
       u("sqrt", {1e-300}, [](const Ts& x) { return torch::sqrt(x[0]); }),
       u("rsqrt", {1e-300}, [](const Ts& x) { return torch::rsqrt(x[0]); }),
       u("reciprocal", {1e-300}, [](const Ts& x) { return torch::reciprocal(x[0]); }),
@@ -154,6 +155,9 @@ std::vector<GradCase> binaryCases() {
       bin("remainder", [](const Ts& x) { return torch::remainder(x[0], x[1]); }),
       bin("maximum", [](const Ts& x) { return torch::maximum(x[0], x[1]); }),
       bin("minimum", [](const Ts& x) { return torch::minimum(x[0], x[1]); }),
+      // atan2 at the origin (either zero's sign: the angle's branch cut) and
+      // at infinities on either side.
+      bin("atan2", [](const Ts& x) { return torch::atan2(x[0], x[1]); }),
       bin(
           "maximum", [](const Ts& x) { return torch::maximum(x[0], x[1]); }, ta, tb, "ties"),
       bin(

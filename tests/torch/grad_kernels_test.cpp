@@ -27,6 +27,7 @@ TEST(GradKernelsElementwise, Unary) {
       {"exp", {}, {param({4, 17})}, [](const Ts& x) { return torch::exp(x[0]); }},
       {"log", {}, {param({4, 17}, 0.2, 3)}, [](const Ts& x) { return torch::log(x[0]); }},
       {"log1p", {}, {param({4, 17}, -0.7, 3)}, [](const Ts& x) { return torch::log1p(x[0]); }},
+      {"expm1", {}, {param({4, 17}, -3, 3)}, [](const Ts& x) { return torch::expm1(x[0]); }},
       {"sqrt", {}, {param({4, 17}, 0.2, 3)}, [](const Ts& x) { return torch::sqrt(x[0]); }},
       {"rsqrt", {}, {param({4, 17}, 0.2, 3)}, [](const Ts& x) { return torch::rsqrt(x[0]); }},
       {"reciprocal", {}, {param({4, 17}, -2, 2, {0}, 0.3)}, [](const Ts& x) { return torch::reciprocal(x[0]); }},
@@ -99,6 +100,7 @@ TEST(GradKernelsElementwise, Binary) {
   auto pow = [](const Ts& x) { return torch::pow(x[0], x[1]); };
   auto maximum = [](const Ts& x) { return torch::maximum(x[0], x[1]); };
   auto minimum = [](const Ts& x) { return torch::minimum(x[0], x[1]); };
+  auto atan2 = [](const Ts& x) { return torch::atan2(x[0], x[1]); };
   auto remainder = [](const Ts& x) { return torch::remainder(x[0], x[1]); };
   auto where = [](const Ts& x) { return torch::where(x[0], x[1], x[2]); };
   checkAll({
@@ -118,6 +120,8 @@ TEST(GradKernelsElementwise, Binary) {
       {"maximum", {}, {param({2, 1, 3}), param({4, 1})}, maximum, "[2,1,3], [4,1]"},
       {"minimum", {}, {param({3, 4}), param({4})}, minimum, "[3,4], [4]"},
       {"minimum", {}, {param({2, 1, 3}), param({4, 1})}, minimum, "[2,1,3], [4,1]"},
+      {"atan2", {}, {param({3, 4}), param({4})}, atan2, "[3,4], [4]"},
+      {"atan2", {}, {param({}), param({2, 3})}, atan2, "0-d, [2,3]"},
       {"remainder", {}, {param({3, 4}, -3, 3), param({4}, 0.6, 1.7)}, remainder, "positive divisor"},
       {"remainder", {}, {param({2, 3}, -3, 3), param({}, -1.7, -0.6)}, remainder, "negative 0-d divisor"},
       {"where", {}, {mask({3, 4}), param({3, 4}), param({4})}, where, "[3,4] ? [3,4] : [4]"},

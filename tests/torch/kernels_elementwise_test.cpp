@@ -60,6 +60,12 @@ const std::vector<std::pair<std::string, TorchBinary>>& arithmeticOps() {
       {"remainder", [](auto& a, auto& b) { return torch::remainder(a, b); }},
       {"maximum", [](auto& a, auto& b) { return torch::maximum(a, b); }},
       {"minimum", [](auto& a, auto& b) { return torch::minimum(a, b); }},
+      {"atan2",
+       [](auto& a, auto& b) {
+         // libtorch 1.13's CPU atan2 has no half kernel: float, rounded once (Kiln's half compute).
+         if (a.scalar_type() != torch::kHalf) return torch::atan2(a, b);
+         return torch::atan2(a.to(torch::kFloat32), b.to(torch::kFloat32)).to(torch::kHalf);
+       }},
   };
   return ops;
 }
@@ -231,6 +237,7 @@ const std::vector<std::pair<std::string, TorchUnary>>& floatUnaryOps() {
       {"exp", [](auto& x) { return torch::exp(x); }},
       {"log", [](auto& x) { return torch::log(x); }},
       {"log1p", [](auto& x) { return torch::log1p(x); }},
+      {"expm1", [](auto& x) { return torch::expm1(x); }},
       {"sqrt", [](auto& x) { return torch::sqrt(x); }},
       {"rsqrt", [](auto& x) { return torch::rsqrt(x); }},
       {"reciprocal", [](auto& x) { return torch::reciprocal(x); }},

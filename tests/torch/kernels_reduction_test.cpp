@@ -217,9 +217,9 @@ TEST(KernelsReductionArg, LongRowsTiesNaNInfAcrossLanes) {
   }
 }
 
-/// topk's indices against torch's stable sort cut to k: NaN above every
-/// number, ties by the lower index first (torch.topk leaves tie order open),
-/// along the last dim and an inner one, largest and smallest, k = 0 and all.
+/// topk's indices (ties="stable", the default) against torch's stable sort
+/// cut to k: NaN above every number, ties by the lower index first, along
+/// the last dim and an inner one, largest and smallest, k = 0 and all.
 TEST(KernelsReductionTopk, IndicesMatchTorchsStableSort) {
   torch::manual_seed(31);
   auto f = torch::randn({5, 37});
@@ -241,6 +241,41 @@ TEST(KernelsReductionTopk, IndicesMatchTorchsStableSort) {
               << got[0] << "\n" << want;
         }
       }
+}
+
+/// ties="topk" and "kthvalue" against torch.topk's and torch.kthvalue's own
+/// indices, on rows full of ties (a few distinct values, NaN among them),
+/// short rows and rows long enough (k * 64 <= n) for topk's partial sort.
+TEST(KernelsReductionTopk, TieOrdersMatchTorchTopkAndKthvalue) {
+  torch::manual_seed(32);
+  std::vector<torch::Tensor> xs;
+  for (int64_t n : {int64_t{7}, int64_t{33}, int64_t{64}, int64_t{200}, int64_t{1000}}) {
+    auto f = torch::randint(0, 5, {4, n}).to(torch::kFloat32);
+    f.index_put_({1, n / 2}, kNaN);
+    f.index_put_({2, 0}, kNaN);
+    f.index_put_({2, n - 1}, kNaN);
+    xs.push_back(f);
+    xs.push_back(torch::randint(-2, 2, {3, n}, torch::kInt64));
+    xs.push_back(torch::randint(0, 3, {2, n, 3}).to(torch::kFloat64));  // along an inner dim too
+  }
+  for (const torch::Tensor& x : xs)
+    for (int64_t dim : {int64_t{1}, int64_t{-1}}) {
+      const int64_t size = x.size(dim);
+      for (int64_t k : {int64_t{1}, int64_t{2}, int64_t{3}, size / 3 + 1, size}) {
+        const std::string what = c10::toString(x.scalar_type()) + std::string(" n ") + std::to_string(size) + " dim " +
+                                 std::to_string(dim) + " k " + std::to_string(k);
+        for (bool largest : {true, false}) {
+          auto want = std::get<1>(x.topk(k, dim, largest));
+          auto got = runOp("topk", {x},
+                           {{"k", k}, {"dim", dim}, {"largest", int64_t{largest}}, {"ties", std::string("topk")}});
+          EXPECT_TRUE(torch::equal(got.at(0), want)) << "topk " << what << " largest " << largest;
+        }
+        auto want = std::get<1>(x.kthvalue(k, dim, /*keepdim=*/true));
+        auto got =
+            runOp("topk", {x}, {{"k", k}, {"dim", dim}, {"largest", int64_t{0}}, {"ties", std::string("kthvalue")}});
+        EXPECT_TRUE(torch::equal(got.at(0).narrow(dim, k - 1, 1), want)) << "kthvalue " << what;
+      }
+    }
 }
 
 TEST(KernelsReductionCumsum, FloatIntBoolAndDims) {

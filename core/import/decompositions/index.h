@@ -22,22 +22,26 @@ struct ValuesIndices {
 /// The k best along dim (largest or smallest, best first; a 0-d x reads as
 /// [1]): Kiln's topk gives the indices and a gather the values, so the
 /// values' gradient is gather's (a scatter_add into x's shape) and the
-/// indices have none.
+/// indices have none. Tied values in the order `ties` names (topk's
+/// attribute): "topk" for torch.topk, "stable" for sort and argsort
+/// (torch.sort(stable=True); an unstable torch.sort leaves ties in an order
+/// that depends on its kernel, x86-simd-sort's in recent PyTorch builds).
 template <class Cx>
-ValuesIndices topk(Cx& cx, Value* x, int64_t k, int64_t dim, bool largest) {
+ValuesIndices topk(Cx& cx, Value* x, int64_t k, int64_t dim, bool largest, const char* ties) {
   if (x->type().rank() == 0) x = reshapedTo(cx, x, {1});
   const int64_t d = normalizeAxis(dim, x->type().rank());
-  Value* idx = cx.emit("topk", {x}, {{"k", k}, {"dim", d}, {"largest", int64_t{largest}}});
+  Value* idx = cx.emit("topk", {x}, {{"k", k}, {"dim", d}, {"largest", int64_t{largest}}, {"ties", std::string(ties)}});
   return {cx.emit("gather", {x, idx}, {{"dim", d}}), idx};
 }
 
-/// kthvalue(x, k, dim, keepdim): the k-th smallest (1-based) along dim.
+/// kthvalue(x, k, dim, keepdim): the k-th smallest (1-based) along dim, the
+/// index among ties PyTorch's CPU kthvalue returns.
 template <class Cx>
 ValuesIndices kthvalue(Cx& cx, Value* x, int64_t k, int64_t dim, bool keepdim) {
   if (x->type().rank() == 0) x = reshapedTo(cx, x, {1});
   const int64_t d = normalizeAxis(dim, x->type().rank());
   if (k < 1 || k > x->shape()[d]) fail("kthvalue: k=" + std::to_string(k) + " is out of range for " + x->type().str());
-  Value* idx = cx.emit("topk", {x}, {{"k", k}, {"dim", d}, {"largest", int64_t{0}}});
+  Value* idx = cx.emit("topk", {x}, {{"k", k}, {"dim", d}, {"largest", int64_t{0}}, {"ties", std::string("kthvalue")}});
   idx = cx.emit("slice", {idx}, {{"dim", d}, {"start", k - 1}, {"end", k}, {"step", int64_t{1}}});
   Value* values = cx.emit("gather", {x, idx}, {{"dim", d}});
   if (!keepdim) {

@@ -101,7 +101,7 @@ FxValue lowerMaxDim(Lowering& cx, NodeArgs& a) {
 
 /// topk(self, k, dim=-1, largest=True, sorted=True): always sorted.
 FxValue lowerTopk(Lowering& cx, NodeArgs& a) {
-  return pairOf(decomp::topk(cx, a.tensor("self"), a.integer("k"), a.integer("dim"), a.flag("largest")));
+  return pairOf(decomp::topk(cx, a.tensor("self"), a.integer("k"), a.integer("dim"), a.flag("largest"), "topk"));
 }
 
 /// kthvalue(self, k, dim=-1, keepdim=False): the k-th smallest (1-based).
@@ -114,7 +114,7 @@ FxValue lowerSort(Lowering& cx, NodeArgs& a) {
   Value* x = a.tensor("self");
   const int64_t dim = a.integer("dim");
   const int64_t size = x->type().rank() == 0 ? 1 : x->shape()[normDim(dim, x->type().rank())];
-  return pairOf(decomp::topk(cx, x, size, dim, a.flag("descending")));
+  return pairOf(decomp::topk(cx, x, size, dim, a.flag("descending"), "stable"));
 }
 
 /// argsort(.stable)(self, [stable,] dim, descending): sort's indices (Kiln's
@@ -123,7 +123,7 @@ FxValue lowerArgsort(Lowering& cx, NodeArgs& a) {
   Value* x = a.tensor("self");
   const int64_t dim = a.integer("dim");
   const int64_t size = x->type().rank() == 0 ? 1 : x->shape()[normDim(dim, x->type().rank())];
-  return FxValue::of(decomp::topk(cx, x, size, dim, a.flag("descending")).indices);
+  return FxValue::of(decomp::topk(cx, x, size, dim, a.flag("descending"), "stable").indices);
 }
 
 /// logsumexp(self, dim, keepdim).

@@ -47,9 +47,14 @@ Out lowerToCopy(Lowering& cx, Args& a) {
   return single(cx, t ? cx.cast(x, *t) : x);
 }
 
-/// Aliases of the input (detach, alias, lift_fresh): the same tensor.
+/// Aliases of the input (alias, lift_fresh): the same tensor.
 Out lowerAlias(Lowering&, Args& a) {
   return {a[0]};
+}
+
+/// detach(self): the same values, through which no gradient flows.
+Out lowerDetach(Lowering& cx, Args& a) {
+  return single(cx, cx.emit("detach", {a.tensor(0)}));
 }
 
 /// Copies (clone, contiguous): the same value, a tensor of its own.
@@ -143,7 +148,7 @@ const AtenRule kRules[] = {
     {"aten::to", lowerTo, "to"},
     {"aten::type_as", lowerTo, "type_as"},
     {"aten::_to_copy", lowerToCopy},
-    {"aten::detach", lowerAlias},
+    {"aten::detach", lowerDetach},
     {"aten::alias", lowerAlias},
     {"aten::lift_fresh", lowerAlias},
     {"aten::clone", lowerCopy},

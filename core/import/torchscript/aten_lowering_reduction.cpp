@@ -69,7 +69,7 @@ Out lowerKthvalue(Lowering& cx, Args& a) {
 // topk(self, k, dim=-1, largest=True, sorted=True) -> (values, indices); always sorted
 Out lowerTopk(Lowering& cx, Args& a) {
   return pairOf(cx, decomp::topk(cx, a.tensor(0), a.integer(1), a.given(2) ? a.integer(2) : -1,
-                                 !a.given(3) || a.flag(3)));
+                                 !a.given(3) || a.flag(3), "topk"));
 }
 
 // sort(self, dim=-1, descending=False) / sort.stable(self, *, stable, dim=-1, descending=False)
@@ -80,7 +80,7 @@ Out lowerSort(Lowering& cx, Args& a) {
   const int64_t dim = a.given(at) ? a.integer(at) : -1;
   const bool descending = a.given(at + 1) && a.flag(at + 1);
   const int64_t size = x->type().rank() == 0 ? 1 : x->shape()[normDim(dim, x->type().rank())];
-  Out out = pairOf(cx, decomp::topk(cx, x, size, dim, descending));
+  Out out = pairOf(cx, decomp::topk(cx, x, size, dim, descending, "stable"));
   if (a.kiln_op == "argsort") return {out[1]};
   return out;
 }
