@@ -73,12 +73,12 @@ void emitArg(Emitter& e, const Node& n) {
   e.setOut(n, 0, e.call(target, {e.in(n, 0), pyInt(n.i("dim")), pyBool(n.i("keepdim") != 0)}));
 }
 
-/// Kiln's topk order (NaN first among the largest, ties by the lower index)
-/// is a stable sort's, cut to k: aten.sort.stable then a slice.
-/// ties "stable": a stable sort cut to k; "topk": torch.topk (on the CPU the
-/// same order); "kthvalue": topk's k-1 smallest, then torch.kthvalue's index
-/// (the one Kiln's kthvalue reads; the k-1 before it, which no imported
-/// graph reads, may be in another order than Kiln's quickselect leaves).
+/// Kiln's topk by its `ties` (NaN first among the largest in every mode):
+/// "stable" is a stable sort's order cut to k, aten.sort.stable then a
+/// slice; "topk" is torch.topk's (on the CPU the same order); "kthvalue" is
+/// topk's k-1 smallest, then torch.kthvalue's index (the one Kiln's
+/// kthvalue reads; the k-1 before it, which no imported graph reads, may be
+/// in another order than Kiln's quickselect leaves).
 void emitTopk(Emitter& e, const Node& n) {
   const int64_t dim = n.i("dim"), k = n.i("k");
   const bool largest = n.i("largest") != 0;
