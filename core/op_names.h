@@ -30,7 +30,7 @@
   X(round) X(rows_to_dense) X(rsqrt) X(scatter_add) X(scatter_reduce) X(select) X(select_backward) \
   X(sgd_update) X(sgd_update_rows) X(sigmoid) X(sign) X(silu) X(sin) X(slice) X(slice_backward) X(softmax) \
   X(softmax_backward) X(softplus) X(split) X(sqrt) X(sub) X(sum) X(tanh) X(topk) X(tril) X(triu) \
-  X(unary_backward) X(var) X(where)
+  X(unary_backward) X(var) X(where) X(xlogy)
 // clang-format on
 
 namespace kiln {

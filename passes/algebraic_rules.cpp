@@ -164,8 +164,8 @@ Value* splatOperandToScalar(Graph& g, Node& n) {
   // two-input elementwise ops (unary_backward) need equal shapes, and a
   // fused_elementwise body names its operand types.
   static const std::set<std::string, std::less<>> broadcasting = {
-      "add", "sub", "mul", "div", "floor_div", "remainder", "pow",         "maximum",    "minimum",
-      "eq",  "ne",  "lt",  "le",  "gt",        "ge",        "logical_and", "logical_or", "logical_xor"};
+      "add",   "sub", "mul", "div", "floor_div", "remainder", "pow", "maximum",     "minimum",    "atan2",
+      "xlogy", "eq",  "ne",  "lt",  "le",        "gt",        "ge",  "logical_and", "logical_or", "logical_xor"};
   if (!broadcasting.count(n.op())) return nullptr;
   for (size_t i = 0; i < 2; ++i) {
     Value *c = n.input(i), *x = n.input(1 - i);

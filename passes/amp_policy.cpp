@@ -66,6 +66,7 @@ const std::vector<AmpPolicyEntry>& ampPolicy() {
       {"maximum", Promote, "max(a, b)"},
       {"minimum", Promote, "min(a, b)"},
       {"atan2", Promote, "torch CUDA: atan2 in the promote list"},
+      {"xlogy", Promote, "a * log(b): in neither of torch's autocast lists, it runs in the promoted input type"},
       {"where", Promote, "cond ? a : b"},
       {"cat", Promote, "torch CPU: cat in the promote list"},
   };

@@ -169,6 +169,20 @@ struct Atan2Op {
   }
 };
 
+/// torch.xlogy: a * log(b), 0 where a == 0 unless b is NaN (integers arrive
+/// as floats: the op's result type is floating).
+struct XlogyOp {
+  template <class C>
+  static C apply(C a, C b) {
+    if constexpr (std::is_floating_point_v<C>) {
+      if (std::isnan(b)) return b;
+      return a == C(0) ? C(0) : a * std::log(b);
+    } else {
+      return static_cast<C>(apply(static_cast<double>(a), static_cast<double>(b)));
+    }
+  }
+};
+
 /// NaN propagates from either side, as torch.maximum/minimum.
 struct MaximumOp {
   template <class C>
@@ -399,6 +413,7 @@ void registerCpuElementwiseKernels(KernelRegistry& r) {
   add(r, "maximum", arithmeticKernel<MaximumOp>);
   add(r, "minimum", arithmeticKernel<MinimumOp>);
   add(r, "atan2", arithmeticKernel<Atan2Op>);
+  add(r, "xlogy", arithmeticKernel<XlogyOp>);
   add(r, "eq", compareKernel<EqOp>);
   add(r, "ne", compareKernel<NeOp>);
   add(r, "lt", compareKernel<LtOp>);

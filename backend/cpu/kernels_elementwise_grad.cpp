@@ -1,7 +1,7 @@
 // CPU kernels of the backward ops of the elementwise and reduction families
 // (core/ops/elementwise_grad.cpp, core/ops/reduction_grad.cpp):
 //   unary_backward(g, v) {fn, ...}  one functor per forward op, picked by `fn`
-//   binary_backward(g, a, b) {fn, input}  div, pow, maximum, minimum, atan2
+//   binary_backward(g, a, b) {fn, input}  div, pow, maximum, minimum, atan2, xlogy
 //   prod_backward(g, x, y) {dims, keepdim}
 // Formulas and their order of operations are PyTorch's *_backward kernels
 // (derivatives.yaml / FunctionsManual.cpp), including the boundary
@@ -281,6 +281,18 @@ struct Atan2Grad {
   }
 };
 
+/// PyTorch's xlogy backward: d/da = g * log(b), 0 where a == 0 and b <= 0
+/// (so +inf at a = 0, b = +inf, and NaN where b is NaN); d/db = g * a / b
+/// (NaN at a = b = 0).
+struct XlogyGrad {
+  int64_t input;
+  template <class C>
+  C operator()(C g, C a, C b) const {
+    if (input == 1) return g * a / b;
+    return g * ((a == C(0) && b <= C(0)) ? C(0) : std::log(b));
+  }
+};
+
 template <class Op>
 void binaryGradKernel(const Node& n, Inputs in, Outputs out, KernelContext&) {
   Tensor& o = allocOutput(n, out, 0);
@@ -311,6 +323,7 @@ void binaryBackwardKernel(const Node& n, Inputs in, Outputs out, KernelContext& 
   if (fn == "maximum") return binaryGradKernel<MaximumGrad>(n, in, out, ctx);
   if (fn == "minimum") return binaryGradKernel<MinimumGrad>(n, in, out, ctx);
   if (fn == "atan2") return binaryGradKernel<Atan2Grad>(n, in, out, ctx);
+  if (fn == "xlogy") return binaryGradKernel<XlogyGrad>(n, in, out, ctx);
   opFail(n, "no CPU kernel for fn \"" + fn + "\"");
 }
 

@@ -124,6 +124,21 @@ struct Atan2Op {
   }
 };
 
+/// torch.xlogy: a * log(b), 0 where a == 0 unless b is NaN (integers arrive
+/// as floats: the op's result type is floating).
+struct XlogyOp {
+  static constexpr bool kIntDiv = false;
+  template <class C>
+  __device__ static C apply(C a, C b) {
+    if constexpr (std::is_floating_point_v<C>) {
+      if (b != b) return b;
+      return a == C(0) ? C(0) : a * mLog(b);
+    } else {
+      return static_cast<C>(apply(static_cast<double>(a), static_cast<double>(b)));
+    }
+  }
+};
+
 /// NaN from either side wins (torch.maximum / minimum).
 struct MaximumOp {
   static constexpr bool kIntDiv = false;
@@ -366,6 +381,7 @@ void registerCudaElementwiseKernels(CudaKernelRegistry& r) {
   add(r, "maximum", arithmeticKernel<MaximumOp>, broadcastFits, operandWorkspace);
   add(r, "minimum", arithmeticKernel<MinimumOp>, broadcastFits, operandWorkspace);
   add(r, "atan2", arithmeticKernel<Atan2Op>, broadcastFits, operandWorkspace);
+  add(r, "xlogy", arithmeticKernel<XlogyOp>, broadcastFits, operandWorkspace);
   add(r, "eq", compareKernel<kEq>, broadcastFits, operandWorkspace);
   add(r, "ne", compareKernel<kNe>, broadcastFits, operandWorkspace);
   add(r, "lt", compareKernel<kLt>, broadcastFits, operandWorkspace);

@@ -362,6 +362,16 @@ struct Atan2G {
   }
 };
 
+/// PyTorch's xlogy backward: d/da = g log(b), 0 where a == 0 and b <= 0; d/db = g a / b.
+struct XlogyG {
+  int64_t input;
+  template <class C>
+  __device__ C operator()(C g, C a, C b) const {
+    if (input == 1) return g * a / b;
+    return g * ((a == C(0) && b <= C(0)) ? C(0) : mLog(b));
+  }
+};
+
 /// Ties split the gradient in half; a NaN on either side gives both the full g.
 struct MaximumG {
   int64_t input;
@@ -409,6 +419,7 @@ void binaryBackwardKernel(const Node& n, Ins in, Outs out, CudaContext& ctx) {
   if (fn == "maximum") return binaryGradLaunch(MaximumG{input}, in, out, ctx);
   if (fn == "minimum") return binaryGradLaunch(MinimumG{input}, in, out, ctx);
   if (fn == "atan2") return binaryGradLaunch(Atan2G{input}, in, out, ctx);
+  if (fn == "xlogy") return binaryGradLaunch(XlogyG{input}, in, out, ctx);
   opFail(n, "no CUDA kernel for fn \"" + fn + "\"");
 }
 

@@ -29,6 +29,7 @@ constexpr Mapping kBinary[] = {
     {"maximum", "aten.maximum.default"},
     {"minimum", "aten.minimum.default"},
     {"atan2", "aten.atan2.default"},
+    {"xlogy", "aten.xlogy.Tensor"},
     {"eq", "aten.eq.Tensor"},
     {"ne", "aten.ne.Tensor"},
     {"lt", "aten.lt.Tensor"},
@@ -242,6 +243,14 @@ void emitBinaryBackward(Emitter& e, const Node& n) {
     std::string sq = call("aten.add.Tensor", {call("aten.mul.Tensor", {a, a}), call("aten.mul.Tensor", {b, b})});
     std::string side = first ? b : call("aten.neg.default", {a});
     r = call("aten.mul.Tensor", {call("aten.mul.Tensor", {g, side}), call("aten.reciprocal.default", {sq})});
+  } else if (fn == "xlogy") {  // g * ((a == 0 & b <= 0) ? 0 : log(b)), or g * a / b
+    if (first) {
+      std::string zero =
+          call("aten.logical_and.default", {call("aten.eq.Scalar", {a, "0"}), call("aten.le.Scalar", {b, "0"})});
+      r = call("aten.mul.Tensor", {g, call("aten.where.ScalarSelf", {zero, "0.0", call("aten.log.default", {b})})});
+    } else {
+      r = call("aten.div.Tensor", {call("aten.mul.Tensor", {g, a}), b});
+    }
   } else {
     refuse(n, "binary_backward of '" + fn + "' has no torch.fx mapping");
   }

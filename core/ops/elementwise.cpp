@@ -14,8 +14,8 @@ std::vector<TensorType> inferBinary(const Node& n) {
   const TensorType& a = n.input(0)->type();
   const TensorType& b = n.input(1)->type();
   DType t = promoteOperands(a.dtype, a.rank() == 0, b.dtype, b.rank() == 0);
-  // True division and atan2 of integers produce floats, as in PyTorch.
-  if ((n.is(Op::div) || n.is(Op::atan2)) && !isFloating(t)) t = DType::F32;
+  // True division, atan2 and xlogy of integers produce floats, as in PyTorch.
+  if ((n.is(Op::div) || n.is(Op::atan2) || n.is(Op::xlogy)) && !isFloating(t)) t = DType::F32;
   return {{t, broadcastShapes(n, a.shape, b.shape)}};
 }
 
@@ -71,6 +71,7 @@ void registerElementwiseOps(OpTable& t) {
   addBinary(t, "maximum", "max(a, b)");
   addBinary(t, "minimum", "min(a, b)");
   addBinary(t, "atan2", "atan2(a, b): the angle of (b, a) in [-pi, pi] (integers give f32)");
+  addBinary(t, "xlogy", "a * log(b), 0 where a == 0 unless b is NaN (integers give f32)");
   for (const char* c : {"eq", "ne", "lt", "le", "gt", "ge"}) addBinary(t, c, "comparison -> bool", inferCompare);
   for (const char* c : {"logical_and", "logical_or", "logical_xor"})
     addBinary(t, c, "logical op on truthiness -> bool", inferCompare);

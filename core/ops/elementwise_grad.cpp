@@ -33,7 +33,7 @@ constexpr UnaryGradFn kUnaryGradFns[] = {
     {"hardswish", false}, {"hardsigmoid", false}, {"gelu", false},      {"leaky_relu", false}, {"elu", false},
     {"softplus", false},
 };
-constexpr const char* kBinaryGradFns[] = {"div", "pow", "maximum", "minimum", "atan2"};
+constexpr const char* kBinaryGradFns[] = {"div", "pow", "maximum", "minimum", "atan2", "xlogy"};
 
 const UnaryGradFn* findUnaryGradFn(std::string_view op) {
   for (const UnaryGradFn& f : kUnaryGradFns)
@@ -159,7 +159,7 @@ void registerElementwiseGrads(OpTable& t) {
   t.add({"unary_backward", "dL/dx of the unary op `fn` from (g, x), or (g, y) for sqrt/rsqrt/reciprocal/tanh/sigmoid",
          2, 2, kElementwise, std::move(unary_attrs), inferUnaryBackward, fusedBackwardCost});
   t.add({"binary_backward",
-         "dL/d(input) of fn(a, b) (div, pow, maximum, minimum, atan2) from (g, a, b), broadcast shape",
+         "dL/d(input) of fn(a, b) (div, pow, maximum, minimum, atan2, xlogy) from (g, a, b), broadcast shape",
          3,
          3,
          kElementwise,
@@ -173,7 +173,7 @@ void registerElementwiseGrads(OpTable& t) {
   t.setGrad("div", divGrad);
   t.setGrad("remainder", remainderGrad);
   t.setGrad("where", whereGrad);
-  for (const char* b : {"pow", "maximum", "minimum", "atan2"}) t.setGrad(b, fusedBinaryGrad);
+  for (const char* b : {"pow", "maximum", "minimum", "atan2", "xlogy"}) t.setGrad(b, fusedBinaryGrad);
   t.setGrad("relu", reluGrad);
   t.setGrad("neg", negGrad);
   t.setGrad("exp", expGrad);

@@ -116,12 +116,13 @@ TEST(CudaElementwise, FloatArithmetic) {
       }
 }
 
-TEST(CudaElementwise, FloatPow) {
+TEST(CudaElementwise, FloatPowAndXlogy) {
   KILN_REQUIRE_GPU();
   for (const std::string& t : kFloatTypes)
     for (const Shapes& s : kBinaryShapes) {
       SCOPED_TRACE("pow " + t + s.a + " " + t + s.b);
       expectMatchesCpu(graph2("pow", t + s.a, t + s.b, t + s.out), {.tol = floatTol(t, true), .positive = true});
+      expectMatchesCpu(graph2("xlogy", t + s.a, t + s.b, t + s.out), {.tol = floatTol(t, true), .positive = true});
     }
   // Negative bases with integral exponents, and the NaN of a fractional one.
   expectMatchesCpuWith(graph2("pow", "f32[300]", "f32[300]", "f32[300]"), {.tol = kF32Math}, quantize(1.0, 3.0));
@@ -169,6 +170,7 @@ TEST(CudaElementwise, TypePromotion) {
   expectMatchesCpu(graph2("add", "f32[6,2]", "f64[6,2]", "f64[6,2]"), {.tol = kExact});
   expectMatchesCpuWith(graph2("div", "i32[6]", "f32[6]", "f32[6]"), {.tol = kExact}, spreadNonzeroB(10));
   expectMatchesCpu(graph2("atan2", "i32[6]", "i64[6]", "f32[6]"), {.tol = kF32Math});
+  expectMatchesCpu(graph2("xlogy", "i32[6]", "i64[6]", "f32[6]"), {.tol = kF32Math, .positive = true});
   expectMatchesCpu(graph2("lt", "i64[5,3]", "f32[3]", "bool[5,3]"), {.tol = 0});
   expectMatchesCpu(graph2("eq", "i32[4]", "f64[]", "bool[4]"), {.tol = 0});
   expectMatchesCpu(graph2("ge", "u8[9]", "i8[9]", "bool[9]"), {.tol = 0});
@@ -406,14 +408,14 @@ TEST(CudaElementwise, BinaryBackward) {
                                       {"[4,1,5]", "[3,1]", "[4,3,5]"},
                                       {"[7,3]", "[]", "[7,3]"},
                                       {"[]", "[5]", "[5]"}};
-  for (const char* fn : {"div", "pow", "maximum", "minimum", "atan2"})
+  for (const char* fn : {"div", "pow", "maximum", "minimum", "atan2", "xlogy"})
     for (int input = 0; input < 2; ++input)
       for (const std::string t : {"f32", "bf16", "f16", "f64"})
         for (const Shapes& s : shapes) {
           const std::string attrs = "{fn=\"" + std::string(fn) + "\", input=" + std::to_string(input) + "}";
           SCOPED_TRACE(attrs + " " + t + s.a + " " + t + s.b);
-          const bool pow = std::string(fn) == "pow", div = std::string(fn) == "div";
-          // pow on positive bases; maximum/minimum on a coarse grid (ties halve the gradient).
+          const bool pow = std::string(fn) == "pow" || std::string(fn) == "xlogy", div = std::string(fn) == "div";
+          // pow and xlogy on positive operands; maximum/minimum on a coarse grid (ties halve the gradient).
           const Tweak tweak = pow ? quantize(0.125) : div ? spreadNonzeroB(0) : quantize(0.5);
           expectMatchesCpuWith(graph3("binary_backward", t + s.out, t + s.a, t + s.b, t + s.out, attrs),
                                {.tol = floatTol(t, pow), .positive = pow}, tweak);
@@ -492,6 +494,7 @@ TEST(CudaElementwise, EveryOpIsRegistered) {
                          "maximum",
                          "minimum",
                          "atan2",
+                         "xlogy",
                          "neg",
                          "reciprocal",
                          "sqrt",

@@ -360,7 +360,7 @@ class OpsSeq(torch.nn.Module):
         a = torch.maximum(h, -0.3 * h) + torch.minimum(h, self.v) * 0.2
         b = torch.where(h > 0, torch.sqrt(h.abs() + 1), torch.exp(h) / (1 + h * h))
         c = torch.log1p(h.abs()) * torch.sin(h) - torch.cos(h) * torch.erf(h) + F.silu(h) + F.gelu(h)
-        c = c + torch.expm1(h.clamp(max=2.0)) * 0.1 + torch.atan2(h, self.v + 0.5)
+        c = c + torch.expm1(h.clamp(max=2.0)) * 0.1 + torch.atan2(h, self.v + 0.5) + torch.xlogy(h, h.abs() + 0.5)
         d = h.clamp(-1.0, 0.8) + torch.rsqrt(h * h + 1) + torch.reciprocal(h.abs() + 2) + (h.abs() + 0.5) ** 1.5
         s = torch.softmax(a, -1) + torch.log_softmax(b, -1) / 10 + F.hardswish(c) + F.hardsigmoid(d)
         s = s + h.cumsum(1) / 10 + (torch.tanh(h) * 0.5 + 1).cumprod(1) / 10 + h.var(1, keepdim=True) + h.amax(-1, keepdim=True) + h.mean((0, 1)) / 3

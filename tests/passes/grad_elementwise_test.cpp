@@ -103,6 +103,12 @@ TEST(GradElementwise, Atan2) {
   EXPECT_TRUE(checkGrad({.op = "atan2", .inputs = {f64({}), f64({2, 3})}, .ranges = {{0, {0.5, 2}}}}));
 }
 
+TEST(GradElementwise, Xlogy) {
+  // y > 0 (log's domain), broadcasting either way.
+  EXPECT_TRUE(checkGrad({.op = "xlogy", .inputs = {f64({3, 4}), f64({4})}, .ranges = {{1, {0.5, 2}}}}));
+  EXPECT_TRUE(checkGrad({.op = "xlogy", .inputs = {f64({}), f64({2, 3})}, .ranges = {{1, {0.5, 2}}}}));
+}
+
 TEST(GradElementwise, Remainder) {
   EXPECT_TRUE(checkGrad(
       {.op = "remainder", .inputs = {f64({3, 4}), f64({4})}, .lo = -3, .hi = 3, .ranges = {{1, {0.6, 1.7}}}}));
@@ -249,6 +255,7 @@ TEST(GradElementwise, Float32MatchesFloat64) {
   for (const char* op : {"maximum", "minimum", "mul"}) agree(op, {}, {spread({5, 7}), spread({7}, -2, 2)});
   agree("div", {}, {spread({5, 7}), spread({7}, 0.5, 2)});
   agree("atan2", {}, {spread({5, 7}), spread({7}, 0.5, 2)});
+  agree("xlogy", {}, {spread({5, 7}), spread({7}, 0.5, 2)});
   agree("pow", {}, {spread({5, 7}, 0.2, 2), spread({7}, -2, 2)});
 }
 

@@ -14,7 +14,6 @@
 // to the returned index), cosine similarity of a zero vector (its eps
 // clamp), atan2 at the origin, and where-masked branches that are singular
 // (log(0), 1/0, sqrt(0): PyTorch's NaN, because 0 * inf is NaN).
-// cosine_similarity's norms in (0, eps) are left out: see decomp::cosineSimilarity.
 // And detach, through which no gradient flows (a straight-through
 // estimator's rounding, a stop-gradient target).
 #include <gtest/gtest.h>
@@ -173,8 +172,9 @@ TEST(EdgeValuesAten, MaxMinWithIndicesOnTies) {
 }
 
 TEST(EdgeValuesAten, CosineSimilarityOfZeroVectors) {
-  const Arg a = fixed(vals({0, 0, 0, 1, 2, 3, 0, 0, 0, 1, kInf, 0}, {4, 3}));
-  const Arg b = fixed(vals({1, 2, 3, 0, 0, 0, 0, 0, 0, 1, 1, 1}, {4, 3}));
+  // Zero vectors, an infinity, norms below eps (0.3 < 0.5, 5e-9 < 1e-8), parallel vectors.
+  const Arg a = fixed(vals({0, 0, 0, 1, 2, 3, 0, 0, 0, 1, kInf, 0, 0.1, 0.2, 0.2, 3e-9, 4e-9, 0}, {6, 3}));
+  const Arg b = fixed(vals({1, 2, 3, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 1, 2, 3}, {6, 3}));
   checkAll({
       {"cosine_similarity dim 1", "    return torch.cosine_similarity(x0, x1, 1, 1e-8)", {a, b}},
       {"cosine_similarity eps 0.5", "    return torch.cosine_similarity(x0, x1, 1, 0.5)", {a, b}},
@@ -235,11 +235,10 @@ TEST(EdgeValuesAten, DecomposedActivationsAtTheirKinks) {
       {"relu6 at 0 and 6",
        "    return torch.hardtanh(x0, 0., 6.)",
        {fixed(padded({-1, -0.0, 0.0, 3, 6, 7, kInf, kNaN}))}},
-      // Not (0, +inf) and (0, 0): Kiln's decomposition differs from PyTorch's
-      // xlogy_backward there (docs/parity.md lists both).
       {"xlogy at x = 0",
        "    return torch.xlogy(x0, x1)",
-       {fixed(vals({0, 0, 0, 1, 2, 0, 0, 3, -1})), fixed(vals({2, 1, kNaN, 0, kInf, -1, 0.5, -2, kNaN}))}},
+       {fixed(vals({0, 0, 0, 1, 2, 0, 0, 3, -1, 0, 0, 0})),
+        fixed(vals({2, 1, kNaN, 0, kInf, -1, 0.5, -2, kNaN, kInf, 0, -kInf}))}},
       {"logsigmoid", "    return torch.log_sigmoid(x0)", {x}},
   });
 }

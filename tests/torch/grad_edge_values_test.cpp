@@ -158,6 +158,8 @@ std::vector<GradCase> binaryCases() {
       // atan2 at the origin (either zero's sign: the angle's branch cut) and
       // at infinities on either side.
       bin("atan2", [](const Ts& x) { return torch::atan2(x[0], x[1]); }),
+      // xlogy at x = 0 (log(y)'s gradient kept unless y <= 0), y = 0, +-inf, NaN.
+      bin("xlogy", [](const Ts& x) { return torch::xlogy(x[0], x[1]); }),
       bin(
           "maximum", [](const Ts& x) { return torch::maximum(x[0], x[1]); }, ta, tb, "ties"),
       bin(

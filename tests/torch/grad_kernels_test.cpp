@@ -101,6 +101,7 @@ TEST(GradKernelsElementwise, Binary) {
   auto maximum = [](const Ts& x) { return torch::maximum(x[0], x[1]); };
   auto minimum = [](const Ts& x) { return torch::minimum(x[0], x[1]); };
   auto atan2 = [](const Ts& x) { return torch::atan2(x[0], x[1]); };
+  auto xlogy = [](const Ts& x) { return torch::xlogy(x[0], x[1]); };
   auto remainder = [](const Ts& x) { return torch::remainder(x[0], x[1]); };
   auto where = [](const Ts& x) { return torch::where(x[0], x[1], x[2]); };
   checkAll({
@@ -122,6 +123,8 @@ TEST(GradKernelsElementwise, Binary) {
       {"minimum", {}, {param({2, 1, 3}), param({4, 1})}, minimum, "[2,1,3], [4,1]"},
       {"atan2", {}, {param({3, 4}), param({4})}, atan2, "[3,4], [4]"},
       {"atan2", {}, {param({}), param({2, 3})}, atan2, "0-d, [2,3]"},
+      {"xlogy", {}, {param({3, 4}), param({4}, 0.3, 2)}, xlogy, "[3,4], [4]"},
+      {"xlogy", {}, {param({}), param({2, 3}, 0.3, 2)}, xlogy, "0-d, [2,3]"},
       {"remainder", {}, {param({3, 4}, -3, 3), param({4}, 0.6, 1.7)}, remainder, "positive divisor"},
       {"remainder", {}, {param({2, 3}, -3, 3), param({}, -1.7, -0.6)}, remainder, "negative 0-d divisor"},
       {"where", {}, {mask({3, 4}), param({3, 4}), param({4})}, where, "[3,4] ? [3,4] : [4]"},

@@ -66,6 +66,7 @@ const std::vector<std::pair<std::string, TorchBinary>>& arithmeticOps() {
          if (a.scalar_type() != torch::kHalf) return torch::atan2(a, b);
          return torch::atan2(a.to(torch::kFloat32), b.to(torch::kFloat32)).to(torch::kHalf);
        }},
+      {"xlogy", [](auto& a, auto& b) { return torch::xlogy(a, b); }},
   };
   return ops;
 }
@@ -154,14 +155,12 @@ TEST(KernelsElementwiseBinary, TypePromotion) {
     torch::Tensor a, b;
   };
   const std::vector<Case> cases = {
-      {"add", f32, i64},        {"mul", i64, f32},
-      {"sub", f32, f64},        {"add", i32, i64},
-      {"mul", i8, u8},          {"add", bl, bl},
-      {"mul", bl, i32},         {"div", i64, nz64},
-      {"div", i32, nz64},       {"div", bl, f32},
-      {"floor_div", i64, nz64}, {"remainder", f32, nz64},
-      {"maximum", i8, f32},     {"minimum", u8, i64},
-      {"pow", f32.abs(), i64},  {"add", f32.to(torch::kFloat16), f32.to(torch::kBFloat16)},
+      {"add", f32, i64},         {"mul", i64, f32},        {"sub", f32, f64},
+      {"add", i32, i64},         {"mul", i8, u8},          {"add", bl, bl},
+      {"mul", bl, i32},          {"div", i64, nz64},       {"div", i32, nz64},
+      {"div", bl, f32},          {"floor_div", i64, nz64}, {"remainder", f32, nz64},
+      {"maximum", i8, f32},      {"minimum", u8, i64},     {"pow", f32.abs(), i64},
+      {"xlogy", i32, i64.abs()}, {"xlogy", f32, u8},       {"add", f32.to(torch::kFloat16), f32.to(torch::kBFloat16)},
   };
   for (const Case& c : cases) {
     auto fn = c.op == "pow" ? TorchBinary([](auto& a, auto& b) { return torch::pow(a, b); }) : TorchBinary();

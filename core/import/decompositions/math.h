@@ -1,6 +1,6 @@
 // Shared decompositions (see common.h): elementwise activations and
 // arithmetic PyTorch has and Kiln builds from its ops (truncating division,
-// ELU/SELU/CELU, PReLU, shrinks, GLU, xlogy) and reductions (logsumexp, p-norms).
+// ELU/SELU/CELU, PReLU, shrinks, GLU) and reductions (logsumexp, p-norms).
 #pragma once
 
 #include <cmath>
@@ -81,22 +81,6 @@ Value* glu(Cx& cx, Value* x, int64_t dim) {
   return cx.emit("mul", {halves->output(0), cx.emit("sigmoid", {halves->output(1)})});
 }
 
-/// xlogy(x, y) = x log(y), 0 where x == 0 unless y is NaN (x, y of one
-/// floating dtype). The gradients are PyTorch's where they are finite:
-/// d/dx = log(y) (also at x = 0), 0 where x == 0 and y <= 0; d/dy = x / y.
-/// Two points differ (docs/parity.md): at x = 0, y = +inf d/dx is 0 (PyTorch:
-/// inf), and at x = 0, y = 0 d/dy is 0 (PyTorch: 0 / 0 = NaN).
-template <class Cx>
-Value* xlogy(Cx& cx, Value* x, Value* y) {
-  const DType t = x->dtype();
-  Value* zero = cx.scalar(0, t);
-  Value* x_zero = cx.emit("eq", {x, zero});
-  Value* masked = cx.emit("logical_and", {x_zero, cx.emit("le", {y, zero})});
-  Value* log_y = cx.emit("where", {masked, zero, cx.emit("log", {y})});
-  Value* zero_times_inf = cx.emit("logical_and", {x_zero, cx.emit("eq", {y, cx.scalar(INFINITY, t)})});
-  return cx.emit("where", {zero_times_inf, zero, cx.emit("mul", {x, log_y})});
-}
-
 /// max() / min() over all elements, with PyTorch's evenly_distribute_backward:
 /// the gradient split among the elements equal to the result, and when the
 /// result is NaN among the NaNs (amax's tie mask, x == result, finds none
@@ -174,11 +158,12 @@ Value* pnorm(Cx& cx, Value* x, double p, const std::vector<int64_t>& dims, bool 
 
 /// cosine_similarity(x1, x2, dim, eps) as PyTorch writes it: both broadcast,
 /// each divided by its L2 norm over dim clamped to at least eps, multiplied
-/// and summed over dim. The norm's gradient is norm_backward's (0 for an
-/// all-zero vector), so a zero vector gets g * x2 / (eps ||x2||). PyTorch
-/// clamps the norm in place under no_grad, so the gradient also reaches a
-/// norm below eps; maximum() sends it to eps instead, which differs only for
-/// vectors of norm in (0, eps) (docs/parity.md).
+/// and summed over dim. PyTorch clamps the norm in place under no_grad, so
+/// the norm's backward reads the clamped value c: the gradient reaching the
+/// norm goes on to x as dL/dc * x / c, also below eps, and is 0 for an
+/// all-zero vector. Here c = detach(max(n, eps)) + (n - detach(n)) *
+/// detach(n / c): the value is c (the second term is 0 wherever the output is
+/// not NaN anyway) and its gradient (n / c) * dn/dx = x / c.
 template <class Cx>
 Value* cosineSimilarity(Cx& cx, Value* x1, Value* x2, int64_t dim, double eps) {
   Shape s = broadcastShapes(x1->shape(), x2->shape());
@@ -186,8 +171,11 @@ Value* cosineSimilarity(Cx& cx, Value* x1, Value* x2, int64_t dim, double eps) {
   x2 = expandedTo(cx, x2, s);
   const std::vector<int64_t> d{normalizeAxis(dim, static_cast<int64_t>(s.size()))};
   auto unit = [&](Value* x) {
-    Value* clamped = cx.emit("maximum", {pnorm(cx, x, 2, d, true), cx.scalar(eps, x->dtype())});
-    return cx.emit("div", {x, clamped});
+    Value* n = pnorm(cx, x, 2, d, true);
+    Value* c = cx.emit("maximum", {n, cx.scalar(eps, x->dtype())});
+    Value* through =
+        cx.emit("mul", {cx.emit("sub", {n, cx.emit("detach", {n})}), cx.emit("detach", {cx.emit("div", {n, c})})});
+    return cx.emit("div", {x, cx.emit("add", {cx.emit("detach", {c}), through})});
   };
   return cx.emit("sum", {cx.emit("mul", {unit(x1), unit(x2)})}, {{"dims", d}, {"keepdim", int64_t{0}}});
 }

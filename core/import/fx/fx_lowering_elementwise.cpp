@@ -166,7 +166,7 @@ FxValue lowerXlogy(Lowering& cx, NodeArgs& a) {
     x = cx.cast(x, DType::F32);
     y = cx.cast(y, DType::F32);
   }
-  return FxValue::of(decomp::xlogy(cx, x, y));
+  return FxValue::of(cx.emit("xlogy", {x, y}));
 }
 
 /// addcmul / addcdiv(self, tensor1, tensor2, value=1) = self + value * (t1 op t2).
