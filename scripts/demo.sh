@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 MODEL=gpt2_mini
 STEPS=${KILN_DEMO_STEPS:-300}
 ./scripts/install-deps.sh
-./scripts/build.sh
+./scripts/build.sh --target kiln  # the CLI and the libtorch plugin it loads; test.sh builds the rest
 KILN=${KILN_BUILD_DIR:-build}/kiln
 OUT=${KILN_BUILD_DIR:-build}/demo
 rm -rf "$OUT" && mkdir -p "$OUT/eval" "$OUT/train"

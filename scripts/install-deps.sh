@@ -5,7 +5,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config git ccache  # ccache: every build compiles through it (CMakeLists.txt)
   nlohmann-json3-dev libxxhash-dev libzstd-dev libcli11-dev libgtest-dev libbenchmark-dev
   libopenblas-dev libdnnl-dev libgloo-dev libssl-dev ocl-icd-opencl-dev  # dnnl-config.cmake finds OpenCL (a Recommends, which --no-install-recommends skips)
   libtorch-dev python3-torch python3-torchvision
