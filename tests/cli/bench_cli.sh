@@ -8,8 +8,8 @@
 # usage: bench_cli.sh KILN WORKDIR
 source "$(dirname "$0")/lib/common.sh"
 
-"$PY" "$SRC/models/export.py" mlp --format trace --format fx --train --out-dir "$W" >/dev/null 2>&1 ||
-  "$PY" "$SRC/models/export.py" mlp --format trace --train --out-dir "$W" >/dev/null || { echo "FAIL export"; exit 1; }
+export_model mlp --format trace --format fx --train 2>/dev/null ||
+  export_model mlp --format trace --train || { echo "FAIL export"; exit 1; }
 M="$W/mlp.pt"
 
 out=$("$KILN" bench "$M" --steps 3 --warmup 1 --batch 16 2>&1) || fail "kiln bench exited $?: $out"

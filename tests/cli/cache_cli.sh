@@ -12,7 +12,7 @@
 source "$(dirname "$0")/lib/common.sh"
 export KILN_CACHE_DIR="$W/cache"
 
-"$PY" "$SRC/models/export.py" gpt2_mini --format trace --train --out-dir "$W" >/dev/null || { echo "FAIL export"; exit 1; }
+export_model gpt2_mini --format trace --train || { echo "FAIL export"; exit 1; }
 M="$W/gpt2_mini.pt"
 status() { "$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['cache']['status'])" "$1"; }
 

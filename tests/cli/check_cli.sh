@@ -44,7 +44,7 @@ torch.jit.trace(m, (x,)).save(os.path.join(out, "unsupported.pt"))
 fx_dump.dump_fx(m, [x], os.path.join(out, "unsupported"))
 PYEOF
 "$PY" "$W/unsupported_model.py" "$W" "$SRC/models" || { echo "FAIL export"; exit 1; }
-"$PY" "$SRC/models/export.py" mlp --format trace --out-dir "$W" >/dev/null || { echo "FAIL export mlp"; exit 1; }
+export_model mlp --format trace || { echo "FAIL export mlp"; exit 1; }
 
 for M in "$W/unsupported.pt" "$W/unsupported.fx.json"; do
   before=$fails

@@ -6,7 +6,7 @@
 # usage: compare_reports_cli.sh KILN WORKDIR
 source "$(dirname "$0")/lib/common.sh"
 
-"$PY" "$SRC/models/export.py" gpt2_mini --format trace --out-dir "$W" >/dev/null || { echo "FAIL export"; exit 1; }
+export_model gpt2_mini --format trace || { echo "FAIL export"; exit 1; }
 M="$W/gpt2_mini.pt"
 "$KILN" train "$M" --no-cache --steps 6 --report "$W/a.json" >/dev/null 2>&1 || fail "report A"
 "$KILN" train "$M" --no-cache --steps 6 --passes loss,autodiff,optimizer,dce --report "$W/b.json" >/dev/null 2>&1 ||

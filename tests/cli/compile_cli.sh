@@ -10,7 +10,7 @@
 source "$(dirname "$0")/lib/common.sh"
 
 for m in mlp resnet_mini; do
-  "$PY" "$SRC/models/export.py" $m --format trace --train --out-dir "$W" >/dev/null || { echo "FAIL export $m"; exit 1; }
+  export_model $m --format trace --train || { echo "FAIL export $m"; exit 1; }
 done
 M="$W/resnet_mini.pt"
 

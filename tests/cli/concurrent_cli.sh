@@ -5,7 +5,7 @@
 # usage: concurrent_cli.sh KILN WORKDIR
 source "$(dirname "$0")/lib/common.sh"
 
-"$PY" "$SRC/models/export.py" resnet_mini --format trace --train --no-dropout --out-dir "$W" >/dev/null ||
+export_model resnet_mini --format trace --train --no-dropout ||
   { echo "FAIL export"; exit 1; }
 M="$W/resnet_mini.pt"
 # The default pipeline without channels_last: this step's one stage of two

@@ -8,7 +8,7 @@
 # usage: device_cli.sh KILN WORKDIR
 source "$(dirname "$0")/lib/common.sh"
 
-"$PY" "$SRC/models/export.py" mlp --format trace --train --out-dir "$W" >/dev/null || { echo "FAIL export"; exit 1; }
+export_model mlp --format trace --train || { echo "FAIL export"; exit 1; }
 M="$W/mlp.pt"
 has_gpu=0
 command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q GPU && has_gpu=1

@@ -11,7 +11,7 @@
 source "$(dirname "$0")/lib/common.sh"
 export KILN_CACHE_DIR="$W/cache"
 
-"$PY" "$SRC/models/export.py" resnet_mini --format trace --train --out-dir "$W" >/dev/null || { echo "FAIL export"; exit 1; }
+export_model resnet_mini --format trace --train || { echo "FAIL export"; exit 1; }
 M="$W/resnet_mini.pt"
 field() { "$PY" -c "import json,sys; j=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$1" "$2"; }
 

@@ -8,7 +8,7 @@
 # usage: dist_cli.sh KILN WORKDIR
 source "$(dirname "$0")/lib/common.sh"
 
-"$PY" "$SRC/models/export.py" mlp --format trace --train --out-dir "$W" >/dev/null || { echo "FAIL export"; exit 1; }
+export_model mlp --format trace --train || { echo "FAIL export"; exit 1; }
 M="$W/mlp.pt"
 B="$W/batch.safetensors"  # input0: [8, 32], target: [8]
 "$PY" "$SRC/tests/train/make_batch.py" mlp --out "$B" --from-export "$W" >/dev/null || { echo "FAIL batch"; exit 1; }

@@ -8,7 +8,7 @@
 # usage: input_bounds_cli.sh KILN WORKDIR
 source "$(dirname "$0")/lib/common.sh"
 
-"$PY" "$SRC/models/export.py" mlp --format trace --train --out-dir "$W" >/dev/null || { echo "FAIL export mlp"; exit 1; }
+export_model mlp --format trace --train || { echo "FAIL export mlp"; exit 1; }
 M="$W/mlp.pt"  # input f32[8,32]
 
 # expect_error NAME SUBSTRING CMD...

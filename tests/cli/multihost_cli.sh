@@ -22,7 +22,7 @@ ip -n "$NS0" addr add 10.231.0.1/24 dev kmh0 && ip -n "$NS1" addr add 10.231.0.2
   ip -n "$NS0" link set kmh0 up && ip -n "$NS1" link set kmh1 up &&
   ip -n "$NS0" link set lo up && ip -n "$NS1" link set lo up || { fail "cannot configure the namespaces"; exit 1; }
 
-"$PY" "$SRC/models/export.py" mlp --format trace --train --out-dir "$W" >/dev/null || { echo "FAIL export"; exit 1; }
+export_model mlp --format trace --train || { echo "FAIL export"; exit 1; }
 M="$W/mlp.pt"
 B="$W/batch.safetensors"  # input0: [8, 32], target: [8]
 "$PY" "$SRC/tests/train/make_batch.py" mlp --out "$B" --from-export "$W" >/dev/null || { echo "FAIL batch"; exit 1; }

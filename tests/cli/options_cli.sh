@@ -7,7 +7,7 @@
 # usage: options_cli.sh KILN WORKDIR
 source "$(dirname "$0")/lib/common.sh"
 
-"$PY" "$SRC/models/export.py" gpt2_mini --format trace --train --out-dir "$W" >/dev/null || { echo "FAIL export"; exit 1; }
+export_model gpt2_mini --format trace --train || { echo "FAIL export"; exit 1; }
 M="$W/gpt2_mini.pt"
 
 "$KILN" options --json >"$W/options.json" || fail "kiln options --json exited $?"

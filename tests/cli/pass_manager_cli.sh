@@ -7,7 +7,7 @@
 # usage: pass_manager_cli.sh KILN WORKDIR
 source "$(dirname "$0")/lib/common.sh"
 
-"$PY" "$SRC/models/export.py" mlp --format trace --train --out-dir "$W" >/dev/null || { echo "FAIL export"; exit 1; }
+export_model mlp --format trace --train || { echo "FAIL export"; exit 1; }
 M="$W/mlp.pt"
 
 out=$("$KILN" passes) || fail "kiln passes exited $?"

@@ -6,7 +6,7 @@
 # usage: rank_lifecycle_cli.sh KILN WORKDIR
 source "$(dirname "$0")/lib/common.sh"
 
-"$PY" "$SRC/models/export.py" mlp --format trace --train --out-dir "$W" >/dev/null || { echo "FAIL export mlp"; exit 1; }
+export_model mlp --format trace --train || { echo "FAIL export mlp"; exit 1; }
 M="$W/mlp.pt"
 
 # alive PID: the process exists and is not a zombie waiting to be reaped.

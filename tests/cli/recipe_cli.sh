@@ -8,7 +8,7 @@
 # usage: recipe_cli.sh KILN WORKDIR
 source "$(dirname "$0")/lib/common.sh"
 
-"$PY" "$SRC/models/export.py" mlp --format trace --train --out-dir "$W" >/dev/null || { echo "FAIL export"; exit 1; }
+export_model mlp --format trace --train || { echo "FAIL export"; exit 1; }
 # Four training batches and two held-out ones (input0 [8, 32] f32, 10 classes).
 "$PY" - "$W" "$SRC/models" <<'PY'
 import os, sys
@@ -127,8 +127,8 @@ r['passes'] if p['name'] == 'selective_backprop']")
 
 # --- Progressive resizing (resnet_mini at 16x16, then the data's 32x32) and
 # sequence-length warm-up (gpt2_mini's windows of 8, then 16 tokens).
-"$PY" "$SRC/models/export.py" resnet_mini --format trace --train --out-dir "$W" >/dev/null || fail "export resnet_mini"
-"$PY" "$SRC/models/export.py" gpt2_mini --format trace --train --out-dir "$W" >/dev/null || fail "export gpt2_mini"
+export_model resnet_mini --format trace --train || fail "export resnet_mini"
+export_model gpt2_mini --format trace --train || fail "export gpt2_mini"
 "$PY" - "$W" "$SRC/models" <<'PY'
 import os, sys
 sys.path.insert(0, sys.argv[2])

@@ -8,7 +8,7 @@
 # usage: shapes_only_cli.sh KILN WORKDIR
 source "$(dirname "$0")/lib/common.sh"
 
-"$PY" "$SRC/models/export.py" llama_7b_shape --format fx --shapes-only --out-dir "$W" >/dev/null ||
+export_model llama_7b_shape --format fx --shapes-only ||
   { echo "FAIL export"; exit 1; }
 M="$W/llama_7b_shape.fx.json"
 [ -e "$W/llama_7b_shape.safetensors" ] && fail "a shapes-only export wrote weights"

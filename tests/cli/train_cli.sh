@@ -21,7 +21,7 @@ expect_error() {  # NAME SUBSTRING CMD...
   else echo "ok   $name: $out"; fi
 }
 
-"$PY" "$SRC/models/export.py" mlp --format trace --train --out-dir "$W" >/dev/null || { echo "FAIL export"; exit 1; }
+export_model mlp --format trace --train || { echo "FAIL export"; exit 1; }
 # Batches: a good one and broken ones (input0 [8, 32] f32, 10 classes).
 "$PY" - "$W" "$SRC/models" <<'PY'
 import sys

@@ -145,12 +145,18 @@ class Failure(Exception):
 # Inputs: export + batch (cached per work dir)
 # --------------------------------------------------------------------------
 
-def _stamp(name: str, loss: str, dtype: str, fx: bool, batch: Optional[int]) -> str:
-    """Changes whenever anything the export or batch depends on changes."""
-    h = hashlib.sha256(f"{name} {loss} {dtype} {fx} {batch} {torch.__version__}".encode())
+def _stamp(name: str, dtype: str, fx: bool, batch: Optional[int]) -> str:
+    """Changes whenever anything the export depends on changes."""
+    h = hashlib.sha256(f"{name} {dtype} {fx} {batch} {torch.__version__}".encode())
     for f in ("zoo.py", "export.py", "fx_dump.py", "st_io.py"):
         with open(os.path.join(MODELS, f), "rb") as fh:
             h.update(fh.read())
+    return h.hexdigest()
+
+
+def _batch_stamp(export_stamp: str, loss: str) -> str:
+    """The batch's: its export's, the loss kind and the batch writers' sources."""
+    h = hashlib.sha256(f"{export_stamp} {loss}".encode())
     for f in ("losses.py", "make_batch.py"):
         with open(os.path.join(HERE, f), "rb") as fh:
             h.update(fh.read())
@@ -159,38 +165,49 @@ def _stamp(name: str, loss: str, dtype: str, fx: bool, batch: Optional[int]) -> 
 
 def prepare(name: str, loss: str, cache: str, dtype: str = "float32", fx: bool = False,
             batch_size: Optional[int] = None) -> Tuple[str, str]:
-    """Export the model (weights and inputs in `dtype`; with `fx` also as an
-    FX dump, NAME.fx.json beside NAME.pt, from the same module) and write its
-    batch into cache/NAME.LOSS[.DTYPE][.fx]/ unless an earlier run left them
-    there for the same sources; returns (model.pt, batch). A file lock lets
-    parallel runs (ctest -j: grad and adamw of one model) share the export.
+    """Export the model in train mode (weights and inputs in `dtype`) into
+    cache/NAME.DTYPE[.fx][.bN]/ and write its batch for `loss` there
+    (batch.LOSS.safetensors), unless an earlier run left them for the same
+    sources; returns (model.pt, batch). One export serves every test of a
+    model and dtype, whatever its loss: the float64 one always holds the FX
+    dump too (NAME.fx.json beside NAME.pt, from the same module), since every
+    model's float64 parity runs through both importers; a float32 one with
+    `fx` goes to NAME.float32.fx/. A file lock lets parallel runs (ctest -j)
+    share the export.
     batch_size: the batch instead of the zoo's (or PARITY_BATCH's); the
     directory name then ends in .bN."""
     import fcntl
     import export  # models/export.py (imports torchvision lazily)
     size = batch_size or PARITY_BATCH.get(name)
-    d = os.path.join(cache, f"{name}.{loss}" + ("" if dtype == "float32" else f".{dtype}") + (".fx" if fx else "")
+    with_fx = fx or dtype == "float64"
+    d = os.path.join(cache, f"{name}.{dtype}" + (".fx" if with_fx and dtype != "float64" else "")
                      + (f".b{batch_size}" if batch_size else ""))
     os.makedirs(d, exist_ok=True)
     pt = os.path.join(d, name + ".pt")
-    batch = os.path.join(d, "batch.safetensors")
+    batch = os.path.join(d, f"batch.{loss}.safetensors")
     stamp_file = os.path.join(d, "stamp")
-    stamp = _stamp(name, loss, dtype, fx, size)
+    stamp = _stamp(name, dtype, with_fx, size)
     with open(os.path.join(d, "lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if os.path.exists(stamp_file) and open(stamp_file).read() == stamp and os.path.exists(pt) \
-                and os.path.exists(batch):
-            return pt, batch
-        if os.path.exists(stamp_file):
-            os.remove(stamp_file)
-        export.export(name, ["trace", "fx"] if fx else ["trace"], d, train=True, no_dropout=True, dtype=getattr(torch, dtype),
-                      batch=size)
-        if name in zoo.INFERENCE_EXPORT:  # PyTorch's reference: the ordinary trace (see reference_archive)
-            export.export(name, ["trace"], os.path.join(d, "reference"), train=True, no_dropout=True,
-                          dtype=getattr(torch, dtype), batch=size, inference=False)
-        make_batch.make_batch(name, loss, batch, export_dir=d)
-        with open(stamp_file, "w") as f:
-            f.write(stamp)
+        if not (os.path.exists(stamp_file) and open(stamp_file).read() == stamp and os.path.exists(pt)):
+            for f in os.listdir(d):
+                if f != "lock":
+                    path = os.path.join(d, f)
+                    shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+            export.export(name, ["trace", "fx"] if with_fx else ["trace"], d, train=True, no_dropout=True,
+                          dtype=getattr(torch, dtype), batch=size)
+            if name in zoo.INFERENCE_EXPORT:  # PyTorch's reference: the ordinary trace (see reference_archive)
+                export.export(name, ["trace"], os.path.join(d, "reference"), train=True, no_dropout=True,
+                              dtype=getattr(torch, dtype), batch=size, inference=False)
+            with open(stamp_file, "w") as f:
+                f.write(stamp)
+        batch_stamp = _batch_stamp(stamp, loss)
+        batch_stamp_file = batch + ".stamp"
+        if not (os.path.exists(batch) and os.path.exists(batch_stamp_file)
+                and open(batch_stamp_file).read() == batch_stamp):
+            make_batch.make_batch(name, loss, batch, export_dir=d)
+            with open(batch_stamp_file, "w") as f:
+                f.write(batch_stamp)
     return pt, batch
 
 
