@@ -16,6 +16,30 @@
 #   any skipped test as skipped;
 # - PREFIX.every_test_has_an_entry fails when the binary holds a test no entry
 #   runs (a suite added without re-running cmake), naming it.
+# kiln_discovered_test_properties(TARGET PROPERTY VARIABLE ...): sets each
+# PROPERTY to the list in VARIABLE (ENVIRONMENT, LABELS) on the tests
+# gtest_discover_tests found in TARGET. gtest_discover_tests' own PROPERTIES
+# cannot carry lists: it hands them to its discovery step as one flat list, so
+# ENVIRONMENT "A=1;B=2" arrived as ENVIRONMENT A=1 plus a property named B=2
+# (the parity tests ran without KILN_POISON_ALLOC that way). A ctest include
+# file read after the discovered list (${TARGET}_TESTS) sets them instead.
+function(kiln_discovered_test_properties target)
+  set(_props "")
+  set(_args ${ARGN})
+  while(_args)
+    list(POP_FRONT _args _name _var)
+    string(APPEND _props " ${_name} [==[${${_var}}]==]")
+  endwhile()
+  set(_file "${CMAKE_CURRENT_BINARY_DIR}/${target}_discovered_properties.cmake")
+  file(WRITE "${_file}" "if(${target}_TESTS)\n  set_tests_properties(\${${target}_TESTS} PROPERTIES${_props})\nendif()\n")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${_file}")
+endfunction()
+
+# The gtest filter of one suite: Suite.Name, Instance/Suite.Name/0 (TEST_P), Suite/0.Name (TYPED_TEST).
+function(kiln_suite_filter out suite)
+  set(${out} "${suite}.*:*/${suite}.*:${suite}/*" PARENT_SCOPE)
+endfunction()
+
 function(kiln_add_gtest_suites target prefix)
   cmake_parse_arguments(ARG "SKIPS_WHOLE_SUITES" "" "SOURCES;ENVIRONMENT;LABELS" ${ARGN})
   set(_grouped)
@@ -37,10 +61,9 @@ function(kiln_add_gtest_suites target prefix)
   if(_isolated)
     list(REMOVE_ITEM _grouped ${_isolated})
   endif()
-  # A suite's tests: Suite.Name, Instance/Suite.Name/0 (TEST_P), Suite/0.Name (TYPED_TEST).
   set(_all)
   foreach(_suite ${_grouped})
-    set(_filter "${_suite}.*:*/${_suite}.*:${_suite}/*")
+    kiln_suite_filter(_filter ${_suite})
     string(APPEND _all ":${_filter}")
     if(ARG_SKIPS_WHOLE_SUITES)
       add_test(NAME ${prefix}.${_suite}
@@ -55,16 +78,13 @@ function(kiln_add_gtest_suites target prefix)
   if(_isolated)
     set(_filter)
     foreach(_suite ${_isolated})
-      string(APPEND _filter ":${_suite}.*:*/${_suite}.*:${_suite}/*")
+      kiln_suite_filter(_one ${_suite})
+      string(APPEND _filter ":${_one}")
     endforeach()
     string(SUBSTRING "${_filter}" 1 -1 _filter)
     string(APPEND _all ":${_filter}")
-    # gtest_discover_tests flattens PROPERTIES into one list: a list value keeps its
-    # elements only with its semicolons escaped.
-    string(REPLACE ";" "\\;" _env "${ARG_ENVIRONMENT}")
-    string(REPLACE ";" "\\;" _labels "${ARG_LABELS}")
-    gtest_discover_tests(${target} TEST_FILTER "${_filter}" DISCOVERY_TIMEOUT 60
-                         PROPERTIES ENVIRONMENT "${_env}" LABELS "${_labels}")
+    gtest_discover_tests(${target} TEST_FILTER "${_filter}" DISCOVERY_TIMEOUT 60)
+    kiln_discovered_test_properties(${target} ENVIRONMENT ARG_ENVIRONMENT LABELS ARG_LABELS)
   endif()
   string(SUBSTRING "${_all}" 1 -1 _all)
   add_test(NAME ${prefix}.every_test_has_an_entry
