@@ -54,8 +54,11 @@ build() {
   command -v ccache >/dev/null && ccache --zero-stats >/dev/null
   ./scripts/build.sh
   if command -v ccache >/dev/null; then
-    # "Hits: 812 / 840 (96.67 %)": this build's compiles answered from the cache.
-    ccache --show-stats | sed -n 's/^ *Hits: */  compiler cache hits: /p' | head -1
+    # "Hits: 812 / 840 (96.67 %)": this build's compiles answered from the
+    # cache; no such line when the build compiled nothing.
+    local hits
+    hits=$(ccache --show-stats | sed -n 's/^ *Hits: *//p' | head -1)
+    echo "  compiler cache hits: ${hits:-none needed (nothing was compiled: the build was up to date)}"
   else
     echo "  (no ccache: every object compiled; ./scripts/install-deps.sh installs it)"
   fi

@@ -4,16 +4,13 @@
 # and DOT — the text and JSON must verify and hash the same; then the
 # optimized training step as text, JSON (the same graph again) and SVG.
 # usage: model_roundtrip.sh KILN WORKDIR
+source "$(dirname "$0")/lib/common.sh"
 set -euo pipefail
-KILN=$1
-W=$2
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-rm -rf "$W" && mkdir -p "$W"
 for model in cnn_bn_train gpt2_mini; do
   for fmt in trace fx; do
     d="$W/$model-$fmt"
     mkdir -p "$d"
-    /usr/bin/python3 "$ROOT/models/export.py" "$model" --format "$fmt" --out-dir "$d" >/dev/null
+    W="$d" export_model "$model" --format "$fmt"
     if [ $fmt = trace ]; then src="$d/$model.pt"; else src="$d/$model.fx.json"; fi
     echo "== $model ($fmt)"
     # Archives from export.py carry their input shapes: inspect needs no inputs.

@@ -4,6 +4,10 @@
     equivalence.py NAME --kiln PATH/TO/kiln --work-dir DIR [--cache-dir DIR]
                    [--steps 2] [--tol 1e-5] [--grad-tol 1e-4] [--passes P,Q,...]
 
+The suite runs it as the last mode of a model's float32 parity process
+(tests/train/parity.py --mode ...,equiv, through check()), which hands over
+the default pipeline's gradients its grad mode has already computed.
+
 Compares Kiln's default pipeline of `kiln train` (or --passes) with only the
 passes a training step cannot do without (loss, autodiff, optimizer), i.e.
 the graph no optimization has touched, on NAME (train-mode TorchScript
@@ -11,8 +15,8 @@ trace, dropout at p=0, the parity harness's export and batch, float32):
 
 - `kiln grad`: every gradient, over every element;
 - `kiln train` with AdamW, one step at a time: the unoptimized run trains
-  step by step with a checkpoint after each; the optimized run takes each
-  step from the unoptimized run's state before it (--resume), so every
+  every step in one process with a checkpoint after each; the optimized run
+  takes each step from the unoptimized run's state before it (--resume), so every
   step is compared from identical weights and moments (later steps run on
   nonzero moments and bias corrections). Every parameter, buffer and the
   step's loss.
@@ -167,6 +171,112 @@ class Comparison:
             self.bad.append(f"{what}: loss {got} vs {want}")
 
 
+def step_checkpoints(ckpt):
+    """Steps done -> step directory, of every checkpoint kiln saved in `ckpt`."""
+    out = {}
+    for d in os.listdir(ckpt):
+        meta = os.path.join(ckpt, d, "trainer.json")
+        if os.path.isfile(meta):
+            out[json.load(open(meta))["steps_done"]] = os.path.join(ckpt, d)
+    return out
+
+
+def check(name, kiln, work_dir, cache_dir=None, steps=2, tol=1e-5, grad_tol=1e-4, passes=None,
+          optimized_grads=None) -> int:
+    """The comparison on zoo model `name`; 0 when it passes, 1 on a mismatch,
+    2 when something could not run. optimized_grads: the `kiln grad` output
+    of the default pipeline on the same export and batch, when the caller
+    (tests/train/parity.py's float32 grad mode) already has it."""
+    os.makedirs(work_dir, exist_ok=True)
+    loss = parity.default_loss(name)
+    c = Comparison(tol)
+    try:
+        pt, batch = parity.prepare(name, loss, cache_dir or work_dir)
+        base = [pt, "--input-file", batch, "--loss", loss]
+        optimized = ["--passes", passes] if passes else []
+
+        grads = {"optimized": optimized_grads} if optimized_grads is not None and not passes else {}
+        for label in ("optimized", "unoptimized"):
+            if label in grads:
+                continue
+            out = os.path.join(work_dir, f"grad.{label}.safetensors")
+            run([kiln, "grad"] + base + ["--output", out]
+                + (["--passes", UNOPTIMIZED["grad"]] if label == "unoptimized" else optimized))
+            grads[label] = st_io.load(out)
+        ref = grads["unoptimized"]
+
+        def module_scale(k):
+            module = k.rsplit(".", 1)[0] + "." if "." in k else None
+            sib = [t for n, t in ref.items() if module and n.startswith(module) and "." not in n[len(module):]]
+            return max((t.double().abs().max().item() for t in sib if t.numel() and t.is_floating_point()),
+                       default=0.0)
+
+        tol_of = None
+        if name in parity.ILL_CONDITIONED and loss == "cross_entropy":
+            spread = torch_layout_spread(pt, batch)
+
+            def tol_of(k):
+                scale = max(ref[k].double().abs().max().item() if ref[k].numel() else 0.0, module_scale(k))
+                return 2 * spread.get(k, 0.0) / scale if scale > 0 else 0.0
+
+        c.tensors("grad", grads["optimized"], ref, scale_of=module_scale, tol=grad_tol, tol_of=tol_of)
+
+        adamw = ["--optimizer", "adamw", "--lr", str(LR)]
+        # The unoptimized run: every step in one process, a checkpoint after each.
+        u_ckpt, u_log = os.path.join(work_dir, "train.unoptimized.ckpt"), os.path.join(work_dir, "train.unoptimized.jsonl")
+        run([kiln, "train"] + base + adamw + ["--steps", str(steps), "--log-file", u_log, "--checkpoint", u_ckpt,
+                                              "--checkpoint-every", "1", "--keep-checkpoints", str(steps),
+                                              "--passes", UNOPTIMIZED["train"]])
+        u_steps, u_losses = step_checkpoints(u_ckpt), losses_of(u_log)
+        if sorted(u_steps) != list(range(1, steps + 1)) or len(u_losses) != steps:
+            raise RuntimeError(f"the unoptimized run left checkpoints of steps {sorted(u_steps)} and "
+                               f"{len(u_losses)} losses, not {steps} of each")
+        for step in range(1, steps + 1):
+            # The optimized pipeline takes step `step` from the unoptimized run's state before it.
+            tag = os.path.join(work_dir, f"train.optimized.{step}")
+            args = [kiln, "train"] + base + adamw + ["--steps", str(step), "--log-file", tag + ".jsonl",
+                                                     "--checkpoint", tag + ".ckpt"] + optimized
+            if step > 1:
+                with open(os.path.join(u_ckpt, "latest"), "w") as f:  # resume reads the checkpoint `latest` names
+                    f.write(os.path.basename(u_steps[step - 1]))
+                args += ["--resume", u_ckpt]
+            run(args)
+            o_dir = step_checkpoints(tag + ".ckpt")[step]
+            w_opt, s_opt = (st_io.load(os.path.join(o_dir, f)) for f in ("model.safetensors", "optimizer.safetensors"))
+            w_ref, s_ref = (st_io.load(os.path.join(u_steps[step], f))
+                            for f in ("model.safetensors", "optimizer.safetensors"))
+            l_opt, l_ref = losses_of(tag + ".jsonl")[-1], u_losses[step - 1]
+            # Checkpoints are whole models with their moments (a torchvision
+            # model's are hundreds of MB): keep only what a later step reads.
+            shutil.rmtree(tag + ".ckpt", ignore_errors=True)
+            first_loss = u_losses[0]
+            # Buffers (running statistics) of ill-conditioned models: up to twice PyTorch's own spread.
+            buffer_tol = None
+            if tol_of:
+                def buffer_tol(k, w=w_ref, s=s_ref):
+                    scale = w[k].double().abs().max().item() if w[k].numel() else 0.0
+                    return 2 * spread.get(k, 0.0) / scale if scale > 0 and f"exp_avg.{k}" not in s else 0.0
+            c.tensors(f"train step {step}", w_opt, w_ref, lambda k: adam_slack(k, step, s_opt, s_ref),
+                      tol_of=buffer_tol)
+            c.loss(f"train step {step}", l_opt, l_ref, first_loss,
+                   2 * spread["__loss__"] / max(abs(l_ref), abs(first_loss)) if tol_of else None)
+    except Exception as e:  # noqa: BLE001 - any failure to run is exit 2 with its message
+        print(f"{name}: ERROR: {e}")
+        return parity.tidy_outputs(work_dir, 2, False)
+    finally:
+        for f in os.listdir(work_dir):
+            if f.endswith(".ckpt"):
+                shutil.rmtree(os.path.join(work_dir, f), ignore_errors=True)
+    for line in c.bad:
+        print(f"{name}: FAIL {line}")
+    print(f"{name}: optimized vs unoptimized pipeline, grad and {steps} AdamW steps (each from the same state): "
+          f"worst relative error {c.worst:.3g} (tol {tol:g}, gradients {grad_tol:g}; {c.slacked} weight elements "
+          f"within Adam's noise slack"
+          + (f"; {c.layout_noise} gradients within PyTorch's own channels-last spread" if c.layout_noise else "")
+          + f"){'' if not c.bad else ' -- FAILED'}")
+    return parity.tidy_outputs(work_dir, 1 if c.bad else 0, False)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("name")
@@ -178,83 +288,7 @@ def main() -> int:
     ap.add_argument("--grad-tol", type=float, default=1e-4)
     ap.add_argument("--passes", help="the optimized pipeline (default: kiln's default pipeline)")
     a = ap.parse_args()
-    os.makedirs(a.work_dir, exist_ok=True)
-    loss = parity.default_loss(a.name)
-    c = Comparison(a.tol)
-    try:
-        pt, batch = parity.prepare(a.name, loss, a.cache_dir or a.work_dir)
-        base = [pt, "--input-file", batch, "--loss", loss]
-        optimized = ["--passes", a.passes] if a.passes else []
-
-        grads = {}
-        for label in ("optimized", "unoptimized"):
-            out = os.path.join(a.work_dir, f"grad.{label}.safetensors")
-            passes = ["--passes", UNOPTIMIZED["grad"]] if label == "unoptimized" else []
-            run([a.kiln, "grad"] + base + ["--output", out] + passes)
-            grads[label] = st_io.load(out)
-        ref = grads["unoptimized"]
-
-        def module_scale(name):
-            module = name.rsplit(".", 1)[0] + "." if "." in name else None
-            sib = [t for k, t in ref.items() if module and k.startswith(module) and "." not in k[len(module):]]
-            return max((t.double().abs().max().item() for t in sib if t.numel() and t.is_floating_point()),
-                       default=0.0)
-
-        tol_of = None
-        if a.name in parity.ILL_CONDITIONED and loss == "cross_entropy":
-            spread = torch_layout_spread(pt, batch)
-
-            def tol_of(k):
-                scale = max(ref[k].double().abs().max().item() if ref[k].numel() else 0.0, module_scale(k))
-                return 2 * spread.get(k, 0.0) / scale if scale > 0 else 0.0
-
-        c.tensors("grad", grads["optimized"], ref, scale_of=module_scale, tol=a.grad_tol, tol_of=tol_of)
-
-        first_loss = None
-        for step in range(1, a.steps + 1):
-            runs = {}
-            for label in ("unoptimized", "optimized"):
-                tag = os.path.join(a.work_dir, f"train.{label}.{step}")
-                args = [a.kiln, "train"] + base + ["--optimizer", "adamw", "--lr", str(LR), "--steps", str(step),
-                                                   "--save-weights", tag + ".safetensors", "--log-file",
-                                                   tag + ".jsonl", "--checkpoint", tag + ".ckpt"]
-                if step > 1:  # both from the unoptimized run's state after the previous step
-                    args += ["--resume", os.path.join(a.work_dir, f"train.unoptimized.{step - 1}.ckpt")]
-                args += ["--passes", UNOPTIMIZED["train"]] if label == "unoptimized" else optimized
-                run(args)
-                runs[label] = (st_io.load(tag + ".safetensors"), losses_of(tag + ".jsonl")[-1],
-                               optimizer_state(tag + ".ckpt"))
-            # Checkpoints are whole models with their moments (a torchvision
-            # model's are hundreds of MB): keep only the one the next step resumes.
-            shutil.rmtree(os.path.join(a.work_dir, f"train.optimized.{step}.ckpt"), ignore_errors=True)
-            shutil.rmtree(os.path.join(a.work_dir, f"train.unoptimized.{step - 1}.ckpt"), ignore_errors=True)
-            (w_opt, l_opt, s_opt), (w_ref, l_ref, s_ref) = runs["optimized"], runs["unoptimized"]
-            first_loss = l_ref if first_loss is None else first_loss
-            # Buffers (running statistics) of ill-conditioned models: up to twice PyTorch's own spread.
-            buffer_tol = None
-            if tol_of:
-                def buffer_tol(k, w=w_ref):
-                    scale = w[k].double().abs().max().item() if w[k].numel() else 0.0
-                    return 2 * spread.get(k, 0.0) / scale if scale > 0 and f"exp_avg.{k}" not in s_ref else 0.0
-            c.tensors(f"train step {step}", w_opt, w_ref, lambda k: adam_slack(k, step, s_opt, s_ref),
-                      tol_of=buffer_tol)
-            c.loss(f"train step {step}", l_opt, l_ref, first_loss,
-                   2 * spread["__loss__"] / max(abs(l_ref), abs(first_loss)) if tol_of else None)
-    except Exception as e:  # noqa: BLE001 - any failure to run is exit 2 with its message
-        print(f"{a.name}: ERROR: {e}")
-        return parity.tidy_outputs(a.work_dir, 2, False)
-    finally:
-        for f in os.listdir(a.work_dir):
-            if f.endswith(".ckpt"):
-                shutil.rmtree(os.path.join(a.work_dir, f), ignore_errors=True)
-    for line in c.bad:
-        print(f"{a.name}: FAIL {line}")
-    print(f"{a.name}: optimized vs unoptimized pipeline, grad and {a.steps} AdamW steps (each from the same state): "
-          f"worst relative error {c.worst:.3g} (tol {a.tol:g}, gradients {a.grad_tol:g}; {c.slacked} weight elements "
-          f"within Adam's noise slack"
-          + (f"; {c.layout_noise} gradients within PyTorch's own channels-last spread" if c.layout_noise else "")
-          + f"){'' if not c.bad else ' -- FAILED'}")
-    return parity.tidy_outputs(a.work_dir, 1 if c.bad else 0, False)
+    return check(a.name, a.kiln, a.work_dir, a.cache_dir, a.steps, a.tol, a.grad_tol, a.passes)
 
 
 if __name__ == "__main__":

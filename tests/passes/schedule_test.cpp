@@ -2,7 +2,7 @@
 // valid and never raises the estimated peak; on a training step each
 // per-parameter update runs right after the last reader of its parameter and
 // the planned arena shrinks. (Numerical equality of the scheduled step with
-// PyTorch: the passes.equiv.* and Zoo tests, which run the default pipeline.)
+// PyTorch: the train.f32.* tests' equiv mode and the Zoo tests, which run the default pipeline.)
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -6,11 +6,8 @@
 // runs it on the CPU executor and compares; TorchScriptImportStructure checks
 // what the graph looks like (state_dict names, tied weights, BatchNorm buffer
 // updates, scopes, no shape arithmetic left); TorchScriptImportErrors feeds it
-// bad files; TorchScriptImportZoo exports every models/zoo.py model with
-// models/export.py (trace and script) and checks parity.
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
+// bad files; TorchScriptImportZoo checks parity on every models/zoo.py model,
+// exported by models/export.py (trace and script; tests/torch/zoo_exports.h).
 
 #include <algorithm>
 #include <cstdio>
@@ -29,29 +26,19 @@
 #include "core/import/torchscript/torchscript_importer.h"
 #include "core/safetensors.h"
 #include "tests/torch/torch_compare.h"
+#include "tests/torch/zoo_exports.h"
 
 namespace kiln {
 namespace {
 
 namespace fs = std::filesystem;
+using test::FileLock;
+using test::freshFile;
+using test::runShell;
 
 const std::string kGenerator = std::string(KILN_SOURCE_DIR) + "/tests/torch/gen_ts_cases.py";
 const std::string kExporter = std::string(KILN_SOURCE_DIR) + "/models/export.py";
 const std::string kCaseDir = std::string(KILN_WORK_DIR) + "/torchscript_import/cases";
-const std::string kZooDir = std::string(KILN_WORK_DIR) + "/torchscript_import/zoo";
-
-/// Run a shell command; returns its exit status and (optionally) stdout.
-int run(const std::string& cmd, std::string* out = nullptr) {
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return -1;
-  std::string text;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) text.append(buf, n);
-  int status = pclose(p);
-  if (out) *out = text;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
 
 /// Whether KILN_PYTHON can import torch. A yes is remembered in the work dir
 /// (importing torch takes seconds, and ctest starts one process per test).
@@ -60,7 +47,7 @@ bool pythonHasTorch() {
     const fs::path marker = std::string(KILN_WORK_DIR) + "/torchscript_import/python_has_torch";
     std::error_code ec;
     if (fs::exists(marker, ec)) return true;
-    if (run(std::string(KILN_PYTHON) + " -c 'import torch' > /dev/null 2>&1") != 0) return false;
+    if (runShell(std::string(KILN_PYTHON) + " -c 'import torch' > /dev/null 2>&1") != 0) return false;
     fs::create_directories(marker.parent_path(), ec);
     std::ofstream(marker) << "yes\n";
     return true;
@@ -69,35 +56,6 @@ bool pythonHasTorch() {
 }
 
 const char* kNoTorch = KILN_PYTHON " cannot import torch (install Debian's python3-torch)";
-
-/// True when `file` exists and is newer than every path in `sources`.
-bool fresh(const fs::path& file, const std::vector<fs::path>& sources) {
-  std::error_code ec;
-  if (!fs::exists(file, ec)) return false;
-  auto t = fs::last_write_time(file, ec);
-  for (const fs::path& s : sources)
-    if (fs::exists(s, ec) && fs::last_write_time(s, ec) > t) return false;
-  return true;
-}
-
-/// Holds an exclusive lock on `path` while alive (test processes run in parallel under ctest -j).
-class FileLock {
- public:
-  explicit FileLock(const std::string& path) {
-    fs::create_directories(fs::path(path).parent_path());
-    fd_ = open(path.c_str(), O_CREAT | O_RDWR, 0644);
-    if (fd_ >= 0) flock(fd_, LOCK_EX);
-  }
-  ~FileLock() {
-    if (fd_ >= 0) {
-      flock(fd_, LOCK_UN);
-      close(fd_);
-    }
-  }
-
- private:
-  int fd_ = -1;
-};
 
 std::vector<std::string> lines(const std::string& text) {
   std::vector<std::string> out;
@@ -111,9 +69,9 @@ std::vector<std::string> lines(const std::string& text) {
 std::vector<std::string> cachedList(const std::string& cache, const std::vector<fs::path>& sources,
                                     const std::string& cmd) {
   FileLock lock(cache + ".lock");
-  if (!fresh(cache, sources)) {
+  if (!freshFile(cache, sources)) {
     std::string out;
-    if (run(cmd + " 2>/dev/null", &out) != 0) return {};
+    if (runShell(cmd + " 2>/dev/null", &out) != 0) return {};
     std::ofstream(cache) << out;
   }
   std::ifstream in(cache);
@@ -139,9 +97,9 @@ const std::map<std::string, CaseInfo>& cases(std::string* error = nullptr) {
     done = true;
     FileLock lock(kCaseDir + ".lock");
     fs::path manifest = kCaseDir + "/cases.json";
-    if (!fresh(manifest, {kGenerator, std::string(KILN_SOURCE_DIR) + "/models/st_io.py"})) {
+    if (!freshFile(manifest, {kGenerator, std::string(KILN_SOURCE_DIR) + "/models/st_io.py"})) {
       std::string out;
-      int rc = run(std::string(KILN_PYTHON) + " " + kGenerator + " --out " + kCaseDir + " 2>&1", &out);
+      int rc = runShell(std::string(KILN_PYTHON) + " " + kGenerator + " --out " + kCaseDir + " 2>&1", &out);
       if (rc != 0) gen_error = "gen_ts_cases.py failed:\n" + out;
     }
     std::ifstream in(manifest);
@@ -341,7 +299,7 @@ TEST(ImporterTables, EveryTorchScriptOpIsMappedByTheFxImporter) {
   std::string cmd = std::string(KILN_PYTHON) + " " + KILN_SOURCE_DIR + "/tests/torch/aten_dispatch.py";
   for (const std::string& b : unmapped) cmd += " " + b;
   std::string out;
-  ASSERT_EQ(run(cmd, &out), 0) << cmd;
+  ASSERT_EQ(runShell(cmd, &out), 0) << cmd;
   std::istringstream lines(out);
   std::string name, kind;
   size_t decomposed = 0, answered = 0;
@@ -608,17 +566,12 @@ TEST(TorchScriptImportErrors, ShapeErrorsNameTheNode) {
 std::vector<std::string> zooParams() {
   if (!fs::exists(kExporter)) return {"no_exporter"};
   if (!pythonHasTorch()) return {"no_torch"};
-  const std::string zoo = std::string(KILN_SOURCE_DIR) + "/models/zoo.py";
-  auto rows =
-      cachedList(kZooDir + "/models.txt", {kExporter, zoo}, std::string(KILN_PYTHON) + " " + kExporter + " --list");
+  const auto& entries = test::zooEntries();
+  if (!entries) return {"exporter_failed"};
   std::vector<std::string> params;
-  for (size_t k = 1; k < rows.size(); ++k) {  // row 0 is the header
-    std::istringstream in(rows[k]);
-    std::string name, mode, formats;
-    in >> name >> mode >> formats;
+  for (const test::ZooEntry& e : *entries)
     for (const char* f : {"trace", "script"})
-      if (("," + formats + ",").find(std::string(",") + f + ",") != std::string::npos) params.push_back(name + "/" + f);
-  }
+      if (e.has(f)) params.push_back(e.name + "/" + f);
   return params.empty() ? std::vector<std::string>{"exporter_failed"} : params;
 }
 
@@ -630,18 +583,9 @@ TEST_P(TorchScriptImportZoo, MatchesPyTorch) {
   if (param == "no_torch") GTEST_SKIP() << kNoTorch;
   ASSERT_NE(param, "exporter_failed") << kExporter << " --list failed";
   const std::string name = param.substr(0, param.find('/')), format = param.substr(param.find('/') + 1);
-  const std::string dir = kZooDir + "/" + format, prefix = dir + "/" + name;
-  {
-    FileLock lock(prefix + ".lock");
-    const std::vector<fs::path> sources = {kExporter, std::string(KILN_SOURCE_DIR) + "/models/zoo.py"};
-    if (!fresh(prefix + ".expected.safetensors", sources) || !fresh(prefix + ".pt", sources)) {
-      std::string out;
-      int rc = run(std::string(KILN_PYTHON) + " " + kExporter + " " + name + " --format " + format + " --out-dir " +
-                       dir + " 2>&1",
-                   &out);
-      ASSERT_EQ(rc, 0) << "export.py " << name << " --format " << format << " failed:\n" << out;
-    }
-  }
+  const test::ZooExport exported = test::zooExport(name, format);
+  ASSERT_TRUE(exported.ok) << "export.py " << name << " (" << format << ") failed:\n" << exported.log;
+  const std::string& prefix = exported.prefix;
   // Input types from the exported inputs (the archive's kiln_inputs.json is checked by the cases).
   auto inputs = readSafetensors(prefix + ".input.safetensors");
   ASSERT_TRUE(inputs.ok()) << inputs.error().message;

@@ -30,7 +30,9 @@ cosine to 1e-4, against torch.optim.lr_scheduler; every step's learning
 rate is compared too); adamw_warmup (--warmup-steps 3 with the constant rate,
 against LinearLR; the learning rates compared too);
 adam (lr 1e-3, weight decay 1e-2: L2 added to the gradient); sgd (lr 0.01,
-momentum 0.9, Nesterov, weight decay 1e-4, gradients clipped to global norm 1).
+momentum 0.9, Nesterov, weight decay 1e-4, gradients clipped to global norm 1);
+equiv (no PyTorch: Kiln's optimizing pipeline against its unoptimized graph,
+tests/passes/equivalence.py; after grad it reuses grad's kiln gradients).
 
 --dtype float64 exports the model and batch in double precision and runs
 both sides in it (run_exact): no noise terms, a plain tolerance per mode
@@ -104,6 +106,9 @@ MODES: Dict[str, Optional[ref.OptConfig]] = {
     # Muon's weight decay and the clipping coefficient exercised too.
     "muon": ref.OptConfig("muon", lr=1e-3, warmup_steps=2, clip_grad_norm=1.0, muon_lr=0.02, muon_weight_decay=0.1),
 }
+# Not a PyTorch comparison: Kiln's optimizing pipeline against its unoptimized
+# graph, float32 (run_equivalence, tests/passes/equivalence.py).
+EQUIV = "equiv"
 # The learning rate of every step (a host-side double on both sides).
 LR_TOL = 1e-12
 
@@ -579,6 +584,20 @@ def run_exact(args, cfg, loss, work) -> int:
     return 0 if ok else 1
 
 
+def run_equivalence(args) -> int:
+    """Mode equiv: Kiln's optimizing pipeline against the unoptimized graph on
+    the same float32 export and batch (tests/passes/equivalence.py), reusing
+    the default pipeline's gradients when the grad mode ran before it."""
+    if (args.dtype != "float32" or args.importer != "trace" or args.self_check or args.device != "cpu"
+            or args.threads or (args.loss or default_loss(args.name)) != default_loss(args.name)):
+        raise Failure("--mode equiv compares kiln with itself on the float32 trace, with the model's default loss, "
+                      "on the CPU (no --dtype, --import, --loss, --threads, --device or --self-check)")
+    sys.path.insert(0, os.path.join(HERE, "..", "passes"))
+    import equivalence
+    return equivalence.check(args.name, args.kiln, args.work_dir, args.cache_dir,
+                             optimized_grads=args.shared.get("grad"))
+
+
 def run(args) -> int:
     cfg = MODES[args.mode]
     loss = args.loss or default_loss(args.name)
@@ -608,6 +627,9 @@ def run(args) -> int:
     t0 = time.time()
     k_losses, k_tensors, k_lrs = candidate(args, cfg, pt, batch, loss, work, torch.float32)
     times["kiln" if not args.self_check else "candidate"] = time.time() - t0
+    if cfg is None and not args.self_check and args.device == "cpu" and not args.threads and not args.freeze \
+            and not args.kiln_extra and loss == default_loss(args.name):
+        args.shared["grad"] = k_tensors  # the default pipeline's gradients, for mode equiv
 
     tol = GRAD_TOL if cfg is None else TRAIN_TOL
     # Adam moves a noise-driven element by at most ~lr a step (see shadow.py).
@@ -657,7 +679,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("name", help="zoo model (models/export.py --list)")
     p.add_argument("--mode", default="grad", metavar="MODE[,MODE...]",
-                   help="what to check: " + ", ".join(MODES) + "; several, comma-separated, run one after "
+                   help="what to check: " + ", ".join(MODES) + f", {EQUIV} (the optimizing pipeline against the "
+                        "unoptimized graph); several, comma-separated, run one after "
                         "another in this process (each in WORK_DIR/MODE), which saves a Python and libtorch "
                         "start per mode")
     p.add_argument("--kiln", help="path to the kiln binary")
@@ -704,10 +727,11 @@ def main(argv=None) -> int:
     args.kiln_extra = []
     if (args.label_smoothing or args.ignore_index is not None or args.class_weights) and args.dtype != "float64":
         p.error("--label-smoothing, --ignore-index and --class-weights are checked in float64 (--dtype float64)")
+    args.shared = {}  # what one mode hands to a later one (run_equivalence)
     modes = args.mode.split(",")
     for m in modes:
-        if m not in MODES:
-            p.error(f"--mode: {m!r} is not one of {', '.join(MODES)}")
+        if m not in MODES and m != EQUIV:
+            p.error(f"--mode: {m!r} is not one of {', '.join(MODES)}, {EQUIV}")
     temp = not args.work_dir
     if temp:
         args.work_dir = tempfile.mkdtemp(prefix=f"kiln-parity-{args.name}-")
@@ -718,7 +742,7 @@ def main(argv=None) -> int:
         if len(modes) > 1:
             a.work_dir = os.path.join(args.work_dir, m)
         try:
-            rc = run(a)
+            rc = run_equivalence(a) if m == EQUIV else run(a)
         except Failure as e:
             print(f"{args.name} {m}: ERROR: {e}")
             rc = 2
