@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
-#include <utility>
 
 namespace kiln::test {
 
@@ -25,13 +24,20 @@ std::vector<fs::path> exporterSources() {
   return {kModels / "export.py", kModels / "zoo.py", kModels / "fx_dump.py", kModels / "st_io.py"};
 }
 
-/// One Python process that exports `name` once for every format it
-/// supports: trace and fx into main/ (they share the inputs and expected
-/// outputs), script into script/ (it writes NAME.pt too).
-std::string exportCommand(const std::string& name, const std::vector<std::pair<std::string, fs::path>>& jobs) {
+/// A directory and the formats exported into it.
+struct ExportJob {
+  std::vector<std::string> formats;
+  fs::path dir;
+};
+
+/// One Python process that runs every job.
+std::string exportCommand(const std::string& name, const std::vector<ExportJob>& jobs) {
   std::string py = "import sys; sys.path.insert(0, '" + kModels.string() + "'); import export; ";
-  for (const auto& [formats, dir] : jobs)
-    py += "export.export('" + name + "', [" + formats + "], '" + dir.string() + "', log=sys.stdout); ";
+  for (const ExportJob& j : jobs) {
+    std::string list;
+    for (const std::string& f : j.formats) list += "'" + f + "',";
+    py += "export.export('" + name + "', [" + list + "], '" + j.dir.string() + "', log=sys.stdout); ";
+  }
   return std::string(KILN_PYTHON) + " -c \"" + py + "\" 2>&1";
 }
 
@@ -122,19 +128,18 @@ ZooExport zooExport(const std::string& name, const std::string& format) {
     r.log = "export.py --list does not list " + name + " with format " + format;
     return r;
   }
-  std::vector<std::pair<std::string, fs::path>> jobs;  // (the formats as a Python list's items, the directory)
-  std::vector<fs::path> outputs;
-  std::string main_formats;
+  // trace and fx into main/ (they share the inputs and expected outputs), script into script/ (it writes NAME.pt
+  // too).
+  std::vector<ExportJob> jobs = {{{}, kDir / "main"}};
   for (const char* f : {"trace", "fx"})
-    if (entry->has(f)) main_formats += std::string(main_formats.empty() ? "" : ", ") + "'" + f + "'";
-  if (!main_formats.empty()) jobs.emplace_back(main_formats, kDir / "main");
-  if (entry->has("script")) jobs.emplace_back("'script'", kDir / "script");
-  for (const auto& [formats, dir] : jobs) {
-    const std::string prefix = (dir / name).string();
+    if (entry->has(f)) jobs[0].formats.push_back(f);
+  if (jobs[0].formats.empty()) jobs.clear();
+  if (entry->has("script")) jobs.push_back({{"script"}, kDir / "script"});
+  std::vector<fs::path> outputs;
+  for (const ExportJob& j : jobs) {
+    const std::string prefix = (j.dir / name).string();
     outputs.insert(outputs.end(), {prefix + ".input.safetensors", prefix + ".expected.safetensors"});
-    if (formats.find("trace") != std::string::npos || formats.find("script") != std::string::npos)
-      outputs.push_back(prefix + ".pt");
-    if (formats.find("fx") != std::string::npos) outputs.push_back(prefix + ".fx.json");
+    for (const std::string& f : j.formats) outputs.push_back(prefix + (f == "fx" ? ".fx.json" : ".pt"));
   }
   r.prefix = (kDir / (format == "script" ? "script" : "main") / name).string();
   FileLock lock((kDir / (name + ".lock")).string());

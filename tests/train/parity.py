@@ -584,12 +584,18 @@ def run_exact(args, cfg, loss, work) -> int:
     return 0 if ok else 1
 
 
+def default_kiln_run(args) -> bool:
+    """Whether kiln runs as equivalence.py runs it: the CPU, its default
+    threads, the model's default loss, no other options."""
+    return (not args.self_check and args.device == "cpu" and not args.threads and not args.freeze
+            and not args.kiln_extra and (args.loss or default_loss(args.name)) == default_loss(args.name))
+
+
 def run_equivalence(args) -> int:
     """Mode equiv: Kiln's optimizing pipeline against the unoptimized graph on
     the same float32 export and batch (tests/passes/equivalence.py), reusing
     the default pipeline's gradients when the grad mode ran before it."""
-    if (args.dtype != "float32" or args.importer != "trace" or args.self_check or args.device != "cpu"
-            or args.threads or (args.loss or default_loss(args.name)) != default_loss(args.name)):
+    if args.dtype != "float32" or args.importer != "trace" or not default_kiln_run(args):
         raise Failure("--mode equiv compares kiln with itself on the float32 trace, with the model's default loss, "
                       "on the CPU (no --dtype, --import, --loss, --threads, --device or --self-check)")
     sys.path.insert(0, os.path.join(HERE, "..", "passes"))
@@ -627,8 +633,7 @@ def run(args) -> int:
     t0 = time.time()
     k_losses, k_tensors, k_lrs = candidate(args, cfg, pt, batch, loss, work, torch.float32)
     times["kiln" if not args.self_check else "candidate"] = time.time() - t0
-    if cfg is None and not args.self_check and args.device == "cpu" and not args.threads and not args.freeze \
-            and not args.kiln_extra and loss == default_loss(args.name):
+    if cfg is None and args.dtype == "float32" and args.importer == "trace" and default_kiln_run(args):
         args.shared["grad"] = k_tensors  # the default pipeline's gradients, for mode equiv
 
     tol = GRAD_TOL if cfg is None else TRAIN_TOL
